@@ -1,0 +1,81 @@
+// Device, Buffer and Stream: the HAL objects the engine programs against (DESIGN.md §4).
+//
+// - Buffer: device memory. Host code never dereferences it; data moves only through Stream
+//   upload/download/copy.
+// - Stream: ordered asynchronous work. Calls enqueue and return; the first error latches and is
+//   returned by sync() (and by every later call). Host spans passed to upload must stay valid and
+//   unchanged, and download destinations must not be read, until sync() returns.
+// - Device: identity, memory, capabilities; creates buffers and streams.
+//
+// Threading: a Device may be used from several threads; a Stream from one thread at a time.
+// Lifetime: buffers and streams must be destroyed before their device.
+// Errors: device and input errors are Status values, never aborts.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "runtime/base/status.h"
+#include "runtime/hal/ops.h"
+
+namespace sx::hal {
+
+class Device;
+
+struct DeviceInfo {
+  std::string backend;  // "cpu", "vulkan", "cuda"
+  int index = 0;
+  std::string name;     // human readable, e.g. "cpu:0 (2 threads)"
+  std::uint64_t memory_bytes = 0;  // capacity usable by Sextant
+};
+
+struct MemoryInfo {
+  std::uint64_t total_bytes = 0;
+  std::uint64_t used_bytes = 0;  // by buffers of this device
+};
+
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual std::size_t size() const = 0;
+  virtual Device& device() const = 0;
+};
+
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  virtual Status upload(Buffer& dst, std::size_t dst_offset, std::span<const std::byte> src) = 0;
+  virtual Status download(std::span<std::byte> dst, const Buffer& src, std::size_t src_offset) = 0;
+  virtual Status copy(Buffer& dst, std::size_t dst_offset, const Buffer& src, std::size_t src_offset,
+                      std::size_t bytes) = 0;
+  virtual Status run(const Op& op) = 0;
+  // Waits for all enqueued work; returns the first latched error.
+  virtual Status sync() = 0;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual const DeviceInfo& info() const = 0;
+  virtual MemoryInfo memory() const = 0;
+  // OK if this device can run the op with these formats and shapes; UNIMPLEMENTED naming the op
+  // and the format otherwise. Asked before serving starts, never on the hot path.
+  virtual Status supports(const Op& op) const = 0;
+  virtual Result<std::unique_ptr<Buffer>> alloc(std::size_t bytes) = 0;
+  virtual Result<std::unique_ptr<Stream>> create_stream() = 0;
+};
+
+// Typed helpers over Stream for host vectors.
+template <typename T>
+Status upload_span(Stream& s, Buffer& dst, std::size_t dst_offset, std::span<const T> src) {
+  return s.upload(dst, dst_offset, std::as_bytes(src));
+}
+template <typename T>
+Status download_span(Stream& s, std::span<T> dst, const Buffer& src, std::size_t src_offset) {
+  return s.download(std::as_writable_bytes(dst), src, src_offset);
+}
+
+}  // namespace sx::hal

@@ -1,0 +1,101 @@
+// Format table and reference (de)quantisation.
+#include "runtime/hal/dtype.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "runtime/base/half.h"
+#include "runtime/base/status.h"
+
+namespace sx::hal {
+
+namespace {
+const DTypeInfo kInfos[] = {
+    {"f32", 1, 4, false},
+    {"f16", 1, 2, false},
+    {"bf16", 1, 2, false},
+    {"q8_0", kQ8_0Block, static_cast<int>(sizeof(BlockQ8_0)), true},
+    {"i32", 1, 4, false},
+};
+}  // namespace
+
+const DTypeInfo& dtype_info(DType t) { return kInfos[static_cast<int>(t)]; }
+std::string_view dtype_name(DType t) { return dtype_info(t).name; }
+
+std::optional<DType> dtype_from_name(std::string_view name) {
+  std::string lower(name);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  for (int i = 0; i < static_cast<int>(std::size(kInfos)); ++i) {
+    if (kInfos[i].name == lower) return static_cast<DType>(i);
+  }
+  return std::nullopt;
+}
+
+void dequantize_row(DType t, const void* src, float* dst, std::int64_t n) {
+  switch (t) {
+    case DType::kF32:
+      std::memcpy(dst, src, static_cast<std::size_t>(n) * sizeof(float));
+      return;
+    case DType::kF16: {
+      const auto* s = static_cast<const std::uint16_t*>(src);
+      for (std::int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+      return;
+    }
+    case DType::kBF16: {
+      const auto* s = static_cast<const std::uint16_t*>(src);
+      for (std::int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+      return;
+    }
+    case DType::kQ8_0: {
+      const auto* b = static_cast<const BlockQ8_0*>(src);
+      for (std::int64_t blk = 0; blk < n / kQ8_0Block; ++blk) {
+        const float d = f16_to_f32(b[blk].d);
+        for (int j = 0; j < kQ8_0Block; ++j) dst[blk * kQ8_0Block + j] = d * static_cast<float>(b[blk].qs[j]);
+      }
+      return;
+    }
+    case DType::kI32:
+      break;
+  }
+  fatal("dequantize_row", std::string("unsupported type ") + std::string(dtype_name(t)));
+}
+
+void quantize_row(DType t, const float* src, void* dst, std::int64_t n) {
+  switch (t) {
+    case DType::kF32:
+      std::memcpy(dst, src, static_cast<std::size_t>(n) * sizeof(float));
+      return;
+    case DType::kF16: {
+      auto* d = static_cast<std::uint16_t*>(dst);
+      for (std::int64_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
+      return;
+    }
+    case DType::kBF16: {
+      auto* d = static_cast<std::uint16_t*>(dst);
+      for (std::int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
+      return;
+    }
+    case DType::kQ8_0: {
+      auto* b = static_cast<BlockQ8_0*>(dst);
+      for (std::int64_t blk = 0; blk < n / kQ8_0Block; ++blk) {
+        const float* x = src + blk * kQ8_0Block;
+        float amax = 0.0f;
+        for (int j = 0; j < kQ8_0Block; ++j) amax = std::max(amax, std::fabs(x[j]));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        b[blk].d = f32_to_f16(d);
+        for (int j = 0; j < kQ8_0Block; ++j) b[blk].qs[j] = static_cast<std::int8_t>(std::lround(x[j] * id));
+      }
+      return;
+    }
+    case DType::kI32:
+      break;
+  }
+  fatal("quantize_row", std::string("unsupported type ") + std::string(dtype_name(t)));
+}
+
+}  // namespace sx::hal

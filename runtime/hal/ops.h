@@ -1,0 +1,128 @@
+// The HAL op set (DESIGN.md §4): a small, fixed list of operations, each described by a plain
+// argument struct. The same struct is used by every backend's kernel and by the CPU reference, so
+// "the same call means the same thing on every backend".
+//
+// Conventions for every op:
+// - Tensors are BufView = (buffer, byte offset). Activations are row-major F32; integer tensors
+//   (ids, positions, slot mappings, block tables) are I32.
+// - Weights are [n rows][k columns] in their storage format (GGUF order: ne[0] = k is contiguous).
+// - Matmul computes y[m][n] = sum_k x[m][k] * W[n][k] (+ bias[n]); accumulation is F32.
+// - An optional tensor is absent when its buffer is null.
+// Lifetime: argument structs hold non-owning pointers; the buffers must outlive the op's
+// execution on its stream (i.e. until the next sync()).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <variant>
+
+#include "runtime/hal/dtype.h"
+
+namespace sx::hal {
+
+class Buffer;
+
+struct BufView {
+  Buffer* buffer = nullptr;
+  std::size_t offset = 0;  // bytes
+  explicit operator bool() const { return buffer != nullptr; }
+  BufView at(std::size_t extra_bytes) const { return {buffer, offset + extra_bytes}; }
+};
+
+// out[i][:] = dequant(table[ids[i]][:]) for i < n_tokens.
+struct EmbeddingArgs {
+  BufView table;  // [vocab][dim] in table_type
+  DType table_type = DType::kF32;
+  BufView ids;    // I32 [n_tokens]
+  BufView out;    // F32 [n_tokens][dim]
+  std::int64_t n_tokens = 0, dim = 0, vocab = 0;
+};
+
+// If add is present: x += add (written back to x). Then out = x * rsqrt(mean(x^2) + eps) * weight.
+struct RmsNormArgs {
+  BufView x;       // F32 [n_rows][dim]
+  BufView add;     // optional F32 [n_rows][dim]
+  BufView weight;  // F32 [dim]
+  BufView out;     // F32 [n_rows][dim] (may alias nothing else)
+  std::int64_t n_rows = 0, dim = 0;
+  float eps = 1e-6f;
+};
+
+// y[m][n] = x[m][:] . W[n][:] (+ bias[n]).
+struct MatmulArgs {
+  BufView w;  // [n][k] in w_type
+  DType w_type = DType::kF32;
+  BufView x;     // F32 [m][k]
+  BufView bias;  // optional F32 [n]
+  BufView y;     // F32 [m][n]
+  std::int64_t m = 0, n = 0, k = 0;
+};
+
+// NeoX rotary embedding in place: for each token t and head h, pairs (i, i + rot_dim/2) of
+// x[t][h][:] rotate by angle pos[t] * theta^(-2i/rot_dim).
+struct RopeArgs {
+  BufView x;          // F32 [n_tokens][n_heads][head_dim]
+  BufView positions;  // I32 [n_tokens]
+  std::int64_t n_tokens = 0, n_heads = 0, head_dim = 0, rot_dim = 0;
+  float theta = 10000.0f;
+};
+
+// Writes this step's K and V rows into the paged cache: cache[slot_mapping[t]][h][:] = k[t][h][:].
+// A slot is block_id * block_size + offset. Negative slots are skipped (padding).
+struct KvWriteArgs {
+  BufView k, v;              // F32 [n_tokens][n_kv_heads][head_dim]
+  BufView k_cache, v_cache;  // cache_type [n_slots][n_kv_heads][head_dim]
+  DType cache_type = DType::kF32;
+  BufView slot_mapping;      // I32 [n_tokens]
+  std::int64_t n_tokens = 0, n_kv_heads = 0, head_dim = 0, n_slots = 0;
+};
+
+// Causal attention over a batch of sequences whose KV lives in paged blocks.
+// Sequence s owns batch tokens [seq_token_start[s], seq_token_start[s+1]); its context after this
+// step has seq_context_len[s] tokens, so its j-th new token (of c) is at position
+// seq_context_len[s] - c + j and attends to cache positions [0, that position].
+// Position p of sequence s is at slot block_table[s * max_blocks_per_seq + p / block_size] *
+// block_size + p % block_size. Local query head h (global head q_head_offset + h) reads local KV
+// head (q_head_offset + h) / heads_per_kv - kv_head_offset.
+struct AttentionArgs {
+  BufView q;                  // F32 [n_tokens][n_heads][head_dim]
+  BufView k_cache, v_cache;   // cache_type [n_slots][n_kv_heads][head_dim]
+  DType cache_type = DType::kF32;
+  BufView out;                // F32 [n_tokens][n_heads][head_dim]
+  BufView seq_token_start;    // I32 [n_seqs + 1]
+  BufView seq_context_len;    // I32 [n_seqs]
+  BufView block_table;        // I32 [n_seqs][max_blocks_per_seq]
+  std::int64_t n_seqs = 0, n_tokens = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  std::int64_t block_size = 16, max_blocks_per_seq = 0, n_slots = 0;
+  std::int64_t q_head_offset = 0, kv_head_offset = 0, heads_per_kv = 1;
+  float scale = 1.0f;
+};
+
+// out[i] = silu(gate[i]) * up[i], rows of n_cols with separate row strides (elements) so that gate
+// and up may be the two halves of one fused projection.
+struct SiluMulArgs {
+  BufView gate, up, out;  // F32
+  std::int64_t n_rows = 0, n_cols = 0;
+  std::int64_t gate_stride = 0, up_stride = 0, out_stride = 0;  // 0 = n_cols
+};
+
+// out[i] = a[i] + b[i] for n elements (F32). out may alias a.
+struct AddArgs {
+  BufView a, b, out;
+  std::int64_t n = 0;
+};
+
+// out[r] = argmax_j x[r][j] (lowest index on ties), I32.
+struct ArgmaxArgs {
+  BufView x;    // F32 [n_rows][n_cols]
+  BufView out;  // I32 [n_rows]
+  std::int64_t n_rows = 0, n_cols = 0;
+};
+
+using Op = std::variant<EmbeddingArgs, RmsNormArgs, MatmulArgs, RopeArgs, KvWriteArgs,
+                        AttentionArgs, SiluMulArgs, AddArgs, ArgmaxArgs>;
+
+std::string_view op_name(const Op& op);
+
+}  // namespace sx::hal

@@ -1,0 +1,30 @@
+// Registry lookups and op names.
+#include "runtime/hal/registry.h"
+
+#include <fmt/ranges.h>
+
+namespace sx::hal {
+
+void Registry::add(std::unique_ptr<Backend> backend) { backends_.push_back(std::move(backend)); }
+
+Result<Backend*> Registry::find(std::string_view name) const {
+  for (const auto& b : backends_) {
+    if (b->name() == name) return b.get();
+  }
+  return not_found_error("backend '{}' is not available in this build (compiled in: {})", name,
+                         fmt::join(names(), ", "));
+}
+
+std::vector<std::string> Registry::names() const {
+  std::vector<std::string> out;
+  for (const auto& b : backends_) out.emplace_back(b->name());
+  return out;
+}
+
+std::string_view op_name(const Op& op) {
+  static constexpr std::string_view kNames[] = {"embedding", "rmsnorm", "matmul", "rope", "kv_write",
+                                                "attention", "silu_mul", "add", "argmax"};
+  return kNames[op.index()];
+}
+
+}  // namespace sx::hal
