@@ -1,0 +1,375 @@
+// Model config from GGUF metadata, the per-architecture tensor table and the shape checks.
+#include "runtime/model/model_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <functional>
+
+#include <fmt/format.h>
+
+namespace sx::model {
+
+namespace {
+
+const std::vector<ArchSpec>& arch_specs() {
+  static const std::vector<ArchSpec> kSpecs = {
+      {"qwen2",
+       {LayerTensor::kAttnNorm, LayerTensor::kAttnQ, LayerTensor::kAttnK, LayerTensor::kAttnV,
+        LayerTensor::kAttnOutput, LayerTensor::kFfnNorm, LayerTensor::kFfnGate, LayerTensor::kFfnUp,
+        LayerTensor::kFfnDown},
+       {LayerTensor::kAttnQBias, LayerTensor::kAttnKBias, LayerTensor::kAttnVBias}},
+      // qwen3 will be: no qkv bias, plus kAttnQNorm / kAttnKNorm, head_dim from key_length.
+  };
+  return kSpecs;
+}
+
+// Hyper-parameter keys, "<arch>.<suffix>".
+constexpr std::string_view kBlockCount = "block_count";
+constexpr std::string_view kContextLength = "context_length";
+constexpr std::string_view kEmbeddingLength = "embedding_length";
+constexpr std::string_view kFeedForwardLength = "feed_forward_length";
+constexpr std::string_view kHeadCount = "attention.head_count";
+constexpr std::string_view kHeadCountKv = "attention.head_count_kv";
+constexpr std::string_view kRopeFreqBase = "rope.freq_base";
+constexpr std::string_view kRmsEps = "attention.layer_norm_rms_epsilon";
+constexpr std::string_view kKeyLength = "attention.key_length";
+constexpr std::string_view kValueLength = "attention.value_length";
+
+std::string arch_key(std::string_view arch, std::string_view suffix) { return fmt::format("{}.{}", arch, suffix); }
+
+// A positive count that fits comfortably in int32 (shapes multiply these).
+Result<std::int64_t> read_size(const GgufFile& f, const std::string& key) {
+  SX_ASSIGN_OR_RETURN(std::uint64_t v, f.get_uint(key));
+  if (v == 0 || v > static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max())) {
+    return invalid_argument_error("{}: metadata key '{}' is {}; it must be in 1..{}", f.path(), key, v,
+                                  std::numeric_limits<std::int32_t>::max());
+  }
+  return static_cast<std::int64_t>(v);
+}
+
+Result<double> read_positive_float(const GgufFile& f, const std::string& key) {
+  SX_ASSIGN_OR_RETURN(double v, f.get_float(key));
+  if (!(v > 0) || !std::isfinite(v)) {
+    return invalid_argument_error("{}: metadata key '{}' is {}; it must be a positive finite number", f.path(), key, v);
+  }
+  return v;
+}
+
+}  // namespace
+
+const ArchSpec* find_arch_spec(std::string_view architecture) {
+  for (const ArchSpec& s : arch_specs()) {
+    if (s.name == architecture) return &s;
+  }
+  return nullptr;
+}
+
+std::string supported_architectures() {
+  std::string out;
+  for (const ArchSpec& s : arch_specs()) {
+    if (!out.empty()) out += ", ";
+    out += s.name;
+  }
+  return out;
+}
+
+std::vector<std::int64_t> layer_tensor_dims(const ModelConfig& c, LayerTensor t) {
+  switch (t) {
+    case LayerTensor::kAttnNorm:
+    case LayerTensor::kFfnNorm: return {c.hidden};
+    case LayerTensor::kAttnQ: return {c.hidden, c.q_dim()};
+    case LayerTensor::kAttnQBias: return {c.q_dim()};
+    case LayerTensor::kAttnK:
+    case LayerTensor::kAttnV: return {c.hidden, c.kv_dim()};
+    case LayerTensor::kAttnKBias:
+    case LayerTensor::kAttnVBias: return {c.kv_dim()};
+    case LayerTensor::kAttnOutput: return {c.q_dim(), c.hidden};
+    case LayerTensor::kAttnQNorm:
+    case LayerTensor::kAttnKNorm: return {c.head_dim};
+    case LayerTensor::kFfnGate:
+    case LayerTensor::kFfnUp: return {c.hidden, c.ffn};
+    case LayerTensor::kFfnDown: return {c.ffn, c.hidden};
+  }
+  return {};
+}
+
+Status for_each_expected_tensor(const ModelConfig& c, const std::function<Status(ExpectedTensor)>& fn) {
+  const ArchSpec* spec = find_arch_spec(c.architecture);
+  if (spec == nullptr) {
+    return unimplemented_error("architecture '{}' is not supported (supported: {})", c.architecture,
+                               supported_architectures());
+  }
+  SX_RETURN_IF_ERROR(fn({std::string(kTokenEmbdName), {c.hidden, c.vocab}}));
+  for (std::int64_t i = 0; i < c.n_layers; ++i) {
+    for (LayerTensor t : spec->layer_tensors) {
+      SX_RETURN_IF_ERROR(fn({layer_tensor_name(i, t), layer_tensor_dims(c, t)}));
+      // Keep llama.cpp's order: each bias right after its weight.
+      if (c.qkv_bias) {
+        const LayerTensor bias = t == LayerTensor::kAttnQ   ? LayerTensor::kAttnQBias
+                                 : t == LayerTensor::kAttnK ? LayerTensor::kAttnKBias
+                                 : t == LayerTensor::kAttnV ? LayerTensor::kAttnVBias
+                                                            : t;
+        if (bias != t && std::find(spec->qkv_bias_tensors.begin(), spec->qkv_bias_tensors.end(), bias) !=
+                             spec->qkv_bias_tensors.end()) {
+          SX_RETURN_IF_ERROR(fn({layer_tensor_name(i, bias), layer_tensor_dims(c, bias)}));
+        }
+      }
+    }
+  }
+  SX_RETURN_IF_ERROR(fn({std::string(kOutputNormName), {c.hidden}}));
+  if (!c.tied_embeddings) SX_RETURN_IF_ERROR(fn({std::string(kOutputName), {c.hidden, c.vocab}}));
+  return ok_status();
+}
+
+std::vector<ExpectedTensor> expected_tensors(const ModelConfig& c) {
+  std::vector<ExpectedTensor> out;
+  for_each_expected_tensor(c, [&](ExpectedTensor t) {
+    out.push_back(std::move(t));
+    return ok_status();
+  }).ignore();
+  return out;
+}
+
+Status validate_model_config(const ModelConfig& c, std::string_view where) {
+  const std::pair<std::string_view, std::int64_t> sizes[] = {
+      {"n_layers", c.n_layers}, {"hidden", c.hidden}, {"n_heads", c.n_heads}, {"n_kv_heads", c.n_kv_heads},
+      {"head_dim", c.head_dim}, {"ffn", c.ffn},       {"vocab", c.vocab},     {"context_length", c.context_length},
+  };
+  for (const auto& [what, v] : sizes) {
+    if (v < 1 || v > std::numeric_limits<std::int32_t>::max()) {
+      return invalid_argument_error("{}: {} is {}; it must be in 1..{}", where, what, v,
+                                    std::numeric_limits<std::int32_t>::max());
+    }
+  }
+  if (find_arch_spec(c.architecture) == nullptr) {
+    return unimplemented_error("{}: architecture '{}' is not supported (supported: {})", where, c.architecture,
+                               supported_architectures());
+  }
+  if (c.n_heads % c.n_kv_heads != 0) {
+    return invalid_argument_error("{}: {} attention heads is not a multiple of {} kv heads", where, c.n_heads,
+                                  c.n_kv_heads);
+  }
+  if (c.head_dim % 2 != 0) {
+    return invalid_argument_error("{}: head_dim {} is odd; rope needs an even head dimension", where, c.head_dim);
+  }
+  if (c.architecture == "qwen2" && c.q_dim() != c.hidden) {
+    return invalid_argument_error("{}: {} heads x head_dim {} = {} differs from hidden {} (qwen2 needs them equal)",
+                                  where, c.n_heads, c.head_dim, c.q_dim(), c.hidden);
+  }
+  if (!(c.rope_theta > 0) || !std::isfinite(c.rope_theta)) {
+    return invalid_argument_error("{}: rope_theta {} must be positive", where, c.rope_theta);
+  }
+  if (!(c.rms_eps > 0) || !std::isfinite(c.rms_eps)) {
+    return invalid_argument_error("{}: rms_eps {} must be positive", where, c.rms_eps);
+  }
+  return ok_status();
+}
+
+Result<ModelConfig> model_config_from_gguf(const GgufFile& f) {
+  ModelConfig c;
+  SX_ASSIGN_OR_RETURN(c.architecture, f.get_string(kKeyArchitecture));
+  const ArchSpec* spec = find_arch_spec(c.architecture);
+  if (spec == nullptr) {
+    return unimplemented_error("{}: architecture '{}' is not supported (supported: {})", f.path(), c.architecture,
+                               supported_architectures());
+  }
+  const std::string& a = c.architecture;
+  if (f.find("general.name") != nullptr) {
+    SX_ASSIGN_OR_RETURN(c.name, f.get_string("general.name"));
+  }
+  SX_ASSIGN_OR_RETURN(c.n_layers, read_size(f, arch_key(a, kBlockCount)));
+  if (static_cast<std::uint64_t>(c.n_layers) * spec->layer_tensors.size() > f.tensors().size()) {
+    return invalid_argument_error("{}: '{}' is {} but the file has only {} tensors ({} per layer)", f.path(),
+                                  arch_key(a, kBlockCount), c.n_layers, f.tensors().size(),
+                                  spec->layer_tensors.size());
+  }
+  SX_ASSIGN_OR_RETURN(c.context_length, read_size(f, arch_key(a, kContextLength)));
+  SX_ASSIGN_OR_RETURN(c.hidden, read_size(f, arch_key(a, kEmbeddingLength)));
+  SX_ASSIGN_OR_RETURN(c.ffn, read_size(f, arch_key(a, kFeedForwardLength)));
+  SX_ASSIGN_OR_RETURN(c.n_heads, read_size(f, arch_key(a, kHeadCount)));
+  SX_ASSIGN_OR_RETURN(c.n_kv_heads, read_size(f, arch_key(a, kHeadCountKv)));
+  SX_ASSIGN_OR_RETURN(c.rope_theta, read_positive_float(f, arch_key(a, kRopeFreqBase)));
+  SX_ASSIGN_OR_RETURN(c.rms_eps, read_positive_float(f, arch_key(a, kRmsEps)));
+
+  const std::string key_length = arch_key(a, kKeyLength);
+  if (f.find(key_length) != nullptr) {
+    SX_ASSIGN_OR_RETURN(c.head_dim, read_size(f, key_length));
+    const std::string value_length = arch_key(a, kValueLength);
+    if (f.find(value_length) != nullptr) {
+      SX_ASSIGN_OR_RETURN(std::int64_t v, read_size(f, value_length));
+      if (v != c.head_dim) {
+        return unimplemented_error("{}: '{}' {} differs from '{}' {}; only equal key/value head sizes are supported",
+                                   f.path(), value_length, v, key_length, c.head_dim);
+      }
+    }
+  } else {
+    if (c.hidden % c.n_heads != 0) {
+      return invalid_argument_error("{}: '{}' {} is not a multiple of '{}' {}", f.path(),
+                                    arch_key(a, kEmbeddingLength), c.hidden, arch_key(a, kHeadCount), c.n_heads);
+    }
+    c.head_dim = c.hidden / c.n_heads;
+  }
+  if (c.n_heads % c.n_kv_heads != 0) {
+    return invalid_argument_error("{}: '{}' {} is not a multiple of '{}' {}", f.path(), arch_key(a, kHeadCount),
+                                  c.n_heads, arch_key(a, kHeadCountKv), c.n_kv_heads);
+  }
+
+  const TensorInfo* embd = f.find_tensor(kTokenEmbdName);
+  if (embd == nullptr) return not_found_error("{}: tensor '{}' is missing", f.path(), kTokenEmbdName);
+  if (embd->dims.size() != 2 || embd->dims[0] != c.hidden) {
+    return invalid_argument_error("{}: tensor '{}' has dims {} but the config expects [{}, vocab]", f.path(),
+                                  kTokenEmbdName, embd->dims_string(), c.hidden);
+  }
+  c.vocab = embd->dims[1];
+  if (f.find("tokenizer.ggml.tokens") != nullptr) {
+    SX_ASSIGN_OR_RETURN(std::uint64_t n_tokens, f.get_array_size("tokenizer.ggml.tokens"));
+    if (n_tokens > static_cast<std::uint64_t>(c.vocab)) {
+      return invalid_argument_error("{}: the tokenizer has {} tokens but '{}' has only {} rows", f.path(), n_tokens,
+                                    kTokenEmbdName, c.vocab);
+    }
+  }
+  c.tied_embeddings = f.find_tensor(kOutputName) == nullptr;
+  c.qkv_bias = !spec->qkv_bias_tensors.empty() &&
+               f.find_tensor(layer_tensor_name(0, spec->qkv_bias_tensors.front())) != nullptr;
+  SX_RETURN_IF_ERROR(validate_model_config(c, f.path()));
+  return c;
+}
+
+Status check_model_tensors(const GgufFile& f, const ModelConfig& c) {
+  const ArchSpec* spec = find_arch_spec(c.architecture);
+  if (spec == nullptr) {
+    return unimplemented_error("{}: architecture '{}' is not supported (supported: {})", f.path(), c.architecture,
+                               supported_architectures());
+  }
+  const std::string summary =
+      fmt::format("{}: {} layers, hidden {}, {} heads x {} (kv {}), ffn {}, vocab {}{}{}", c.architecture, c.n_layers,
+                  c.hidden, c.n_heads, c.head_dim, c.n_kv_heads, c.ffn, c.vocab, c.qkv_bias ? ", qkv bias" : "",
+                  c.tied_embeddings ? ", tied embeddings" : "");
+  // Walk the expected tensors lazily, stopping at the first problem (a corrupt layer count must
+  // not make us build millions of names).
+  SX_RETURN_IF_ERROR(for_each_expected_tensor(c, [&](ExpectedTensor e) -> Status {
+    const TensorInfo* t = f.find_tensor(e.name);
+    if (t == nullptr) return not_found_error("{}: tensor '{}' is missing ({})", f.path(), e.name, summary);
+    if (t->dims != e.dims) {
+      return invalid_argument_error("{}: tensor '{}' has dims {} but the config expects {} ({})", f.path(), e.name,
+                                    t->dims_string(), dims_to_string(e.dims), summary);
+    }
+    return ok_status();
+  }));
+  // Every per-layer tensor in the file must be one of the expected ones.
+  auto is_expected_layer_tensor = [&](const LayerTensorName& n) {
+    if (n.layer >= c.n_layers) return false;
+    for (LayerTensor t : spec->layer_tensors) {
+      if (layer_tensor_suffix(t) == n.suffix) return true;
+    }
+    if (c.qkv_bias) {
+      for (LayerTensor t : spec->qkv_bias_tensors) {
+        if (layer_tensor_suffix(t) == n.suffix) return true;
+      }
+    }
+    return false;
+  };
+  for (const TensorInfo& t : f.tensors()) {
+    const auto layer = parse_layer_tensor_name(t.name);
+    if (!layer || is_expected_layer_tensor(*layer)) continue;
+    if (layer->layer >= c.n_layers) {
+      return invalid_argument_error("{}: tensor '{}' belongs to layer {} but the model has {} layers ({})", f.path(),
+                                    t.name, layer->layer, c.n_layers, summary);
+    }
+    return invalid_argument_error("{}: unexpected tensor '{}' ({} has no '{}' tensor{})", f.path(), t.name,
+                                  c.architecture, layer->suffix,
+                                  !c.qkv_bias && layer->suffix.ends_with(".bias")
+                                      ? " without a qkv bias, and blk.0.attn_q.bias is absent"
+                                      : "");
+  }
+  return ok_status();
+}
+
+Status check_qwen2_tensors(const GgufFile& f, const ModelConfig& c) {
+  if (c.architecture != "qwen2") {
+    return invalid_argument_error("{}: check_qwen2_tensors called for architecture '{}'", f.path(), c.architecture);
+  }
+  return check_model_tensors(f, c);
+}
+
+void set_model_config_metadata(GgufWriter& w, const ModelConfig& c) {
+  const std::string& a = c.architecture;
+  w.set_string(std::string(kKeyArchitecture), a);
+  if (!c.name.empty()) w.set_string("general.name", c.name);
+  w.set_uint32(arch_key(a, kBlockCount), static_cast<std::uint32_t>(c.n_layers));
+  w.set_uint32(arch_key(a, kContextLength), static_cast<std::uint32_t>(c.context_length));
+  w.set_uint32(arch_key(a, kEmbeddingLength), static_cast<std::uint32_t>(c.hidden));
+  w.set_uint32(arch_key(a, kFeedForwardLength), static_cast<std::uint32_t>(c.ffn));
+  w.set_uint32(arch_key(a, kHeadCount), static_cast<std::uint32_t>(c.n_heads));
+  w.set_uint32(arch_key(a, kHeadCountKv), static_cast<std::uint32_t>(c.n_kv_heads));
+  w.set_float32(arch_key(a, kRopeFreqBase), static_cast<float>(c.rope_theta));
+  w.set_float32(arch_key(a, kRmsEps), static_cast<float>(c.rms_eps));
+  if (c.n_heads * c.head_dim != c.hidden) {
+    w.set_uint32(arch_key(a, kKeyLength), static_cast<std::uint32_t>(c.head_dim));
+    w.set_uint32(arch_key(a, kValueLength), static_cast<std::uint32_t>(c.head_dim));
+  }
+}
+
+// ---- tokenizer metadata ----
+
+Result<TokenizerMetadata> tokenizer_metadata_from_gguf(const GgufFile& f) {
+  TokenizerMetadata t;
+  if (f.find("tokenizer.ggml.model") != nullptr) {
+    SX_ASSIGN_OR_RETURN(t.model, f.get_string("tokenizer.ggml.model"));
+  }
+  if (f.find("tokenizer.ggml.pre") != nullptr) {
+    SX_ASSIGN_OR_RETURN(t.pre, f.get_string("tokenizer.ggml.pre"));
+  }
+  SX_ASSIGN_OR_RETURN(t.tokens, f.get_string_array("tokenizer.ggml.tokens"));
+  if (f.find("tokenizer.ggml.merges") != nullptr) {
+    SX_ASSIGN_OR_RETURN(t.merges, f.get_string_array("tokenizer.ggml.merges"));
+  }
+  if (f.find("tokenizer.ggml.token_type") != nullptr) {
+    SX_ASSIGN_OR_RETURN(std::vector<std::int64_t> types, f.get_int_array("tokenizer.ggml.token_type"));
+    if (types.size() != t.tokens.size()) {
+      return invalid_argument_error("{}: 'tokenizer.ggml.token_type' has {} items but 'tokenizer.ggml.tokens' has {}",
+                                    f.path(), types.size(), t.tokens.size());
+    }
+    t.token_types.reserve(types.size());
+    for (std::int64_t x : types) t.token_types.push_back(static_cast<std::int32_t>(x));
+  }
+  const std::pair<std::string_view, std::int64_t*> ids[] = {
+      {"tokenizer.ggml.eos_token_id", &t.eos_id},
+      {"tokenizer.ggml.bos_token_id", &t.bos_id},
+      {"tokenizer.ggml.padding_token_id", &t.pad_id},
+  };
+  for (const auto& [key, dst] : ids) {
+    if (f.find(key) == nullptr) continue;
+    SX_ASSIGN_OR_RETURN(std::uint64_t id, f.get_uint(key));
+    if (id >= t.tokens.size()) {
+      return invalid_argument_error("{}: metadata key '{}' is {} but there are only {} tokens", f.path(), key, id,
+                                    t.tokens.size());
+    }
+    *dst = static_cast<std::int64_t>(id);
+  }
+  if (f.find("tokenizer.ggml.add_bos_token") != nullptr) {
+    SX_ASSIGN_OR_RETURN(t.add_bos, f.get_bool("tokenizer.ggml.add_bos_token"));
+  }
+  if (f.find("tokenizer.chat_template") != nullptr) {
+    SX_ASSIGN_OR_RETURN(t.chat_template, f.get_string("tokenizer.chat_template"));
+  }
+  return t;
+}
+
+void set_tokenizer_metadata(GgufWriter& w, const TokenizerMetadata& t) {
+  w.set_string("tokenizer.ggml.model", t.model);
+  w.set_string("tokenizer.ggml.pre", t.pre);
+  w.set_string_array("tokenizer.ggml.tokens", t.tokens);
+  std::vector<std::int32_t> types = t.token_types;
+  if (types.empty()) types.assign(t.tokens.size(), kTokenNormal);
+  w.set_int32_array("tokenizer.ggml.token_type", types);
+  w.set_string_array("tokenizer.ggml.merges", t.merges);  // llama.cpp requires the key, even empty
+  if (t.eos_id >= 0) w.set_uint32("tokenizer.ggml.eos_token_id", static_cast<std::uint32_t>(t.eos_id));
+  if (t.bos_id >= 0) w.set_uint32("tokenizer.ggml.bos_token_id", static_cast<std::uint32_t>(t.bos_id));
+  if (t.pad_id >= 0) w.set_uint32("tokenizer.ggml.padding_token_id", static_cast<std::uint32_t>(t.pad_id));
+  w.set_bool("tokenizer.ggml.add_bos_token", t.add_bos);
+  if (!t.chat_template.empty()) w.set_string("tokenizer.chat_template", t.chat_template);
+}
+
+}  // namespace sx::model

@@ -1,0 +1,264 @@
+// Random-weight Qwen2 GGUF writer and the Qwen2.5 size presets.
+#include "runtime/model/random_model.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <memory>
+
+#include <fmt/format.h>
+
+namespace sx::model {
+
+namespace {
+
+struct Preset {
+  std::string_view size;
+  std::int64_t n_layers, hidden, n_heads, n_kv_heads, ffn, vocab, context;
+  bool tied;
+};
+
+constexpr Preset kPresets[] = {
+    {"0.5b", 24, 896, 14, 2, 4864, 151936, 32768, true},
+    {"1.5b", 28, 1536, 12, 2, 8960, 151936, 32768, true},
+    {"3b", 36, 2048, 16, 2, 11008, 151936, 32768, true},
+    {"7b", 28, 3584, 28, 4, 18944, 152064, 131072, false},
+    {"14b", 48, 5120, 40, 8, 13824, 152064, 131072, false},
+    {"32b", 64, 5120, 40, 8, 27648, 152064, 131072, false},
+    {"72b", 80, 8192, 64, 8, 29568, 152064, 131072, false},
+};
+
+constexpr std::string_view kChatMlTemplate =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+std::uint64_t fnv1a64(std::string_view s) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+void append_utf8(std::string& out, std::uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+bool is_norm(std::string_view name) { return name.find("norm") != std::string_view::npos; }
+
+Status validate_spec(const RandomModelSpec& spec) {
+  const ModelConfig& c = spec.config;
+  SX_RETURN_IF_ERROR(validate_model_config(c, "random model spec"));
+  if (c.architecture != "qwen2") {
+    return invalid_argument_error("random model spec: architecture '{}'; only qwen2 can be generated", c.architecture);
+  }
+  const hal::DType t = spec.weight_type;
+  if (t != hal::DType::kF32 && t != hal::DType::kF16 && t != hal::DType::kBF16 && t != hal::DType::kQ8_0) {
+    return invalid_argument_error("random model spec: weight type {} is not one of f32, f16, bf16, q8_0",
+                                  hal::dtype_name(t));
+  }
+  const int block = hal::dtype_info(t).block_elems;
+  const std::pair<std::string_view, std::int64_t> inner[] = {{"hidden", c.hidden}, {"ffn", c.ffn}, {"q_dim", c.q_dim()}};
+  for (const auto& [what, v] : inner) {
+    if (v % block != 0) {
+      return invalid_argument_error("random model spec: {} {} is not a multiple of the {} block size {}", what, v,
+                                    hal::dtype_name(t), block);
+    }
+  }
+  if (!(spec.init_std >= 0) || !std::isfinite(spec.init_std)) {
+    return invalid_argument_error("random model spec: init_std {} must be a finite non-negative number", spec.init_std);
+  }
+  if (static_cast<std::int64_t>(spec.tokenizer.tokens.size()) > c.vocab) {
+    return invalid_argument_error("random model spec: the tokenizer has {} tokens but vocab is {}",
+                                  spec.tokenizer.tokens.size(), c.vocab);
+  }
+  return ok_status();
+}
+
+std::uint32_t file_type_of(hal::DType t) {
+  switch (t) {
+    case hal::DType::kF16: return 1;    // LLAMA_FTYPE_MOSTLY_F16
+    case hal::DType::kQ8_0: return 7;   // LLAMA_FTYPE_MOSTLY_Q8_0
+    case hal::DType::kBF16: return 32;  // LLAMA_FTYPE_MOSTLY_BF16
+    default: return 0;                  // LLAMA_FTYPE_ALL_F32
+  }
+}
+
+// Streams one tensor: generates blocks of rows, converts them and hands them to the sink.
+Status produce_tensor(const RandomModelSpec& spec, const std::string& name, std::int64_t row_len,
+                      std::int64_t n_rows, hal::DType type, GgufByteSink& sink) {
+  constexpr std::int64_t kChunkElems = 1 << 18;  // 1 MiB of floats per step
+  const std::int64_t rows_per_chunk = std::max<std::int64_t>(1, kChunkElems / row_len);
+  const std::size_t row_bytes = hal::row_bytes(type, row_len);
+  std::vector<float> values(static_cast<std::size_t>(rows_per_chunk * row_len));
+  std::vector<std::uint8_t> bytes(type == hal::DType::kF32 ? 0 : static_cast<std::size_t>(rows_per_chunk) * row_bytes);
+  for (std::int64_t r = 0; r < n_rows; r += rows_per_chunk) {
+    const std::int64_t rows = std::min(rows_per_chunk, n_rows - r);
+    const std::span<float> chunk(values.data(), static_cast<std::size_t>(rows * row_len));
+    random_tensor_values(spec, name, r * row_len, chunk);
+    if (type == hal::DType::kF32) {
+      SX_RETURN_IF_ERROR(sink.write({reinterpret_cast<const std::uint8_t*>(chunk.data()), chunk.size() * sizeof(float)}));
+      continue;
+    }
+    for (std::int64_t i = 0; i < rows; ++i) {
+      hal::quantize_row(type, values.data() + i * row_len, bytes.data() + static_cast<std::size_t>(i) * row_bytes,
+                        row_len);
+    }
+    SX_RETURN_IF_ERROR(sink.write({bytes.data(), static_cast<std::size_t>(rows) * row_bytes}));
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+const std::vector<std::string_view>& qwen2_5_sizes() {
+  static const std::vector<std::string_view> kSizes = [] {
+    std::vector<std::string_view> v;
+    for (const Preset& p : kPresets) v.push_back(p.size);
+    return v;
+  }();
+  return kSizes;
+}
+
+Result<ModelConfig> find_qwen2_5_config(std::string_view size) {
+  std::string lower(size);
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  for (const Preset& p : kPresets) {
+    if (p.size != lower) continue;
+    ModelConfig c;
+    c.architecture = "qwen2";
+    std::string upper(p.size);
+    upper.back() = 'B';
+    c.name = fmt::format("Qwen2.5-{} (random weights)", upper);
+    c.n_layers = p.n_layers;
+    c.hidden = p.hidden;
+    c.n_heads = p.n_heads;
+    c.n_kv_heads = p.n_kv_heads;
+    c.head_dim = p.hidden / p.n_heads;
+    c.ffn = p.ffn;
+    c.vocab = p.vocab;
+    c.context_length = p.context;
+    c.rope_theta = 1e6;
+    c.rms_eps = 1e-6;
+    c.tied_embeddings = p.tied;
+    c.qkv_bias = true;
+    return c;
+  }
+  std::string known;
+  for (std::string_view s : qwen2_5_sizes()) known += fmt::format("{}{}", known.empty() ? "" : ", ", s);
+  return invalid_argument_error("unknown Qwen2.5 size '{}' (known: {})", size, known);
+}
+
+ModelConfig qwen2_5_config(std::string_view size) {
+  auto c = find_qwen2_5_config(size);
+  if (!c.ok()) fatal("qwen2_5_config", c.status().message());
+  return *std::move(c);
+}
+
+Result<TokenizerMetadata> synthesize_tokenizer(std::int64_t vocab) {
+  if (vocab < 259) {
+    return invalid_argument_error("cannot synthesize a byte-level vocabulary of {} tokens (need at least 259: 256 "
+                                  "bytes + 3 special tokens)",
+                                  vocab);
+  }
+  TokenizerMetadata t;
+  t.tokens.reserve(static_cast<std::size_t>(vocab));
+  t.token_types.reserve(static_cast<std::size_t>(vocab));
+  // GPT-2 bytes_to_unicode, in its own order: printable bytes map to themselves, the rest to 256+n.
+  std::vector<std::uint32_t> order;
+  for (std::uint32_t b = '!'; b <= '~'; ++b) order.push_back(b);
+  for (std::uint32_t b = 0xA1; b <= 0xAC; ++b) order.push_back(b);
+  for (std::uint32_t b = 0xAE; b <= 0xFF; ++b) order.push_back(b);
+  std::vector<bool> printable(256, false);
+  for (std::uint32_t b : order) printable[b] = true;
+  std::vector<std::uint32_t> codepoints = order;
+  std::uint32_t n = 0;
+  for (std::uint32_t b = 0; b < 256; ++b) {
+    if (!printable[b]) codepoints.push_back(256 + n++);
+  }
+  for (std::uint32_t cp : codepoints) {
+    std::string s;
+    append_utf8(s, cp);
+    t.tokens.push_back(std::move(s));
+    t.token_types.push_back(kTokenNormal);
+  }
+  for (std::int64_t i = 256; i < vocab - 3; ++i) {
+    t.tokens.push_back(fmt::format("[PAD{}]", i));
+    t.token_types.push_back(kTokenUnused);
+  }
+  for (std::string_view s : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) {
+    t.tokens.emplace_back(s);
+    t.token_types.push_back(kTokenControl);
+  }
+  t.pad_id = vocab - 3;
+  t.bos_id = vocab - 3;
+  t.eos_id = vocab - 1;
+  t.add_bos = false;
+  t.chat_template = std::string(kChatMlTemplate);
+  return t;
+}
+
+void random_tensor_values(const RandomModelSpec& spec, std::string_view name, std::int64_t first,
+                          std::span<float> out) {
+  const std::uint64_t key = splitmix64(spec.seed ^ fnv1a64(name));
+  const float half_width = spec.init_std * std::sqrt(3.0f);  // uniform(-a, a) has std a / sqrt(3)
+  const float base = is_norm(name) ? 1.0f : 0.0f;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const std::uint64_t h = splitmix64(key + static_cast<std::uint64_t>(first + static_cast<std::int64_t>(i)) *
+                                                 0xD1B54A32D192ED03ull);
+    const float u = static_cast<float>(h >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+    out[i] = base + (2.0f * u - 1.0f) * half_width;
+  }
+}
+
+Status add_random_qwen2_model(const RandomModelSpec& spec_in, GgufWriter& w) {
+  SX_RETURN_IF_ERROR(validate_spec(spec_in));
+  auto spec = std::make_shared<RandomModelSpec>(spec_in);
+  if (spec->tokenizer.tokens.empty()) {
+    SX_ASSIGN_OR_RETURN(spec->tokenizer, synthesize_tokenizer(spec->config.vocab));
+  }
+  set_model_config_metadata(w, spec->config);
+  w.set_uint32("general.quantization_version", 2);
+  w.set_uint32("general.file_type", file_type_of(spec->weight_type));
+  set_tokenizer_metadata(w, spec->tokenizer);
+  spec->tokenizer = {};  // the producers need only the config, seed and std
+
+  for (ExpectedTensor& e : expected_tensors(spec->config)) {
+    const hal::DType type = e.dims.size() == 1 ? hal::DType::kF32 : spec->weight_type;
+    const std::int64_t row_len = e.dims[0];
+    std::int64_t n_rows = 1;
+    for (std::size_t i = 1; i < e.dims.size(); ++i) n_rows *= e.dims[i];
+    std::string name = e.name;
+    SX_RETURN_IF_ERROR(w.add_tensor_streamed(
+        std::move(e.name), std::move(e.dims), ggml_type_of(type),
+        [spec, name = std::move(name), row_len, n_rows, type](GgufByteSink& sink) {
+          return produce_tensor(*spec, name, row_len, n_rows, type, sink);
+        }));
+  }
+  return ok_status();
+}
+
+Status write_random_qwen2_gguf(const RandomModelSpec& spec, const std::string& path) {
+  GgufWriter w;
+  SX_RETURN_IF_ERROR(add_random_qwen2_model(spec, w));
+  return w.write(path);
+}
+
+}  // namespace sx::model

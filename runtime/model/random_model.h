@@ -1,0 +1,61 @@
+// Random-weight Qwen2 GGUF models with the exact shapes of real sizes (for shard-planner tests,
+// benchmarks and loaders), plus the Qwen2.5 size presets.
+//
+// Weights are deterministic functions of (seed, tensor name): a tensor's values do not depend on
+// which other tensors exist or on write order. 2-D weights are uniform with standard deviation
+// init_std, stored as weight_type; 1-D tensors are always F32 (norm weights 1 + small noise,
+// biases small noise). Writing streams row blocks straight into the file: memory use is a few MB
+// whatever the model size.
+//
+// Errors: INVALID_ARGUMENT for an inconsistent spec (bad config, weight_type not F32/F16/BF16/Q8_0,
+// a dimension not a multiple of the Q8_0 block, tokenizer larger than vocab or a synthesized vocab
+// under 259 tokens); write errors name the path. Threading: pure apart from the file written.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/base/status.h"
+#include "runtime/hal/dtype.h"
+#include "runtime/model/gguf_writer.h"
+#include "runtime/model/model_config.h"
+
+namespace sx::model {
+
+struct RandomModelSpec {
+  ModelConfig config;
+  hal::DType weight_type = hal::DType::kF32;  // 2-D weights: F32, F16, BF16 or Q8_0
+  std::uint64_t seed = 0;
+  float init_std = 0.02f;
+  TokenizerMetadata tokenizer;  // tokens empty: synthesize_tokenizer(config.vocab)
+};
+
+// Qwen2.5 dense presets: "0.5b", "1.5b", "3b", "7b", "14b", "32b", "72b" (qkv bias, rms eps 1e-6,
+// rope theta 1e6; 0.5b-3b tied with 32k context, 7b+ untied with 128k). An unknown size is a
+// programmer error (aborts); use find_qwen2_5_config for user input.
+ModelConfig qwen2_5_config(std::string_view size);
+Result<ModelConfig> find_qwen2_5_config(std::string_view size);
+const std::vector<std::string_view>& qwen2_5_sizes();
+
+// A minimal byte-level BPE vocabulary of `vocab` tokens: the 256 GPT-2 byte tokens (ids 0..255 in
+// the order Qwen2's vocabulary has them), "[PAD{i}]" fillers (unused), then <|endoftext|>,
+// <|im_start|>, <|im_end|> as the last three ids (control). No merges; eos = <|im_end|>,
+// bos = pad = <|endoftext|>; a ChatML chat template. vocab must be >= 259.
+Result<TokenizerMetadata> synthesize_tokenizer(std::int64_t vocab);
+
+// Fills `w` with the metadata and (streamed) tensors of the model; nothing is generated until the
+// writer writes.
+Status add_random_qwen2_model(const RandomModelSpec& spec, GgufWriter& w);
+// add_random_qwen2_model + write(path).
+Status write_random_qwen2_gguf(const RandomModelSpec& spec, const std::string& path);
+
+// The generator behind the weights: fills `out` with the values of elements
+// [first, first + out.size()) of tensor `name` in row-major order. Exposed so tests can rebuild
+// expected values without reading files.
+void random_tensor_values(const RandomModelSpec& spec, std::string_view name, std::int64_t first,
+                          std::span<float> out);
+
+}  // namespace sx::model

@@ -1,0 +1,62 @@
+// GGUF tensor names in the llama.cpp convention used by qwen2 (and qwen3) files.
+//
+// Global tensors: token_embd.weight, output_norm.weight, output.weight (absent when the embedding
+// is tied). Per layer i: blk.{i}.<suffix>, e.g. blk.0.attn_q.weight, blk.0.attn_q.bias.
+// Pure functions; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace sx::model {
+
+inline constexpr std::string_view kTokenEmbdName = "token_embd.weight";
+inline constexpr std::string_view kOutputNormName = "output_norm.weight";
+inline constexpr std::string_view kOutputName = "output.weight";
+
+// The per-layer tensors of the architectures we know.
+enum class LayerTensor {
+  kAttnNorm,    // attn_norm.weight
+  kAttnQ,       // attn_q.weight
+  kAttnQBias,   // attn_q.bias
+  kAttnK,       // attn_k.weight
+  kAttnKBias,   // attn_k.bias
+  kAttnV,       // attn_v.weight
+  kAttnVBias,   // attn_v.bias
+  kAttnOutput,  // attn_output.weight
+  kAttnQNorm,   // attn_q_norm.weight (qwen3)
+  kAttnKNorm,   // attn_k_norm.weight (qwen3)
+  kFfnNorm,     // ffn_norm.weight
+  kFfnGate,     // ffn_gate.weight
+  kFfnUp,       // ffn_up.weight
+  kFfnDown,     // ffn_down.weight
+};
+
+// "attn_q.weight"
+std::string_view layer_tensor_suffix(LayerTensor t);
+// "blk.3.attn_q.weight"
+std::string layer_tensor_name(std::int64_t layer, LayerTensor t);
+// "blk.3.attn_q.weight" -> {3, "attn_q.weight"}; nullopt for names not of the form blk.N.rest.
+struct LayerTensorName {
+  std::int64_t layer;
+  std::string_view suffix;
+};
+std::optional<LayerTensorName> parse_layer_tensor_name(std::string_view name);
+
+// Convenience spellings.
+inline std::string attn_norm_name(std::int64_t i) { return layer_tensor_name(i, LayerTensor::kAttnNorm); }
+inline std::string attn_q_name(std::int64_t i) { return layer_tensor_name(i, LayerTensor::kAttnQ); }
+inline std::string attn_q_bias_name(std::int64_t i) { return layer_tensor_name(i, LayerTensor::kAttnQBias); }
+inline std::string attn_k_name(std::int64_t i) { return layer_tensor_name(i, LayerTensor::kAttnK); }
+inline std::string attn_k_bias_name(std::int64_t i) { return layer_tensor_name(i, LayerTensor::kAttnKBias); }
+inline std::string attn_v_name(std::int64_t i) { return layer_tensor_name(i, LayerTensor::kAttnV); }
+inline std::string attn_v_bias_name(std::int64_t i) { return layer_tensor_name(i, LayerTensor::kAttnVBias); }
+inline std::string attn_output_name(std::int64_t i) { return layer_tensor_name(i, LayerTensor::kAttnOutput); }
+inline std::string ffn_norm_name(std::int64_t i) { return layer_tensor_name(i, LayerTensor::kFfnNorm); }
+inline std::string ffn_gate_name(std::int64_t i) { return layer_tensor_name(i, LayerTensor::kFfnGate); }
+inline std::string ffn_up_name(std::int64_t i) { return layer_tensor_name(i, LayerTensor::kFfnUp); }
+inline std::string ffn_down_name(std::int64_t i) { return layer_tensor_name(i, LayerTensor::kFfnDown); }
+
+}  // namespace sx::model
