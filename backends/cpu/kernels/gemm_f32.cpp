@@ -1,0 +1,282 @@
+// Large-m matmul (prefill) for every weight format: x is packed into panels of 6 tokens, W into
+// panels of 16 rows dequantised to F32 (k blocked to stay in L1/L2), and a 6x16 register-tiled FMA
+// microkernel (12 ymm accumulators, BLIS-style outer products) computes each tile of y.
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "backends/cpu/kernels/matmul_internal.h"
+#include "runtime/base/half.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define SX_GEMM_AVX2 1
+#include <immintrin.h>
+#endif
+
+namespace sx::cpu::detail {
+
+namespace {
+
+constexpr int kMR = 6;       // tokens per microtile
+constexpr int kNR = 16;      // W rows per microtile (two ymm)
+constexpr int kKC = 256;     // max k per packed block: a 16-row panel is 16 KiB
+constexpr int kMaxPanelsPerTask = 16;  // W panels packed per task and k block: <= 256 KiB (L2)
+
+using hal::BlockQ8_0;
+
+// ---- W row loaders: 8 consecutive elements (i % 8 == 0) or one element of a row, as F32. ----
+struct RowF32 {
+  static float get(const void* row, std::int64_t i) { return static_cast<const float*>(row)[i]; }
+#if SX_GEMM_AVX2
+  static __m256 load8(const void* row, std::int64_t i) { return _mm256_loadu_ps(static_cast<const float*>(row) + i); }
+#endif
+};
+struct RowF16 {
+  static float get(const void* row, std::int64_t i) { return f16_to_f32(static_cast<const std::uint16_t*>(row)[i]); }
+#if SX_GEMM_AVX2
+  static __m256 load8(const void* row, std::int64_t i) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(row) + i)));
+  }
+#endif
+};
+struct RowBF16 {
+  static float get(const void* row, std::int64_t i) { return bf16_to_f32(static_cast<const std::uint16_t*>(row)[i]); }
+#if SX_GEMM_AVX2
+  static __m256 load8(const void* row, std::int64_t i) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(row) + i));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+#endif
+};
+struct RowQ8_0 {
+  static float get(const void* row, std::int64_t i) {
+    const BlockQ8_0& b = static_cast<const BlockQ8_0*>(row)[i / hal::kQ8_0Block];
+    return f16_to_f32(b.d) * static_cast<float>(b.qs[i % hal::kQ8_0Block]);
+  }
+#if SX_GEMM_AVX2
+  static __m256 load8(const void* row, std::int64_t i) {
+    const BlockQ8_0& b = static_cast<const BlockQ8_0*>(row)[i / hal::kQ8_0Block];
+    std::int64_t q8;
+    std::memcpy(&q8, b.qs + i % hal::kQ8_0Block, sizeof(q8));
+    const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(q8)));
+    return _mm256_mul_ps(q, _mm256_set1_ps(_cvtsh_ss(b.d)));
+  }
+#endif
+};
+
+// Packs rows [row0, row0 + 16) x columns [pc, pc + kc) of W into dst[kc][16] (F32); rows at or
+// past n are zero.
+template <class L>
+void pack_w_panel(const std::byte* w, std::size_t row_bytes, std::int64_t row0, std::int64_t n,
+                  std::int64_t pc, std::int64_t kc, float* dst) {
+  const std::int64_t valid = std::min<std::int64_t>(kNR, n - row0);
+  std::int64_t i = 0;
+#if SX_GEMM_AVX2
+  if (valid == kNR) {
+    for (; i + 8 <= kc; i += 8) {
+      for (int h = 0; h < 2; ++h) {  // two halves of 8 rows: an 8x8 transpose each
+        const std::byte* r = w + static_cast<std::size_t>(row0 + h * 8) * row_bytes;
+        __m256 v0 = L::load8(r + 0 * row_bytes, pc + i), v1 = L::load8(r + 1 * row_bytes, pc + i);
+        __m256 v2 = L::load8(r + 2 * row_bytes, pc + i), v3 = L::load8(r + 3 * row_bytes, pc + i);
+        __m256 v4 = L::load8(r + 4 * row_bytes, pc + i), v5 = L::load8(r + 5 * row_bytes, pc + i);
+        __m256 v6 = L::load8(r + 6 * row_bytes, pc + i), v7 = L::load8(r + 7 * row_bytes, pc + i);
+        const __m256 t0 = _mm256_unpacklo_ps(v0, v1), t1 = _mm256_unpackhi_ps(v0, v1);
+        const __m256 t2 = _mm256_unpacklo_ps(v2, v3), t3 = _mm256_unpackhi_ps(v2, v3);
+        const __m256 t4 = _mm256_unpacklo_ps(v4, v5), t5 = _mm256_unpackhi_ps(v4, v5);
+        const __m256 t6 = _mm256_unpacklo_ps(v6, v7), t7 = _mm256_unpackhi_ps(v6, v7);
+        const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+        const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+        const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+        const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+        float* d = dst + i * kNR + h * 8;
+        _mm256_store_ps(d + 0 * kNR, _mm256_permute2f128_ps(s0, s4, 0x20));
+        _mm256_store_ps(d + 1 * kNR, _mm256_permute2f128_ps(s1, s5, 0x20));
+        _mm256_store_ps(d + 2 * kNR, _mm256_permute2f128_ps(s2, s6, 0x20));
+        _mm256_store_ps(d + 3 * kNR, _mm256_permute2f128_ps(s3, s7, 0x20));
+        _mm256_store_ps(d + 4 * kNR, _mm256_permute2f128_ps(s0, s4, 0x31));
+        _mm256_store_ps(d + 5 * kNR, _mm256_permute2f128_ps(s1, s5, 0x31));
+        _mm256_store_ps(d + 6 * kNR, _mm256_permute2f128_ps(s2, s6, 0x31));
+        _mm256_store_ps(d + 7 * kNR, _mm256_permute2f128_ps(s3, s7, 0x31));
+      }
+    }
+  }
+#endif
+  for (; i < kc; ++i) {
+    for (int r = 0; r < kNR; ++r) {
+      dst[i * kNR + r] = r < valid ? L::get(w + static_cast<std::size_t>(row0 + r) * row_bytes, pc + i) : 0.0f;
+    }
+  }
+}
+
+using PackFn = void (*)(const std::byte*, std::size_t, std::int64_t, std::int64_t, std::int64_t,
+                        std::int64_t, float*);
+
+PackFn pack_fn(hal::DType t) {
+  switch (t) {
+    case hal::DType::kF16:
+      return &pack_w_panel<RowF16>;
+    case hal::DType::kBF16:
+      return &pack_w_panel<RowBF16>;
+    case hal::DType::kQ8_0:
+      return &pack_w_panel<RowQ8_0>;
+    default:
+      return &pack_w_panel<RowF32>;
+  }
+}
+
+// Packs tokens [t0, t0 + 6) of x (rows of k) into dst[k][6]; tokens at or past m are zero.
+void pack_x_panel(const float* x, std::int64_t m, std::int64_t k, std::int64_t t0, float* dst) {
+  const std::int64_t valid = std::min<std::int64_t>(kMR, m - t0);
+  for (std::int64_t t = 0; t < kMR; ++t) {
+    if (t < valid) {
+      const float* src = x + (t0 + t) * k;
+      for (std::int64_t i = 0; i < k; ++i) dst[i * kMR + t] = src[i];
+    } else {
+      for (std::int64_t i = 0; i < k; ++i) dst[i * kMR + t] = 0.0f;
+    }
+  }
+}
+
+// c[mr][nr] (row stride ldc) = (accumulate ? c : bias or 0) + a[kc][6]^T . b[kc][16].
+#if SX_GEMM_AVX2
+void kernel_6x16(std::int64_t kc, const float* a, const float* b, float* c, std::int64_t ldc,
+                 int mr, int nr, const float* bias, bool accumulate) {
+  // The tile of y is needed only at the end: start fetching it now (it is usually in L3).
+  for (int r = 0; r < mr; ++r) {
+    _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + kNR - 1), _MM_HINT_T0);
+  }
+  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+  __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+#pragma GCC unroll 4
+  for (std::int64_t p = 0; p < kc; ++p) {
+    const __m256 b0 = _mm256_load_ps(b + p * kNR);
+    const __m256 b1 = _mm256_load_ps(b + p * kNR + 8);
+    const float* ap = a + p * kMR;
+    __m256 av = _mm256_broadcast_ss(ap + 0);
+    c00 = _mm256_fmadd_ps(av, b0, c00);
+    c01 = _mm256_fmadd_ps(av, b1, c01);
+    av = _mm256_broadcast_ss(ap + 1);
+    c10 = _mm256_fmadd_ps(av, b0, c10);
+    c11 = _mm256_fmadd_ps(av, b1, c11);
+    av = _mm256_broadcast_ss(ap + 2);
+    c20 = _mm256_fmadd_ps(av, b0, c20);
+    c21 = _mm256_fmadd_ps(av, b1, c21);
+    av = _mm256_broadcast_ss(ap + 3);
+    c30 = _mm256_fmadd_ps(av, b0, c30);
+    c31 = _mm256_fmadd_ps(av, b1, c31);
+    av = _mm256_broadcast_ss(ap + 4);
+    c40 = _mm256_fmadd_ps(av, b0, c40);
+    c41 = _mm256_fmadd_ps(av, b1, c41);
+    av = _mm256_broadcast_ss(ap + 5);
+    c50 = _mm256_fmadd_ps(av, b0, c50);
+    c51 = _mm256_fmadd_ps(av, b1, c51);
+  }
+  alignas(32) float tile[kMR][kNR];
+  _mm256_store_ps(tile[0], c00);
+  _mm256_store_ps(tile[0] + 8, c01);
+  _mm256_store_ps(tile[1], c10);
+  _mm256_store_ps(tile[1] + 8, c11);
+  _mm256_store_ps(tile[2], c20);
+  _mm256_store_ps(tile[2] + 8, c21);
+  _mm256_store_ps(tile[3], c30);
+  _mm256_store_ps(tile[3] + 8, c31);
+  _mm256_store_ps(tile[4], c40);
+  _mm256_store_ps(tile[4] + 8, c41);
+  _mm256_store_ps(tile[5], c50);
+  _mm256_store_ps(tile[5] + 8, c51);
+  if (nr == kNR) {
+    __m256 base0 = _mm256_setzero_ps(), base1 = base0;
+    if (!accumulate && bias != nullptr) {
+      base0 = _mm256_loadu_ps(bias);
+      base1 = _mm256_loadu_ps(bias + 8);
+    }
+    for (int r = 0; r < mr; ++r) {
+      float* cr = c + r * ldc;
+      if (accumulate) {
+        base0 = _mm256_loadu_ps(cr);
+        base1 = _mm256_loadu_ps(cr + 8);
+      }
+      _mm256_storeu_ps(cr, _mm256_add_ps(base0, _mm256_load_ps(tile[r])));
+      _mm256_storeu_ps(cr + 8, _mm256_add_ps(base1, _mm256_load_ps(tile[r] + 8)));
+    }
+    return;
+  }
+  for (int r = 0; r < mr; ++r) {
+    float* cr = c + r * ldc;
+    for (int j = 0; j < nr; ++j) {
+      const float base = accumulate ? cr[j] : (bias != nullptr ? bias[j] : 0.0f);
+      cr[j] = base + tile[r][j];
+    }
+  }
+}
+#else
+void kernel_6x16(std::int64_t kc, const float* a, const float* b, float* c, std::int64_t ldc,
+                 int mr, int nr, const float* bias, bool accumulate) {
+  float tile[kMR][kNR] = {};
+  for (std::int64_t p = 0; p < kc; ++p)
+    for (int r = 0; r < kMR; ++r)
+      for (int j = 0; j < kNR; ++j) tile[r][j] += a[p * kMR + r] * b[p * kNR + j];
+  for (int r = 0; r < mr; ++r) {
+    float* cr = c + r * ldc;
+    for (int j = 0; j < nr; ++j) {
+      const float base = accumulate ? cr[j] : (bias != nullptr ? bias[j] : 0.0f);
+      cr[j] = base + tile[r][j];
+    }
+  }
+}
+#endif
+
+}  // namespace
+
+void gemm_f32(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
+  const std::int64_t m = p.m, n = p.n, k = p.k;
+  const std::int64_t x_panels = ceil_div(m, kMR);
+  const std::int64_t w_panels = ceil_div(n, kNR);
+  // k blocks of equal size (a multiple of 32 where possible, so Q8_0 blocks are not split).
+  const std::int64_t k_blocks = ceil_div(k, kKC);
+  std::int64_t kc_step = ceil_div(k, k_blocks);
+  if (k % 32 == 0) kc_step = std::min<std::int64_t>(kKC, ceil_div(kc_step, 32) * 32);
+
+  const int threads = pool.size();
+  auto* xp = static_cast<float*>(scratch.get(kSlotPackedX, static_cast<std::size_t>(x_panels * k * kMR) * sizeof(float)));
+  std::vector<float*> wbuf(static_cast<std::size_t>(threads));
+  for (int t = 0; t < threads; ++t) {
+    wbuf[static_cast<std::size_t>(t)] = static_cast<float*>(
+        scratch.get(kSlotThread0 + t, static_cast<std::size_t>(kMaxPanelsPerTask) * kKC * kNR * sizeof(float)));
+  }
+
+  pool.parallel_for(x_panels, [&](std::int64_t i) { pack_x_panel(p.x, m, k, i * kMR, xp + i * k * kMR); });
+
+  // Tasks: contiguous ranges of W panels, a multiple of the thread count for balance.
+  const std::int64_t n_tasks = std::min<std::int64_t>(
+      w_panels, threads * ceil_div(w_panels, static_cast<std::int64_t>(threads) * kMaxPanelsPerTask));
+  const PackFn pack = pack_fn(p.w_type);
+  const auto* w = static_cast<const std::byte*>(p.w);
+  const std::size_t rb = hal::row_bytes(p.w_type, k);
+  std::atomic<std::int64_t> next{0};
+
+  pool.run_on_all([&](int thread, int) {
+    float* wp = wbuf[static_cast<std::size_t>(thread)];
+    for (std::int64_t task = next.fetch_add(1); task < n_tasks; task = next.fetch_add(1)) {
+      const std::int64_t j0 = task * w_panels / n_tasks, j1 = (task + 1) * w_panels / n_tasks;
+      for (std::int64_t pc = 0; pc < k; pc += kc_step) {
+        const std::int64_t kc = std::min(kc_step, k - pc);
+        for (std::int64_t j = j0; j < j1; ++j) pack(w, rb, j * kNR, n, pc, kc, wp + (j - j0) * kc * kNR);
+        for (std::int64_t i = 0; i < x_panels; ++i) {
+          const float* a = xp + i * k * kMR + pc * kMR;
+          const int mr = static_cast<int>(std::min<std::int64_t>(kMR, m - i * kMR));
+          for (std::int64_t j = j0; j < j1; ++j) {
+            const int nr = static_cast<int>(std::min<std::int64_t>(kNR, n - j * kNR));
+            kernel_6x16(kc, a, wp + (j - j0) * kc * kNR, p.y + i * kMR * n + j * kNR, n, mr, nr,
+                        p.bias != nullptr ? p.bias + j * kNR : nullptr, pc > 0);
+          }
+        }
+      }
+    }
+  });
+}
+
+}  // namespace sx::cpu::detail

@@ -1,0 +1,75 @@
+// CPU matmul kernels: y[m][n] = x[m][:] . W[n][:] (+ bias[n]) for every weight format, F32 accumulation.
+//
+// Threading: splits the work over `pool` (one call at a time per pool).
+// Scratch: the kernels may need temporary memory (quantised activations, unpacked weight panels);
+// they get it from `scratch`, which grows as needed and is reused across calls (not thread-safe:
+// one per stream).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "runtime/base/thread_pool.h"
+#include "runtime/hal/dtype.h"
+
+namespace sx::cpu {
+
+struct MatmulProblem {
+  const void* w = nullptr;  // [n][k] in w_type (row bytes = hal::row_bytes(w_type, k))
+  hal::DType w_type = hal::DType::kF32;
+  const float* x = nullptr;     // [m][k]
+  const float* bias = nullptr;  // optional [n]
+  float* y = nullptr;           // [m][n]
+  std::int64_t m = 0, n = 0, k = 0;
+};
+
+class Scratch {
+ public:
+  // Returns at least `bytes` bytes, 64-byte aligned; invalidates earlier pointers of the same slot.
+  void* get(int slot, std::size_t bytes);
+
+ private:
+  struct Slot {
+    std::vector<std::byte> storage;
+  };
+  std::vector<Slot> slots_;
+};
+
+// Supported formats: F32, F16, BF16, Q8_0 (k a multiple of 32 for Q8_0).
+// Inputs are validated by the caller (shapes, k % 32 == 0 for Q8_0, non-null pointers); x rows,
+// y rows and W rows need no particular alignment.
+//
+// Numerics: F32 accumulation everywhere. F32/F16/BF16 weights, and Q8_0 on the kGemmF32 path, are
+// exact products of the stored values (only the summation order differs from the reference). The
+// Q8_0 int8 paths (kGemv, kGemmQ8) first quantise each row of x with quantize_activations_q8;
+// per element that adds at most amax(block of x) / 254 of error, so
+//   |y_int8 - y_f32| <= sum over blocks b of (amax_b(x) / 254) * sum_{j in b} |w_j|
+// (plus F32 rounding); matmul_reference_q8_activations reproduces that quantisation exactly.
+void matmul(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p);
+
+// Which kernel family runs a matmul. kAuto picks per (format, m) what measured fastest:
+//   kGemv     small m (decode): rows of W split over threads, streamed once; Q8_0 quantises x and
+//             uses int8 dot products, the other formats convert W to F32 in registers.
+//   kGemmF32  large m (prefill): W panels dequantised to F32 and packed, register-tiled FMA GEMM.
+//   kGemmQ8   large m, Q8_0 only: x quantised once, int8 register-tiled GEMM.
+enum class MatmulPath { kAuto, kGemv, kGemmF32, kGemmQ8 };
+
+// Runs `p` on a given path (tests and benchmarks; kGemmQ8 falls back to kGemmF32 for non-Q8_0).
+void matmul(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p, MatmulPath path);
+
+// The path kAuto takes for `p` (never kAuto).
+MatmulPath select_matmul_path(const MatmulProblem& p);
+
+// Plain scalar reference (double accumulation) for tests.
+void matmul_reference(const MatmulProblem& p);
+
+// Reference of the Q8_0 int8 paths: quantises x like they do, then double accumulation.
+void matmul_reference_q8_activations(const MatmulProblem& p);
+
+// The activation quantiser of the int8 paths, one row of k values (k % 32 == 0): per block of 32,
+// d = max|x| / 127 (kept in F32, not rounded to fp16), q = nearbyint(x * (1 / d)) in [-127, 127]
+// (q = 0 when d == 0). Vector and scalar builds give identical results.
+void quantize_activations_q8(const float* x, std::int64_t k, std::int8_t* qs, float* d);
+
+}  // namespace sx::cpu

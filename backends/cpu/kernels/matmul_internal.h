@@ -1,0 +1,33 @@
+// Internal entry points of the CPU matmul kernels, shared by matmul.cpp and the per-path files.
+//
+// Each function takes a validated MatmulProblem (see matmul.h) and writes all of p.y.
+// Scratch slots used: kSlotActs (quantised x), kSlotPackedX (packed x), kSlotThread0 + t
+// (per-thread panels). Scratch::get is called on the calling thread only, before any dispatch.
+#pragma once
+
+#include <cstdint>
+
+#include "backends/cpu/kernels/matmul.h"
+
+namespace sx::cpu::detail {
+
+inline constexpr int kSlotActs = 0;
+inline constexpr int kSlotPackedX = 1;
+inline constexpr int kSlotThread0 = 2;
+
+// Small m: W streamed once, converted in registers (F32, F16, BF16).
+void gemv_float(ThreadPool& pool, const MatmulProblem& p);
+// Small m, Q8_0: x quantised to int8 blocks, int8 dot products.
+void gemv_q8_0(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p);
+// Large m, any format: W panels dequantised to F32, packed, register-tiled FMA microkernel.
+void gemm_f32(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p);
+// Large m, Q8_0: x quantised once, int8 register-tiled microkernel.
+void gemm_q8_0(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p);
+
+// Quantises rows [r0, r1) of x (row stride k) into qs (row stride k) and d (row stride k / 32).
+void quantize_rows_q8(const float* x, std::int64_t r0, std::int64_t r1, std::int64_t k,
+                      std::int8_t* qs, float* d);
+
+inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace sx::cpu::detail

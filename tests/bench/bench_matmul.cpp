@@ -1,0 +1,323 @@
+// CPU matmul benchmarks: GEMV GB/s (vs measured read bandwidth) and GEMM GFLOP/s (vs FMA peak)
+// for every weight format on the Qwen2.5-0.5B shapes, plus a whole-model prefill estimate.
+//
+// Decode (m small) reads W from DRAM as it does in a real forward (0.5 GB of weights per token),
+// so each call uses the next of several copies of W whose total exceeds the last-level cache.
+// Counters: GB_s (W bytes / mean time), GFLOP_s (2 m n k / mean time), and from the fastest call
+// (the dev box is shared; the bandwidth yardstick is a best-of too): GB_s_best, bw_frac (GB_s_best /
+// measured streaming read bandwidth with the same thread count), GFLOP_s_best, peak_frac
+// (GFLOP_s_best / (threads x 32 flop/cycle x clock), the clock from a dependent-FMA loop); and
+// *_cpu: from the call with the least process CPU time per thread (immune to time-slicing by other
+// processes; our own spin-waits count, so it errs low).
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/kernels/matmul.h"
+#include "runtime/base/membw.h"
+#include "runtime/base/thread_pool.h"
+#include "runtime/hal/dtype.h"
+
+#if defined(__FMA__)
+#include <immintrin.h>
+#endif
+
+namespace {
+
+using sx::hal::DType;
+
+constexpr std::size_t kColdBytes = std::size_t{384} << 20;  // > 8x the 32 MiB L3 of the dev box
+
+std::map<int, double> g_bandwidth;  // threads -> bytes/s
+double g_clock_hz = 0;
+
+// Clock from a chain of dependent FMAs (latency 4 cycles on Zen 2/3/4 and recent Intel cores):
+// the best of many short runs, so time-slicing on a shared machine does not lower it.
+double measure_clock_hz() {
+#if defined(__FMA__)
+  double best = 0;
+  for (int rep = 0; rep < 200; ++rep) {
+    __m256 a = _mm256_set1_ps(1.0f);
+    const __m256 b = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+    const long n = 250'000;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (long i = 0; i < n; ++i) {
+      a = _mm256_fmadd_ps(a, b, c);
+      __asm__ volatile("" : "+x"(a));
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    benchmark::DoNotOptimize(a);
+    best = std::max(best, n * 4.0 / s);
+  }
+  return best;
+#else
+  return 0;
+#endif
+}
+
+// CPU seconds of the whole process (all pool threads). On a shared machine wall time counts the
+// time other processes held our cores; work / (CPU time / threads) does not (it does count our own
+// spin-waits, so it errs low).
+double process_cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+sx::ThreadPool& pool_for(int threads) {
+  static std::map<int, std::unique_ptr<sx::ThreadPool>> pools;
+  auto& p = pools[threads];
+  if (!p) p = std::make_unique<sx::ThreadPool>(threads);
+  return *p;
+}
+
+// Weights for one shape/format: `copies` identical copies laid end to end.
+struct Weights {
+  std::vector<std::byte> data;
+  std::size_t bytes = 0;
+  int copies = 1;
+  const void* copy(int i) const { return data.data() + bytes * static_cast<std::size_t>(i % copies); }
+};
+
+const Weights& weights(DType t, std::int64_t n, std::int64_t k, bool cold) {
+  static std::map<std::string, std::unique_ptr<Weights>> cache;
+  const std::string key = std::string(sx::hal::dtype_name(t)) + std::to_string(n) + "x" + std::to_string(k) + (cold ? "c" : "h");
+  auto& w = cache[key];
+  if (w) return *w;
+  if (cache.size() > 1) {  // keep memory bounded: drop the other shapes
+    for (auto it = cache.begin(); it != cache.end();) it = it->first == key ? std::next(it) : cache.erase(it);
+  }
+  w = std::make_unique<Weights>();
+  w->bytes = sx::hal::row_bytes(t, k) * static_cast<std::size_t>(n);
+  w->copies = cold ? static_cast<int>(std::max<std::size_t>(1, (kColdBytes + w->bytes - 1) / w->bytes)) : 1;
+  w->data.resize(w->bytes * static_cast<std::size_t>(w->copies));
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  std::vector<float> row(static_cast<std::size_t>(k));
+  const std::size_t rb = sx::hal::row_bytes(t, k);
+  for (std::int64_t j = 0; j < n; ++j) {
+    for (float& v : row) v = nd(rng);
+    sx::hal::quantize_row(t, row.data(), w->data.data() + rb * static_cast<std::size_t>(j), k);
+  }
+  for (int c = 1; c < w->copies; ++c) std::memcpy(w->data.data() + w->bytes * c, w->data.data(), w->bytes);
+  return *w;
+}
+
+std::vector<float> random_x(std::int64_t m, std::int64_t k) {
+  std::mt19937 rng(2);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(static_cast<std::size_t>(m * k));
+  for (float& v : x) v = nd(rng);
+  return x;
+}
+
+void run_matmul(benchmark::State& state, DType t, std::int64_t m, std::int64_t n, std::int64_t k, int threads,
+                sx::cpu::MatmulPath path, bool cold) {
+  sx::ThreadPool& pool = pool_for(threads);
+  const Weights& w = weights(t, n, k, cold);
+  const std::vector<float> x = random_x(m, k);
+  std::vector<float> bias(static_cast<std::size_t>(n), 0.5f);
+  std::vector<float> y(static_cast<std::size_t>(m * n));
+  sx::cpu::Scratch scratch;
+  sx::cpu::MatmulProblem p;
+  p.w_type = t;
+  p.x = x.data();
+  p.bias = bias.data();
+  p.y = y.data();
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  int i = 0;
+  double seconds = 0, best = 1e30, best_cpu = 1e30;
+  for (auto _ : state) {
+    p.w = w.copy(i++);
+    const double c0 = process_cpu_seconds();
+    const auto t0 = std::chrono::steady_clock::now();
+    sx::cpu::matmul(pool, scratch, p, path);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best_cpu = std::min(best_cpu, (process_cpu_seconds() - c0) / threads);
+    seconds += s;
+    best = std::min(best, s);
+    benchmark::DoNotOptimize(y.data());
+  }
+  // Rates from the mean and from the fastest call (the machine is shared: the fastest call is the
+  // one least disturbed; the bandwidth yardstick is also a best-of).
+  const double calls = static_cast<double>(state.iterations());
+  const double bytes = static_cast<double>(w.bytes), flops = 2.0 * m * n * k;
+  state.counters["GB_s"] = bytes * calls / seconds / 1e9;
+  state.counters["GFLOP_s"] = flops * calls / seconds / 1e9;
+  state.counters["us_best"] = best * 1e6;
+  if (m <= 16) {
+    state.counters["GB_s_best"] = bytes / best / 1e9;
+    if (g_bandwidth.count(threads) != 0) state.counters["bw_frac"] = bytes / best / g_bandwidth[threads];
+    state.counters["GB_s_cpu"] = bytes / best_cpu / 1e9;
+  } else {
+    state.counters["GFLOP_s_best"] = flops / best / 1e9;
+    state.counters["GFLOP_s_cpu"] = flops / best_cpu / 1e9;
+    if (g_clock_hz > 0) state.counters["peak_frac_cpu"] = flops / best_cpu / (threads * 32.0 * g_clock_hz);
+    if (g_clock_hz > 0) state.counters["peak_frac"] = flops / best / (threads * 32.0 * g_clock_hz);
+  }
+}
+
+// One Qwen2.5-0.5B layer's matmuls for m tokens (q, k, v, o, gate, up, down), all in format t.
+struct Shape {
+  const char* name;
+  std::int64_t n, k;
+};
+constexpr Shape kLayer[] = {{"q", 896, 896},     {"k", 128, 896},    {"v", 128, 896},  {"o", 896, 896},
+                            {"gate", 4864, 896}, {"up", 4864, 896}, {"down", 896, 4864}};
+constexpr Shape kLmHead = {"lm_head", 151936, 896};
+constexpr int kLayers = 24;
+
+// Prefill estimate: 24 x (one layer at m tokens) + LM head for the last token -> tokens/s.
+void run_prefill_model(benchmark::State& state, DType t, std::int64_t m, int threads) {
+  sx::ThreadPool& pool = pool_for(threads);
+  sx::cpu::Scratch scratch;
+  const std::vector<float> x = random_x(m, 4864);
+  std::vector<float> y(static_cast<std::size_t>(m * 151936 / 64 + m * 4864));
+  struct Prepared {
+    std::vector<std::byte> w;
+    Shape s;
+  };
+  std::vector<Prepared> mats;
+  for (const Shape& s : kLayer) {
+    Prepared pr{std::vector<std::byte>(sx::hal::row_bytes(t, s.k) * s.n), s};
+    const Weights& w = weights(t, s.n, s.k, false);
+    std::memcpy(pr.w.data(), w.data.data(), pr.w.size());
+    mats.push_back(std::move(pr));
+  }
+  const Weights& head_w = weights(t, kLmHead.n, kLmHead.k, false);  // generated before timing
+  auto run_layer = [&] {
+    for (const Prepared& pr : mats) {
+      sx::cpu::MatmulProblem p;
+      p.w = pr.w.data();
+      p.w_type = t;
+      p.x = x.data();
+      p.y = y.data();
+      p.m = m;
+      p.n = pr.s.n;
+      p.k = pr.s.k;
+      sx::cpu::matmul(pool, scratch, p);
+    }
+  };
+  auto run_head = [&] {
+    sx::cpu::MatmulProblem p;
+    p.w = head_w.data.data();
+    p.w_type = t;
+    p.x = x.data();
+    p.y = y.data();
+    p.m = 1;
+    p.n = kLmHead.n;
+    p.k = kLmHead.k;
+    sx::cpu::matmul(pool, scratch, p);
+  };
+  run_layer();  // warm-up: scratch allocation, first touch of y
+  run_head();
+  double layer_s = 0, head_s = 0, layer_best = 1e30, head_best = 1e30, layer_cpu = 1e30, head_cpu = 1e30;
+  for (auto _ : state) {
+    double c0 = process_cpu_seconds();
+    auto t0 = std::chrono::steady_clock::now();
+    run_layer();
+    auto t1 = std::chrono::steady_clock::now();
+    layer_s += std::chrono::duration<double>(t1 - t0).count();
+    layer_best = std::min(layer_best, std::chrono::duration<double>(t1 - t0).count());
+    layer_cpu = std::min(layer_cpu, process_cpu_seconds() - c0);
+    c0 = process_cpu_seconds();
+    t0 = std::chrono::steady_clock::now();
+    run_head();
+    const double hs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    head_cpu = std::min(head_cpu, process_cpu_seconds() - c0);
+    head_s += hs;
+    head_best = std::min(head_best, hs);
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double it = static_cast<double>(state.iterations());
+  const double per_layer = layer_s / it, head = head_s / it;
+  double flops = 0;
+  for (const Shape& s : kLayer) flops += 2.0 * m * s.n * s.k;
+  state.counters["layer_ms"] = per_layer * 1e3;
+  state.counters["lm_head_ms"] = head * 1e3;
+  state.counters["GFLOP_s"] = flops / per_layer / 1e9;
+  state.counters["prefill_tok_s"] = static_cast<double>(m) / (kLayers * per_layer + head);
+  state.counters["prefill_tok_s_best"] = static_cast<double>(m) / (kLayers * layer_best + head_best);
+  const double layer_c = layer_cpu / threads, head_c = head_cpu / threads;  // best iteration
+  state.counters["GFLOP_s_cpu"] = flops / layer_c / 1e9;
+  state.counters["prefill_tok_s_cpu"] = static_cast<double>(m) / (kLayers * layer_c + head_c);
+}
+
+const char* path_name(sx::cpu::MatmulPath p) {
+  switch (p) {
+    case sx::cpu::MatmulPath::kGemv:
+      return "gemv";
+    case sx::cpu::MatmulPath::kGemmF32:
+      return "gemm_f32";
+    case sx::cpu::MatmulPath::kGemmQ8:
+      return "gemm_q8";
+    default:
+      return "auto";
+  }
+}
+
+void register_all() {
+  const DType types[] = {DType::kQ8_0, DType::kF16, DType::kF32, DType::kBF16};
+  const Shape shapes[] = {{"896x896", 896, 896}, {"4864x896", 4864, 896}, {"896x4864", 896, 4864},
+                          {"151936x896", 151936, 896}};
+  using sx::cpu::MatmulPath;
+  for (DType t : types) {
+    for (const Shape& s : shapes) {
+      for (int threads : {1, 2}) {
+        for (std::int64_t m : {1, 4, 16}) {
+          if (m != 1 && threads == 1) continue;
+          const std::string name = std::string("gemv/") + std::string(sx::hal::dtype_name(t)) + "/" + s.name +
+                                   "/m" + std::to_string(m) + "/t" + std::to_string(threads);
+          benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
+            run_matmul(st, t, m, s.n, s.k, threads, MatmulPath::kAuto, true);
+          })->UseRealTime()->MinTime(0.3);
+        }
+      }
+    }
+  }
+  for (DType t : types) {
+    for (const Shape& s : shapes) {
+      if (s.n > 100000) continue;  // the LM head runs for one token per prefill
+      for (MatmulPath path : {MatmulPath::kGemmF32, MatmulPath::kGemmQ8}) {
+        if (path == MatmulPath::kGemmQ8 && t != DType::kQ8_0) continue;
+        const std::string name = std::string("gemm/") + std::string(sx::hal::dtype_name(t)) + "/" + s.name +
+                                 "/m512/t2/" + path_name(path);
+        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
+          run_matmul(st, t, 512, s.n, s.k, 2, path, false);
+        })->UseRealTime()->MinTime(0.5);
+      }
+    }
+  }
+  for (DType t : types) {
+    const std::string name = std::string("prefill_model_0.5b/") + std::string(sx::hal::dtype_name(t)) + "/m512/t2";
+    benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) { run_prefill_model(st, t, 512, 2); })
+        ->UseRealTime()
+        ->MinTime(1.0);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  g_clock_hz = measure_clock_hz();
+  for (int threads : {1, 2}) g_bandwidth[threads] = sx::measure_read_bandwidth(pool_for(threads), std::size_t{1} << 30, 5);
+  std::printf("clock (dependent FMA): %.2f GHz; FMA peak: %.1f GFLOP/s per thread\n", g_clock_hz / 1e9, 32.0 * g_clock_hz / 1e9);
+  for (auto& [t, bw] : g_bandwidth) std::printf("read bandwidth, %d thread(s): %.2f GB/s\n", t, bw / 1e9);
+  register_all();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
