@@ -1,0 +1,331 @@
+// CpuDevice / CpuBuffer / CpuStream: buffers, copies and op dispatch with argument checking.
+#include "backends/cpu/cpu_device.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "backends/cpu/ops/cpu_ops.h"
+
+namespace sx::cpu {
+
+namespace {
+
+std::uint64_t system_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  std::uint64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit) {
+    if (key == "MemTotal:") return kb * 1024;
+  }
+  return 8ull << 30;
+}
+
+constexpr std::size_t kAlign = 64;
+
+}  // namespace
+
+CpuBuffer::CpuBuffer(CpuDevice& device, std::byte* data, std::size_t size)
+    : device_(device), data_(data), size_(size) {}
+
+CpuBuffer::~CpuBuffer() {
+  std::free(data_);
+  device_.release(size_);
+}
+
+hal::Device& CpuBuffer::device() const { return device_; }
+
+CpuDevice::CpuDevice(int index, const hal::DeviceOptions& options)
+    : pool_(options.threads > 0 ? options.threads : hardware_threads()) {
+  info_.backend = "cpu";
+  info_.index = index;
+  info_.memory_bytes = options.memory_budget > 0 ? options.memory_budget : system_memory_bytes();
+  info_.name = fmt::format("cpu:{} ({} threads)", index, pool_.size());
+}
+
+hal::MemoryInfo CpuDevice::memory() const { return {info_.memory_bytes, used_.load()}; }
+
+Result<std::unique_ptr<hal::Buffer>> CpuDevice::alloc(std::size_t bytes) {
+  const std::size_t size = bytes == 0 ? 1 : bytes;
+  const std::uint64_t used = used_.fetch_add(size) + size;
+  if (used > info_.memory_bytes) {
+    used_.fetch_sub(size);
+    return resource_exhausted_error("{}: cannot allocate {} bytes: {} of {} bytes in use", info_.name, bytes,
+                                    used - size, info_.memory_bytes);
+  }
+  void* p = std::aligned_alloc(kAlign, (size + kAlign - 1) / kAlign * kAlign);
+  if (p == nullptr) {
+    used_.fetch_sub(size);
+    return resource_exhausted_error("{}: host allocation of {} bytes failed", info_.name, bytes);
+  }
+  return std::unique_ptr<hal::Buffer>(std::make_unique<CpuBuffer>(*this, static_cast<std::byte*>(p), size));
+}
+
+Result<std::unique_ptr<hal::Stream>> CpuDevice::create_stream() {
+  return std::unique_ptr<hal::Stream>(std::make_unique<CpuStream>(*this));
+}
+
+Status CpuDevice::supports(const hal::Op& op) const {
+  auto weight_ok = [](hal::DType t) {
+    return t == hal::DType::kF32 || t == hal::DType::kF16 || t == hal::DType::kBF16 || t == hal::DType::kQ8_0;
+  };
+  auto cache_ok = [](hal::DType t) { return t == hal::DType::kF32 || t == hal::DType::kF16 || t == hal::DType::kBF16; };
+  if (const auto* m = std::get_if<hal::MatmulArgs>(&op); m != nullptr && !weight_ok(m->w_type)) {
+    return unimplemented_error("{}: matmul with {} weights is not supported", info_.name, hal::dtype_name(m->w_type));
+  }
+  if (const auto* e = std::get_if<hal::EmbeddingArgs>(&op); e != nullptr && !weight_ok(e->table_type)) {
+    return unimplemented_error("{}: embedding with a {} table is not supported", info_.name,
+                               hal::dtype_name(e->table_type));
+  }
+  if (const auto* k = std::get_if<hal::KvWriteArgs>(&op); k != nullptr && !cache_ok(k->cache_type)) {
+    return unimplemented_error("{}: {} KV cache is not supported", info_.name, hal::dtype_name(k->cache_type));
+  }
+  if (const auto* a = std::get_if<hal::AttentionArgs>(&op); a != nullptr && !cache_ok(a->cache_type)) {
+    return unimplemented_error("{}: {} KV cache is not supported", info_.name, hal::dtype_name(a->cache_type));
+  }
+  return ok_status();
+}
+
+Status CpuStream::latch(Status s) {
+  if (latched_.ok() && !s.ok()) latched_ = s;
+  return s;
+}
+
+namespace {
+
+// Resolves a view to a host pointer after checking that `bytes` bytes fit in the buffer.
+Result<std::byte*> resolve(const hal::BufView& v, std::size_t bytes, std::string_view op, std::string_view what) {
+  if (v.buffer == nullptr) return invalid_argument_error("{}: {} buffer is missing", op, what);
+  auto* cb = dynamic_cast<CpuBuffer*>(v.buffer);
+  if (cb == nullptr) return invalid_argument_error("{}: {} buffer does not belong to the CPU backend", op, what);
+  if (v.offset > cb->size() || bytes > cb->size() - v.offset) {
+    return out_of_range_error("{}: {} needs bytes [{}, {}) but its buffer holds {}", op, what, v.offset,
+                              v.offset + bytes, cb->size());
+  }
+  return cb->data() + v.offset;
+}
+
+template <typename T>
+Result<T*> resolve_as(const hal::BufView& v, std::int64_t count, std::string_view op, std::string_view what) {
+  if (count < 0) return invalid_argument_error("{}: negative size for {}", op, what);
+  SX_ASSIGN_OR_RETURN(std::byte * p, resolve(v, static_cast<std::size_t>(count) * sizeof(T), op, what));
+  return reinterpret_cast<T*>(p);
+}
+
+Result<const void*> resolve_rows(const hal::BufView& v, hal::DType t, std::int64_t rows, std::int64_t cols,
+                                 std::string_view op, std::string_view what) {
+  const int block = hal::dtype_info(t).block_elems;
+  if (cols % block != 0) {
+    return invalid_argument_error("{}: {} rows of {} elements are not a multiple of the {} block ({})", op, what,
+                                  cols, hal::dtype_name(t), block);
+  }
+  SX_ASSIGN_OR_RETURN(std::byte * p, resolve(v, hal::row_bytes(t, cols) * static_cast<std::size_t>(rows), op, what));
+  return static_cast<const void*>(p);
+}
+
+}  // namespace
+
+Status CpuStream::upload(hal::Buffer& dst, std::size_t dst_offset, std::span<const std::byte> src) {
+  if (!latched_.ok()) return latched_;
+  auto p = resolve({&dst, dst_offset}, src.size(), "upload", "destination");
+  if (!p.ok()) return latch(p.status());
+  if (!src.empty()) std::memcpy(*p, src.data(), src.size());
+  return ok_status();
+}
+
+Status CpuStream::download(std::span<std::byte> dst, const hal::Buffer& src, std::size_t src_offset) {
+  if (!latched_.ok()) return latched_;
+  auto p = resolve({const_cast<hal::Buffer*>(&src), src_offset}, dst.size(), "download", "source");
+  if (!p.ok()) return latch(p.status());
+  if (!dst.empty()) std::memcpy(dst.data(), *p, dst.size());
+  return ok_status();
+}
+
+Status CpuStream::copy(hal::Buffer& dst, std::size_t dst_offset, const hal::Buffer& src, std::size_t src_offset,
+                       std::size_t bytes) {
+  if (!latched_.ok()) return latched_;
+  auto d = resolve({&dst, dst_offset}, bytes, "copy", "destination");
+  if (!d.ok()) return latch(d.status());
+  auto s = resolve({const_cast<hal::Buffer*>(&src), src_offset}, bytes, "copy", "source");
+  if (!s.ok()) return latch(s.status());
+  if (bytes > 0) std::memmove(*d, *s, bytes);
+  return ok_status();
+}
+
+namespace {
+
+struct Dispatch {
+  CpuDevice& dev;
+  Scratch& scratch;
+  ThreadPool& pool() { return dev.pool(); }
+
+  Status operator()(const hal::EmbeddingArgs& a) {
+    SX_ASSIGN_OR_RETURN(const void* table, resolve_rows(a.table, a.table_type, a.vocab, a.dim, "embedding", "table"));
+    SX_ASSIGN_OR_RETURN(const std::int32_t* ids, resolve_as<const std::int32_t>(a.ids, a.n_tokens, "embedding", "ids"));
+    SX_ASSIGN_OR_RETURN(float* out, resolve_as<float>(a.out, a.n_tokens * a.dim, "embedding", "out"));
+    for (std::int64_t t = 0; t < a.n_tokens; ++t) {
+      if (ids[t] < 0 || ids[t] >= a.vocab) {
+        return out_of_range_error("embedding: token id {} at position {} is outside the vocabulary of {}", ids[t], t,
+                                  a.vocab);
+      }
+    }
+    embedding(pool(), table, a.table_type, ids, out, a.n_tokens, a.dim);
+    return ok_status();
+  }
+  Status operator()(const hal::RmsNormArgs& a) {
+    SX_ASSIGN_OR_RETURN(float* x, resolve_as<float>(a.x, a.n_rows * a.dim, "rmsnorm", "x"));
+    const float* add_p = nullptr;
+    if (a.add) {
+      SX_ASSIGN_OR_RETURN(add_p, resolve_as<const float>(a.add, a.n_rows * a.dim, "rmsnorm", "add"));
+    }
+    SX_ASSIGN_OR_RETURN(const float* w, resolve_as<const float>(a.weight, a.dim, "rmsnorm", "weight"));
+    SX_ASSIGN_OR_RETURN(float* out, resolve_as<float>(a.out, a.n_rows * a.dim, "rmsnorm", "out"));
+    rmsnorm(pool(), x, add_p, w, out, a.n_rows, a.dim, a.eps);
+    return ok_status();
+  }
+  Status operator()(const hal::MatmulArgs& a) {
+    SX_ASSIGN_OR_RETURN(const void* w, resolve_rows(a.w, a.w_type, a.n, a.k, "matmul", "weight"));
+    SX_ASSIGN_OR_RETURN(const float* x, resolve_as<const float>(a.x, a.m * a.k, "matmul", "x"));
+    const float* bias = nullptr;
+    if (a.bias) {
+      SX_ASSIGN_OR_RETURN(bias, resolve_as<const float>(a.bias, a.n, "matmul", "bias"));
+    }
+    SX_ASSIGN_OR_RETURN(float* y, resolve_as<float>(a.y, a.m * a.n, "matmul", "y"));
+    matmul(pool(), scratch, MatmulProblem{w, a.w_type, x, bias, y, a.m, a.n, a.k});
+    return ok_status();
+  }
+  Status operator()(const hal::RopeArgs& a) {
+    if (a.rot_dim <= 0 || a.rot_dim > a.head_dim || a.rot_dim % 2 != 0 || a.rot_dim > 512) {
+      return invalid_argument_error("rope: rot_dim {} must be even, positive, at most head_dim {} and 512", a.rot_dim,
+                                    a.head_dim);
+    }
+    SX_ASSIGN_OR_RETURN(float* x, resolve_as<float>(a.x, a.n_tokens * a.n_heads * a.head_dim, "rope", "x"));
+    SX_ASSIGN_OR_RETURN(const std::int32_t* pos, resolve_as<const std::int32_t>(a.positions, a.n_tokens, "rope", "positions"));
+    rope_neox(pool(), x, pos, a.n_tokens, a.n_heads, a.head_dim, a.rot_dim, a.theta);
+    return ok_status();
+  }
+  Status operator()(const hal::KvWriteArgs& a) {
+    const std::int64_t row = a.n_kv_heads * a.head_dim;
+    const std::size_t elem = hal::dtype_info(a.cache_type).block_bytes;
+    SX_ASSIGN_OR_RETURN(const float* k, resolve_as<const float>(a.k, a.n_tokens * row, "kv_write", "k"));
+    SX_ASSIGN_OR_RETURN(const float* v, resolve_as<const float>(a.v, a.n_tokens * row, "kv_write", "v"));
+    SX_ASSIGN_OR_RETURN(std::byte * kc, resolve(a.k_cache, elem * static_cast<std::size_t>(a.n_slots * row), "kv_write", "k_cache"));
+    SX_ASSIGN_OR_RETURN(std::byte * vc, resolve(a.v_cache, elem * static_cast<std::size_t>(a.n_slots * row), "kv_write", "v_cache"));
+    SX_ASSIGN_OR_RETURN(const std::int32_t* slots, resolve_as<const std::int32_t>(a.slot_mapping, a.n_tokens, "kv_write", "slot_mapping"));
+    for (std::int64_t t = 0; t < a.n_tokens; ++t) {
+      if (slots[t] >= a.n_slots) {
+        return out_of_range_error("kv_write: slot {} of token {} is outside the cache of {} slots", slots[t], t, a.n_slots);
+      }
+    }
+    kv_write(pool(), k, v, kc, vc, a.cache_type, slots, a.n_tokens, a.n_kv_heads, a.head_dim);
+    return ok_status();
+  }
+  Status operator()(const hal::AttentionArgs& a) {
+    if (a.heads_per_kv <= 0 || a.heads_per_kv > 64 || a.block_size <= 0) {
+      return invalid_argument_error("attention: heads_per_kv {} must be in [1, 64] and block_size {} positive",
+                                    a.heads_per_kv, a.block_size);
+    }
+    const std::int64_t row = a.n_kv_heads * a.head_dim;
+    const std::size_t elem = hal::dtype_info(a.cache_type).block_bytes;
+    AttentionPtrs p{};
+    SX_ASSIGN_OR_RETURN(p.q, resolve_as<const float>(a.q, a.n_tokens * a.n_heads * a.head_dim, "attention", "q"));
+    SX_ASSIGN_OR_RETURN(std::byte * kc, resolve(a.k_cache, elem * static_cast<std::size_t>(a.n_slots * row), "attention", "k_cache"));
+    SX_ASSIGN_OR_RETURN(std::byte * vc, resolve(a.v_cache, elem * static_cast<std::size_t>(a.n_slots * row), "attention", "v_cache"));
+    p.k_cache = kc;
+    p.v_cache = vc;
+    SX_ASSIGN_OR_RETURN(p.out, resolve_as<float>(a.out, a.n_tokens * a.n_heads * a.head_dim, "attention", "out"));
+    SX_ASSIGN_OR_RETURN(p.seq_token_start, resolve_as<const std::int32_t>(a.seq_token_start, a.n_seqs + 1, "attention", "seq_token_start"));
+    SX_ASSIGN_OR_RETURN(p.seq_context_len, resolve_as<const std::int32_t>(a.seq_context_len, a.n_seqs, "attention", "seq_context_len"));
+    SX_ASSIGN_OR_RETURN(p.block_table, resolve_as<const std::int32_t>(a.block_table, a.n_seqs * a.max_blocks_per_seq, "attention", "block_table"));
+    // Validate the batch description so that no kernel reads out of bounds.
+    if (p.seq_token_start[0] != 0 || p.seq_token_start[a.n_seqs] != a.n_tokens) {
+      return invalid_argument_error("attention: seq_token_start must span [0, {}]", a.n_tokens);
+    }
+    for (std::int64_t s = 0; s < a.n_seqs; ++s) {
+      const std::int64_t n_new = p.seq_token_start[s + 1] - p.seq_token_start[s];
+      const std::int64_t ctx = p.seq_context_len[s];
+      if (n_new < 0 || ctx < n_new || ctx > a.max_blocks_per_seq * a.block_size) {
+        return invalid_argument_error("attention: sequence {} has {} new tokens and context {} (capacity {})", s, n_new,
+                                      ctx, a.max_blocks_per_seq * a.block_size);
+      }
+      for (std::int64_t b = 0; b < (ctx + a.block_size - 1) / a.block_size; ++b) {
+        const std::int64_t blk = p.block_table[s * a.max_blocks_per_seq + b];
+        if (blk < 0 || (blk + 1) * a.block_size > a.n_slots) {
+          return out_of_range_error("attention: sequence {} block {} maps to block id {} outside the cache", s, b, blk);
+        }
+      }
+    }
+    for (std::int64_t h = 0; h < a.n_heads; ++h) {
+      const std::int64_t g = (a.q_head_offset + h) / a.heads_per_kv - a.kv_head_offset;
+      if (g < 0 || g >= a.n_kv_heads) {
+        return invalid_argument_error("attention: query head {} maps to KV head {} not held here", h, g);
+      }
+    }
+    cpu::paged_attention(pool(), p,
+                         AttentionShape{a.cache_type, a.n_seqs, a.n_tokens, a.n_heads, a.n_kv_heads, a.head_dim,
+                                        a.block_size, a.max_blocks_per_seq, a.q_head_offset, a.kv_head_offset,
+                                        a.heads_per_kv, a.scale});
+    return ok_status();
+  }
+  Status operator()(const hal::SiluMulArgs& a) {
+    const std::int64_t gs = a.gate_stride ? a.gate_stride : a.n_cols;
+    const std::int64_t us = a.up_stride ? a.up_stride : a.n_cols;
+    const std::int64_t os = a.out_stride ? a.out_stride : a.n_cols;
+    const std::int64_t last = a.n_rows > 0 ? a.n_rows - 1 : 0;
+    SX_ASSIGN_OR_RETURN(const float* g, resolve_as<const float>(a.gate, last * gs + a.n_cols, "silu_mul", "gate"));
+    SX_ASSIGN_OR_RETURN(const float* u, resolve_as<const float>(a.up, last * us + a.n_cols, "silu_mul", "up"));
+    SX_ASSIGN_OR_RETURN(float* o, resolve_as<float>(a.out, last * os + a.n_cols, "silu_mul", "out"));
+    silu_mul(pool(), g, u, o, a.n_rows, a.n_cols, gs, us, os);
+    return ok_status();
+  }
+  Status operator()(const hal::AddArgs& a) {
+    SX_ASSIGN_OR_RETURN(const float* x, resolve_as<const float>(a.a, a.n, "add", "a"));
+    SX_ASSIGN_OR_RETURN(const float* y, resolve_as<const float>(a.b, a.n, "add", "b"));
+    SX_ASSIGN_OR_RETURN(float* o, resolve_as<float>(a.out, a.n, "add", "out"));
+    add(pool(), x, y, o, a.n);
+    return ok_status();
+  }
+  Status operator()(const hal::ArgmaxArgs& a) {
+    SX_ASSIGN_OR_RETURN(const float* x, resolve_as<const float>(a.x, a.n_rows * a.n_cols, "argmax", "x"));
+    SX_ASSIGN_OR_RETURN(std::int32_t* o, resolve_as<std::int32_t>(a.out, a.n_rows, "argmax", "out"));
+    if (a.n_cols <= 0) return invalid_argument_error("argmax: rows must not be empty");
+    argmax_rows(pool(), x, o, a.n_rows, a.n_cols);
+    return ok_status();
+  }
+};
+
+}  // namespace
+
+Status CpuStream::run(const hal::Op& op) {
+  if (!latched_.ok()) return latched_;
+  SX_RETURN_IF_ERROR(latch(device_.supports(op)));
+  std::lock_guard<std::mutex> lock(device_.exec_mutex());
+  return latch(std::visit(Dispatch{device_, scratch_}, op));
+}
+
+namespace {
+
+class CpuBackend final : public hal::Backend {
+ public:
+  std::string_view name() const override { return "cpu"; }
+  Result<std::vector<hal::DeviceInfo>> devices() const override {
+    hal::DeviceInfo info;
+    info.backend = "cpu";
+    info.index = 0;
+    info.memory_bytes = system_memory_bytes();
+    info.name = fmt::format("cpu:0 ({} threads)", hardware_threads());
+    return std::vector<hal::DeviceInfo>{info};
+  }
+  Result<std::unique_ptr<hal::Device>> create_device(int index, const hal::DeviceOptions& options) override {
+    if (index < 0) return invalid_argument_error("cpu: device index {} is negative", index);
+    return std::unique_ptr<hal::Device>(std::make_unique<CpuDevice>(index, options));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<hal::Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace sx::cpu

@@ -1,0 +1,57 @@
+// CPU implementations of the HAL op set (except matmul, in kernels/). Each takes the HAL argument
+// struct with its buffers already resolved to host pointers and checked against their sizes.
+// Threading: each call may use the whole pool; one call at a time per pool.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/base/thread_pool.h"
+#include "runtime/hal/dtype.h"
+
+namespace sx::cpu {
+
+void embedding(ThreadPool& pool, const void* table, hal::DType type, const std::int32_t* ids, float* out,
+               std::int64_t n_tokens, std::int64_t dim);
+
+void rmsnorm(ThreadPool& pool, float* x, const float* add, const float* weight, float* out,
+             std::int64_t n_rows, std::int64_t dim, float eps);
+
+void rope_neox(ThreadPool& pool, float* x, const std::int32_t* positions, std::int64_t n_tokens,
+               std::int64_t n_heads, std::int64_t head_dim, std::int64_t rot_dim, float theta);
+
+struct AttentionPtrs {
+  const float* q;
+  const void* k_cache;
+  const void* v_cache;
+  float* out;
+  const std::int32_t* seq_token_start;
+  const std::int32_t* seq_context_len;
+  const std::int32_t* block_table;
+};
+struct AttentionShape {
+  hal::DType cache_type;
+  std::int64_t n_seqs, n_tokens, n_heads, n_kv_heads, head_dim, block_size, max_blocks_per_seq;
+  std::int64_t q_head_offset, kv_head_offset, heads_per_kv;
+  float scale;
+};
+void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionShape& s);
+
+void kv_write(ThreadPool& pool, const float* k, const float* v, void* k_cache, void* v_cache,
+              hal::DType cache_type, const std::int32_t* slots, std::int64_t n_tokens,
+              std::int64_t n_kv_heads, std::int64_t head_dim);
+
+void silu_mul(ThreadPool& pool, const float* gate, const float* up, float* out, std::int64_t n_rows,
+              std::int64_t n_cols, std::int64_t gate_stride, std::int64_t up_stride,
+              std::int64_t out_stride);
+
+void add(ThreadPool& pool, const float* a, const float* b, float* out, std::int64_t n);
+
+void argmax_rows(ThreadPool& pool, const float* x, std::int32_t* out, std::int64_t n_rows,
+                 std::int64_t n_cols);
+
+// Vectorised helpers shared by the ops.
+float dot_f32(const float* a, const float* b, std::int64_t n);
+void axpy_f32(float a, const float* x, float* y, std::int64_t n);  // y += a * x
+void load_row_f32(hal::DType type, const void* row, float* dst, std::int64_t n);  // F32/F16/BF16/Q8_0
+
+}  // namespace sx::cpu

@@ -1,0 +1,15 @@
+// Embedding gather: one table row per token, converted to F32.
+#include "backends/cpu/ops/cpu_ops.h"
+
+namespace sx::cpu {
+
+void embedding(ThreadPool& pool, const void* table, hal::DType type, const std::int32_t* ids, float* out,
+               std::int64_t n_tokens, std::int64_t dim) {
+  const std::size_t row = hal::row_bytes(type, dim);
+  pool.parallel_for(n_tokens, [&](std::int64_t t) {
+    const auto* src = static_cast<const std::byte*>(table) + static_cast<std::size_t>(ids[t]) * row;
+    load_row_f32(type, src, out + t * dim, dim);
+  });
+}
+
+}  // namespace sx::cpu

@@ -1,0 +1,147 @@
+// `sextant bench`: prefill and decode tokens/s (median of repetitions, with spread) and decode as
+// a fraction of the memory-bandwidth bound measured in the same run.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <string>
+
+#include "daemon/commands/commands.h"
+#include "daemon/commands/model_session.h"
+#include "runtime/base/membw.h"
+#include "runtime/base/thread_pool.h"
+#include "runtime/engine/sampler.h"
+
+namespace sx::daemon {
+
+namespace {
+
+struct Spread {
+  double median = 0, min = 0, max = 0;
+};
+
+Spread spread_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  Spread s;
+  s.min = v.front();
+  s.max = v.back();
+  const std::size_t n = v.size();
+  s.median = n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  return s;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  std::vector<Args::Spec> specs = model_session_specs();
+  std::vector<Args::Spec> own = {
+      {{"-p", "--prompt-tokens"}, true, false, "prefill length (default 512; 0 = skip)", "N"},
+      {{"-n", "--gen-tokens"}, true, false, "decode steps (default 128; 0 = skip)", "N"},
+      {{"-r", "--repetitions"}, true, false, "repetitions (default 3)", "N"},
+      {{"--seed"}, true, false, "seed of the random prompt (default 1)", "N"},
+  };
+  specs.insert(specs.end(), own.begin(), own.end());
+  Args args("bench", "Measure prefill and decode speed against the memory-bandwidth bound.", specs);
+  if (Status s = args.parse(argc, argv); !s.ok()) return report_error("bench", s);
+  if (args.has("--help")) {
+    std::fputs(args.usage().c_str(), stdout);
+    return 0;
+  }
+  auto run = [&]() -> Status {
+    SX_ASSIGN_OR_RETURN(std::int64_t n_prompt, args.get_int("--prompt-tokens", 512, 0, 1 << 20));
+    SX_ASSIGN_OR_RETURN(std::int64_t n_gen, args.get_int("--gen-tokens", 128, 0, 1 << 20));
+    SX_ASSIGN_OR_RETURN(std::int64_t reps, args.get_int("--repetitions", 3, 1, 1000));
+    SX_ASSIGN_OR_RETURN(std::int64_t seed, args.get_int("--seed", 1, 0, INT64_MAX));
+    SX_ASSIGN_OR_RETURN(std::int64_t threads, args.get_int("--threads", 0, 0, 1024));
+    if (n_prompt + n_gen == 0) return invalid_argument_error("nothing to measure: -p and -n are both 0");
+    SX_ASSIGN_OR_RETURN(engine::OpenedModel opened, open_model_arg(args));
+    const model::ModelConfig cfg = opened.config;
+    // Decode starts after a prompt of max(n_prompt, 1) tokens.
+    const std::int64_t ctx = std::max<std::int64_t>(n_prompt, 1) + n_gen;
+    if (ctx > cfg.context_length) {
+      return invalid_argument_error("-p {} + -n {} exceed the model's context length {}", n_prompt, n_gen,
+                                    cfg.context_length);
+    }
+    SX_ASSIGN_OR_RETURN(ModelSession session, open_session(args, std::move(opened), ctx));
+    engine::Qwen2Model& model = *session.model;
+    const engine::ModelOptions& mo = model.options();
+
+    std::mt19937 rng(static_cast<std::uint32_t>(seed));
+    std::uniform_int_distribution<std::int32_t> pick(0, static_cast<std::int32_t>(cfg.vocab - 1));
+    std::vector<std::int32_t> prompt(static_cast<std::size_t>(std::max<std::int64_t>(n_prompt, 1)));
+    for (auto& t : prompt) t = pick(rng);
+
+    std::printf("model: %s (%s, %lld layers, hidden %lld, %lld/%lld heads, %.1f MB of weights)\n",
+                args.get("--model")->c_str(), cfg.architecture.c_str(), static_cast<long long>(cfg.n_layers),
+                static_cast<long long>(cfg.hidden), static_cast<long long>(cfg.n_heads),
+                static_cast<long long>(cfg.n_kv_heads), static_cast<double>(model.weight_bytes()) / 1e6);
+    std::printf("device: %s\n", session.device->info().name.c_str());
+
+    std::vector<float> logits;
+    auto prefill = [&]() -> Status {
+      for (std::int64_t start = 0; start < static_cast<std::int64_t>(prompt.size()); start += mo.max_batch_tokens) {
+        const std::int64_t len = std::min<std::int64_t>(mo.max_batch_tokens, static_cast<std::int64_t>(prompt.size()) - start);
+        engine::ForwardBatch b = engine::single_sequence_batch(
+            std::span<const std::int32_t>(prompt).subspan(static_cast<std::size_t>(start), static_cast<std::size_t>(len)),
+            static_cast<std::int32_t>(start), mo.kv.num_blocks);
+        SX_RETURN_IF_ERROR(model.forward(b, logits));
+      }
+      return ok_status();
+    };
+    // Warm-up (first touch of the weights and workspace).
+    SX_RETURN_IF_ERROR(prefill());
+
+    if (n_prompt > 0) {
+      std::vector<double> rates;
+      for (std::int64_t r = 0; r < reps; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        SX_RETURN_IF_ERROR(prefill());
+        rates.push_back(static_cast<double>(n_prompt) / seconds_since(t0));
+      }
+      const Spread s = spread_of(rates);
+      std::printf("prefill %lld tokens: %.1f tokens/s (median of %lld; min %.1f, max %.1f)\n",
+                  static_cast<long long>(n_prompt), s.median, static_cast<long long>(reps), s.min, s.max);
+    }
+    if (n_gen > 0) {
+      std::vector<double> rates;
+      for (std::int64_t r = 0; r < reps; ++r) {
+        SX_RETURN_IF_ERROR(prefill());
+        auto pos = static_cast<std::int32_t>(prompt.size());
+        std::int32_t next = engine::argmax(logits);
+        const auto t0 = std::chrono::steady_clock::now();
+        for (std::int64_t i = 0; i < n_gen; ++i) {
+          const std::int32_t one[1] = {next};
+          SX_RETURN_IF_ERROR(model.forward(engine::single_sequence_batch(one, pos++, mo.kv.num_blocks), logits));
+          next = engine::argmax(logits);
+        }
+        rates.push_back(static_cast<double>(n_gen) / seconds_since(t0));
+      }
+      const Spread s = spread_of(rates);
+      std::printf("decode %lld tokens: %.2f tokens/s (median of %lld; min %.2f, max %.2f)\n",
+                  static_cast<long long>(n_gen), s.median, static_cast<long long>(reps), s.min, s.max);
+
+      // The bound: bytes a decode step must read / measured read bandwidth, same thread count.
+      ThreadPool pool(threads > 0 ? static_cast<int>(threads) : hardware_threads());
+      const double bw = measure_read_bandwidth(pool);
+      const double weights = static_cast<double>(model.weight_bytes_per_token());
+      const double mean_ctx = static_cast<double>(prompt.size()) + 0.5 * static_cast<double>(n_gen);
+      const double kv = static_cast<double>(model.kv_bytes_per_token()) * mean_ctx;
+      const double bound = bw / weights;
+      std::printf("memory bandwidth (streaming read, %d threads): %.2f GB/s\n", pool.size(), bw / 1e9);
+      std::printf("bytes per decode token: %.1f MB of weights (+ %.2f MB of KV cache at the mean context)\n",
+                  weights / 1e6, kv / 1e6);
+      std::printf("decode bound: %.2f tokens/s; decode reaches %.2f of the memory-bandwidth bound\n", bound,
+                  s.median / bound);
+    }
+    return ok_status();
+  };
+  Status st = run();
+  if (!st.ok()) return report_error("bench", st);
+  return 0;
+}
+
+}  // namespace sx::daemon

@@ -1,0 +1,11 @@
+// The sextant subcommands. Each returns the process exit code (0 ok, 1 failure, 2 usage error).
+#pragma once
+
+namespace sx::daemon {
+
+int cmd_generate(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
+int cmd_make_model(int argc, char** argv);
+int cmd_tokenize(int argc, char** argv);
+
+}  // namespace sx::daemon

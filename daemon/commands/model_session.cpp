@@ -1,0 +1,62 @@
+// ModelSession: open model -> device -> load.
+#include "daemon/commands/model_session.h"
+
+#include <cstdio>
+
+#include "backends/registry.h"
+#include "runtime/base/log.h"
+
+namespace sx::daemon {
+
+std::vector<Args::Spec> model_session_specs() {
+  return {
+      {{"-m", "--model"}, true, false, "model file (GGUF)", "FILE"},
+      {{"--backend"}, true, false, "backend to run on (default: cpu)", "NAME"},
+      {{"-t", "--threads"}, true, false, "CPU threads (default: all)", "N"},
+      {{"--ctx"}, true, false, "KV cache capacity in tokens (default: what the request needs)", "N"},
+      {{"--kv-dtype"}, true, false, "KV cache format: f32 (default), f16, bf16", "TYPE"},
+      {{"--max-batch-tokens"}, true, false, "tokens per forward step / prefill chunk (default 512)", "N"},
+  };
+}
+
+Result<engine::OpenedModel> open_model_arg(const Args& args) {
+  auto path = args.get("--model");
+  if (!path) return invalid_argument_error("--model FILE is required");
+  return engine::open_model(*path);
+}
+
+Result<ModelSession> open_session(const Args& args, engine::OpenedModel opened, std::int64_t context_tokens) {
+  ModelSession s;
+  s.opened = std::move(opened);
+  const model::ModelConfig& c = s.opened.config;
+
+  SX_ASSIGN_OR_RETURN(std::string backend_name, args.get_string("--backend", "cpu"));
+  SX_ASSIGN_OR_RETURN(std::int64_t threads, args.get_int("--threads", 0, 0, 1024));
+  SX_ASSIGN_OR_RETURN(hal::Backend * backend, backends::default_registry().find(backend_name));
+  hal::DeviceOptions dopts;
+  dopts.threads = static_cast<int>(threads);
+  SX_ASSIGN_OR_RETURN(s.device, backend->create_device(0, dopts));
+
+  engine::ModelOptions mo;
+  SX_ASSIGN_OR_RETURN(mo.max_batch_tokens, args.get_int("--max-batch-tokens", 512, 1, 1 << 20));
+  SX_ASSIGN_OR_RETURN(std::string kv_name, args.get_string("--kv-dtype", "f32"));
+  auto kv_type = hal::dtype_from_name(kv_name);
+  if (!kv_type || (*kv_type != hal::DType::kF32 && *kv_type != hal::DType::kF16 && *kv_type != hal::DType::kBF16)) {
+    return invalid_argument_error("--kv-dtype must be f32, f16 or bf16, got '{}'", kv_name);
+  }
+  mo.kv.dtype = *kv_type;
+  SX_ASSIGN_OR_RETURN(std::int64_t ctx, args.get_int("--ctx", context_tokens, 1, c.context_length));
+  ctx = std::min<std::int64_t>(ctx, c.context_length);
+  mo.kv.num_blocks = (ctx + mo.kv.block_size - 1) / mo.kv.block_size;
+  mo.max_batch_tokens = std::min<std::int64_t>(mo.max_batch_tokens, mo.kv.num_blocks * mo.kv.block_size);
+  mo.max_logit_rows = 1;
+  SX_ASSIGN_OR_RETURN(s.model, engine::Qwen2Model::load(*s.opened.file, c, *s.device, mo));
+  return s;
+}
+
+int report_error(std::string_view command, const Status& status) {
+  std::fprintf(stderr, "sextant %.*s: %s\n", static_cast<int>(command.size()), command.data(), status.to_string().c_str());
+  return status.code() == StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+}  // namespace sx::daemon

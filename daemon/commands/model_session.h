@@ -1,0 +1,35 @@
+// What generate and bench share: the options that pick a model, a backend and a cache size, and
+// the steps that open the model (checked before any device memory), create the device and load it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "daemon/commands/args.h"
+#include "runtime/engine/model_loader.h"
+#include "runtime/engine/qwen2_model.h"
+#include "runtime/hal/device.h"
+
+namespace sx::daemon {
+
+// Options added to a command's spec list.
+std::vector<Args::Spec> model_session_specs();
+
+struct ModelSession {
+  engine::OpenedModel opened;
+  std::unique_ptr<hal::Device> device;
+  std::unique_ptr<engine::Qwen2Model> model;
+};
+
+// Opens the model named by --model (no device memory yet).
+Result<engine::OpenedModel> open_model_arg(const Args& args);
+
+// Creates the device and loads the model on it. context_tokens: KV capacity needed (rounded up to
+// blocks; capped by the model's context; --ctx overrides).
+Result<ModelSession> open_session(const Args& args, engine::OpenedModel opened, std::int64_t context_tokens);
+
+// Prints "sextant <cmd>: <error>" to stderr and returns exit code 1 (or 2 for usage errors).
+int report_error(std::string_view command, const Status& status);
+
+}  // namespace sx::daemon

@@ -1,0 +1,37 @@
+// The `sextant` binary: dispatches to subcommands.
+#include <cstdio>
+#include <cstring>
+#include <string_view>
+
+#include "daemon/commands/commands.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: sextant <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  generate     generate text from a prompt (streams to stdout)\n"
+    "  bench        measure prefill/decode speed against the memory-bandwidth bound\n"
+    "  tokenize     print the token ids of a text\n"
+    "  make-model   write a random-weight qwen2 GGUF of any shape and type\n"
+    "\n"
+    "Run 'sextant <command> --help' for the options of a command.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string_view cmd = argv[1];
+  int sub_argc = argc - 2;
+  char** sub_argv = argv + 2;
+  if (cmd == "generate") return sx::daemon::cmd_generate(sub_argc, sub_argv);
+  if (cmd == "bench") return sx::daemon::cmd_bench(sub_argc, sub_argv);
+  if (cmd == "tokenize") return sx::daemon::cmd_tokenize(sub_argc, sub_argv);
+  if (cmd == "make-model") return sx::daemon::cmd_make_model(sub_argc, sub_argv);
+  std::fprintf(stderr, "sextant: unknown command '%.*s'\n\n%s", static_cast<int>(cmd.size()), cmd.data(), kUsage);
+  return 2;
+}

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""The sextant command line on the bundled model: generate (text and --ids), tokenize, and clear
+errors for bad input. Usage: cli_test.py SEXTANT_BINARY MODELS_DIR. Prints "N passed, N failed"."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+SEXTANT, MODELS = sys.argv[1], sys.argv[2]
+REF = json.load(open(os.path.join(MODELS, "reference.json")))
+TEXT = open(os.path.join(MODELS, "text.txt"), encoding="utf-8").read()
+results = []
+
+
+def run(*args, check=True):
+    p = subprocess.run([SEXTANT, *args], capture_output=True, timeout=120)
+    if check and p.returncode != 0:
+        raise AssertionError(f"sextant {' '.join(args)} exited {p.returncode}: {p.stderr.decode(errors='replace')}")
+    return p
+
+
+def case(fn):
+    try:
+        fn()
+        results.append((fn.__name__, None))
+        print(f"PASS {fn.__name__}")
+    except Exception as e:  # noqa: BLE001 - report every failure and go on
+        results.append((fn.__name__, e))
+        print(f"FAIL {fn.__name__}: {e}")
+    return fn
+
+
+def model(fmt):
+    return os.path.join(MODELS, f"memorise-{fmt}.gguf")
+
+
+@case
+def generate_ids_reproduce_the_text():
+    n = 200
+    for fmt in ("f32", "f16", "q8_0"):
+        p = run("generate", "--model", model(fmt), "--prompt", REF["prompt_text"], "-n", str(n), "--ids",
+                "--ignore-eos", "-t", "2")
+        ids = [int(x) for x in p.stdout.split()]
+        assert ids == REF["continuation_ids"][:n], f"{fmt}: first mismatch at {next(i for i, (a, b) in enumerate(zip(ids, REF['continuation_ids'])) if a != b)}"
+        assert b"tokens/s" in p.stderr, p.stderr
+
+
+@case
+def generate_streams_the_memorised_text():
+    p = run("generate", "--model", model("q8_0"), "--prompt", REF["prompt_text"], "-n", "200", "--ignore-eos")
+    out = p.stdout.decode("utf-8")
+    assert out.endswith("\n")
+    generated = out[:-1]
+    assert len(generated) > 400, len(generated)
+    assert TEXT.startswith(REF["prompt_text"] + generated), generated[:200]
+
+
+@case
+def stop_string_cuts_the_output():
+    rest = TEXT[len(REF["prompt_text"]):]
+    stop = rest[60:70]
+    p = run("generate", "--model", model("f32"), "--prompt", REF["prompt_text"], "-n", "200", "--stop", stop)
+    assert p.stdout.decode("utf-8") == rest[: rest.index(stop)] + "\n", p.stdout
+    assert b"finish: stop" in p.stderr
+
+
+@case
+def seeded_sampling_is_reproducible():
+    args = ("generate", "--model", model("f16"), "--prompt", REF["prompt_text"], "-n", "40", "--ids", "--temp", "8",
+            "--top-k", "50", "--top-p", "0.95", "--seed", "7")
+    # The memorised model is very sure of itself (logit margins >= 8), so a high temperature is
+    # needed for the seed to matter.
+    a, b = run(*args).stdout, run(*args).stdout
+    assert a == b, (a, b)
+    c = run(*args[:-1], "8").stdout
+    assert a != c, a
+
+
+@case
+def tokenize_prints_ids():
+    p = run("tokenize", "--model", model("f32"), REF["prompt_text"])
+    assert [int(x) for x in p.stdout.split()] == REF["prompt_ids"]
+    im_start = [int(x) for x in run("tokenize", "--model", model("f32"), "<|im_start|>").stdout.split()]
+    assert len(im_start) == 1, im_start
+    plain = [int(x) for x in run("tokenize", "--model", model("f32"), "--no-special", "<|im_start|>").stdout.split()]
+    assert len(plain) > 1, plain
+    ids = [int(x) for x in run("tokenize", "--model", model("f32"), "--chat", "hi").stdout.split()]
+    assert ids.count(im_start[0]) == 3, ids  # system, user, and the generation prompt
+
+
+@case
+def errors_name_the_cause():
+    with tempfile.TemporaryDirectory() as d:
+        missing = os.path.join(d, "nope.gguf")
+        p = run("generate", "--model", missing, "--prompt", "x", check=False)
+        assert p.returncode != 0 and b"nope.gguf" in p.stderr, p.stderr
+        bad = os.path.join(d, "bad.gguf")
+        open(bad, "wb").write(b"NOTGGUF" + b"\0" * 64)
+        p = run("generate", "--model", bad, "--prompt", "x", check=False)
+        assert p.returncode != 0 and b"bad.gguf" in p.stderr and b"not a GGUF file" in p.stderr, p.stderr
+    p = run("generate", "--model", model("f32"), "--prompt", "x", "--bogus", check=False)
+    assert p.returncode == 2 and b"--bogus" in p.stderr, p.stderr
+    p = run("generate", "--model", model("f32"), "--prompt", "x", "--top-p", "0", check=False)
+    assert p.returncode != 0 and b"top_p" in p.stderr, p.stderr
+    p = run("bench", "--model", model("f32"), "-p", "4000", "-n", "1", check=False)
+    assert p.returncode != 0 and b"context" in p.stderr, p.stderr
+
+
+@case
+def qwen05_shape_with_the_real_tokenizer_loads_and_generates():
+    # The exact Qwen2.5-0.5B shape (hidden 896, 14/2 heads, FFN 4864, vocab 151936, tied) with two
+    # layers instead of 24, to keep the suite fast; the bench in the issue note uses all 24.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(MODELS)))
+    tok = os.path.join(root, "tests", "data", "qwen2.5-tokenizer", "tokenizer.json")
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "q05.gguf")
+        p = run("make-model", "--out", path, "--layers", "2", "--type", "q8_0", "--tokenizer", tok, "--seed", "3")
+        assert b"hidden 896, 14/2 heads, ffn 4864, vocab 151936" in p.stdout, p.stdout
+        p = run("generate", "--model", path, "--prompt", "Hello", "--chat", "-n", "6", "--ids", "--ignore-eos")
+        ids = [int(x) for x in p.stdout.split()]
+        assert len(ids) == 6 and all(0 <= i < 151936 for i in ids), ids
+        hello = [int(x) for x in run("tokenize", "--model", path, "Hello world").stdout.split()]
+        assert hello == [9707, 1879], hello  # Qwen2.5's ids for "Hello", " world"
+
+
+passed = sum(1 for _, e in results if e is None)
+failed = len(results) - passed
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
