@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Sums individual test cases over a meson testlog.json.
+"""Sums individual test cases over one or more meson testlog.json files.
 
 gtest programs report "[  PASSED  ] N tests", "[  FAILED  ] N tests", "[  SKIPPED ] N tests";
 other test programs print a line "N passed, N failed[, N skipped]" themselves. A program that
@@ -41,17 +41,20 @@ def count(entry):
 
 def main():
     totals = [0, 0, 0]
-    with open(sys.argv[1]) as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            entry = json.loads(line)
+    for path in sys.argv[1:]:
+        try:
+            with open(path) as f:
+                entries = [json.loads(line) for line in f if line.strip()]
+        except OSError as e:
+            print(f"  {path}: no test log ({e.strerror}): the build or the test run did not happen")
+            totals[1] += 1
+            continue
+        for entry in entries:
             p, fl, s = count(entry)
             totals[0] += p
             totals[1] += fl
             totals[2] += s
-            print(f"  {entry.get('name')}: {entry.get('result')} ({p} passed, {fl} failed, {s} skipped)")
+            print(f"  {path}: {entry.get('name')}: {entry.get('result')} ({p} passed, {fl} failed, {s} skipped)")
     print(f"{totals[0]} passed, {totals[1]} failed, {totals[2]} skipped")
     return 1 if totals[1] else 0
 
