@@ -1,0 +1,38 @@
+// ChatML chat template as Qwen2.5 renders it (tokenizer_config.json "chat_template", no-tools
+// case): a system turn first (the caller's, or the default system prompt), then
+// "<|im_start|>{role}\n{content}<|im_end|>\n" per turn, consecutive tool messages grouped into one
+// user turn of <tool_response> blocks, and "<|im_start|>assistant\n" as the generation prompt.
+//
+// Threading: pure functions. Errors: render_chatml never fails (messages with roles the template
+// does not know render nothing, as in Jinja); render_chatml_checked returns INVALID_ARGUMENT for
+// an empty conversation or an unknown role, naming the message index.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "runtime/base/status.h"
+
+namespace sx::tokenizer {
+
+inline constexpr std::string_view kQwenDefaultSystem =
+    "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+
+struct ChatMessage {
+  std::string role;     // "system", "user", "assistant" or "tool"
+  std::string content;
+};
+
+// Renders `messages` exactly as Qwen2.5's Jinja template does without tools. When the first
+// message is not a system message, a system turn with `default_system` is inserted (none if
+// `default_system` is empty).
+std::string render_chatml(std::span<const ChatMessage> messages, bool add_generation_prompt = true,
+                          std::string_view default_system = kQwenDefaultSystem);
+
+// As render_chatml, after checking that there is at least one message and that every role is one
+// of system/user/assistant/tool.
+Result<std::string> render_chatml_checked(std::span<const ChatMessage> messages, bool add_generation_prompt = true,
+                                          std::string_view default_system = kQwenDefaultSystem);
+
+}  // namespace sx::tokenizer

@@ -1,0 +1,62 @@
+// Unit tests of the ChatML renderer. Expected strings were produced by rendering the chat_template
+// of tests/data/qwen2.5-tokenizer/tokenizer_config.json with Jinja2 (as transformers does).
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "runtime/tokenizer/chat_template.h"
+
+namespace sx::tokenizer {
+namespace {
+
+const std::string kSys = "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n";
+
+TEST(ChatTemplate, DefaultSystemPrompt) {
+  std::vector<ChatMessage> m = {{"user", "Hello!"}};
+  EXPECT_EQ(render_chatml(m), kSys + "<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(render_chatml(m, false), kSys + "<|im_start|>user\nHello!<|im_end|>\n");
+}
+
+TEST(ChatTemplate, OwnSystemAndTurns) {
+  std::vector<ChatMessage> m = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Bye"}};
+  EXPECT_EQ(render_chatml(m),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplate, ToolResponsesAreGrouped) {
+  std::vector<ChatMessage> m = {{"user", "q"}, {"assistant", "calling"}, {"tool", "r1"}, {"tool", "r2"}, {"user", "thanks"}};
+  EXPECT_EQ(render_chatml(m),
+            kSys + "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\ncalling<|im_end|>\n"
+                   "<|im_start|>user\n<tool_response>\nr1\n</tool_response>\n<tool_response>\nr2\n</tool_response>"
+                   "<|im_end|>\n<|im_start|>user\nthanks<|im_end|>\n<|im_start|>assistant\n");
+  std::vector<ChatMessage> first = {{"tool", "x"}};
+  EXPECT_EQ(render_chatml(first, false),
+            kSys + "<|im_start|>user\n<tool_response>\nx\n</tool_response><|im_end|>\n");
+}
+
+TEST(ChatTemplate, LateSystemAndUnknownRoles) {
+  std::vector<ChatMessage> late = {{"user", "a"}, {"system", "s2"}};
+  EXPECT_EQ(render_chatml(late),
+            kSys + "<|im_start|>user\na<|im_end|>\n<|im_start|>system\ns2<|im_end|>\n<|im_start|>assistant\n");
+  std::vector<ChatMessage> unknown = {{"user", "a"}, {"narrator", "zzz"}};
+  EXPECT_EQ(render_chatml(unknown), kSys + "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\n");
+  auto checked = render_chatml_checked(unknown);
+  ASSERT_FALSE(checked.ok());
+  EXPECT_NE(checked.status().message().find("messages[1].role 'narrator'"), std::string::npos);
+  EXPECT_FALSE(render_chatml_checked({}).ok());
+  std::vector<ChatMessage> ok = {{"user", "a"}};
+  ASSERT_TRUE(render_chatml_checked(ok).ok());
+  EXPECT_EQ(render_chatml_checked(ok).value(), render_chatml(ok));
+}
+
+TEST(ChatTemplate, CustomOrNoDefaultSystem) {
+  std::vector<ChatMessage> m = {{"user", "hi"}};
+  EXPECT_EQ(render_chatml(m, true, "You are a helpful assistant."),
+            "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  EXPECT_EQ(render_chatml(m, true, ""), "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+}  // namespace
+}  // namespace sx::tokenizer
