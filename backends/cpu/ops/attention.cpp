@@ -7,6 +7,10 @@
 #include "backends/cpu/ops/cpu_ops.h"
 #include "runtime/base/half.h"
 
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
+
 namespace sx::cpu {
 
 void kv_write(ThreadPool& /*pool*/, const float* k, const float* v, void* k_cache, void* v_cache,
@@ -33,6 +37,66 @@ struct SeqToken {
   std::int32_t pos;  // absolute position of this token
 };
 
+#if defined(__AVX2__) && defined(__FMA__)
+// scores[i] = scale * q . rows[i] for 8 rows at once: eight accumulators reduced by a transposing
+// add tree, so the horizontal sums cost one vector op per dot product.
+inline void dot8(const float* q, const float* const* rows, std::int64_t hd, float scale, float* scores) {
+  __m256 a[8];
+  for (int r = 0; r < 8; ++r) a[r] = _mm256_setzero_ps();
+  for (std::int64_t i = 0; i < hd; i += 8) {
+    const __m256 qv = _mm256_loadu_ps(q + i);
+    for (int r = 0; r < 8; ++r) a[r] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(rows[r] + i), a[r]);
+  }
+  const __m256 s01 = _mm256_hadd_ps(a[0], a[1]), s23 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 s45 = _mm256_hadd_ps(a[4], a[5]), s67 = _mm256_hadd_ps(a[6], a[7]);
+  const __m256 s0123 = _mm256_hadd_ps(s01, s23), s4567 = _mm256_hadd_ps(s45, s67);
+  // Lanes: s0123 = [r0 r1 r2 r3 | r0 r1 r2 r3] halves; add the 128-bit halves pairwise.
+  const __m256 lo = _mm256_permute2f128_ps(s0123, s4567, 0x20);
+  const __m256 hi = _mm256_permute2f128_ps(s0123, s4567, 0x31);
+  _mm256_storeu_ps(scores, _mm256_mul_ps(_mm256_add_ps(lo, hi), _mm256_set1_ps(scale)));
+}
+
+// out = sum_i w[i] * rows[i] with the hd-wide accumulator held in NV registers.
+template <int NV>
+void weighted_sum(const float* w, const float* const* rows, std::int64_t n, float inv_sum, float* out) {
+  __m256 acc[NV];
+  for (int v = 0; v < NV; ++v) acc[v] = _mm256_setzero_ps();
+  for (std::int64_t i = 0; i < n; ++i) {
+    const __m256 wi = _mm256_set1_ps(w[i]);
+    const float* r = rows[i];
+    for (int v = 0; v < NV; ++v) acc[v] = _mm256_fmadd_ps(wi, _mm256_loadu_ps(r + 8 * v), acc[v]);
+  }
+  const __m256 is = _mm256_set1_ps(inv_sum);
+  for (int v = 0; v < NV; ++v) _mm256_storeu_ps(out + 8 * v, _mm256_mul_ps(acc[v], is));
+}
+#endif
+
+void weighted_sum_any(const float* w, const float* const* rows, std::int64_t n, std::int64_t hd, float inv_sum,
+                      float* acc, float* out) {
+#if defined(__AVX2__) && defined(__FMA__)
+  switch (hd) {
+    case 16: return weighted_sum<2>(w, rows, n, inv_sum, out);
+    case 32: return weighted_sum<4>(w, rows, n, inv_sum, out);
+    case 64: return weighted_sum<8>(w, rows, n, inv_sum, out);
+    case 128: return weighted_sum<16>(w, rows, n, inv_sum, out);
+    default: break;
+  }
+#endif
+  std::fill(acc, acc + hd, 0.0f);
+  for (std::int64_t i = 0; i < n; ++i) axpy_f32(w[i], rows[i], acc, hd);
+  for (std::int64_t i = 0; i < hd; ++i) out[i] = acc[i] * inv_sum;
+}
+
+void scores_any(const float* q, const float* const* rows, std::int64_t n, std::int64_t hd, float scale, float* out) {
+  std::int64_t c = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  if (hd % 8 == 0) {
+    for (; c + 8 <= n; c += 8) dot8(q, rows + c, hd, scale, out + c);
+  }
+#endif
+  for (; c < n; ++c) out[c] = dot_f32(q, rows[c], hd) * scale;
+}
+
 }  // namespace
 
 void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionShape& s) {
@@ -47,7 +111,6 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
   const std::int64_t kv_row = s.n_kv_heads * hd;
   const std::size_t elem = s.cache_type == hal::DType::kF32 ? 4 : 2;
   const int n_threads = pool.size();
-  // Per-thread scratch: scores for the longest context, and one converted K/V row.
   std::int64_t max_ctx = 0;
   for (std::int64_t q = 0; q < s.n_seqs; ++q) max_ctx = std::max<std::int64_t>(max_ctx, p.seq_context_len[q]);
   std::vector<std::vector<float>> scratch(static_cast<std::size_t>(n_threads));
@@ -61,68 +124,45 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
     group[static_cast<std::size_t>(g)].push_back(h);
   }
   pool.run_on_all([&](int thread, int n_thr) {
+    // Per-thread scratch: row pointers, rows converted from a 16-bit cache, scores, one accumulator.
     std::vector<float>& buf = scratch[static_cast<std::size_t>(thread)];
-    const std::int64_t max_group = s.heads_per_kv;
-    buf.resize(static_cast<std::size_t>(max_ctx * max_group + 2 * hd + max_group * hd));
+    const bool convert = s.cache_type != hal::DType::kF32;
+    buf.resize(static_cast<std::size_t>((convert ? 2 * max_ctx * hd : 0) + max_ctx + hd));
     float* scores = buf.data();
-    float* krow = scores + max_ctx * max_group;
-    float* vrow = krow + hd;
-    float* acc = vrow + hd;
+    float* acc = scores + max_ctx;
+    float* kconv = acc + hd;
+    float* vconv = kconv + max_ctx * hd;
+    std::vector<const float*> krows(static_cast<std::size_t>(max_ctx)), vrows(static_cast<std::size_t>(max_ctx));
     const std::int64_t n_tasks = s.n_tokens * n_local_kv;
     for (std::int64_t task = thread; task < n_tasks; task += n_thr) {
       const std::int64_t t = task / n_local_kv;
       const std::int64_t g = task % n_local_kv;
       const auto& heads = group[static_cast<std::size_t>(g)];
       if (heads.empty()) continue;
-      const std::int64_t ng = static_cast<std::int64_t>(heads.size());
       const SeqToken st = tokens[static_cast<std::size_t>(t)];
       const std::int32_t* bt = p.block_table + st.seq * s.max_blocks_per_seq;
       const std::int64_t n_ctx = st.pos + 1;
-      float maxv[64];
-      for (std::int64_t j = 0; j < ng; ++j) maxv[j] = -INFINITY;
       for (std::int64_t c = 0; c < n_ctx; ++c) {
         const std::int64_t slot = static_cast<std::int64_t>(bt[c / s.block_size]) * s.block_size + c % s.block_size;
-        const std::byte* kp = static_cast<const std::byte*>(p.k_cache) + (slot * kv_row + g * hd) * static_cast<std::int64_t>(elem);
-        const float* kr;
-        if (s.cache_type == hal::DType::kF32) {
-          kr = reinterpret_cast<const float*>(kp);
+        const std::int64_t off = (slot * kv_row + g * hd) * static_cast<std::int64_t>(elem);
+        const std::byte* kp = static_cast<const std::byte*>(p.k_cache) + off;
+        const std::byte* vp = static_cast<const std::byte*>(p.v_cache) + off;
+        if (convert) {
+          load_row_f32(s.cache_type, kp, kconv + c * hd, hd);
+          load_row_f32(s.cache_type, vp, vconv + c * hd, hd);
+          krows[static_cast<std::size_t>(c)] = kconv + c * hd;
+          vrows[static_cast<std::size_t>(c)] = vconv + c * hd;
         } else {
-          load_row_f32(s.cache_type, kp, krow, hd);
-          kr = krow;
-        }
-        for (std::int64_t j = 0; j < ng; ++j) {
-          const float* qv = p.q + (t * s.n_heads + heads[static_cast<std::size_t>(j)]) * hd;
-          const float sc = dot_f32(qv, kr, hd) * s.scale;
-          scores[j * n_ctx + c] = sc;
-          maxv[j] = std::max(maxv[j], sc);
+          krows[static_cast<std::size_t>(c)] = reinterpret_cast<const float*>(kp);
+          vrows[static_cast<std::size_t>(c)] = reinterpret_cast<const float*>(vp);
         }
       }
-      float inv_sum[64];
-      for (std::int64_t j = 0; j < ng; ++j) {
-        float sum = 0.0f;
-        float* sc = scores + j * n_ctx;
-        for (std::int64_t c = 0; c < n_ctx; ++c) {
-          sc[c] = std::exp(sc[c] - maxv[j]);
-          sum += sc[c];
-        }
-        inv_sum[j] = 1.0f / sum;
-      }
-      std::fill(acc, acc + ng * hd, 0.0f);
-      for (std::int64_t c = 0; c < n_ctx; ++c) {
-        const std::int64_t slot = static_cast<std::int64_t>(bt[c / s.block_size]) * s.block_size + c % s.block_size;
-        const std::byte* vp = static_cast<const std::byte*>(p.v_cache) + (slot * kv_row + g * hd) * static_cast<std::int64_t>(elem);
-        const float* vr;
-        if (s.cache_type == hal::DType::kF32) {
-          vr = reinterpret_cast<const float*>(vp);
-        } else {
-          load_row_f32(s.cache_type, vp, vrow, hd);
-          vr = vrow;
-        }
-        for (std::int64_t j = 0; j < ng; ++j) axpy_f32(scores[j * n_ctx + c], vr, acc + j * hd, hd);
-      }
-      for (std::int64_t j = 0; j < ng; ++j) {
-        float* o = p.out + (t * s.n_heads + heads[static_cast<std::size_t>(j)]) * hd;
-        for (std::int64_t i = 0; i < hd; ++i) o[i] = acc[j * hd + i] * inv_sum[j];
+      for (const std::int64_t h : heads) {
+        const float* qv = p.q + (t * s.n_heads + h) * hd;
+        scores_any(qv, krows.data(), n_ctx, hd, s.scale, scores);
+        const float mx = *std::max_element(scores, scores + n_ctx);
+        const float sum = exp_shifted_sum(scores, n_ctx, mx);
+        weighted_sum_any(scores, vrows.data(), n_ctx, hd, 1.0f / sum, acc, p.out + (t * s.n_heads + h) * hd);
       }
     }
   });

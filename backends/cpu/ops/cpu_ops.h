@@ -53,5 +53,9 @@ void argmax_rows(ThreadPool& pool, const float* x, std::int32_t* out, std::int64
 float dot_f32(const float* a, const float* b, std::int64_t n);
 void axpy_f32(float a, const float* x, float* y, std::int64_t n);  // y += a * x
 void load_row_f32(hal::DType type, const void* row, float* dst, std::int64_t n);  // F32/F16/BF16/Q8_0
+// x[i] = exp(x[i] - shift) for i < n; returns the sum of the results. Relative error < 2e-7.
+float exp_shifted_sum(float* x, std::int64_t n, float shift);
+// out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + exp(-gate[i])) * up[i].
+void silu_mul_row(const float* gate, const float* up, float* out, std::int64_t n);
 
 }  // namespace sx::cpu

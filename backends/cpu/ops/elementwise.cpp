@@ -12,7 +12,7 @@ void silu_mul(ThreadPool& pool, const float* gate, const float* up, float* out, 
     const float* g = gate + r * gate_stride;
     const float* u = up + r * up_stride;
     float* o = out + r * out_stride;
-    for (std::int64_t i = 0; i < n_cols; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    silu_mul_row(g, u, o, n_cols);
   };
   if (n_rows < 4) {
     for (std::int64_t r = 0; r < n_rows; ++r) row_fn(r);

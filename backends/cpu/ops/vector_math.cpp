@@ -1,4 +1,5 @@
 // Small vectorised helpers used by the CPU ops: dot, axpy, row loading with conversion.
+#include <cmath>
 #include <cstring>
 
 #include "backends/cpu/ops/cpu_ops.h"
@@ -20,8 +21,60 @@ inline float hsum256(__m256 v) {
   lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 0x55));
   return _mm_cvtss_f32(lo);
 }
+// exp(x) for x in [-87.3, 88] (clamped outside): 2^n * p(r), r = x - n ln2 in [-ln2/2, ln2/2],
+// p a degree-6 polynomial (Cephes expf coefficients); about 1 ulp.
+inline __m256 exp256(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  const __m256 r2 = _mm256_mul_ps(r, r);
+  p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
 }  // namespace
 #endif
+
+float exp_shifted_sum(float* x, std::int64_t n, float shift) {
+  std::int64_t i = 0;
+  float sum = 0.0f;
+#ifdef SX_CPU_AVX2
+  const __m256 vs = _mm256_set1_ps(shift);
+  __m256 acc = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs));
+    _mm256_storeu_ps(x + i, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  sum = hsum256(acc);
+#endif
+  for (; i < n; ++i) {
+    x[i] = std::exp(x[i] - shift);
+    sum += x[i];
+  }
+  return sum;
+}
+
+void silu_mul_row(const float* gate, const float* up, float* out, std::int64_t n) {
+  std::int64_t i = 0;
+#ifdef SX_CPU_AVX2
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
+  }
+#endif
+  for (; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
 
 float dot_f32(const float* a, const float* b, std::int64_t n) {
   std::int64_t i = 0;

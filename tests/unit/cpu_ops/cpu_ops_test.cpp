@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_device.h"
+#include "backends/cpu/ops/cpu_ops.h"
 #include "runtime/base/half.h"
 
 namespace sx {
@@ -139,7 +140,10 @@ std::vector<float> naive_attention(const std::vector<float>& q, const std::vecto
 
 TEST_F(CpuOps, PagedAttentionMixedBatchMatchesNaive) {
   // Two sequences: one prefill chunk of 5 tokens continuing a context of 20, one decode token at 37.
-  const int heads = 14, kv_heads = 2, hd = 16, block = 4, n_blocks = 32, max_blocks = 12;
+  // Head sizes cover the register-blocked paths (16, 64, 128) and the generic one (24).
+  for (const int hd : {16, 24, 64, 128}) {
+  SCOPED_TRACE(hd);
+  const int heads = 14, kv_heads = 2, block = 4, n_blocks = 32, max_blocks = 12;
   const int n_slots = n_blocks * block;
   struct Seq { int ctx, n_new; std::vector<std::int32_t> blocks; };
   std::vector<int> perm(n_blocks);
@@ -189,6 +193,32 @@ TEST_F(CpuOps, PagedAttentionMixedBatchMatchesNaive) {
     ASSERT_TRUE(stream_->run(a).ok());
     auto out = read<float>(*bo, expect_all.size());
     for (std::size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], expect_all[i], 2e-5) << "element " << i;
+  }
+  }
+}
+
+TEST(CpuVectorMath, ExpAndSiluMatchLibm) {
+  std::vector<float> x;
+  for (float v = -100.0f; v <= 0.0f; v += 0.01f) x.push_back(v);
+  std::vector<float> e = x;
+  const float sum = cpu::exp_shifted_sum(e.data(), static_cast<std::int64_t>(e.size()), -1.0f);
+  double ref_sum = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double ref = std::exp(static_cast<double>(x[i]) + 1.0);
+    ref_sum += ref;
+    ASSERT_NEAR(e[i], ref, ref * 3e-7 + 1e-37) << x[i];
+  }
+  EXPECT_NEAR(sum, ref_sum, ref_sum * 1e-6);
+  std::vector<float> g, u, o;
+  for (float v = -120.0f; v <= 120.0f; v += 0.05f) {
+    g.push_back(v);
+    u.push_back(0.5f - v / 240.0f);
+  }
+  o.resize(g.size());
+  cpu::silu_mul_row(g.data(), u.data(), o.data(), static_cast<std::int64_t>(g.size()));
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    const double ref = g[i] / (1.0 + std::exp(-static_cast<double>(g[i]))) * u[i];
+    ASSERT_NEAR(o[i], ref, std::fabs(ref) * 1e-6 + 1e-30) << g[i];
   }
 }
 
