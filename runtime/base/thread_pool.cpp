@@ -92,6 +92,19 @@ void ThreadPool::worker(int index) {
   }
 }
 
+void ThreadPool::dispatch() {
+  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    generation_.fetch_add(1, std::memory_order_release);
+  }
+  cv_.notify_all();
+  run_job(0);
+  spin_then_yield([&] { return pending_.load(std::memory_order_acquire) == 0; });
+  task_fn_ = nullptr;
+  all_fn_ = nullptr;
+}
+
 void ThreadPool::parallel_for(std::int64_t n_tasks, const std::function<void(std::int64_t)>& fn) {
   if (n_tasks <= 0) return;
   if (n_threads_ == 1 || n_tasks == 1) {
@@ -102,15 +115,7 @@ void ThreadPool::parallel_for(std::int64_t n_tasks, const std::function<void(std
   all_fn_ = nullptr;
   n_tasks_ = n_tasks;
   next_task_.store(0, std::memory_order_relaxed);
-  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    generation_.fetch_add(1, std::memory_order_release);
-  }
-  cv_.notify_all();
-  run_job(0);
-  spin_then_yield([&] { return pending_.load(std::memory_order_acquire) == 0; });
-  task_fn_ = nullptr;
+  dispatch();
 }
 
 void ThreadPool::run_on_all(const std::function<void(int, int)>& fn) {
@@ -120,15 +125,7 @@ void ThreadPool::run_on_all(const std::function<void(int, int)>& fn) {
   }
   all_fn_ = &fn;
   task_fn_ = nullptr;
-  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    generation_.fetch_add(1, std::memory_order_release);
-  }
-  cv_.notify_all();
-  run_job(0);
-  spin_then_yield([&] { return pending_.load(std::memory_order_acquire) == 0; });
-  all_fn_ = nullptr;
+  dispatch();
 }
 
 }  // namespace sx

@@ -38,6 +38,8 @@ class ThreadPool {
  private:
   void worker(int index);
   void run_job(int index);
+  // Publishes the job set up in task_fn_/all_fn_ to the workers, runs the caller's share, waits.
+  void dispatch();
 
   int n_threads_;
   std::vector<std::thread> threads_;

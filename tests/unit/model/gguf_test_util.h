@@ -17,6 +17,7 @@
 #include "runtime/base/status.h"
 #include "runtime/model/gguf.h"
 #include "runtime/model/gguf_writer.h"
+#include "runtime/model/model_config.h"
 
 namespace sx::model::testing {
 
@@ -150,5 +151,25 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// A small qwen2 config (2 layers, hidden 64, 4/2 heads of 16, FFN 96) for model tests.
+inline ModelConfig tiny_qwen2_config(std::int64_t vocab, bool tied) {
+  ModelConfig c;
+  c.architecture = "qwen2";
+  c.name = "tiny";
+  c.n_layers = 2;
+  c.hidden = 64;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 16;
+  c.ffn = 96;
+  c.vocab = vocab;
+  c.context_length = 256;
+  c.rope_theta = 1e6;
+  c.rms_eps = 1e-6;
+  c.tied_embeddings = tied;
+  c.qkv_bias = true;
+  return c;
+}
 
 }  // namespace sx::model::testing

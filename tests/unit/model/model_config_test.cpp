@@ -16,24 +16,7 @@ using testing::fails_with;
 
 constexpr const char* kFile = "tiny.gguf";
 
-ModelConfig tiny_config() {
-  ModelConfig c;
-  c.architecture = "qwen2";
-  c.name = "tiny";
-  c.n_layers = 2;
-  c.hidden = 64;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 16;
-  c.ffn = 96;
-  c.vocab = 300;
-  c.context_length = 256;
-  c.rope_theta = 1e6;
-  c.rms_eps = 1e-6;
-  c.tied_embeddings = true;
-  c.qkv_bias = true;
-  return c;
-}
+ModelConfig tiny_config() { return testing::tiny_qwen2_config(300, /*tied=*/true); }
 
 // A model file with zero-filled F32 tensors; the hooks may edit the tensor list and metadata.
 std::vector<std::uint8_t> model_bytes(const ModelConfig& c,

@@ -17,24 +17,7 @@ namespace {
 
 using testing::fails_with;
 
-ModelConfig tiny_config() {
-  ModelConfig c;
-  c.architecture = "qwen2";
-  c.name = "tiny";
-  c.n_layers = 2;
-  c.hidden = 64;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 16;
-  c.ffn = 96;
-  c.vocab = 320;
-  c.context_length = 256;
-  c.rope_theta = 1e6;
-  c.rms_eps = 1e-6;
-  c.tied_embeddings = false;
-  c.qkv_bias = true;
-  return c;
-}
+ModelConfig tiny_config() { return testing::tiny_qwen2_config(320, /*tied=*/false); }
 
 std::vector<float> dequantized(const TensorInfo& t) {
   std::vector<float> out(static_cast<std::size_t>(t.n_elements));
