@@ -42,15 +42,18 @@ void tile(const BlockQ8_0* w, std::int64_t row_stride, std::int64_t nb, const st
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   for (std::int64_t b = 0; b < nb; ++b) {
     __m256i wv[R], aw[R];
-    __m128i dh = _mm_setzero_si128();  // the R fp16 scales of this block, converted together
+    // The R fp16 scales of this block, converted together. (An array rather than
+    // _mm_insert_epi16, whose lane must be a compile-time constant even when the loop is not
+    // unrolled, as in -O2 sanitizer builds.)
+    alignas(16) std::uint16_t dbits[8] = {};
     for (int r = 0; r < R; ++r) {
       const BlockQ8_0& blk = w[r * row_stride + b];
       _mm_prefetch(reinterpret_cast<const char*>(&blk) + kPrefetchBytes, _MM_HINT_T0);
       wv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs));
       aw[r] = _mm256_abs_epi8(wv[r]);
-      dh = _mm_insert_epi16(dh, blk.d, r);
+      dbits[r] = blk.d;
     }
-    const __m128 dw = _mm_cvtph_ps(dh);
+    const __m128 dw = _mm_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dbits)));
     for (int t = 0; t < T; ++t) {
       const __m256i xv = _mm256_load_si256(reinterpret_cast<const __m256i*>(xq + t * k + b * kB));
       // Lane r of s: d_w(row r) * d_x; broadcast per row below.
