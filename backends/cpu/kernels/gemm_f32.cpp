@@ -27,14 +27,21 @@ constexpr int kMaxPanelsPerTask = 16;  // W panels packed per task and k block: 
 using hal::BlockQ8_0;
 
 // ---- W row loaders: 8 consecutive elements (i % 8 == 0) or one element of a row, as F32. ----
+// Rows need not be aligned to their element size (a view may start anywhere), hence memcpy.
+template <typename T>
+T load_unaligned(const void* row, std::int64_t i) {
+  T v;
+  std::memcpy(&v, static_cast<const std::byte*>(row) + i * static_cast<std::int64_t>(sizeof(T)), sizeof(T));
+  return v;
+}
 struct RowF32 {
-  static float get(const void* row, std::int64_t i) { return static_cast<const float*>(row)[i]; }
+  static float get(const void* row, std::int64_t i) { return load_unaligned<float>(row, i); }
 #if SX_GEMM_AVX2
   static __m256 load8(const void* row, std::int64_t i) { return _mm256_loadu_ps(static_cast<const float*>(row) + i); }
 #endif
 };
 struct RowF16 {
-  static float get(const void* row, std::int64_t i) { return f16_to_f32(static_cast<const std::uint16_t*>(row)[i]); }
+  static float get(const void* row, std::int64_t i) { return f16_to_f32(load_unaligned<std::uint16_t>(row, i)); }
 #if SX_GEMM_AVX2
   static __m256 load8(const void* row, std::int64_t i) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(row) + i)));
@@ -42,7 +49,7 @@ struct RowF16 {
 #endif
 };
 struct RowBF16 {
-  static float get(const void* row, std::int64_t i) { return bf16_to_f32(static_cast<const std::uint16_t*>(row)[i]); }
+  static float get(const void* row, std::int64_t i) { return bf16_to_f32(load_unaligned<std::uint16_t>(row, i)); }
 #if SX_GEMM_AVX2
   static __m256 load8(const void* row, std::int64_t i) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(row) + i));

@@ -78,7 +78,14 @@ void pack_w_panel(const BlockQ8_0* w, std::int64_t blocks_per_row, std::int64_t 
     rows[r] = valid ? w + (row0 + r) * blocks_per_row + b0 : &kZeroBlock;
     row_step[r] = valid ? 1 : 0;
   }
+  // W usually comes from DRAM (each matrix is used once per layer): fetch the same blocks of the
+  // next 16 rows (the next panel, contiguous after this one) while this one is converted.
+  const std::int64_t next_rows = std::max<std::int64_t>(0, std::min<std::int64_t>(kNR, n - (row0 + kNR)));
+  const BlockQ8_0* next = w + (row0 + kNR) * blocks_per_row + b0;
   for (std::int64_t b = 0; b < nb; ++b) {
+    for (std::int64_t r = 0; r < next_rows; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(next + r * blocks_per_row + b), _MM_HINT_T1);
+    }
     __m256i* out = q + b * kB;  // k-pair p of this block at out[2 * p + h]
     for (int h = 0; h < 2; ++h) {
       for (int part = 0; part < 2; ++part) {
@@ -112,10 +119,13 @@ void pack_x_panel(const std::int8_t* xq, const float* xd, std::int64_t m, std::i
       continue;
     }
     const std::int8_t* q = xq + (t0 + t) * k;
-    for (std::int64_t p = 0; p < k / 2; ++p) {
-      const auto lo = static_cast<std::uint16_t>(static_cast<std::int16_t>(q[2 * p]));
-      const auto hi = static_cast<std::uint16_t>(static_cast<std::int16_t>(q[2 * p + 1]));
-      pairs[p * kMR + t] = static_cast<std::int32_t>(static_cast<std::uint32_t>(lo) | static_cast<std::uint32_t>(hi) << 16);
+    // 16 k (8 pairs) at a time (k is a multiple of 32): int8 sign-extended to int16 are the
+    // little-endian pairs (lo | hi << 16) as int32.
+    for (std::int64_t p0 = 0; p0 < k / 2; p0 += 8) {
+      alignas(32) std::int32_t v[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(v),
+                         _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 2 * p0))));
+      for (int i = 0; i < 8; ++i) pairs[(p0 + i) * kMR + t] = v[i];
     }
     for (std::int64_t b = 0; b < nb; ++b) scales[b * kMR + t] = xd[(t0 + t) * nb + b];
   }

@@ -2,6 +2,7 @@
 // registers; tiles of rows x tokens share the loads (memory-bound decode GEMV, DESIGN.md §1.3).
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "backends/cpu/kernels/matmul_internal.h"
 #include "runtime/base/half.h"
@@ -15,18 +16,25 @@ namespace sx::cpu::detail {
 
 namespace {
 
-// Scalar element loaders (tails and the portable build).
+// Scalar element loaders (tails and the portable build). Rows need not be aligned to their
+// element size, hence memcpy (compiled to a plain load).
+template <typename T>
+T load_elem(const T* p, std::int64_t i) {
+  T v;
+  std::memcpy(&v, p + i, sizeof(T));
+  return v;
+}
 struct ElemF32 {
   using T = float;
-  static float get(const T* p, std::int64_t i) { return p[i]; }
+  static float get(const T* p, std::int64_t i) { return load_elem(p, i); }
 };
 struct ElemF16 {
   using T = std::uint16_t;
-  static float get(const T* p, std::int64_t i) { return f16_to_f32(p[i]); }
+  static float get(const T* p, std::int64_t i) { return f16_to_f32(load_elem(p, i)); }
 };
 struct ElemBF16 {
   using T = std::uint16_t;
-  static float get(const T* p, std::int64_t i) { return bf16_to_f32(p[i]); }
+  static float get(const T* p, std::int64_t i) { return bf16_to_f32(load_elem(p, i)); }
 };
 
 #if SX_GEMV_AVX2
