@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backends/cpu/kernels/matmul_internal.h"
+#include "backends/cpu/simd.h"
 #include "runtime/base/half.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -53,15 +54,6 @@ struct VecBF16 : ElemBF16 {
   }
 };
 
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-// Software prefetch distance along each row stream (measured best on Zen 3 with 4 streams).
-constexpr int kPrefetchBytes = 512;
 
 // R rows of W (row j at w + j * row_stride elements, k each) against T tokens (x row stride k);
 // y[t * ldy + j * y_stride] (+ bias[j * y_stride]).
@@ -79,7 +71,7 @@ void tile(const typename L::T* w, std::int64_t row_stride, const float* x, std::
       const typename L::T* wr = w + r * row_stride + i;
       // One prefetch per 64-byte line of the stream.
       if ((i * static_cast<std::int64_t>(sizeof(typename L::T))) % 64 == 0) {
-        _mm_prefetch(reinterpret_cast<const char*>(wr) + kPrefetchBytes, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(wr) + kGemvPrefetchBytes, _MM_HINT_T0);
       }
       const __m256 wv = L::load8(wr);
       for (int t = 0; t < T; ++t) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
@@ -87,7 +79,7 @@ void tile(const typename L::T* w, std::int64_t row_stride, const float* x, std::
   }
   for (int r = 0; r < R; ++r) {
     for (int t = 0; t < T; ++t) {
-      float s = hsum(acc[r][t]);
+      float s = hsum256(acc[r][t]);
       for (std::int64_t j = i; j < k; ++j) s += L::get(w + r * row_stride, j) * x[t * k + j];
       y[t * ldy + r * y_stride] = s + (bias != nullptr ? bias[r * y_stride] : 0.0f);
     }

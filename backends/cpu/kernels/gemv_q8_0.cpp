@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "backends/cpu/kernels/matmul_internal.h"
+#include "backends/cpu/simd.h"
 #include "runtime/base/half.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -20,15 +21,6 @@ using hal::BlockQ8_0;
 constexpr int kB = hal::kQ8_0Block;
 
 #if SX_GEMV_Q8_AVX2
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-// Software prefetch distance along each row stream (measured best on Zen 3 with 4 streams).
-constexpr int kPrefetchBytes = 512;
 
 // R rows of W (row j at w + j * row_stride blocks, nb blocks each) against T quantised tokens (xq
 // row stride k, xd row stride nb); y[t * ldy + j * y_stride] (+ bias[j * y_stride]).
@@ -48,7 +40,7 @@ void tile(const BlockQ8_0* w, std::int64_t row_stride, std::int64_t nb, const st
     alignas(16) std::uint16_t dbits[8] = {};
     for (int r = 0; r < R; ++r) {
       const BlockQ8_0& blk = w[r * row_stride + b];
-      _mm_prefetch(reinterpret_cast<const char*>(&blk) + kPrefetchBytes, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(&blk) + kGemvPrefetchBytes, _MM_HINT_T0);
       wv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs));
       aw[r] = _mm256_abs_epi8(wv[r]);
       dbits[r] = blk.d;
@@ -69,7 +61,7 @@ void tile(const BlockQ8_0* w, std::int64_t row_stride, std::int64_t nb, const st
   }
   for (int r = 0; r < R; ++r) {
     for (int t = 0; t < T; ++t) {
-      y[t * ldy + r * y_stride] = hsum(acc[r][t]) + (bias != nullptr ? bias[r * y_stride] : 0.0f);
+      y[t * ldy + r * y_stride] = hsum256(acc[r][t]) + (bias != nullptr ? bias[r * y_stride] : 0.0f);
     }
   }
 }

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "backends/cpu/ops/cpu_ops.h"
+#include "backends/cpu/simd.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -13,14 +14,6 @@ namespace sx::cpu {
 
 #ifdef SX_CPU_AVX2
 namespace {
-inline float hsum256(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v);
-  __m128 hi = _mm256_extractf128_ps(v, 1);
-  lo = _mm_add_ps(lo, hi);
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 0x55));
-  return _mm_cvtss_f32(lo);
-}
 // exp(x) for x in [-87.3, 88] (clamped outside): 2^n * p(r), r = x - n ln2 in [-ln2/2, ln2/2],
 // p a degree-6 polynomial (Cephes expf coefficients); about 1 ulp.
 inline __m256 exp256(__m256 x) {
