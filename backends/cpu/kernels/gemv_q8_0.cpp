@@ -37,7 +37,7 @@ void tile(const BlockQ8_0* w, std::int64_t row_stride, std::int64_t nb, const st
     // The R fp16 scales of this block, converted together. (An array rather than
     // _mm_insert_epi16, whose lane must be a compile-time constant even when the loop is not
     // unrolled, as in -O2 sanitizer builds.)
-    alignas(16) std::uint16_t dbits[8] = {};
+    std::uint16_t dbits[8] = {};
     for (int r = 0; r < R; ++r) {
       const BlockQ8_0& blk = w[r * row_stride + b];
       _mm_prefetch(reinterpret_cast<const char*>(&blk) + kGemvPrefetchBytes, _MM_HINT_T0);
@@ -45,7 +45,12 @@ void tile(const BlockQ8_0* w, std::int64_t row_stride, std::int64_t nb, const st
       aw[r] = _mm256_abs_epi8(wv[r]);
       dbits[r] = blk.d;
     }
-    const __m128 dw = _mm_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dbits)));
+    // Built from scalars, not loaded: narrow stores followed by a wide load would stall store
+    // forwarding on every block.
+    const __m128 dw = _mm_cvtph_ps(_mm_setr_epi16(
+        static_cast<short>(dbits[0]), static_cast<short>(dbits[1]), static_cast<short>(dbits[2]),
+        static_cast<short>(dbits[3]), static_cast<short>(dbits[4]), static_cast<short>(dbits[5]),
+        static_cast<short>(dbits[6]), static_cast<short>(dbits[7])));
     for (int t = 0; t < T; ++t) {
       const __m256i xv = _mm256_load_si256(reinterpret_cast<const __m256i*>(xq + t * k + b * kB));
       // Lane r of s: d_w(row r) * d_x; broadcast per row below.
