@@ -132,14 +132,7 @@ void rows(const typename L::T* w, const float* x, std::int64_t m, std::int64_t k
 template <class L>
 void run(ThreadPool& pool, const MatmulProblem& p) {
   const auto* w = static_cast<const typename L::T*>(p.w);
-  // Chunks of rows: enough tasks for load balance, large enough to amortise the task handout.
-  const std::int64_t threads = pool.size();
-  std::int64_t chunk = std::max<std::int64_t>(16, ceil_div(p.n, threads * 16));
-  chunk = ceil_div(chunk, 4) * 4;
-  const std::int64_t n_tasks = ceil_div(p.n, chunk);
-  pool.parallel_for(n_tasks, [&](std::int64_t task) {
-    const std::int64_t r0 = task * chunk;
-    const std::int64_t r1 = std::min(p.n, r0 + chunk);
+  for_row_chunks(pool, p.n, [&](std::int64_t r0, std::int64_t r1) {
     rows<L>(w + r0 * p.k, p.x, p.m, p.k, p.y + r0, p.n, p.bias != nullptr ? p.bias + r0 : nullptr,
             r1 - r0);
   });

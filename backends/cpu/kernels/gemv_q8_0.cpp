@@ -137,13 +137,7 @@ void gemv_q8_0(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
     pool.parallel_for(p.m, [&](std::int64_t r) { quantize_rows_q8(p.x, r, r + 1, p.k, xq, xd); });
   }
   const auto* w = static_cast<const BlockQ8_0*>(p.w);
-  const std::int64_t threads = pool.size();
-  std::int64_t chunk = std::max<std::int64_t>(16, ceil_div(p.n, threads * 16));
-  chunk = ceil_div(chunk, 4) * 4;
-  const std::int64_t n_tasks = ceil_div(p.n, chunk);
-  pool.parallel_for(n_tasks, [&](std::int64_t task) {
-    const std::int64_t r0 = task * chunk;
-    const std::int64_t r1 = std::min(p.n, r0 + chunk);
+  for_row_chunks(pool, p.n, [&](std::int64_t r0, std::int64_t r1) {
     rows(w + r0 * nb, nb, xq, xd, p.m, p.k, p.y + r0, p.n, p.bias != nullptr ? p.bias + r0 : nullptr,
          r1 - r0);
   });

@@ -5,6 +5,7 @@
 // (per-thread panels). Scratch::get is called on the calling thread only, before any dispatch.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "backends/cpu/kernels/matmul.h"
@@ -29,5 +30,19 @@ void quantize_rows_q8(const float* x, std::int64_t r0, std::int64_t r1, std::int
                       std::int8_t* qs, float* d);
 
 inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// Runs fn(r0, r1) over [0, n) in chunks of rows (a multiple of 4, at least 16): enough chunks for
+// load balance across the pool, large enough to amortise the hand-out. Used by the GEMVs.
+template <typename Fn>
+void for_row_chunks(ThreadPool& pool, std::int64_t n, Fn&& fn) {
+  const std::int64_t threads = pool.size();
+  std::int64_t chunk = std::max<std::int64_t>(16, ceil_div(n, threads * 16));
+  chunk = ceil_div(chunk, 4) * 4;
+  const std::int64_t n_tasks = ceil_div(n, chunk);
+  pool.parallel_for(n_tasks, [&](std::int64_t task) {
+    const std::int64_t r0 = task * chunk;
+    fn(r0, std::min(n, r0 + chunk));
+  });
+}
 
 }  // namespace sx::cpu::detail
