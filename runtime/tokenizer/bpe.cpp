@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "runtime/tokenizer/byte_level.h"
+#include "runtime/tokenizer/token_index.h"
 
 namespace sx::tokenizer {
 namespace {
@@ -87,17 +88,7 @@ class WordCache {
 
   bool enabled() const { return mask_ != 0; }
 
-  static std::uint64_t hash(std::string_view word) {
-    std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a + avalanche; never 0 (0 = empty slot)
-    for (unsigned char c : word) {
-      h ^= c;
-      h *= 0x100000001b3ull;
-    }
-    h ^= h >> 31;
-    h *= 0x9e3779b97f4a7c15ull;
-    h ^= h >> 29;
-    return h | 1;
-  }
+  static std::uint64_t hash(std::string_view word) { return hash_string(word) | 1; }  // never 0 (0 = empty slot)
 
   bool get(std::string_view word, std::uint64_t h, std::vector<std::int32_t>& out) const {
     const std::size_t i = static_cast<std::size_t>(h >> 7) & mask_;

@@ -10,8 +10,7 @@ TokenIndex::TokenIndex(const std::vector<std::string>& tokens) : tokens_(&tokens
   mask_ = cap - 1;
 }
 
-std::uint64_t TokenIndex::hash(std::string_view s) {
-  // FNV-1a, then a final avalanche so both halves are usable (low bits: slot, high: tag).
+std::uint64_t hash_string(std::string_view s) {
   std::uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char c : s) {
     h ^= c;
@@ -39,7 +38,7 @@ std::size_t TokenIndex::probe(std::string_view text, std::uint64_t h) const {
 
 std::int32_t TokenIndex::insert(std::int32_t id) {
   const std::string& text = (*tokens_)[static_cast<std::size_t>(id)];
-  const std::uint64_t h = hash(text);
+  const std::uint64_t h = hash_string(text);
   const std::size_t i = probe(text, h);
   if (slots_[i] != 0) return static_cast<std::int32_t>((slots_[i] & 0xffffffffu) - 1);
   slots_[i] = ((h >> 32) << 32) | (static_cast<std::uint64_t>(id) + 1);
@@ -48,14 +47,14 @@ std::int32_t TokenIndex::insert(std::int32_t id) {
 
 void TokenIndex::replace(std::int32_t id) {
   const std::string& text = (*tokens_)[static_cast<std::size_t>(id)];
-  const std::uint64_t h = hash(text);
+  const std::uint64_t h = hash_string(text);
   const std::size_t i = probe(text, h);
   slots_[i] = ((h >> 32) << 32) | (static_cast<std::uint64_t>(id) + 1);
 }
 
 std::int32_t TokenIndex::find(std::string_view text) const {
   if (slots_.empty()) return -1;
-  const std::size_t i = probe(text, hash(text));
+  const std::size_t i = probe(text, hash_string(text));
   const std::uint64_t s = slots_[i];
   return s == 0 ? -1 : static_cast<std::int32_t>((s & 0xffffffffu) - 1);
 }

@@ -13,6 +13,10 @@
 
 namespace sx::tokenizer {
 
+// 64-bit string hash (FNV-1a with a final avalanche, so low and high bits are both usable); shared
+// by the token index and the BPE word cache.
+std::uint64_t hash_string(std::string_view s);
+
 class TokenIndex {
  public:
   TokenIndex() = default;
@@ -28,7 +32,6 @@ class TokenIndex {
   std::int32_t find(std::string_view text) const;
 
  private:
-  static std::uint64_t hash(std::string_view s);
   std::size_t probe(std::string_view text, std::uint64_t h) const;  // slot holding text, or the empty slot
 
   const std::vector<std::string>* tokens_ = nullptr;
