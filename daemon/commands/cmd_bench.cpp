@@ -10,7 +10,7 @@
 #include "daemon/commands/model_session.h"
 #include "runtime/base/membw.h"
 #include "runtime/base/thread_pool.h"
-#include "runtime/engine/sampler.h"
+#include "runtime/engine/generator.h"
 
 namespace sx::daemon {
 
@@ -82,16 +82,7 @@ int cmd_bench(int argc, char** argv) {
     std::printf("device: %s\n", session.device->info().name.c_str());
 
     std::vector<float> logits;
-    auto prefill = [&]() -> Status {
-      for (std::int64_t start = 0; start < static_cast<std::int64_t>(prompt.size()); start += mo.max_batch_tokens) {
-        const std::int64_t len = std::min<std::int64_t>(mo.max_batch_tokens, static_cast<std::int64_t>(prompt.size()) - start);
-        engine::ForwardBatch b = engine::single_sequence_batch(
-            std::span<const std::int32_t>(prompt).subspan(static_cast<std::size_t>(start), static_cast<std::size_t>(len)),
-            static_cast<std::int32_t>(start), mo.kv.num_blocks);
-        SX_RETURN_IF_ERROR(model.forward(b, logits));
-      }
-      return ok_status();
-    };
+    auto prefill = [&]() { return engine::prefill(model, prompt, logits); };
     // Warm-up (first touch of the weights and workspace).
     SX_RETURN_IF_ERROR(prefill());
 

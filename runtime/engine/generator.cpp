@@ -21,6 +21,20 @@ std::vector<std::int32_t> default_stop_ids(const tokenizer::Tokenizer& tok) {
   return ids;
 }
 
+Status prefill(Qwen2Model& model, std::span<const std::int32_t> prompt, std::vector<float>& logits) {
+  const ModelOptions& mo = model.options();
+  const auto n_prompt = static_cast<std::int64_t>(prompt.size());
+  // Only the last chunk asks for logits.
+  for (std::int64_t start = 0; start < n_prompt; start += mo.max_batch_tokens) {
+    const std::int64_t len = std::min(mo.max_batch_tokens, n_prompt - start);
+    ForwardBatch b = single_sequence_batch(prompt.subspan(static_cast<std::size_t>(start), static_cast<std::size_t>(len)),
+                                           static_cast<std::int32_t>(start), mo.kv.num_blocks);
+    if (start + len < n_prompt) b.logit_rows.clear();
+    SX_RETURN_IF_ERROR(model.forward(b, logits));
+  }
+  return ok_status();
+}
+
 Result<GenerateResult> generate(Qwen2Model& model, const tokenizer::Tokenizer& tok,
                                 std::span<const std::int32_t> prompt, const GenerateOptions& options,
                                 const std::function<void(std::string_view)>& on_text) {
@@ -56,14 +70,7 @@ Result<GenerateResult> generate(Qwen2Model& model, const tokenizer::Tokenizer& t
 
   std::vector<float> logits;
   const auto t0 = Clock::now();
-  // Prefill in chunks of max_batch_tokens; only the last chunk asks for logits.
-  for (std::int64_t start = 0; start < n_prompt; start += mo.max_batch_tokens) {
-    const std::int64_t len = std::min(mo.max_batch_tokens, n_prompt - start);
-    ForwardBatch b = single_sequence_batch(prompt.subspan(static_cast<std::size_t>(start), static_cast<std::size_t>(len)),
-                                           static_cast<std::int32_t>(start), mo.kv.num_blocks);
-    if (start + len < n_prompt) b.logit_rows.clear();
-    SX_RETURN_IF_ERROR(model.forward(b, logits));
-  }
+  SX_RETURN_IF_ERROR(prefill(model, prompt, logits));
   const auto t1 = Clock::now();
   result.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
 

@@ -42,6 +42,10 @@ Result<GenerateResult> generate(Qwen2Model& model, const tokenizer::Tokenizer& t
                                 std::span<const std::int32_t> prompt, const GenerateOptions& options,
                                 const std::function<void(std::string_view)>& on_text = {});
 
+// Runs the prompt through the model from position 0 in chunks of max_batch_tokens (one sequence,
+// identity block table); logits receives the last token's logits.
+Status prefill(Qwen2Model& model, std::span<const std::int32_t> prompt, std::vector<float>& logits);
+
 // Default stop ids for a tokenizer: EOS plus <|im_end|> and <|endoftext|> when present.
 std::vector<std::int32_t> default_stop_ids(const tokenizer::Tokenizer& tok);
 
