@@ -1,4 +1,4 @@
-// Random-weight Qwen2 GGUF writer and the Qwen2.5 size presets.
+// Random-weight Qwen2 GGUF writer and the Qwen2.5 / Qwen3 size presets.
 #include "runtime/model/random_model.h"
 
 #include <algorithm>
@@ -27,6 +27,44 @@ constexpr Preset kPresets[] = {
     {"32b", 64, 5120, 40, 8, 27648, 152064, 131072, false},
     {"72b", 80, 8192, 64, 8, 29568, 152064, 131072, false},
 };
+
+// Qwen3 dense (Hugging Face Qwen/Qwen3-*/config.json): head_dim 128 for every size.
+struct Qwen3Preset {
+  std::string_view size;
+  std::int64_t n_layers, hidden, n_heads, n_kv_heads, ffn;
+  bool tied;
+};
+
+constexpr Qwen3Preset kQwen3Presets[] = {
+    {"0.6b", 28, 1024, 16, 8, 3072, true},
+    {"1.7b", 28, 2048, 16, 8, 6144, true},
+    {"4b", 36, 2560, 32, 8, 9728, true},
+    {"8b", 36, 4096, 32, 8, 12288, false},
+    {"14b", 40, 5120, 40, 8, 17408, false},
+    {"32b", 64, 5120, 64, 8, 25600, false},
+};
+constexpr std::int64_t kQwen3HeadDim = 128;
+constexpr std::int64_t kQwen3Vocab = 151936;
+constexpr std::int64_t kQwen3Context = 40960;
+
+std::string lowercase(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  return out;
+}
+
+// "0.5b" -> "0.5B"
+std::string display_size(std::string_view size) {
+  std::string upper(size);
+  upper.back() = 'B';
+  return upper;
+}
+
+std::string join_sizes(const std::vector<std::string_view>& sizes) {
+  std::string known;
+  for (std::string_view s : sizes) known += fmt::format("{}{}", known.empty() ? "" : ", ", s);
+  return known;
+}
 
 constexpr std::string_view kChatMlTemplate =
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
@@ -138,15 +176,12 @@ const std::vector<std::string_view>& qwen2_5_sizes() {
 }
 
 Result<ModelConfig> find_qwen2_5_config(std::string_view size) {
-  std::string lower(size);
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  const std::string lower = lowercase(size);
   for (const Preset& p : kPresets) {
     if (p.size != lower) continue;
     ModelConfig c;
     c.architecture = "qwen2";
-    std::string upper(p.size);
-    upper.back() = 'B';
-    c.name = fmt::format("Qwen2.5-{} (random weights)", upper);
+    c.name = fmt::format("Qwen2.5-{} (random weights)", display_size(p.size));
     c.n_layers = p.n_layers;
     c.hidden = p.hidden;
     c.n_heads = p.n_heads;
@@ -161,14 +196,51 @@ Result<ModelConfig> find_qwen2_5_config(std::string_view size) {
     c.qkv_bias = true;
     return c;
   }
-  std::string known;
-  for (std::string_view s : qwen2_5_sizes()) known += fmt::format("{}{}", known.empty() ? "" : ", ", s);
-  return invalid_argument_error("unknown Qwen2.5 size '{}' (known: {})", size, known);
+  return invalid_argument_error("unknown Qwen2.5 size '{}' (known: {})", size, join_sizes(qwen2_5_sizes()));
 }
 
 ModelConfig qwen2_5_config(std::string_view size) {
   auto c = find_qwen2_5_config(size);
   if (!c.ok()) fatal("qwen2_5_config", c.status().message());
+  return *std::move(c);
+}
+
+const std::vector<std::string_view>& qwen3_sizes() {
+  static const std::vector<std::string_view> kSizes = [] {
+    std::vector<std::string_view> v;
+    for (const Qwen3Preset& p : kQwen3Presets) v.push_back(p.size);
+    return v;
+  }();
+  return kSizes;
+}
+
+Result<ModelConfig> find_qwen3_config(std::string_view size) {
+  const std::string lower = lowercase(size);
+  for (const Qwen3Preset& p : kQwen3Presets) {
+    if (p.size != lower) continue;
+    ModelConfig c;
+    c.architecture = "qwen3";
+    c.name = fmt::format("Qwen3-{} (shape)", display_size(p.size));
+    c.n_layers = p.n_layers;
+    c.hidden = p.hidden;
+    c.n_heads = p.n_heads;
+    c.n_kv_heads = p.n_kv_heads;
+    c.head_dim = kQwen3HeadDim;
+    c.ffn = p.ffn;
+    c.vocab = kQwen3Vocab;
+    c.context_length = kQwen3Context;
+    c.rope_theta = 1e6;
+    c.rms_eps = 1e-6;
+    c.tied_embeddings = p.tied;
+    c.qkv_bias = false;
+    return c;
+  }
+  return invalid_argument_error("unknown Qwen3 size '{}' (known: {})", size, join_sizes(qwen3_sizes()));
+}
+
+ModelConfig qwen3_config(std::string_view size) {
+  auto c = find_qwen3_config(size);
+  if (!c.ok()) fatal("qwen3_config", c.status().message());
   return *std::move(c);
 }
 

@@ -1,5 +1,5 @@
 // Random-weight Qwen2 GGUF models with the exact shapes of real sizes (for shard-planner tests,
-// benchmarks and loaders), plus the Qwen2.5 size presets.
+// benchmarks and loaders), plus the Qwen2.5 and Qwen3 size presets.
 //
 // Weights are deterministic functions of (seed, tensor name): a tensor's values do not depend on
 // which other tensors exist or on write order. 2-D weights are uniform with standard deviation
@@ -39,6 +39,16 @@ struct RandomModelSpec {
 ModelConfig qwen2_5_config(std::string_view size);
 Result<ModelConfig> find_qwen2_5_config(std::string_view size);
 const std::vector<std::string_view>& qwen2_5_sizes();
+
+// Qwen3 dense shapes: "0.6b", "1.7b", "4b", "8b", "14b", "32b" (architecture "qwen3": head_dim 128
+// whatever the hidden size, so q_dim != hidden for 0.6b, 4b and 32b; q/k norms, no qkv bias; rms eps
+// 1e-6, rope theta 1e6, vocab 151936, 40960 positions; 0.6b-4b tied). Numbers from the published
+// Hugging Face config.json files. Shapes only (for the shard planner and `sextant plan`): qwen3 is
+// not a loadable architecture yet, so these cannot be written as GGUF. An unknown size aborts; use
+// find_qwen3_config for user input.
+ModelConfig qwen3_config(std::string_view size);
+Result<ModelConfig> find_qwen3_config(std::string_view size);
+const std::vector<std::string_view>& qwen3_sizes();
 
 // A minimal byte-level BPE vocabulary of `vocab` tokens: the 256 GPT-2 byte tokens (ids 0..255 in
 // the order Qwen2's vocabulary has them), "[PAD{i}]" fillers (unused), then <|endoftext|>,

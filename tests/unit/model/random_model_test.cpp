@@ -208,5 +208,49 @@ TEST(RandomModel, Qwen25HalfShapedLayer) {
   EXPECT_EQ((*f)->find_tensor("blk.0.ffn_down.weight")->n_bytes, 4864u / 32 * 34 * 896);
 }
 
+TEST(RandomModel, Qwen3Shapes) {
+  // The published Qwen/Qwen3-*/config.json values: layers, hidden, heads, KV heads, intermediate
+  // size, tie_word_embeddings (head_dim 128, vocab 151936, 40960 positions for all).
+  struct Want {
+    std::string_view size;
+    std::int64_t layers, hidden, heads, kv_heads, ffn;
+    bool tied;
+  };
+  const Want want[] = {
+      {"0.6b", 28, 1024, 16, 8, 3072, true},   {"1.7b", 28, 2048, 16, 8, 6144, true},
+      {"4b", 36, 2560, 32, 8, 9728, true},     {"8b", 36, 4096, 32, 8, 12288, false},
+      {"14b", 40, 5120, 40, 8, 17408, false},  {"32b", 64, 5120, 64, 8, 25600, false},
+  };
+  ASSERT_EQ(qwen3_sizes().size(), std::size(want));
+  for (std::size_t i = 0; i < std::size(want); ++i) {
+    const Want& w = want[i];
+    EXPECT_EQ(qwen3_sizes()[i], w.size);
+    const ModelConfig c = qwen3_config(w.size);
+    EXPECT_EQ(c.architecture, "qwen3");
+    EXPECT_EQ(c.n_layers, w.layers) << w.size;
+    EXPECT_EQ(c.hidden, w.hidden) << w.size;
+    EXPECT_EQ(c.n_heads, w.heads) << w.size;
+    EXPECT_EQ(c.n_kv_heads, w.kv_heads) << w.size;
+    EXPECT_EQ(c.head_dim, 128) << w.size;
+    EXPECT_EQ(c.ffn, w.ffn) << w.size;
+    EXPECT_EQ(c.tied_embeddings, w.tied) << w.size;
+    EXPECT_EQ(c.vocab, 151936);
+    EXPECT_EQ(c.context_length, 40960);
+    EXPECT_FALSE(c.qkv_bias);
+    EXPECT_EQ(c.rms_eps, 1e-6);
+    EXPECT_EQ(c.rope_theta, 1e6);
+  }
+  EXPECT_NE(qwen3_config("0.6b").q_dim(), qwen3_config("0.6b").hidden);  // 16 x 128 = 2048 vs 1024
+  EXPECT_NE(qwen3_config("32b").q_dim(), qwen3_config("32b").hidden);    // 64 x 128 = 8192 vs 5120
+  EXPECT_EQ(find_qwen3_config("8B")->hidden, 4096);
+  EXPECT_TRUE(fails_with(find_qwen3_config("7b"), StatusCode::kInvalidArgument, {"7b", "0.6b, 1.7b"}));
+  // Shapes only: qwen3 is not a loadable (so not a writable) architecture yet.
+  RandomModelSpec spec;
+  spec.config = qwen3_config("0.6b");
+  spec.config.n_layers = 1;
+  GgufWriter w;
+  EXPECT_FALSE(add_random_qwen2_model(spec, w).ok());
+}
+
 }  // namespace
 }  // namespace sx::model
