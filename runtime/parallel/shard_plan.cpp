@@ -1,0 +1,426 @@
+// The shard planner: head / KV-head / FFN / vocab / layer ranges per rank, their weight and KV
+// bytes, and the table `sextant plan` prints. The rules are in shard_plan.h.
+#include "runtime/parallel/shard_plan.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "runtime/model/tensor_names.h"
+
+namespace sx::parallel {
+
+namespace {
+
+constexpr int kMaxTp = 64;
+constexpr std::uint64_t kF32Bytes = 4;
+
+using hal::DType;
+
+// Part i of n of [0, total): [floor(i * total / n), floor((i + 1) * total / n)).
+Range even_part(std::int64_t total, int i, int n) {
+  return {total * i / n, total * (i + 1) / n};
+}
+
+std::int64_t block_of(DType t) { return hal::dtype_info(t).block_elems; }
+
+std::uint64_t matrix_bytes(DType t, std::int64_t rows, std::int64_t cols) {
+  return static_cast<std::uint64_t>(rows) * hal::row_bytes(t, cols);
+}
+
+std::string upper_name(DType t) {
+  std::string s(hal::dtype_name(t));
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// "blocks of 32 columns"
+std::string block_words(DType t) {
+  return fmt::format("blocks of {} column{}", block_of(t), block_of(t) == 1 ? "" : "s");
+}
+
+Status check_config(const model::ModelConfig& c) {
+  const std::pair<std::string_view, std::int64_t> sizes[] = {
+      {"layers", c.n_layers}, {"hidden", c.hidden}, {"heads", c.n_heads}, {"KV heads", c.n_kv_heads},
+      {"head_dim", c.head_dim}, {"FFN size", c.ffn},  {"vocab", c.vocab},
+  };
+  for (const auto& [what, v] : sizes) {
+    if (v < 1 || v > (std::int64_t{1} << 31)) {
+      return invalid_argument_error("shard plan: the model's {} is {}; it must be in 1..2^31", what, v);
+    }
+  }
+  if (c.n_heads % c.n_kv_heads != 0) {
+    return invalid_argument_error("shard plan: {} query heads is not a multiple of {} KV heads", c.n_heads,
+                                  c.n_kv_heads);
+  }
+  return ok_status();
+}
+
+// Every matrix's input dimension (the contiguous one) must be whole blocks of its format (down's,
+// the FFN size, is checked against the split unit by plan_shards).
+Status check_inner_dims(const model::ModelConfig& c, const WeightTypes& types) {
+  struct Inner {
+    std::string_view what;
+    DType type;
+    std::int64_t cols;
+  };
+  std::vector<Inner> checks = {{"token_embd", types.token_embd, c.hidden}};
+  if (!c.tied_embeddings) checks.push_back({"output (LM head)", types.output, c.hidden});
+  for (const LayerWeightTypes& t : types.layers) {
+    checks.insert(checks.end(), {{"q", t.q, c.hidden},
+                                 {"k", t.k, c.hidden},
+                                 {"v", t.v, c.hidden},
+                                 {"o", t.o, c.q_dim()},
+                                 {"gate", t.gate, c.hidden},
+                                 {"up", t.up, c.hidden}});
+  }
+  for (const Inner& i : checks) {
+    if (i.type == DType::kI32) {
+      return invalid_argument_error("shard plan: the {} weights are i32, which is not a weight format", i.what);
+    }
+    if (i.cols % block_of(i.type) != 0) {
+      return invalid_argument_error(
+          "shard plan: the {} weights are {} ({}) but have {} input columns, not a whole number of blocks", i.what,
+          upper_name(i.type), block_words(i.type), i.cols);
+    }
+  }
+  return ok_status();
+}
+
+// Head boundaries of the o weights (split by input columns) must fall on block boundaries.
+Status check_o_alignment(const model::ModelConfig& c, const WeightTypes& types, int tp) {
+  std::int64_t block = 1;
+  DType worst = DType::kF32;
+  for (const LayerWeightTypes& t : types.layers) {
+    if (block_of(t.o) > block) {
+      block = block_of(t.o);
+      worst = t.o;
+    }
+  }
+  if (block == 1) return ok_status();
+  for (int i = 1; i < tp; ++i) {
+    const std::int64_t head = even_part(c.n_heads, i, tp).begin;
+    const std::int64_t column = head * c.head_dim;
+    if (column % block == 0) continue;
+    std::string good;
+    const int max_tp = static_cast<int>(std::min<std::int64_t>(c.n_heads, kMaxTp));
+    for (int t = 1; t <= max_tp; ++t) {
+      bool ok = true;
+      for (int j = 1; j < t && ok; ++j) ok = even_part(c.n_heads, j, t).begin * c.head_dim % block == 0;
+      if (ok) good += fmt::format("{}{}", good.empty() ? "" : ", ", t);
+    }
+    return invalid_argument_error(
+        "tp {}: the o weights are {} ({}) but rank {} starts at head {} = column {} (head_dim {}), inside a "
+        "block; o is split by input columns at head boundaries, so use a tp whose boundaries fall on multiples "
+        "of {} columns ({} heads: tp {}) or store the o weights in a float format",
+        tp, upper_name(worst), block_words(worst), i, head, column, c.head_dim, block, c.n_heads, good);
+  }
+  return ok_status();
+}
+
+// Weight bytes of one layer held by a rank with these ranges.
+std::uint64_t layer_bytes(const model::ModelConfig& c, const LayerWeightTypes& t, const Range& q_heads,
+                          const Range& kv_heads, const Range& ffn) {
+  const std::int64_t q_rows = q_heads.size() * c.head_dim;
+  const std::int64_t kv_rows = kv_heads.size() * c.head_dim;
+  std::uint64_t b = 2 * static_cast<std::uint64_t>(c.hidden) * kF32Bytes;  // attn_norm, ffn_norm
+  b += matrix_bytes(t.q, q_rows, c.hidden);
+  b += matrix_bytes(t.k, kv_rows, c.hidden);
+  b += matrix_bytes(t.v, kv_rows, c.hidden);
+  if (c.qkv_bias) b += static_cast<std::uint64_t>(q_rows + 2 * kv_rows) * kF32Bytes;
+  if (c.architecture == "qwen3") b += 2 * static_cast<std::uint64_t>(c.head_dim) * kF32Bytes;  // q_norm, k_norm
+  b += matrix_bytes(t.o, c.hidden, q_rows);
+  b += matrix_bytes(t.gate, ffn.size(), c.hidden);
+  b += matrix_bytes(t.up, ffn.size(), c.hidden);
+  b += matrix_bytes(t.down, c.hidden, ffn.size());
+  return b;
+}
+
+// "0-9 (10)", "3 (1)", "-" for an empty range.
+std::string range_cell(const Range& r) {
+  if (r.size() <= 0) return "-";
+  if (r.size() == 1) return fmt::format("{} (1)", r.begin);
+  return fmt::format("{}-{} ({})", r.begin, r.end - 1, r.size());
+}
+
+std::string human_bytes(std::uint64_t b) {
+  constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
+  if (b < 1024) return fmt::format("{} B", b);
+  double v = static_cast<double>(b) / 1024.0;
+  int u = 0;
+  while (v >= 1024.0 && u < 3) {
+    v /= 1024.0;
+    ++u;
+  }
+  return fmt::format("{:.2f} {}", v, kUnits[u]);
+}
+
+}  // namespace
+
+WeightTypes uniform_weight_types(const model::ModelConfig& config, hal::DType type) {
+  WeightTypes w;
+  w.token_embd = type;
+  w.output = type;
+  LayerWeightTypes l;
+  l.q = l.k = l.v = l.o = l.gate = l.up = l.down = type;
+  w.layers.assign(static_cast<std::size_t>(std::max<std::int64_t>(config.n_layers, 0)), l);
+  return w;
+}
+
+Result<WeightTypes> weight_types_from_gguf(const model::GgufFile& file, const model::ModelConfig& config) {
+  auto type_of = [&](std::string_view name) -> Result<DType> {
+    const model::TensorInfo* t = file.find_tensor(name);
+    if (t == nullptr) return not_found_error("{}: tensor '{}' is missing", file.path(), name);
+    SX_RETURN_IF_ERROR(model::require_supported(*t));
+    return *t->dtype;
+  };
+  WeightTypes w;
+  SX_ASSIGN_OR_RETURN(w.token_embd, type_of(model::kTokenEmbdName));
+  if (config.tied_embeddings) {
+    w.output = w.token_embd;
+  } else {
+    SX_ASSIGN_OR_RETURN(w.output, type_of(model::kOutputName));
+  }
+  w.layers.resize(static_cast<std::size_t>(config.n_layers));
+  for (std::int64_t i = 0; i < config.n_layers; ++i) {
+    LayerWeightTypes& l = w.layers[static_cast<std::size_t>(i)];
+    SX_ASSIGN_OR_RETURN(l.q, type_of(model::attn_q_name(i)));
+    SX_ASSIGN_OR_RETURN(l.k, type_of(model::attn_k_name(i)));
+    SX_ASSIGN_OR_RETURN(l.v, type_of(model::attn_v_name(i)));
+    SX_ASSIGN_OR_RETURN(l.o, type_of(model::attn_output_name(i)));
+    SX_ASSIGN_OR_RETURN(l.gate, type_of(model::ffn_gate_name(i)));
+    SX_ASSIGN_OR_RETURN(l.up, type_of(model::ffn_up_name(i)));
+    SX_ASSIGN_OR_RETURN(l.down, type_of(model::ffn_down_name(i)));
+  }
+  return w;
+}
+
+std::uint64_t ShardPlan::total_weight_bytes() const {
+  std::uint64_t sum = 0;
+  for (const RankPlan& r : ranks) sum += r.weight_bytes;
+  return sum;
+}
+
+Result<ShardPlan> plan_shards(const model::ModelConfig& config, const WeightTypes& types, const PlanOptions& options) {
+  const model::ModelConfig& c = config;
+  const int tp = options.tp;
+  const int pp = options.pp;
+  if (tp < 1) return invalid_argument_error("tp {}: the tensor-parallel size must be at least 1", tp);
+  if (pp < 1) return invalid_argument_error("pp {}: the pipeline-parallel size must be at least 1", pp);
+  if (tp > kMaxTp) return invalid_argument_error("tp {}: at most {} ranks per stage are supported", tp, kMaxTp);
+  SX_RETURN_IF_ERROR(check_config(c));
+  if (tp > c.n_heads) {
+    return invalid_argument_error("tp {}: the model has only {} query heads, so at most tp {} (every rank needs a head)",
+                                  tp, c.n_heads, c.n_heads);
+  }
+  if (pp > c.n_layers) {
+    return invalid_argument_error("pp {}: the model has only {} layers, so at most pp {} (every stage needs a layer)",
+                                  pp, c.n_layers, c.n_layers);
+  }
+  if (static_cast<std::int64_t>(types.layers.size()) != c.n_layers) {
+    return invalid_argument_error("shard plan: weight types are given for {} layers but the model has {}",
+                                  types.layers.size(), c.n_layers);
+  }
+  if (c.vocab < tp) {
+    return invalid_argument_error("tp {}: the vocabulary has only {} rows to split; use tp <= {}", tp, c.vocab, c.vocab);
+  }
+  const hal::DTypeInfo& kv_info = hal::dtype_info(options.kv_dtype);
+  if (kv_info.block_elems != 1 || options.kv_dtype == DType::kI32) {
+    return invalid_argument_error("shard plan: the KV cache cannot be stored as {}; use f32, f16 or bf16",
+                                  kv_info.name);
+  }
+  SX_RETURN_IF_ERROR(check_inner_dims(c, types));
+
+  std::int64_t unit = 1;
+  DType unit_type = DType::kF32;
+  for (const LayerWeightTypes& t : types.layers) {
+    if (block_of(t.down) > unit) {
+      unit = block_of(t.down);
+      unit_type = t.down;
+    }
+  }
+  // The largest block is a multiple of the others (1 or 32), so a whole number of units is a whole
+  // number of blocks of every layer's down format.
+  if (c.ffn % unit != 0) {
+    return invalid_argument_error(
+        "shard plan: FFN size {} is not a whole number of {}-row units (the down weights are {}, {}); the model "
+        "cannot be stored in that format",
+        c.ffn, unit, upper_name(unit_type), block_words(unit_type));
+  }
+  const std::int64_t units = c.ffn / unit;
+  if (units < tp) {
+    return invalid_argument_error(
+        "tp {}: the FFN has {} rows = {} units of {} (the down weights are {}), fewer units than ranks; use tp <= {}",
+        tp, c.ffn, units, unit, upper_name(unit_type), units);
+  }
+  SX_RETURN_IF_ERROR(check_o_alignment(c, types, tp));
+
+  ShardPlan plan;
+  plan.tp = tp;
+  plan.pp = pp;
+  plan.ffn_unit = unit;
+  const std::int64_t group = c.n_heads / c.n_kv_heads;
+
+  // The tensor-parallel split is the same on every stage.
+  struct TpSlice {
+    Range q, kv, ffn, vocab;
+    std::vector<std::int64_t> replicated;
+  };
+  std::vector<TpSlice> slices(static_cast<std::size_t>(tp));
+  for (int i = 0; i < tp; ++i) {
+    TpSlice& s = slices[static_cast<std::size_t>(i)];
+    s.q = even_part(c.n_heads, i, tp);
+    s.kv = {s.q.begin / group, (s.q.end - 1) / group + 1};
+    const Range u = even_part(units, i, tp);
+    s.ffn = {u.begin * unit, u.end * unit};
+    s.vocab = even_part(c.vocab, i, tp);
+  }
+  for (int i = 0; i < tp; ++i) {
+    TpSlice& s = slices[static_cast<std::size_t>(i)];
+    for (std::int64_t h = s.kv.begin; h < s.kv.end; ++h) {
+      for (int j = 0; j < tp; ++j) {
+        if (j != i && slices[static_cast<std::size_t>(j)].kv.contains(h)) {
+          s.replicated.push_back(h);
+          break;
+        }
+      }
+    }
+  }
+
+  const bool tied_single_stage = c.tied_embeddings && pp == 1;
+  for (int stage = 0; stage < pp; ++stage) {
+    const Range layers = even_part(c.n_layers, stage, pp);
+    for (int i = 0; i < tp; ++i) {
+      const TpSlice& s = slices[static_cast<std::size_t>(i)];
+      RankPlan r;
+      r.rank = stage * tp + i;
+      r.stage = stage;
+      r.tp_rank = i;
+      r.q_heads = s.q;
+      r.kv_heads = s.kv;
+      r.replicated_kv_heads = s.replicated;
+      r.ffn = s.ffn;
+      r.vocab = s.vocab;
+      r.layers = layers;
+      r.has_embedding = stage == 0;
+      r.has_lm_head = stage == pp - 1;
+      for (std::int64_t l = layers.begin; l < layers.end; ++l) {
+        r.weight_bytes += layer_bytes(c, types.layers[static_cast<std::size_t>(l)], s.q, s.kv, s.ffn);
+      }
+      if (r.has_embedding) r.weight_bytes += matrix_bytes(types.token_embd, s.vocab.size(), c.hidden);
+      if (r.has_lm_head) {
+        r.weight_bytes += static_cast<std::uint64_t>(c.hidden) * kF32Bytes;  // output_norm
+        if (!tied_single_stage) {
+          r.weight_bytes +=
+              matrix_bytes(c.tied_embeddings ? types.token_embd : types.output, s.vocab.size(), c.hidden);
+        }
+      }
+      r.kv_bytes_per_token = static_cast<std::uint64_t>(layers.size()) * 2 * static_cast<std::uint64_t>(s.kv.size()) *
+                             static_cast<std::uint64_t>(c.head_dim) * static_cast<std::uint64_t>(kv_info.block_bytes);
+      plan.ranks.push_back(std::move(r));
+    }
+  }
+
+  // The whole model once: every layer with all heads and FFN rows, one embedding, one LM head.
+  const Range all_heads{0, c.n_heads}, all_kv{0, c.n_kv_heads}, all_ffn{0, c.ffn};
+  for (const LayerWeightTypes& t : types.layers) plan.model_weight_bytes += layer_bytes(c, t, all_heads, all_kv, all_ffn);
+  plan.model_weight_bytes += matrix_bytes(types.token_embd, c.vocab, c.hidden);
+  plan.model_weight_bytes += static_cast<std::uint64_t>(c.hidden) * kF32Bytes;
+  if (!c.tied_embeddings) plan.model_weight_bytes += matrix_bytes(types.output, c.vocab, c.hidden);
+  return plan;
+}
+
+std::string format_plan(const ShardPlan& plan, const model::ModelConfig& config) {
+  const std::vector<std::string> header = {"rank", "stage", "tp", "q heads", "KV heads", "FFN rows",
+                                           "vocab rows", "layers", "weights", "KV/token"};
+  const std::vector<bool> right = {true, true, true, false, false, false, false, false, true, true};
+  std::vector<std::vector<std::string>> rows;
+  std::uint64_t total_weights = 0, total_kv = 0;
+  bool any_replica = false;
+  for (const RankPlan& r : plan.ranks) {
+    std::string kv = range_cell(r.kv_heads);
+    if (!r.replicated_kv_heads.empty()) {
+      any_replica = true;
+      for (std::int64_t h : r.replicated_kv_heads) kv += fmt::format(" *{}", h);
+    }
+    rows.push_back({std::to_string(r.rank), std::to_string(r.stage), std::to_string(r.tp_rank), range_cell(r.q_heads),
+                    kv, range_cell(r.ffn), r.has_embedding || r.has_lm_head ? range_cell(r.vocab) : "-",
+                    range_cell(r.layers), human_bytes(r.weight_bytes), human_bytes(r.kv_bytes_per_token)});
+    total_weights += r.weight_bytes;
+    total_kv += r.kv_bytes_per_token;
+  }
+  std::vector<std::size_t> width(header.size());
+  for (std::size_t i = 0; i < header.size(); ++i) {
+    width[i] = header[i].size();
+    for (const auto& row : rows) width[i] = std::max(width[i], row[i].size());
+  }
+  auto line = [&](const std::vector<std::string>& cells) {
+    std::string out;
+    for (std::size_t i = 0; i < cells.size(); ++i) {
+      if (i > 0) out += "  ";
+      const std::size_t pad = width[i] - cells[i].size();
+      if (right[i]) out += std::string(pad, ' ');
+      out += cells[i];
+      if (!right[i] && i + 1 < cells.size()) out += std::string(pad, ' ');
+    }
+    return out + "\n";
+  };
+  std::string out = line(header);
+  for (const auto& row : rows) out += line(row);
+
+  // Totals under the weights and KV/token columns.
+  {
+    std::size_t weights_end = 0;
+    for (std::size_t i = 0; i <= 8; ++i) weights_end += (i > 0 ? 2 : 0) + width[i];
+    std::string t(weights_end + 2 + width[9], ' ');
+    const std::string w = human_bytes(total_weights), k = human_bytes(total_kv);
+    t.replace(0, 5, "total");
+    t.replace(weights_end - w.size(), w.size(), w);
+    t.replace(t.size() - k.size(), k.size(), k);
+    out += t + "\n";
+  }
+  // The model held once, and what the shards hold beyond it.
+  std::uint64_t model_kv = 0;  // every rank stores the same bytes per (KV head, layer)
+  if (!plan.ranks.empty()) {
+    const RankPlan& r0 = plan.ranks.front();
+    const auto head_layers = static_cast<std::uint64_t>(r0.layers.size() * r0.kv_heads.size());
+    if (head_layers > 0) {
+      model_kv = r0.kv_bytes_per_token / head_layers * static_cast<std::uint64_t>(config.n_layers * config.n_kv_heads);
+    }
+  }
+  out += fmt::format("the model held once: {} of weights, {} of KV per token", human_bytes(plan.model_weight_bytes),
+                     human_bytes(model_kv));
+  if (plan.ranks.size() > 1) {
+    const std::uint64_t extra_w = total_weights > plan.model_weight_bytes ? total_weights - plan.model_weight_bytes : 0;
+    const std::uint64_t extra_kv = total_kv > model_kv ? total_kv - model_kv : 0;
+    out += fmt::format("; the shards hold {} more weights and {} more KV per token (norms on every rank{}{})",
+                       human_bytes(extra_w), human_bytes(extra_kv), any_replica ? ", replicated KV heads" : "",
+                       config.tied_embeddings && plan.pp > 1 ? ", the tied table on the first and last stage" : "");
+  }
+  out += "\n";
+
+  out += "\nranges are global indices first-last (count). Query heads, KV heads and FFN rows are split across the tp\n"
+         "ranks of a stage (column-parallel q/k/v and gate/up, row-parallel o and down: one all-reduce each).\n";
+  if (any_replica) {
+    out += fmt::format("*N: KV head N is also held by another rank of the stage (a replica: the {} query heads sharing\n"
+                       "   it are split across ranks{}); its k/v weights and KV cache are stored on each holder.\n",
+                       config.n_heads / config.n_kv_heads,
+                       plan.tp > config.n_kv_heads ? ", or tp is above the KV-head count" : "");
+  }
+  if (plan.pp == 1) {
+    out += config.tied_embeddings
+               ? "vocab rows: each rank holds these rows of the tied embedding / LM head table (one table, held once);\n"
+               : "vocab rows: each rank holds these rows of the token embedding and of the LM head;\n";
+  } else {
+    out += fmt::format("vocab rows: stage 0 holds these rows of the token embedding, stage {} these rows of the LM "
+                       "head{};\n",
+                       plan.pp - 1, config.tied_embeddings ? " (a copy of the tied table)" : "");
+  }
+  out += "   a step's embedding is the all-reduce of every rank's rows, the logits the all-gather of every rank's.\n";
+  out += "weights: every byte of weights the rank holds; KV/token: its KV-cache bytes per token of context.\n";
+  return out;
+}
+
+}  // namespace sx::parallel

@@ -1,0 +1,110 @@
+// The shard planner (DESIGN.md §5): which part of a model every rank of a TP x PP group holds.
+//
+// Ranks are numbered stage-major: rank = stage * tp + tp_rank. Within a stage (tensor parallelism):
+// - query heads are split into contiguous ranges whose sizes differ by at most one head
+//   (rank i of T gets heads [floor(i * H / T), floor((i + 1) * H / T)));
+// - each rank holds exactly the KV heads its query heads use: [q.begin / g, (q.end - 1) / g + 1)
+//   with g = heads / kv_heads. A KV head held by more than one rank of the stage is a replica
+//   (a GQA group split across ranks, or TP above the KV-head count);
+// - FFN rows (rows of gate/up, columns of down) are split in units of the down weights' block
+//   (32 for Q8_0, 1 for float formats), contiguous, sizes differing by at most one unit;
+// - Q/K/V and gate/up are column-parallel (each rank computes its own heads / FFN rows, with the
+//   matching slices of the biases); o and down are row-parallel (each rank multiplies its slice of
+//   the input columns and one all-reduce sums the partial outputs; a bias of a row-parallel matrix
+//   is added by tp rank 0 only);
+// - the token embedding and the LM head are vocab-split: rank i holds rows
+//   [floor(i * V / T), floor((i + 1) * V / T)). The embedding of a step is the all-reduce of each
+//   rank's rows (zero rows for ids another rank holds; the sum is exact), and the LM head's logits
+//   are all-gathered. Why not replicate: the two tables are the largest tensors of the small Qwen
+//   models (0.5B: 136 M of 494 M parameters) and the LM head is read for every decoded token, so
+//   splitting them divides both memory and decode bytes by T at the price of one small collective.
+// Across stages (pipeline parallelism): contiguous layer ranges whose sizes differ by at most one
+// layer (stage s of P gets [floor(s * L / P), floor((s + 1) * L / P))); the embedding lives on the
+// first stage and the final norm + LM head on the last (with tied embeddings and P > 1 both stages
+// hold their shard of the one table).
+//
+// Errors (INVALID_ARGUMENT, naming the numbers): tp or pp below 1, tp above 64 or above the query
+// head count, pp above the layer count, an FFN size that is not a whole number of units or has
+// fewer units than tp ranks, a vocabulary smaller than tp, per-layer weight types missing, or a
+// head boundary that falls inside a block of the o weights' format (o is split by input columns,
+// so rank boundaries at head * head_dim must be multiples of that block).
+// Threading: pure functions over immutable inputs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/base/status.h"
+#include "runtime/hal/dtype.h"
+#include "runtime/model/gguf.h"
+#include "runtime/model/model_config.h"
+
+namespace sx::parallel {
+
+// Storage formats of the 2-D weights (norm weights and biases are always F32).
+struct LayerWeightTypes {
+  hal::DType q = hal::DType::kF32, k = hal::DType::kF32, v = hal::DType::kF32, o = hal::DType::kF32;
+  hal::DType gate = hal::DType::kF32, up = hal::DType::kF32, down = hal::DType::kF32;
+  bool operator==(const LayerWeightTypes&) const = default;
+};
+
+struct WeightTypes {
+  hal::DType token_embd = hal::DType::kF32;
+  hal::DType output = hal::DType::kF32;  // the LM head; ignored when the config has tied embeddings
+  std::vector<LayerWeightTypes> layers;  // one entry per layer
+};
+
+// Every matrix (embeddings included) in `type`.
+WeightTypes uniform_weight_types(const model::ModelConfig& config, hal::DType type);
+// The types of the tensors in a GGUF file (the file's config must already be checked).
+Result<WeightTypes> weight_types_from_gguf(const model::GgufFile& file, const model::ModelConfig& config);
+
+// A half-open range [begin, end).
+struct Range {
+  std::int64_t begin = 0, end = 0;
+  std::int64_t size() const { return end - begin; }
+  bool contains(std::int64_t i) const { return i >= begin && i < end; }
+  bool operator==(const Range&) const = default;
+};
+
+struct PlanOptions {
+  int tp = 1;
+  int pp = 1;
+  hal::DType kv_dtype = hal::DType::kF32;  // for kv_bytes_per_token
+};
+
+struct RankPlan {
+  int rank = 0;     // stage * tp + tp_rank
+  int stage = 0;
+  int tp_rank = 0;
+  Range q_heads;    // global query heads
+  Range kv_heads;   // global KV heads held (exactly those q_heads use)
+  std::vector<std::int64_t> replicated_kv_heads;  // the held KV heads another rank of the stage also holds
+  Range ffn;        // FFN rows: rows of gate/up, columns of down
+  Range vocab;      // rows of token_embd / the LM head held (used on the first / last stage)
+  Range layers;     // the stage's layers
+  bool has_embedding = false;  // first stage
+  bool has_lm_head = false;    // last stage: final norm + LM head shard
+  std::uint64_t weight_bytes = 0;        // every byte of weights this rank holds
+  std::uint64_t kv_bytes_per_token = 0;  // KV cache bytes per token of context, all its layers
+};
+
+struct ShardPlan {
+  int tp = 1;
+  int pp = 1;
+  std::int64_t ffn_unit = 1;   // FFN rows per split unit
+  std::vector<RankPlan> ranks;  // ranks[r].rank == r
+  std::uint64_t model_weight_bytes = 0;  // the whole model held once (what tp = pp = 1 holds)
+  const RankPlan& at(int stage, int tp_rank) const { return ranks[static_cast<std::size_t>(stage * tp + tp_rank)]; }
+  std::uint64_t total_weight_bytes() const;  // sum over ranks (replicas counted on each rank)
+};
+
+Result<ShardPlan> plan_shards(const model::ModelConfig& config, const WeightTypes& types, const PlanOptions& options);
+
+// The table `sextant plan` prints: one line per rank (stage, tp rank, query heads, KV heads with
+// replicas marked '*', FFN rows, vocab rows, layers, weight bytes, KV bytes per token), then totals
+// and a legend.
+std::string format_plan(const ShardPlan& plan, const model::ModelConfig& config);
+
+}  // namespace sx::parallel
