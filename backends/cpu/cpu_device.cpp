@@ -1,11 +1,18 @@
 // CpuDevice / CpuBuffer / CpuStream: buffers, copies and op dispatch with argument checking.
 #include "backends/cpu/cpu_device.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <algorithm>
+#include <vector>
 
+#include "backends/cpu/cpu_channel.h"
 #include "backends/cpu/ops/cpu_ops.h"
 
 namespace sx::cpu {
@@ -27,22 +34,28 @@ constexpr std::size_t kAlign = 64;
 
 }  // namespace
 
-CpuBuffer::CpuBuffer(CpuDevice& device, std::byte* data, std::size_t size)
-    : device_(device), data_(data), size_(size) {}
+CpuBuffer::CpuBuffer(CpuDevice& device, std::byte* data, std::size_t size, std::size_t mapped_bytes)
+    : device_(device), data_(data), size_(size), mapped_bytes_(mapped_bytes) {}
 
 CpuBuffer::~CpuBuffer() {
-  std::free(data_);
-  device_.release(size_);
+  device_.release(this);
+  if (mapped_bytes_ > 0) {
+    munmap(data_, mapped_bytes_);
+  } else {
+    std::free(data_);
+  }
 }
 
 hal::Device& CpuBuffer::device() const { return device_; }
 
 CpuDevice::CpuDevice(int index, const hal::DeviceOptions& options)
-    : pool_(options.threads > 0 ? options.threads : hardware_threads()) {
+    : pool_(options.threads > 0 ? options.threads : hardware_threads()),
+      strict_(options.strict),
+      fail_at_op_(options.fail_at_op) {
   info_.backend = "cpu";
   info_.index = index;
   info_.memory_bytes = options.memory_budget > 0 ? options.memory_budget : system_memory_bytes();
-  info_.name = fmt::format("cpu:{} ({} threads)", index, pool_.size());
+  info_.name = fmt::format("cpu:{} ({} threads{})", index, pool_.size(), strict_ ? ", strict" : "");
 }
 
 hal::MemoryInfo CpuDevice::memory() const { return {info_.memory_bytes, used_.load()}; }
@@ -55,16 +68,71 @@ Result<std::unique_ptr<hal::Buffer>> CpuDevice::alloc(std::size_t bytes) {
     return resource_exhausted_error("{}: cannot allocate {} bytes: {} of {} bytes in use", info_.name, bytes,
                                     used - size, info_.memory_bytes);
   }
+  if (strict_) {
+    // Device memory apart from host memory: no access until the device executes (sync()).
+    const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    const std::size_t mapped = (size + page - 1) / page * page;
+    void* p = mmap(nullptr, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      used_.fetch_sub(size);
+      return resource_exhausted_error("{}: mapping {} bytes failed", info_.name, bytes);
+    }
+    auto buffer = std::make_unique<CpuBuffer>(*this, static_cast<std::byte*>(p), size, mapped);
+    std::lock_guard<std::mutex> lock(buffers_mu_);
+    mapped_buffers_.insert(buffer.get());
+    return std::unique_ptr<hal::Buffer>(std::move(buffer));
+  }
   void* p = std::aligned_alloc(kAlign, (size + kAlign - 1) / kAlign * kAlign);
   if (p == nullptr) {
     used_.fetch_sub(size);
     return resource_exhausted_error("{}: host allocation of {} bytes failed", info_.name, bytes);
   }
-  return std::unique_ptr<hal::Buffer>(std::make_unique<CpuBuffer>(*this, static_cast<std::byte*>(p), size));
+  return std::unique_ptr<hal::Buffer>(std::make_unique<CpuBuffer>(*this, static_cast<std::byte*>(p), size, 0));
+}
+
+void CpuDevice::release(CpuBuffer* buffer) {
+  used_.fetch_sub(buffer->size());
+  if (buffer->mapped_bytes() > 0) {
+    std::lock_guard<std::mutex> lock(buffers_mu_);
+    mapped_buffers_.erase(buffer);
+  }
+}
+
+void CpuDevice::set_buffers_accessible(bool accessible) {
+  std::lock_guard<std::mutex> lock(buffers_mu_);
+  for (CpuBuffer* b : mapped_buffers_) {
+    if (mprotect(b->data(), b->mapped_bytes(), accessible ? PROT_READ | PROT_WRITE : PROT_NONE) != 0) {
+      fatal("cpu strict mode", fmt::format("mprotect of a {}-byte buffer failed: errno {}", b->mapped_bytes(), errno));
+    }
+  }
+}
+
+Status CpuDevice::count_op(std::string_view op_name) {
+  const std::uint64_t n = ops_run_.fetch_add(1) + 1;
+  if (fail_at_op_ != 0 && n == fail_at_op_) {
+    return internal_error("{}: injected failure at op {} ({})", info_.name, n, op_name);
+  }
+  return ok_status();
 }
 
 Result<std::unique_ptr<hal::Stream>> CpuDevice::create_stream() {
   return std::unique_ptr<hal::Stream>(std::make_unique<CpuStream>(*this));
+}
+
+namespace {
+
+struct CpuEvent final : hal::Event {
+  const CpuDevice* device = nullptr;
+  bool recorded = false;
+  std::shared_ptr<std::atomic<bool>> done = std::make_shared<std::atomic<bool>>(false);
+};
+
+}  // namespace
+
+Result<std::unique_ptr<hal::Event>> CpuDevice::create_event() {
+  auto e = std::make_unique<CpuEvent>();
+  e->device = this;
+  return std::unique_ptr<hal::Event>(std::move(e));
 }
 
 Status CpuDevice::supports(const hal::Op& op) const {
@@ -93,13 +161,16 @@ Status CpuStream::latch(Status s) {
   return s;
 }
 
-namespace {
-
-// Resolves a view to a host pointer after checking that `bytes` bytes fit in the buffer.
-Result<std::byte*> resolve(const hal::BufView& v, std::size_t bytes, std::string_view op, std::string_view what) {
+Result<std::byte*> resolve_view(const CpuDevice& device, const hal::BufView& v, std::size_t bytes, std::string_view op,
+                                std::string_view what) {
   if (v.buffer == nullptr) return invalid_argument_error("{}: {} buffer is missing", op, what);
   auto* cb = dynamic_cast<CpuBuffer*>(v.buffer);
   if (cb == nullptr) return invalid_argument_error("{}: {} buffer does not belong to the CPU backend", op, what);
+  if (&cb->cpu_device() != &device) {
+    return invalid_argument_error("{}: {} buffer belongs to {}, not to {} where the work runs (move data between "
+                                  "devices with a Channel or through the host)",
+                                  op, what, cb->cpu_device().info().name, device.info().name);
+  }
   if (v.offset > cb->size() || bytes > cb->size() - v.offset) {
     return out_of_range_error("{}: {} needs bytes [{}, {}) but its buffer holds {}", op, what, v.offset,
                               v.offset + bytes, cb->size());
@@ -107,51 +178,120 @@ Result<std::byte*> resolve(const hal::BufView& v, std::size_t bytes, std::string
   return cb->data() + v.offset;
 }
 
+namespace {
+
 template <typename T>
-Result<T*> resolve_as(const hal::BufView& v, std::int64_t count, std::string_view op, std::string_view what) {
+Result<T*> resolve_as(const CpuDevice& d, const hal::BufView& v, std::int64_t count, std::string_view op,
+                      std::string_view what) {
   if (count < 0) return invalid_argument_error("{}: negative size for {}", op, what);
-  SX_ASSIGN_OR_RETURN(std::byte * p, resolve(v, static_cast<std::size_t>(count) * sizeof(T), op, what));
+  SX_ASSIGN_OR_RETURN(std::byte * p, resolve_view(d, v, static_cast<std::size_t>(count) * sizeof(T), op, what));
   return reinterpret_cast<T*>(p);
 }
 
-Result<const void*> resolve_rows(const hal::BufView& v, hal::DType t, std::int64_t rows, std::int64_t cols,
-                                 std::string_view op, std::string_view what) {
+Result<const void*> resolve_rows(const CpuDevice& d, const hal::BufView& v, hal::DType t, std::int64_t rows,
+                                 std::int64_t cols, std::string_view op, std::string_view what) {
   const int block = hal::dtype_info(t).block_elems;
   if (cols % block != 0) {
     return invalid_argument_error("{}: {} rows of {} elements are not a multiple of the {} block ({})", op, what,
                                   cols, hal::dtype_name(t), block);
   }
-  SX_ASSIGN_OR_RETURN(std::byte * p, resolve(v, hal::row_bytes(t, cols) * static_cast<std::size_t>(rows), op, what));
+  SX_ASSIGN_OR_RETURN(std::byte * p,
+                      resolve_view(d, v, hal::row_bytes(t, cols) * static_cast<std::size_t>(rows), op, what));
   return static_cast<const void*>(p);
 }
 
 }  // namespace
 
+Status CpuStream::enqueue(std::function<Status()> work) {
+  if (!latched_.ok()) return latched_;
+  if (device_.strict()) {
+    pending_.push_back(std::move(work));
+    return ok_status();
+  }
+  std::lock_guard<std::mutex> lock(device_.exec_mutex());
+  return latch(work());
+}
+
+Status CpuStream::sync() {
+  if (pending_.empty()) return latched_;
+  std::vector<std::function<Status()>> work;
+  work.swap(pending_);
+  std::lock_guard<std::mutex> lock(device_.exec_mutex());
+  device_.set_buffers_accessible(true);
+  for (auto& w : work) {
+    if (!latched_.ok()) break;
+    (void)latch(w());
+  }
+  device_.set_buffers_accessible(false);
+  return latched_;
+}
+
 Status CpuStream::upload(hal::Buffer& dst, std::size_t dst_offset, std::span<const std::byte> src) {
   if (!latched_.ok()) return latched_;
-  auto p = resolve({&dst, dst_offset}, src.size(), "upload", "destination");
-  if (!p.ok()) return latch(p.status());
-  if (!src.empty()) std::memcpy(*p, src.data(), src.size());
-  return ok_status();
+  SX_RETURN_IF_ERROR(latch(resolve_view(device_, {&dst, dst_offset}, src.size(), "upload", "destination").status()));
+  return enqueue([this, &dst, dst_offset, src]() -> Status {
+    SX_ASSIGN_OR_RETURN(std::byte * p, resolve_view(device_, {&dst, dst_offset}, src.size(), "upload", "destination"));
+    if (!src.empty()) std::memcpy(p, src.data(), src.size());
+    return ok_status();
+  });
 }
 
 Status CpuStream::download(std::span<std::byte> dst, const hal::Buffer& src, std::size_t src_offset) {
   if (!latched_.ok()) return latched_;
-  auto p = resolve({const_cast<hal::Buffer*>(&src), src_offset}, dst.size(), "download", "source");
-  if (!p.ok()) return latch(p.status());
-  if (!dst.empty()) std::memcpy(dst.data(), *p, dst.size());
-  return ok_status();
+  const hal::BufView view{const_cast<hal::Buffer*>(&src), src_offset};
+  SX_RETURN_IF_ERROR(latch(resolve_view(device_, view, dst.size(), "download", "source").status()));
+  // Strict mode: until sync() the destination holds 0xFF bytes (NaN as floats), never stale data.
+  if (device_.strict() && !dst.empty()) std::memset(dst.data(), 0xFF, dst.size());
+  return enqueue([this, dst, view]() -> Status {
+    SX_ASSIGN_OR_RETURN(std::byte * p, resolve_view(device_, view, dst.size(), "download", "source"));
+    if (!dst.empty()) std::memcpy(dst.data(), p, dst.size());
+    return ok_status();
+  });
 }
 
 Status CpuStream::copy(hal::Buffer& dst, std::size_t dst_offset, const hal::Buffer& src, std::size_t src_offset,
                        std::size_t bytes) {
   if (!latched_.ok()) return latched_;
-  auto d = resolve({&dst, dst_offset}, bytes, "copy", "destination");
-  if (!d.ok()) return latch(d.status());
-  auto s = resolve({const_cast<hal::Buffer*>(&src), src_offset}, bytes, "copy", "source");
-  if (!s.ok()) return latch(s.status());
-  if (bytes > 0) std::memmove(*d, *s, bytes);
-  return ok_status();
+  const hal::BufView d{&dst, dst_offset}, s{const_cast<hal::Buffer*>(&src), src_offset};
+  SX_RETURN_IF_ERROR(latch(resolve_view(device_, d, bytes, "copy", "destination").status()));
+  SX_RETURN_IF_ERROR(latch(resolve_view(device_, s, bytes, "copy", "source").status()));
+  return enqueue([this, d, s, bytes]() -> Status {
+    SX_ASSIGN_OR_RETURN(std::byte * dp, resolve_view(device_, d, bytes, "copy", "destination"));
+    SX_ASSIGN_OR_RETURN(std::byte * sp, resolve_view(device_, s, bytes, "copy", "source"));
+    if (bytes > 0) std::memmove(dp, sp, bytes);
+    return ok_status();
+  });
+}
+
+Status CpuStream::record(hal::Event& event) {
+  if (!latched_.ok()) return latched_;
+  auto* e = dynamic_cast<CpuEvent*>(&event);
+  if (e == nullptr || e->device != &device_) {
+    return latch(invalid_argument_error("record: the event does not belong to {}", device_.info().name));
+  }
+  e->recorded = true;
+  e->done->store(false);
+  return enqueue([done = e->done]() -> Status {
+    done->store(true);
+    return ok_status();
+  });
+}
+
+Status CpuStream::wait(const hal::Event& event) {
+  if (!latched_.ok()) return latched_;
+  const auto* e = dynamic_cast<const CpuEvent*>(&event);
+  if (e == nullptr || e->device != &device_) {
+    return latch(invalid_argument_error("wait: the event does not belong to {}", device_.info().name));
+  }
+  if (!e->recorded) return latch(failed_precondition_error("wait: the event was never recorded"));
+  return enqueue([done = e->done, name = device_.info().name]() -> Status {
+    if (!done->load()) {
+      return failed_precondition_error("{}: a stream waits on an event whose work has not run (sync the stream "
+                                       "that recorded it first)",
+                                       name);
+    }
+    return ok_status();
+  });
 }
 
 namespace {
@@ -162,9 +302,23 @@ struct Dispatch {
   ThreadPool& pool() { return dev.pool(); }
 
   Status operator()(const hal::EmbeddingArgs& a) {
-    SX_ASSIGN_OR_RETURN(const void* table, resolve_rows(a.table, a.table_type, a.vocab, a.dim, "embedding", "table"));
-    SX_ASSIGN_OR_RETURN(const std::int32_t* ids, resolve_as<const std::int32_t>(a.ids, a.n_tokens, "embedding", "ids"));
-    SX_ASSIGN_OR_RETURN(float* out, resolve_as<float>(a.out, a.n_tokens * a.dim, "embedding", "out"));
+    SX_ASSIGN_OR_RETURN(const void* table, resolve_rows(dev, a.table, a.table_type, a.vocab, a.dim, "embedding", "table"));
+    SX_ASSIGN_OR_RETURN(const std::int32_t* ids, resolve_as<const std::int32_t>(dev, a.ids, a.n_tokens, "embedding", "ids"));
+    SX_ASSIGN_OR_RETURN(float* out, resolve_as<float>(dev, a.out, a.n_tokens * a.dim, "embedding", "out"));
+    if (a.shard) {
+      // Rows this shard holds are gathered; the others are zero.
+      std::vector<std::int32_t> local(static_cast<std::size_t>(a.n_tokens));
+      for (std::int64_t t = 0; t < a.n_tokens; ++t) {
+        const std::int64_t i = ids[t] - a.vocab_offset;
+        local[static_cast<std::size_t>(t)] = i >= 0 && i < a.vocab ? static_cast<std::int32_t>(i) : 0;
+      }
+      embedding(pool(), table, a.table_type, local.data(), out, a.n_tokens, a.dim);
+      for (std::int64_t t = 0; t < a.n_tokens; ++t) {
+        const std::int64_t i = ids[t] - a.vocab_offset;
+        if (i < 0 || i >= a.vocab) std::fill_n(out + t * a.dim, a.dim, 0.0f);
+      }
+      return ok_status();
+    }
     for (std::int64_t t = 0; t < a.n_tokens; ++t) {
       if (ids[t] < 0 || ids[t] >= a.vocab) {
         return out_of_range_error("embedding: token id {} at position {} is outside the vocabulary of {}", ids[t], t,
@@ -175,24 +329,24 @@ struct Dispatch {
     return ok_status();
   }
   Status operator()(const hal::RmsNormArgs& a) {
-    SX_ASSIGN_OR_RETURN(float* x, resolve_as<float>(a.x, a.n_rows * a.dim, "rmsnorm", "x"));
+    SX_ASSIGN_OR_RETURN(float* x, resolve_as<float>(dev, a.x, a.n_rows * a.dim, "rmsnorm", "x"));
     const float* add_p = nullptr;
     if (a.add) {
-      SX_ASSIGN_OR_RETURN(add_p, resolve_as<const float>(a.add, a.n_rows * a.dim, "rmsnorm", "add"));
+      SX_ASSIGN_OR_RETURN(add_p, resolve_as<const float>(dev, a.add, a.n_rows * a.dim, "rmsnorm", "add"));
     }
-    SX_ASSIGN_OR_RETURN(const float* w, resolve_as<const float>(a.weight, a.dim, "rmsnorm", "weight"));
-    SX_ASSIGN_OR_RETURN(float* out, resolve_as<float>(a.out, a.n_rows * a.dim, "rmsnorm", "out"));
+    SX_ASSIGN_OR_RETURN(const float* w, resolve_as<const float>(dev, a.weight, a.dim, "rmsnorm", "weight"));
+    SX_ASSIGN_OR_RETURN(float* out, resolve_as<float>(dev, a.out, a.n_rows * a.dim, "rmsnorm", "out"));
     rmsnorm(pool(), x, add_p, w, out, a.n_rows, a.dim, a.eps);
     return ok_status();
   }
   Status operator()(const hal::MatmulArgs& a) {
-    SX_ASSIGN_OR_RETURN(const void* w, resolve_rows(a.w, a.w_type, a.n, a.k, "matmul", "weight"));
-    SX_ASSIGN_OR_RETURN(const float* x, resolve_as<const float>(a.x, a.m * a.k, "matmul", "x"));
+    SX_ASSIGN_OR_RETURN(const void* w, resolve_rows(dev, a.w, a.w_type, a.n, a.k, "matmul", "weight"));
+    SX_ASSIGN_OR_RETURN(const float* x, resolve_as<const float>(dev, a.x, a.m * a.k, "matmul", "x"));
     const float* bias = nullptr;
     if (a.bias) {
-      SX_ASSIGN_OR_RETURN(bias, resolve_as<const float>(a.bias, a.n, "matmul", "bias"));
+      SX_ASSIGN_OR_RETURN(bias, resolve_as<const float>(dev, a.bias, a.n, "matmul", "bias"));
     }
-    SX_ASSIGN_OR_RETURN(float* y, resolve_as<float>(a.y, a.m * a.n, "matmul", "y"));
+    SX_ASSIGN_OR_RETURN(float* y, resolve_as<float>(dev, a.y, a.m * a.n, "matmul", "y"));
     matmul(pool(), scratch, MatmulProblem{w, a.w_type, x, bias, y, a.m, a.n, a.k});
     return ok_status();
   }
@@ -201,19 +355,19 @@ struct Dispatch {
       return invalid_argument_error("rope: rot_dim {} must be even, positive, at most head_dim {} and 512", a.rot_dim,
                                     a.head_dim);
     }
-    SX_ASSIGN_OR_RETURN(float* x, resolve_as<float>(a.x, a.n_tokens * a.n_heads * a.head_dim, "rope", "x"));
-    SX_ASSIGN_OR_RETURN(const std::int32_t* pos, resolve_as<const std::int32_t>(a.positions, a.n_tokens, "rope", "positions"));
+    SX_ASSIGN_OR_RETURN(float* x, resolve_as<float>(dev, a.x, a.n_tokens * a.n_heads * a.head_dim, "rope", "x"));
+    SX_ASSIGN_OR_RETURN(const std::int32_t* pos, resolve_as<const std::int32_t>(dev, a.positions, a.n_tokens, "rope", "positions"));
     rope_neox(pool(), x, pos, a.n_tokens, a.n_heads, a.head_dim, a.rot_dim, a.theta);
     return ok_status();
   }
   Status operator()(const hal::KvWriteArgs& a) {
     const std::int64_t row = a.n_kv_heads * a.head_dim;
     const std::size_t elem = hal::dtype_info(a.cache_type).block_bytes;
-    SX_ASSIGN_OR_RETURN(const float* k, resolve_as<const float>(a.k, a.n_tokens * row, "kv_write", "k"));
-    SX_ASSIGN_OR_RETURN(const float* v, resolve_as<const float>(a.v, a.n_tokens * row, "kv_write", "v"));
-    SX_ASSIGN_OR_RETURN(std::byte * kc, resolve(a.k_cache, elem * static_cast<std::size_t>(a.n_slots * row), "kv_write", "k_cache"));
-    SX_ASSIGN_OR_RETURN(std::byte * vc, resolve(a.v_cache, elem * static_cast<std::size_t>(a.n_slots * row), "kv_write", "v_cache"));
-    SX_ASSIGN_OR_RETURN(const std::int32_t* slots, resolve_as<const std::int32_t>(a.slot_mapping, a.n_tokens, "kv_write", "slot_mapping"));
+    SX_ASSIGN_OR_RETURN(const float* k, resolve_as<const float>(dev, a.k, a.n_tokens * row, "kv_write", "k"));
+    SX_ASSIGN_OR_RETURN(const float* v, resolve_as<const float>(dev, a.v, a.n_tokens * row, "kv_write", "v"));
+    SX_ASSIGN_OR_RETURN(std::byte * kc, resolve_view(dev, a.k_cache, elem * static_cast<std::size_t>(a.n_slots * row), "kv_write", "k_cache"));
+    SX_ASSIGN_OR_RETURN(std::byte * vc, resolve_view(dev, a.v_cache, elem * static_cast<std::size_t>(a.n_slots * row), "kv_write", "v_cache"));
+    SX_ASSIGN_OR_RETURN(const std::int32_t* slots, resolve_as<const std::int32_t>(dev, a.slot_mapping, a.n_tokens, "kv_write", "slot_mapping"));
     for (std::int64_t t = 0; t < a.n_tokens; ++t) {
       if (slots[t] >= a.n_slots) {
         return out_of_range_error("kv_write: slot {} of token {} is outside the cache of {} slots", slots[t], t, a.n_slots);
@@ -230,15 +384,15 @@ struct Dispatch {
     const std::int64_t row = a.n_kv_heads * a.head_dim;
     const std::size_t elem = hal::dtype_info(a.cache_type).block_bytes;
     AttentionPtrs p{};
-    SX_ASSIGN_OR_RETURN(p.q, resolve_as<const float>(a.q, a.n_tokens * a.n_heads * a.head_dim, "attention", "q"));
-    SX_ASSIGN_OR_RETURN(std::byte * kc, resolve(a.k_cache, elem * static_cast<std::size_t>(a.n_slots * row), "attention", "k_cache"));
-    SX_ASSIGN_OR_RETURN(std::byte * vc, resolve(a.v_cache, elem * static_cast<std::size_t>(a.n_slots * row), "attention", "v_cache"));
+    SX_ASSIGN_OR_RETURN(p.q, resolve_as<const float>(dev, a.q, a.n_tokens * a.n_heads * a.head_dim, "attention", "q"));
+    SX_ASSIGN_OR_RETURN(std::byte * kc, resolve_view(dev, a.k_cache, elem * static_cast<std::size_t>(a.n_slots * row), "attention", "k_cache"));
+    SX_ASSIGN_OR_RETURN(std::byte * vc, resolve_view(dev, a.v_cache, elem * static_cast<std::size_t>(a.n_slots * row), "attention", "v_cache"));
     p.k_cache = kc;
     p.v_cache = vc;
-    SX_ASSIGN_OR_RETURN(p.out, resolve_as<float>(a.out, a.n_tokens * a.n_heads * a.head_dim, "attention", "out"));
-    SX_ASSIGN_OR_RETURN(p.seq_token_start, resolve_as<const std::int32_t>(a.seq_token_start, a.n_seqs + 1, "attention", "seq_token_start"));
-    SX_ASSIGN_OR_RETURN(p.seq_context_len, resolve_as<const std::int32_t>(a.seq_context_len, a.n_seqs, "attention", "seq_context_len"));
-    SX_ASSIGN_OR_RETURN(p.block_table, resolve_as<const std::int32_t>(a.block_table, a.n_seqs * a.max_blocks_per_seq, "attention", "block_table"));
+    SX_ASSIGN_OR_RETURN(p.out, resolve_as<float>(dev, a.out, a.n_tokens * a.n_heads * a.head_dim, "attention", "out"));
+    SX_ASSIGN_OR_RETURN(p.seq_token_start, resolve_as<const std::int32_t>(dev, a.seq_token_start, a.n_seqs + 1, "attention", "seq_token_start"));
+    SX_ASSIGN_OR_RETURN(p.seq_context_len, resolve_as<const std::int32_t>(dev, a.seq_context_len, a.n_seqs, "attention", "seq_context_len"));
+    SX_ASSIGN_OR_RETURN(p.block_table, resolve_as<const std::int32_t>(dev, a.block_table, a.n_seqs * a.max_blocks_per_seq, "attention", "block_table"));
     // Validate the batch description so that no kernel reads out of bounds.
     if (p.seq_token_start[0] != 0 || p.seq_token_start[a.n_seqs] != a.n_tokens) {
       return invalid_argument_error("attention: seq_token_start must span [0, {}]", a.n_tokens);
@@ -274,22 +428,22 @@ struct Dispatch {
     const std::int64_t us = a.up_stride ? a.up_stride : a.n_cols;
     const std::int64_t os = a.out_stride ? a.out_stride : a.n_cols;
     const std::int64_t last = a.n_rows > 0 ? a.n_rows - 1 : 0;
-    SX_ASSIGN_OR_RETURN(const float* g, resolve_as<const float>(a.gate, last * gs + a.n_cols, "silu_mul", "gate"));
-    SX_ASSIGN_OR_RETURN(const float* u, resolve_as<const float>(a.up, last * us + a.n_cols, "silu_mul", "up"));
-    SX_ASSIGN_OR_RETURN(float* o, resolve_as<float>(a.out, last * os + a.n_cols, "silu_mul", "out"));
+    SX_ASSIGN_OR_RETURN(const float* g, resolve_as<const float>(dev, a.gate, last * gs + a.n_cols, "silu_mul", "gate"));
+    SX_ASSIGN_OR_RETURN(const float* u, resolve_as<const float>(dev, a.up, last * us + a.n_cols, "silu_mul", "up"));
+    SX_ASSIGN_OR_RETURN(float* o, resolve_as<float>(dev, a.out, last * os + a.n_cols, "silu_mul", "out"));
     silu_mul(pool(), g, u, o, a.n_rows, a.n_cols, gs, us, os);
     return ok_status();
   }
   Status operator()(const hal::AddArgs& a) {
-    SX_ASSIGN_OR_RETURN(const float* x, resolve_as<const float>(a.a, a.n, "add", "a"));
-    SX_ASSIGN_OR_RETURN(const float* y, resolve_as<const float>(a.b, a.n, "add", "b"));
-    SX_ASSIGN_OR_RETURN(float* o, resolve_as<float>(a.out, a.n, "add", "out"));
+    SX_ASSIGN_OR_RETURN(const float* x, resolve_as<const float>(dev, a.a, a.n, "add", "a"));
+    SX_ASSIGN_OR_RETURN(const float* y, resolve_as<const float>(dev, a.b, a.n, "add", "b"));
+    SX_ASSIGN_OR_RETURN(float* o, resolve_as<float>(dev, a.out, a.n, "add", "out"));
     add(pool(), x, y, o, a.n);
     return ok_status();
   }
   Status operator()(const hal::ArgmaxArgs& a) {
-    SX_ASSIGN_OR_RETURN(const float* x, resolve_as<const float>(a.x, a.n_rows * a.n_cols, "argmax", "x"));
-    SX_ASSIGN_OR_RETURN(std::int32_t* o, resolve_as<std::int32_t>(a.out, a.n_rows, "argmax", "out"));
+    SX_ASSIGN_OR_RETURN(const float* x, resolve_as<const float>(dev, a.x, a.n_rows * a.n_cols, "argmax", "x"));
+    SX_ASSIGN_OR_RETURN(std::int32_t* o, resolve_as<std::int32_t>(dev, a.out, a.n_rows, "argmax", "out"));
     if (a.n_cols <= 0) return invalid_argument_error("argmax: rows must not be empty");
     argmax_rows(pool(), x, o, a.n_rows, a.n_cols);
     return ok_status();
@@ -301,8 +455,10 @@ struct Dispatch {
 Status CpuStream::run(const hal::Op& op) {
   if (!latched_.ok()) return latched_;
   SX_RETURN_IF_ERROR(latch(device_.supports(op)));
-  std::lock_guard<std::mutex> lock(device_.exec_mutex());
-  return latch(std::visit(Dispatch{device_, scratch_}, op));
+  return enqueue([this, op]() -> Status {
+    SX_RETURN_IF_ERROR(device_.count_op(hal::op_name(op)));
+    return std::visit(Dispatch{device_, scratch_}, op);
+  });
 }
 
 namespace {
@@ -310,17 +466,28 @@ namespace {
 class CpuBackend final : public hal::Backend {
  public:
   std::string_view name() const override { return "cpu"; }
+  // Logical devices share the host's cores and memory: each is one rank of a TP/PP group.
   Result<std::vector<hal::DeviceInfo>> devices() const override {
-    hal::DeviceInfo info;
-    info.backend = "cpu";
-    info.index = 0;
-    info.memory_bytes = system_memory_bytes();
-    info.name = fmt::format("cpu:0 ({} threads)", hardware_threads());
-    return std::vector<hal::DeviceInfo>{info};
+    std::vector<hal::DeviceInfo> out;
+    for (int i = 0; i < kCpuLogicalDevices; ++i) {
+      hal::DeviceInfo info;
+      info.backend = "cpu";
+      info.index = i;
+      info.memory_bytes = system_memory_bytes();
+      info.name = fmt::format("cpu:{} (logical; {} hardware threads shared)", i, hardware_threads());
+      out.push_back(std::move(info));
+    }
+    return out;
   }
   Result<std::unique_ptr<hal::Device>> create_device(int index, const hal::DeviceOptions& options) override {
-    if (index < 0) return invalid_argument_error("cpu: device index {} is negative", index);
+    if (index < 0 || index >= kCpuLogicalDevices) {
+      return invalid_argument_error("cpu: device index {} is outside cpu:0 .. cpu:{}", index, kCpuLogicalDevices - 1);
+    }
     return std::unique_ptr<hal::Device>(std::make_unique<CpuDevice>(index, options));
+  }
+  Result<std::vector<std::unique_ptr<hal::Channel>>> create_channels(std::span<hal::Device* const> devices,
+                                                                     const hal::ChannelOptions& options) override {
+    return create_cpu_channels(devices, options);
   }
 };
 

@@ -1,17 +1,26 @@
-// The CPU backend's Device, Buffer and Stream (the oracle every other backend is tested against).
+// The CPU backend's Device, Buffer, Stream and Event (the oracle every other backend is tested
+// against), and its N logical devices cpu:0 ... cpu:N-1 (one per rank of a TP/PP group).
 //
 // A CpuDevice owns a thread pool (its "compute units") and a memory budget. Buffers are 64-byte
-// aligned host allocations that only this backend dereferences. The stream executes each op when
-// it is enqueued (in order, on the caller's thread plus the pool) and latches the first error.
+// aligned host allocations that only this backend dereferences; every op and copy checks that its
+// buffers belong to the stream's device (data crosses devices only through Channels or the host).
+// Normally a stream executes each piece of work when it is enqueued (in order, on the caller's
+// thread plus the pool). In strict mode (DeviceOptions::strict) device memory is mapped with no
+// access at all except while the device itself executes, and a stream only queues its work and
+// runs it at sync(); download destinations are filled with 0xFF bytes (NaN) until then.
 //
-// Threading: alloc() and memory() may be called from any thread; one Stream per thread; ops of
-// different streams of the same device are serialised on the device's pool.
+// Threading: alloc() and memory() may be called from any thread; one Stream per thread; work of
+// different streams of the same device is serialised on the device's pool.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <string_view>
+#include <vector>
 
 #include "backends/cpu/kernels/matmul.h"
 #include "runtime/base/thread_pool.h"
@@ -24,16 +33,20 @@ class CpuDevice;
 
 class CpuBuffer final : public hal::Buffer {
  public:
-  CpuBuffer(CpuDevice& device, std::byte* data, std::size_t size);
+  CpuBuffer(CpuDevice& device, std::byte* data, std::size_t size, std::size_t mapped_bytes);
   ~CpuBuffer() override;
   std::size_t size() const override { return size_; }
   hal::Device& device() const override;
+  CpuDevice& cpu_device() const { return device_; }
+  // Backend-internal: the memory. In strict mode it is only accessible while the device executes.
   std::byte* data() const { return data_; }
+  std::size_t mapped_bytes() const { return mapped_bytes_; }  // > 0: an mmap of this size (strict)
 
  private:
   CpuDevice& device_;
   std::byte* data_;
   std::size_t size_;
+  std::size_t mapped_bytes_;
 };
 
 class CpuDevice final : public hal::Device {
@@ -44,16 +57,27 @@ class CpuDevice final : public hal::Device {
   Status supports(const hal::Op& op) const override;
   Result<std::unique_ptr<hal::Buffer>> alloc(std::size_t bytes) override;
   Result<std::unique_ptr<hal::Stream>> create_stream() override;
+  Result<std::unique_ptr<hal::Event>> create_event() override;
 
+  bool strict() const { return strict_; }
   ThreadPool& pool() { return pool_; }
   std::mutex& exec_mutex() { return exec_mu_; }
-  void release(std::size_t bytes) { used_.fetch_sub(bytes); }
+  void release(CpuBuffer* buffer);
+  // Strict mode: opens (or closes) every live buffer of this device for the device's execution.
+  void set_buffers_accessible(bool accessible);
+  // Counts an op about to run; the injected failure when it is the configured one.
+  Status count_op(std::string_view op_name);
 
  private:
   hal::DeviceInfo info_;
   ThreadPool pool_;
+  bool strict_ = false;
+  std::uint64_t fail_at_op_ = 0;
+  std::atomic<std::uint64_t> ops_run_{0};
   std::mutex exec_mu_;
   std::atomic<std::uint64_t> used_{0};
+  std::mutex buffers_mu_;
+  std::set<CpuBuffer*> mapped_buffers_;  // strict mode: the buffers to open/close around execution
 };
 
 class CpuStream final : public hal::Stream {
@@ -64,14 +88,30 @@ class CpuStream final : public hal::Stream {
   Status copy(hal::Buffer& dst, std::size_t dst_offset, const hal::Buffer& src, std::size_t src_offset,
               std::size_t bytes) override;
   Status run(const hal::Op& op) override;
-  Status sync() override { return latched_; }
+  Status record(hal::Event& event) override;
+  Status wait(const hal::Event& event) override;
+  Status sync() override;
+
+  CpuDevice& device() const { return device_; }
+  // Backend-internal: runs `work` in stream order on the device (now, or at sync() in strict
+  // mode). Its error latches. Used by the ops above and by the CPU Channel.
+  Status enqueue(std::function<Status()> work);
 
  private:
   Status latch(Status s);
   CpuDevice& device_;
   Scratch scratch_;
   Status latched_;
+  std::vector<std::function<Status()>> pending_;  // strict mode
 };
+
+// Backend-internal: the memory of `v` after checking that it is a buffer of `device` with
+// `bytes` bytes from the offset; errors name the op and the operand.
+Result<std::byte*> resolve_view(const CpuDevice& device, const hal::BufView& v, std::size_t bytes, std::string_view op,
+                                std::string_view what);
+
+// Logical devices listed by devices(); create_device accepts the same range.
+inline constexpr int kCpuLogicalDevices = 8;
 
 std::unique_ptr<hal::Backend> make_cpu_backend();
 

@@ -5,7 +5,9 @@
 // - Stream: ordered asynchronous work. Calls enqueue and return; the first error latches and is
 //   returned by sync() (and by every later call). Host spans passed to upload must stay valid and
 //   unchanged, and download destinations must not be read, until sync() returns.
-// - Device: identity, memory, capabilities; creates buffers and streams.
+// - Event: a point in a stream. record() marks it after the work enqueued so far; another stream
+//   of the same device that wait()s on it runs its later work only after that point.
+// - Device: identity, memory, capabilities; creates buffers, streams and events.
 //
 // Threading: a Device may be used from several threads; a Stream from one thread at a time.
 // Lifetime: buffers and streams must be destroyed before their device.
@@ -44,6 +46,11 @@ class Buffer {
   virtual Device& device() const = 0;
 };
 
+class Event {
+ public:
+  virtual ~Event() = default;
+};
+
 class Stream {
  public:
   virtual ~Stream() = default;
@@ -52,6 +59,11 @@ class Stream {
   virtual Status copy(Buffer& dst, std::size_t dst_offset, const Buffer& src, std::size_t src_offset,
                       std::size_t bytes) = 0;
   virtual Status run(const Op& op) = 0;
+  // Marks `event` after the work enqueued so far on this stream.
+  virtual Status record(Event& event) = 0;
+  // Work enqueued after this call runs after the work `event` marks (FAILED_PRECONDITION when the
+  // event was never recorded).
+  virtual Status wait(const Event& event) = 0;
   // Waits for all enqueued work; returns the first latched error.
   virtual Status sync() = 0;
 };
@@ -66,6 +78,7 @@ class Device {
   virtual Status supports(const Op& op) const = 0;
   virtual Result<std::unique_ptr<Buffer>> alloc(std::size_t bytes) = 0;
   virtual Result<std::unique_ptr<Stream>> create_stream() = 0;
+  virtual Result<std::unique_ptr<Event>> create_event() = 0;
 };
 
 // Typed helpers over Stream for host vectors.

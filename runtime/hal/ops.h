@@ -31,12 +31,17 @@ struct BufView {
 };
 
 // out[i][:] = dequant(table[ids[i]][:]) for i < n_tokens.
+// A vocab shard (tensor parallelism) holds rows [vocab_offset, vocab_offset + vocab) of the full
+// table: an id outside that range gives a zero row (another rank holds it; the ranks' outputs are
+// summed). Without a shard an id outside [0, vocab) is an error.
 struct EmbeddingArgs {
   BufView table;  // [vocab][dim] in table_type
   DType table_type = DType::kF32;
   BufView ids;    // I32 [n_tokens]
   BufView out;    // F32 [n_tokens][dim]
   std::int64_t n_tokens = 0, dim = 0, vocab = 0;
+  bool shard = false;
+  std::int64_t vocab_offset = 0;
 };
 
 // If add is present: x += add (written back to x). Then out = x * rsqrt(mean(x^2) + eps) * weight.

@@ -5,6 +5,12 @@
 
 namespace sx::hal {
 
+Result<std::vector<std::unique_ptr<Channel>>> Backend::create_channels(std::span<Device* const> devices,
+                                                                       const ChannelOptions&) {
+  return unimplemented_error("backend '{}' has no collectives: a group of {} devices cannot be joined", name(),
+                             devices.size());
+}
+
 void Registry::add(std::unique_ptr<Backend> backend) { backends_.push_back(std::move(backend)); }
 
 Result<Backend*> Registry::find(std::string_view name) const {
