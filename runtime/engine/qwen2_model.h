@@ -1,14 +1,20 @@
-// The Qwen2 forward pass, written once against the HAL op set (DESIGN.md §3 step 5, §4).
+// The Qwen2 forward pass, written once against the HAL op set (DESIGN.md §3 step 5, §4, §5).
 //
-// Qwen2Model owns the weights (uploaded to one device), a paged KV cache (one K and one V buffer
-// per layer, slots = blocks x block_size) and the activation workspace for up to max_batch_tokens
-// tokens per step. forward() runs one step for a batch of sequences described by a ForwardBatch
-// (token ids, positions, KV slots, block tables) and returns the logits of the requested rows.
+// Qwen2Model runs a model on one device or on a TP x PP group of devices. Each rank holds the part
+// of the weights its shard plan assigns (runtime/parallel), a paged KV cache for its layers and KV
+// heads (slots = blocks x block_size, the same block ids on every rank) and the activation
+// workspace for up to max_batch_tokens tokens per step (see qwen2_shard.h). forward() runs one
+// step for a batch of sequences described by a ForwardBatch (token ids, positions, KV slots, block
+// tables) and returns the logits of the requested rows. With more than one rank, every rank has a
+// runner thread; the caller's thread (rank 0's host side, which owns sampling) hands each step's
+// batch to all of them, waits, and assembles the vocab-split logits.
 //
 // Threading: one thread drives a Qwen2Model at a time.
-// Lifetime: the device must outlive the model.
+// Lifetime: the devices (and backend) must outlive the model.
 // Errors: bad batches (ids outside the vocabulary, slots outside the cache, too many tokens) and
-// device errors come back as Status; nothing aborts.
+// device errors come back as Status; nothing aborts. When a rank fails mid-step, the step fails
+// with an error naming that rank (its peers are released at once through the Channel), and the
+// group stays failed: every later forward() returns the same error (load the model again).
 #pragma once
 
 #include <cstdint>
@@ -17,7 +23,9 @@
 #include <vector>
 
 #include "runtime/base/status.h"
+#include "runtime/hal/channel.h"
 #include "runtime/hal/device.h"
+#include "runtime/hal/registry.h"
 #include "runtime/model/gguf.h"
 #include "runtime/model/model_config.h"
 
@@ -46,32 +54,49 @@ struct ModelOptions {
   KvCacheOptions kv;
 };
 
+struct ParallelOptions {
+  int tp = 1;
+  int pp = 1;
+  hal::ChannelOptions channel;  // collective timeout
+};
+
+class Qwen2Shard;
+
 class Qwen2Model {
  public:
   // Checks every tensor against the config, uploads the weights and allocates the cache and
   // workspace on `device`.
   static Result<std::unique_ptr<Qwen2Model>> load(const model::GgufFile& file, const model::ModelConfig& config,
                                                    hal::Device& device, const ModelOptions& options);
+  // The same on tp x pp devices of `backend` (rank order: stage * tp + tp rank), joined by the
+  // backend's Channels. The shard plan comes from runtime/parallel for the file's weight types.
+  static Result<std::unique_ptr<Qwen2Model>> load(const model::GgufFile& file, const model::ModelConfig& config,
+                                                   hal::Backend& backend, std::span<hal::Device* const> devices,
+                                                   const ParallelOptions& parallel, const ModelOptions& options);
   ~Qwen2Model();
 
   // Runs one step. logits receives logit_rows.size() x vocab floats.
   Status forward(const ForwardBatch& batch, std::vector<float>& logits);
 
   const model::ModelConfig& config() const { return config_; }
+  int tp() const { return parallel_.tp; }
+  int pp() const { return parallel_.pp; }
   const ModelOptions& options() const { return options_; }
   // Bytes of weights read by one decode step (every matrix once, plus one embedding row).
   std::uint64_t weight_bytes_per_token() const { return weight_bytes_per_token_; }
   std::uint64_t weight_bytes() const { return weight_bytes_; }
-  // KV bytes per token of context, all layers.
-  std::uint64_t kv_bytes_per_token() const;
+  // KV bytes per token of context, all layers and ranks (replicated KV heads counted per rank).
+  std::uint64_t kv_bytes_per_token() const { return kv_bytes_per_token_; }
 
  private:
   struct Impl;
-  explicit Qwen2Model(model::ModelConfig config, ModelOptions options);
-  Status run_step(const ForwardBatch& batch, std::vector<float>& logits);
+  Qwen2Model(model::ModelConfig config, ModelOptions options, ParallelOptions parallel);
+  Status validate(const ForwardBatch& batch) const;
 
   model::ModelConfig config_;
   ModelOptions options_;
+  ParallelOptions parallel_;
+  std::uint64_t kv_bytes_per_token_ = 0;
   std::uint64_t weight_bytes_per_token_ = 0;
   std::uint64_t weight_bytes_ = 0;
   std::unique_ptr<Impl> impl_;

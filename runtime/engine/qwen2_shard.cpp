@@ -1,0 +1,391 @@
+// One rank's weights, KV cache, workspace and per-step op sequence (see qwen2_shard.h).
+#include "runtime/engine/qwen2_shard.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "runtime/model/tensor_names.h"
+
+namespace sx::engine {
+
+namespace {
+
+struct DeviceTensor {
+  std::unique_ptr<hal::Buffer> buffer;
+  hal::DType type = hal::DType::kF32;
+  hal::BufView view() const { return {buffer.get(), 0}; }
+  explicit operator bool() const { return buffer != nullptr; }
+};
+
+struct Layer {
+  DeviceTensor attn_norm, q_w, q_b, k_w, k_b, v_w, v_b, o_w, ffn_norm, gate_w, up_w, down_w;
+};
+
+std::size_t f32_bytes(std::int64_t n) { return static_cast<std::size_t>(n) * sizeof(float); }
+std::size_t i32_bytes(std::int64_t n) { return static_cast<std::size_t>(n) * sizeof(std::int32_t); }
+
+// Uploads rows [row0, row0 + rows) x columns [col0, col0 + cols) of a 2-D tensor (ne[0] = columns)
+// or elements [row0, row0 + rows) of a 1-D one. Whole rows are one contiguous upload; a column
+// slice is gathered on the host first (and synced before the gather buffer goes away).
+class Uploader {
+ public:
+  Uploader(const model::GgufFile& file, hal::Device& device, hal::Stream& stream)
+      : file_(file), device_(device), stream_(stream) {}
+
+  std::uint64_t bytes() const { return bytes_; }
+
+  Result<DeviceTensor> tensor(std::string_view name, bool required, std::int64_t row0 = 0, std::int64_t rows = -1,
+                              std::int64_t col0 = 0, std::int64_t cols = -1) {
+    const model::TensorInfo* info = file_.find_tensor(name);
+    if (info == nullptr) {
+      if (!required) return DeviceTensor{};
+      return not_found_error("{}: tensor '{}' is missing", file_.path(), name);
+    }
+    SX_RETURN_IF_ERROR(model::require_supported(*info));
+    DeviceTensor t;
+    t.type = *info->dtype;
+    const std::int64_t width = info->dims.size() >= 2 ? info->dims[0] : 1;
+    const std::int64_t height = info->dims.size() >= 2 ? info->dims[1] : info->dims[0];
+    if (rows < 0) rows = height;
+    if (cols < 0) cols = width;
+    if (row0 < 0 || row0 + rows > height || col0 < 0 || col0 + cols > width) {
+      return internal_error("{}: slice rows [{}, {}) x cols [{}, {}) is outside '{}' ({} x {})", file_.path(), row0,
+                            row0 + rows, col0, col0 + cols, name, height, width);
+    }
+    const int block = hal::dtype_info(t.type).block_elems;
+    if (col0 % block != 0 || cols % block != 0) {
+      return invalid_argument_error("{}: columns [{}, {}) of '{}' do not fall on {} block boundaries", file_.path(),
+                                    col0, col0 + cols, name, hal::dtype_name(t.type));
+    }
+    const std::size_t full_row = hal::row_bytes(t.type, width);
+    const std::size_t slice_row = hal::row_bytes(t.type, cols);
+    const std::size_t bytes = slice_row * static_cast<std::size_t>(rows);
+    SX_ASSIGN_OR_RETURN(t.buffer, device_.alloc(bytes));
+    const std::byte* base = reinterpret_cast<const std::byte*>(info->data.data());
+    if (cols == width) {
+      SX_RETURN_IF_ERROR(stream_.upload(*t.buffer, 0, {base + full_row * static_cast<std::size_t>(row0), bytes}));
+    } else {
+      std::vector<std::byte> gathered(bytes);
+      const std::size_t col_off = hal::row_bytes(t.type, col0);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        std::memcpy(gathered.data() + slice_row * static_cast<std::size_t>(r),
+                    base + full_row * static_cast<std::size_t>(row0 + r) + col_off, slice_row);
+      }
+      SX_RETURN_IF_ERROR(stream_.upload(*t.buffer, 0, gathered));
+      SX_RETURN_IF_ERROR(stream_.sync());  // the upload reads `gathered` until then
+    }
+    bytes_ += bytes;
+    return t;
+  }
+
+ private:
+  const model::GgufFile& file_;
+  hal::Device& device_;
+  hal::Stream& stream_;
+  std::uint64_t bytes_ = 0;
+};
+
+Result<std::unique_ptr<hal::Buffer>> alloc_zeroed(hal::Device& device, hal::Stream& stream, std::size_t bytes) {
+  SX_ASSIGN_OR_RETURN(std::unique_ptr<hal::Buffer> b, device.alloc(bytes));
+  std::vector<std::byte> zeros(std::min<std::size_t>(bytes, 1 << 20));
+  for (std::size_t off = 0; off < bytes; off += zeros.size()) {
+    const std::size_t n = std::min(zeros.size(), bytes - off);
+    SX_RETURN_IF_ERROR(stream.upload(*b, off, std::span<const std::byte>(zeros.data(), n)));
+  }
+  SX_RETURN_IF_ERROR(stream.sync());  // the uploads read `zeros` until then
+  return b;
+}
+
+}  // namespace
+
+struct Qwen2Shard::Impl {
+  ShardContext ctx;
+  parallel::RankPlan rp;
+  model::ModelConfig config;
+  ModelOptions options;
+  hal::Device* device = nullptr;
+  std::unique_ptr<hal::Stream> stream;
+  DeviceTensor token_embd, output_norm, lm_head;  // lm_head empty when it is token_embd's buffer
+  std::vector<Layer> layers;                      // the stage's layers
+  std::vector<std::unique_ptr<hal::Buffer>> k_cache, v_cache;
+  std::int64_t n_slots = 0;
+  std::unique_ptr<hal::Buffer> h, xn, q, k, v, attn, delta, gate, up, sel, sel_delta, sel_norm, logits, gathered;
+  std::unique_ptr<hal::Buffer> ids, positions, slots, seq_start, seq_ctx, block_table;
+
+  int tp() const { return ctx.plan->tp; }
+  int pp() const { return ctx.plan->pp; }
+  const DeviceTensor& head() const { return lm_head ? lm_head : token_embd; }
+};
+
+Qwen2Shard::Qwen2Shard() : impl_(std::make_unique<Impl>()) {}
+Qwen2Shard::~Qwen2Shard() = default;
+
+void Qwen2Shard::abort_channels(const Status& why) {
+  if (impl_->ctx.tp != nullptr) impl_->ctx.tp->abort(why);
+  if (impl_->ctx.world != nullptr) impl_->ctx.world->abort(why);
+}
+
+Result<std::unique_ptr<Qwen2Shard>> Qwen2Shard::load(const model::GgufFile& file, const model::ModelConfig& config,
+                                                     const ShardContext& ctx, const ModelOptions& options) {
+  auto shard = std::unique_ptr<Qwen2Shard>(new Qwen2Shard());
+  Impl& im = *shard->impl_;
+  im.ctx = ctx;
+  im.rp = ctx.plan->ranks[static_cast<std::size_t>(ctx.rank)];
+  im.config = config;
+  im.options = options;
+  im.device = ctx.device;
+  hal::Device& device = *ctx.device;
+  SX_ASSIGN_OR_RETURN(im.stream, device.create_stream());
+  hal::Stream& s = *im.stream;
+  const parallel::RankPlan& rp = im.rp;
+  const std::int64_t hd = config.head_dim, H = config.hidden;
+  using model::LayerTensor;
+
+  for (const parallel::RankPlan& r : ctx.plan->ranks) {
+    if (r.has_lm_head) shard->max_vocab_shard_ = std::max(shard->max_vocab_shard_, r.vocab.size());
+  }
+  Uploader up(file, device, s);
+  const std::int64_t vb = rp.vocab.begin, vn = rp.vocab.size();
+  if (rp.has_embedding || (rp.has_lm_head && config.tied_embeddings)) {
+    SX_ASSIGN_OR_RETURN(im.token_embd, up.tensor(model::kTokenEmbdName, true, vb, vn));
+    if (!(rp.has_lm_head && config.tied_embeddings)) shard->embedding_only_bytes_ = im.token_embd.buffer->size();
+  }
+  if (rp.has_lm_head) {
+    SX_ASSIGN_OR_RETURN(im.output_norm, up.tensor(model::kOutputNormName, true));
+    if (!config.tied_embeddings) {
+      SX_ASSIGN_OR_RETURN(im.lm_head, up.tensor(model::kOutputName, true, vb, vn));
+    }
+    if (im.output_norm.type != hal::DType::kF32) {
+      return invalid_argument_error("{}: {} must be f32", file.path(), model::kOutputNormName);
+    }
+  }
+  const std::int64_t q0 = rp.q_heads.begin * hd, qn = rp.q_heads.size() * hd;
+  const std::int64_t kv0 = rp.kv_heads.begin * hd, kvn = rp.kv_heads.size() * hd;
+  const std::int64_t f0 = rp.ffn.begin, fn = rp.ffn.size();
+  for (std::int64_t l = rp.layers.begin; l < rp.layers.end; ++l) {
+    Layer L;
+    auto name = [&](LayerTensor t) { return model::layer_tensor_name(l, t); };
+    const bool bias = config.qkv_bias;
+    SX_ASSIGN_OR_RETURN(L.attn_norm, up.tensor(name(LayerTensor::kAttnNorm), true));
+    SX_ASSIGN_OR_RETURN(L.q_w, up.tensor(name(LayerTensor::kAttnQ), true, q0, qn));
+    SX_ASSIGN_OR_RETURN(L.k_w, up.tensor(name(LayerTensor::kAttnK), true, kv0, kvn));
+    SX_ASSIGN_OR_RETURN(L.v_w, up.tensor(name(LayerTensor::kAttnV), true, kv0, kvn));
+    SX_ASSIGN_OR_RETURN(L.q_b, up.tensor(name(LayerTensor::kAttnQBias), bias, q0, bias ? qn : -1));
+    SX_ASSIGN_OR_RETURN(L.k_b, up.tensor(name(LayerTensor::kAttnKBias), bias, kv0, bias ? kvn : -1));
+    SX_ASSIGN_OR_RETURN(L.v_b, up.tensor(name(LayerTensor::kAttnVBias), bias, kv0, bias ? kvn : -1));
+    SX_ASSIGN_OR_RETURN(L.o_w, up.tensor(name(LayerTensor::kAttnOutput), true, 0, H, q0, qn));
+    SX_ASSIGN_OR_RETURN(L.ffn_norm, up.tensor(name(LayerTensor::kFfnNorm), true));
+    SX_ASSIGN_OR_RETURN(L.gate_w, up.tensor(name(LayerTensor::kFfnGate), true, f0, fn));
+    SX_ASSIGN_OR_RETURN(L.up_w, up.tensor(name(LayerTensor::kFfnUp), true, f0, fn));
+    SX_ASSIGN_OR_RETURN(L.down_w, up.tensor(name(LayerTensor::kFfnDown), true, 0, H, f0, fn));
+    for (const DeviceTensor* t : {&L.attn_norm, &L.ffn_norm, &L.q_b, &L.k_b, &L.v_b}) {
+      if (t->buffer && t->type != hal::DType::kF32) {
+        return invalid_argument_error("{}: norm and bias tensors must be f32, found {}", file.path(),
+                                      hal::dtype_name(t->type));
+      }
+    }
+    im.layers.push_back(std::move(L));
+  }
+  shard->weight_bytes_ = up.bytes();
+
+  // KV cache for the stage's layers and this rank's KV heads.
+  im.n_slots = options.kv.num_blocks * options.kv.block_size;
+  const std::size_t cache_bytes =
+      static_cast<std::size_t>(im.n_slots * kvn) * hal::dtype_info(options.kv.dtype).block_bytes;
+  for (std::size_t l = 0; l < im.layers.size(); ++l) {
+    SX_ASSIGN_OR_RETURN(auto kc, alloc_zeroed(device, s, cache_bytes));
+    SX_ASSIGN_OR_RETURN(auto vc, alloc_zeroed(device, s, cache_bytes));
+    im.k_cache.push_back(std::move(kc));
+    im.v_cache.push_back(std::move(vc));
+  }
+
+  // Workspace for max_batch_tokens.
+  const std::int64_t T = options.max_batch_tokens, R = options.max_logit_rows;
+  SX_ASSIGN_OR_RETURN(im.h, device.alloc(f32_bytes(T * H)));
+  SX_ASSIGN_OR_RETURN(im.xn, device.alloc(f32_bytes(T * H)));
+  SX_ASSIGN_OR_RETURN(im.q, device.alloc(f32_bytes(T * std::max<std::int64_t>(qn, 1))));
+  SX_ASSIGN_OR_RETURN(im.k, device.alloc(f32_bytes(T * kvn)));
+  SX_ASSIGN_OR_RETURN(im.v, device.alloc(f32_bytes(T * kvn)));
+  SX_ASSIGN_OR_RETURN(im.attn, device.alloc(f32_bytes(T * std::max<std::int64_t>(qn, 1))));
+  SX_ASSIGN_OR_RETURN(im.delta, device.alloc(f32_bytes(T * H)));
+  SX_ASSIGN_OR_RETURN(im.gate, device.alloc(f32_bytes(T * fn)));
+  SX_ASSIGN_OR_RETURN(im.up, device.alloc(f32_bytes(T * fn)));
+  if (rp.has_lm_head) {
+    const std::int64_t chunk = R * shard->max_vocab_shard_;
+    SX_ASSIGN_OR_RETURN(im.sel, device.alloc(f32_bytes(R * H)));
+    SX_ASSIGN_OR_RETURN(im.sel_delta, device.alloc(f32_bytes(R * H)));
+    SX_ASSIGN_OR_RETURN(im.sel_norm, device.alloc(f32_bytes(R * H)));
+    SX_ASSIGN_OR_RETURN(im.logits, alloc_zeroed(device, s, f32_bytes(chunk)));  // padding stays zero
+    if (im.tp() > 1) {
+      SX_ASSIGN_OR_RETURN(im.gathered, device.alloc(f32_bytes(chunk * im.tp())));
+    }
+  }
+  SX_ASSIGN_OR_RETURN(im.ids, device.alloc(i32_bytes(T)));
+  SX_ASSIGN_OR_RETURN(im.positions, device.alloc(i32_bytes(T)));
+  SX_ASSIGN_OR_RETURN(im.slots, device.alloc(i32_bytes(T)));
+  SX_ASSIGN_OR_RETURN(im.seq_start, device.alloc(i32_bytes(T + 1)));
+  SX_ASSIGN_OR_RETURN(im.seq_ctx, device.alloc(i32_bytes(T)));
+  SX_RETURN_IF_ERROR(s.sync());
+  return shard;
+}
+
+Status Qwen2Shard::run(const ForwardBatch& batch, std::vector<float>& gathered) {
+  Status st = run_step(batch, gathered);
+  Status synced = impl_->stream->sync();
+  if (!st.ok()) return st;
+  return synced;
+}
+
+Status Qwen2Shard::run_step(const ForwardBatch& batch, std::vector<float>& gathered) {
+  Impl& im = *impl_;
+  hal::Stream& s = *im.stream;
+  const model::ModelConfig& c = im.config;
+  const parallel::RankPlan& rp = im.rp;
+  const auto T = static_cast<std::int64_t>(batch.tokens.size());
+  const auto n_seqs = static_cast<std::int64_t>(batch.seq_context_len.size());
+  const std::int64_t H = c.hidden, hd = c.head_dim;
+  const std::int64_t nq = rp.q_heads.size(), nkv = rp.kv_heads.size(), nf = rp.ffn.size();
+  const float eps = static_cast<float>(c.rms_eps);
+  const int tp = im.tp();
+
+  // Per-step integer inputs (every rank gets the batch from the driver: rank 0's choice of tokens).
+  const std::size_t bt_bytes = i32_bytes(static_cast<std::int64_t>(batch.block_table.size()));
+  if (!im.block_table || im.block_table->size() < bt_bytes) {
+    SX_ASSIGN_OR_RETURN(im.block_table, im.device->alloc(std::max<std::size_t>(bt_bytes, 64)));
+  }
+  SX_RETURN_IF_ERROR(hal::upload_span<std::int32_t>(s, *im.ids, 0, batch.tokens));
+  SX_RETURN_IF_ERROR(hal::upload_span<std::int32_t>(s, *im.positions, 0, batch.positions));
+  SX_RETURN_IF_ERROR(hal::upload_span<std::int32_t>(s, *im.slots, 0, batch.slot_mapping));
+  SX_RETURN_IF_ERROR(hal::upload_span<std::int32_t>(s, *im.seq_start, 0, batch.seq_token_start));
+  SX_RETURN_IF_ERROR(hal::upload_span<std::int32_t>(s, *im.seq_ctx, 0, batch.seq_context_len));
+  SX_RETURN_IF_ERROR(hal::upload_span<std::int32_t>(s, *im.block_table, 0, batch.block_table));
+
+  auto V = [](const std::unique_ptr<hal::Buffer>& b) { return hal::BufView{b.get(), 0}; };
+  auto matmul = [&](const DeviceTensor& w, const DeviceTensor* bias, hal::BufView x, hal::BufView y, std::int64_t m,
+                    std::int64_t n, std::int64_t k) {
+    hal::MatmulArgs a;
+    a.w = w.view();
+    a.w_type = w.type;
+    a.x = x;
+    if (bias != nullptr && bias->buffer) a.bias = bias->view();
+    a.y = y;
+    a.m = m;
+    a.n = n;
+    a.k = k;
+    return s.run(a);
+  };
+  // Sums the row-parallel partial outputs of the stage's ranks.
+  auto all_reduce = [&](const std::unique_ptr<hal::Buffer>& b, std::int64_t count) {
+    if (tp == 1) return ok_status();
+    return im.ctx.tp->all_reduce(s, V(b), count, hal::DType::kF32);
+  };
+
+  if (rp.has_embedding) {
+    hal::EmbeddingArgs e{im.token_embd.view(), im.token_embd.type, V(im.ids), V(im.h), T, H, rp.vocab.size()};
+    e.shard = tp > 1;
+    e.vocab_offset = rp.vocab.begin;
+    SX_RETURN_IF_ERROR(s.run(e));
+    SX_RETURN_IF_ERROR(all_reduce(im.h, T * H));
+  } else {
+    // The previous stage's hidden state, from the rank with the same tp rank.
+    SX_RETURN_IF_ERROR(im.ctx.world->recv(s, V(im.h), f32_bytes(T * H), im.ctx.rank - tp));
+  }
+
+  bool pending_delta = false;  // delta holds an output not yet added to h
+  for (std::size_t li = 0; li < im.layers.size(); ++li) {
+    const Layer& L = im.layers[li];
+    // h += delta (the previous layer's MLP output); xn = norm(h).
+    SX_RETURN_IF_ERROR(s.run(hal::RmsNormArgs{V(im.h), pending_delta ? V(im.delta) : hal::BufView{},
+                                              L.attn_norm.view(), V(im.xn), T, H, eps}));
+    SX_RETURN_IF_ERROR(matmul(L.q_w, &L.q_b, V(im.xn), V(im.q), T, nq * hd, H));
+    SX_RETURN_IF_ERROR(matmul(L.k_w, &L.k_b, V(im.xn), V(im.k), T, nkv * hd, H));
+    SX_RETURN_IF_ERROR(matmul(L.v_w, &L.v_b, V(im.xn), V(im.v), T, nkv * hd, H));
+    const auto theta = static_cast<float>(c.rope_theta);
+    SX_RETURN_IF_ERROR(s.run(hal::RopeArgs{V(im.q), V(im.positions), T, nq, hd, hd, theta}));
+    SX_RETURN_IF_ERROR(s.run(hal::RopeArgs{V(im.k), V(im.positions), T, nkv, hd, hd, theta}));
+    hal::KvWriteArgs kw;
+    kw.k = V(im.k);
+    kw.v = V(im.v);
+    kw.k_cache = V(im.k_cache[li]);
+    kw.v_cache = V(im.v_cache[li]);
+    kw.cache_type = im.options.kv.dtype;
+    kw.slot_mapping = V(im.slots);
+    kw.n_tokens = T;
+    kw.n_kv_heads = nkv;
+    kw.head_dim = hd;
+    kw.n_slots = im.n_slots;
+    SX_RETURN_IF_ERROR(s.run(kw));
+    hal::AttentionArgs at;
+    at.q = V(im.q);
+    at.k_cache = kw.k_cache;
+    at.v_cache = kw.v_cache;
+    at.cache_type = im.options.kv.dtype;
+    at.out = V(im.attn);
+    at.seq_token_start = V(im.seq_start);
+    at.seq_context_len = V(im.seq_ctx);
+    at.block_table = V(im.block_table);
+    at.n_seqs = n_seqs;
+    at.n_tokens = T;
+    at.n_heads = nq;
+    at.n_kv_heads = nkv;
+    at.head_dim = hd;
+    at.block_size = im.options.kv.block_size;
+    at.max_blocks_per_seq = batch.max_blocks_per_seq;
+    at.n_slots = im.n_slots;
+    at.q_head_offset = rp.q_heads.begin;
+    at.kv_head_offset = rp.kv_heads.begin;
+    at.heads_per_kv = c.n_heads / c.n_kv_heads;
+    at.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    SX_RETURN_IF_ERROR(s.run(at));
+    // Row-parallel o: this rank's heads' share of every output; the all-reduce sums the shares.
+    SX_RETURN_IF_ERROR(matmul(L.o_w, nullptr, V(im.attn), V(im.delta), T, H, nq * hd));
+    SX_RETURN_IF_ERROR(all_reduce(im.delta, T * H));
+    // h += attention output; xn = norm(h).
+    SX_RETURN_IF_ERROR(s.run(hal::RmsNormArgs{V(im.h), V(im.delta), L.ffn_norm.view(), V(im.xn), T, H, eps}));
+    SX_RETURN_IF_ERROR(matmul(L.gate_w, nullptr, V(im.xn), V(im.gate), T, nf, H));
+    SX_RETURN_IF_ERROR(matmul(L.up_w, nullptr, V(im.xn), V(im.up), T, nf, H));
+    SX_RETURN_IF_ERROR(s.run(hal::SiluMulArgs{V(im.gate), V(im.up), V(im.gate), T, nf, 0, 0, 0}));
+    SX_RETURN_IF_ERROR(matmul(L.down_w, nullptr, V(im.gate), V(im.delta), T, H, nf));
+    SX_RETURN_IF_ERROR(all_reduce(im.delta, T * H));
+    pending_delta = true;
+  }
+
+  if (!rp.has_lm_head) {
+    // Hand h (with the last delta added) to the next stage.
+    if (pending_delta) SX_RETURN_IF_ERROR(s.run(hal::AddArgs{V(im.h), V(im.delta), V(im.h), T * H}));
+    return im.ctx.world->send(s, V(im.h), f32_bytes(T * H), im.ctx.rank + tp);
+  }
+
+  // Gather the rows that need logits, then final norm (with the last residual add) and LM head.
+  const auto R = static_cast<std::int64_t>(batch.logit_rows.size());
+  gathered.clear();
+  if (R == 0) return ok_status();
+  for (std::int64_t i = 0; i < R; ++i) {
+    const auto row = static_cast<std::size_t>(batch.logit_rows[static_cast<std::size_t>(i)]);
+    SX_RETURN_IF_ERROR(s.copy(*im.sel, f32_bytes(i * H), *im.h, row * f32_bytes(H), f32_bytes(H)));
+  }
+  hal::BufView add{};
+  if (pending_delta) {
+    for (std::int64_t i = 0; i < R; ++i) {
+      const auto row = static_cast<std::size_t>(batch.logit_rows[static_cast<std::size_t>(i)]);
+      SX_RETURN_IF_ERROR(s.copy(*im.sel_delta, f32_bytes(i * H), *im.delta, row * f32_bytes(H), f32_bytes(H)));
+    }
+    add = V(im.sel_delta);
+  }
+  SX_RETURN_IF_ERROR(s.run(hal::RmsNormArgs{V(im.sel), add, im.output_norm.view(), V(im.sel_norm), R, H, eps}));
+  const std::int64_t vn = rp.vocab.size();
+  SX_RETURN_IF_ERROR(matmul(im.head(), nullptr, V(im.sel_norm), V(im.logits), R, vn, H));
+  const std::int64_t chunk = R * max_vocab_shard_;
+  const hal::Buffer* result = im.logits.get();
+  if (tp > 1) {
+    SX_RETURN_IF_ERROR(im.ctx.tp->all_gather(s, V(im.logits), V(im.gathered), f32_bytes(chunk)));
+    result = im.gathered.get();
+  }
+  if (rp.tp_rank != 0) return ok_status();
+  gathered.resize(static_cast<std::size_t>(chunk * tp));
+  return hal::download_span<float>(s, std::span<float>(gathered), *result, 0);
+}
+
+}  // namespace sx::engine

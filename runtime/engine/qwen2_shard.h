@@ -1,0 +1,66 @@
+// One rank's part of a Qwen2 model (DESIGN.md §3 step 5, §5): the weights its RankPlan assigns
+// (query heads, the KV heads they use, FFN rows, vocab rows, the stage's layers), its paged KV
+// cache for those layers and KV heads, its activation workspace, and the op sequence of one step
+// on its device's stream, joined to the other ranks by Channels:
+//   all-reduce after the vocab-split embedding, after o and after down (tensor parallelism),
+//   all-gather of the vocab-split logits, and a send / recv of the hidden state between stages
+//   (pipeline parallelism). With one rank there are no collectives at all.
+//
+// Threading: one thread drives a shard (its rank's runner). Lifetime: the device and channels
+// must outlive it. Errors: device and channel errors come back as Status (the caller validates
+// batches before any rank runs them).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "runtime/base/status.h"
+#include "runtime/engine/qwen2_model.h"
+#include "runtime/hal/channel.h"
+#include "runtime/hal/device.h"
+#include "runtime/model/gguf.h"
+#include "runtime/model/model_config.h"
+#include "runtime/parallel/shard_plan.h"
+
+namespace sx::engine {
+
+struct ShardContext {
+  hal::Device* device = nullptr;
+  hal::Channel* tp = nullptr;     // the stage's TP group (null when tp == 1)
+  hal::Channel* world = nullptr;  // every rank, rank order of the plan (null when pp == 1)
+  const parallel::ShardPlan* plan = nullptr;
+  int rank = 0;
+};
+
+class Qwen2Shard {
+ public:
+  static Result<std::unique_ptr<Qwen2Shard>> load(const model::GgufFile& file, const model::ModelConfig& config,
+                                                  const ShardContext& ctx, const ModelOptions& options);
+  ~Qwen2Shard();
+
+  // This rank's part of one step. On the last stage's tp rank 0, `gathered` receives the logits of
+  // every tp rank: tp chunks of logit_rows x max_vocab_shard floats (chunk j holds rank j's
+  // rows x its vocab-shard columns, row-major, then padding); elsewhere it is left empty.
+  Status run(const ForwardBatch& batch, std::vector<float>& gathered);
+
+  // Fails this rank's channels (called when run() failed here, so that no peer waits).
+  void abort_channels(const Status& why);
+
+  std::uint64_t weight_bytes() const { return weight_bytes_; }
+  // Bytes of the embedding table held only as an embedding (a step reads just its rows).
+  std::uint64_t embedding_only_bytes() const { return embedding_only_bytes_; }
+  std::int64_t max_vocab_shard() const { return max_vocab_shard_; }
+
+ private:
+  struct Impl;
+  Qwen2Shard();
+  Status run_step(const ForwardBatch& batch, std::vector<float>& gathered);
+
+  std::unique_ptr<Impl> impl_;
+  std::uint64_t weight_bytes_ = 0;
+  std::uint64_t embedding_only_bytes_ = 0;
+  std::int64_t max_vocab_shard_ = 0;
+};
+
+}  // namespace sx::engine
