@@ -157,6 +157,37 @@ std::string human_bytes(std::uint64_t b) {
   return fmt::format("{:.2f} {}", v, kUnits[u]);
 }
 
+// Marks a space the wrapping must not break at ("229.69 KiB").
+constexpr char kNoBreak = '\x01';
+std::string unbreakable(std::string s) {
+  std::replace(s.begin(), s.end(), ' ', kNoBreak);
+  return s;
+}
+
+// Appends `text` word-wrapped to kWrap columns; `label` (padded to `indent`) starts the first line
+// and continuation lines are indented by `indent`.
+void append_wrapped(std::string& out, std::string_view label, std::string_view text, std::size_t indent) {
+  constexpr std::size_t kWrap = 110;
+  std::string line = fmt::format("{:<{}}", label, indent);
+  bool line_has_words = false;
+  std::size_t p = 0;
+  while (p < text.size()) {
+    const std::size_t q = std::min(text.find(' ', p), text.size());
+    const std::string_view word = text.substr(p, q - p);
+    if (line_has_words && line.size() + 1 + word.size() > kWrap) {
+      out += line + "\n";
+      line = std::string(indent, ' ');
+      line_has_words = false;
+    }
+    if (line_has_words) line += ' ';
+    line += word;
+    line_has_words = true;
+    p = q + 1;
+  }
+  out += line + "\n";
+  std::replace(out.begin(), out.end(), kNoBreak, ' ');
+}
+
 }  // namespace
 
 WeightTypes uniform_weight_types(const model::ModelConfig& config, hal::DType type) {
@@ -351,9 +382,14 @@ std::string format_plan(const ShardPlan& plan, const model::ModelConfig& config)
     total_weights += r.weight_bytes;
     total_kv += r.kv_bytes_per_token;
   }
+  std::vector<std::string> totals(header.size());
+  totals.front() = "total";
+  totals[8] = human_bytes(total_weights);
+  totals[9] = human_bytes(total_kv);
+
   std::vector<std::size_t> width(header.size());
   for (std::size_t i = 0; i < header.size(); ++i) {
-    width[i] = header[i].size();
+    width[i] = std::max(header[i].size(), i == 0 ? 0 : totals[i].size());
     for (const auto& row : rows) width[i] = std::max(width[i], row[i].size());
   }
   auto line = [&](const std::vector<std::string>& cells) {
@@ -363,25 +399,21 @@ std::string format_plan(const ShardPlan& plan, const model::ModelConfig& config)
       const std::size_t pad = width[i] - cells[i].size();
       if (right[i]) out += std::string(pad, ' ');
       out += cells[i];
-      if (!right[i] && i + 1 < cells.size()) out += std::string(pad, ' ');
+      if (!right[i]) out += std::string(pad, ' ');
     }
+    while (!out.empty() && out.back() == ' ') out.pop_back();
     return out + "\n";
   };
   std::string out = line(header);
   for (const auto& row : rows) out += line(row);
+  // "total" starts the line and runs into the (empty) stage column: the rank column is at least
+  // "rank" wide, plus the two-space gap.
+  totals.front().clear();
+  std::string total_line = line(totals);
+  total_line.replace(0, 5, "total");
+  out += total_line;
 
-  // Totals under the weights and KV/token columns.
-  {
-    std::size_t weights_end = 0;
-    for (std::size_t i = 0; i <= 8; ++i) weights_end += (i > 0 ? 2 : 0) + width[i];
-    std::string t(weights_end + 2 + width[9], ' ');
-    const std::string w = human_bytes(total_weights), k = human_bytes(total_kv);
-    t.replace(0, 5, "total");
-    t.replace(weights_end - w.size(), w.size(), w);
-    t.replace(t.size() - k.size(), k.size(), k);
-    out += t + "\n";
-  }
-  // The model held once, and what the shards hold beyond it.
+  // The model held once, and what the ranks hold beyond it.
   std::uint64_t model_kv = 0;  // every rank stores the same bytes per (KV head, layer)
   if (!plan.ranks.empty()) {
     const RankPlan& r0 = plan.ranks.front();
@@ -390,36 +422,54 @@ std::string format_plan(const ShardPlan& plan, const model::ModelConfig& config)
       model_kv = r0.kv_bytes_per_token / head_layers * static_cast<std::uint64_t>(config.n_layers * config.n_kv_heads);
     }
   }
-  out += fmt::format("the model held once: {} of weights, {} of KV per token", human_bytes(plan.model_weight_bytes),
-                     human_bytes(model_kv));
-  if (plan.ranks.size() > 1) {
+  std::string summary = fmt::format("Held once, the model is {} of weights and {} of KV cache per token",
+                                    unbreakable(human_bytes(plan.model_weight_bytes)),
+                                    unbreakable(human_bytes(model_kv)));
+  if (plan.ranks.size() > 1 && plan.model_weight_bytes > 0 && model_kv > 0) {
     const std::uint64_t extra_w = total_weights > plan.model_weight_bytes ? total_weights - plan.model_weight_bytes : 0;
     const std::uint64_t extra_kv = total_kv > model_kv ? total_kv - model_kv : 0;
-    out += fmt::format("; the shards hold {} more weights and {} more KV per token (norms on every rank{}{})",
-                       human_bytes(extra_w), human_bytes(extra_kv), any_replica ? ", replicated KV heads" : "",
-                       config.tied_embeddings && plan.pp > 1 ? ", the tied table on the first and last stage" : "");
+    std::string why = "norms on every rank";
+    if (any_replica) why += ", replicated KV heads";
+    if (config.tied_embeddings && plan.pp > 1) why += ", the tied table on both the first and the last stage";
+    summary += fmt::format("; the ranks together hold {} (+{:.1f}%) more weights and {} (+{:.1f}%) more KV per token ({})",
+                           unbreakable(human_bytes(extra_w)),
+                           100.0 * static_cast<double>(extra_w) / static_cast<double>(plan.model_weight_bytes),
+                           unbreakable(human_bytes(extra_kv)), 100.0 * static_cast<double>(extra_kv) / static_cast<double>(model_kv),
+                           why);
   }
+  append_wrapped(out, "", summary + ".", 0);
   out += "\n";
 
-  out += "\nranges are global indices first-last (count). Query heads, KV heads and FFN rows are split across the tp\n"
-         "ranks of a stage (column-parallel q/k/v and gate/up, row-parallel o and down: one all-reduce each).\n";
+  constexpr std::size_t kIndent = 12;
+  append_wrapped(out, "",
+                 plan.tp > 1 ? "Ranges are global indices, first-last (count). Within a stage, q/k/v and gate/up are "
+                               "split by output rows (column-parallel) and o and down by input columns (row-parallel, "
+                               "one all-reduce each)."
+                             : "Ranges are global indices, first-last (count).",
+                 0);
   if (any_replica) {
-    out += fmt::format("*N: KV head N is also held by another rank of the stage (a replica: the {} query heads sharing\n"
-                       "   it are split across ranks{}); its k/v weights and KV cache are stored on each holder.\n",
-                       config.n_heads / config.n_kv_heads,
-                       plan.tp > config.n_kv_heads ? ", or tp is above the KV-head count" : "");
+    append_wrapped(out, "*N",
+                   fmt::format("KV head N is also held by another rank of the stage: the {} query heads sharing it are "
+                               "split across ranks, so each of those ranks stores its k/v weights and its KV cache.",
+                               config.n_heads / config.n_kv_heads),
+                   kIndent);
   }
+  std::string vocab;
   if (plan.pp == 1) {
-    out += config.tied_embeddings
-               ? "vocab rows: each rank holds these rows of the tied embedding / LM head table (one table, held once);\n"
-               : "vocab rows: each rank holds these rows of the token embedding and of the LM head;\n";
+    vocab = config.tied_embeddings
+                ? "each rank holds these rows of the tied embedding / LM head table (one table, held once)"
+                : "each rank holds these rows of the token embedding and of the LM head";
   } else {
-    out += fmt::format("vocab rows: stage 0 holds these rows of the token embedding, stage {} these rows of the LM "
-                       "head{};\n",
-                       plan.pp - 1, config.tied_embeddings ? " (a copy of the tied table)" : "");
+    vocab = fmt::format("stage 0 holds these rows of the token embedding and stage {} these rows of the LM head{}",
+                        plan.pp - 1, config.tied_embeddings ? " (its own copy of the tied table)" : "");
+    if (plan.pp > 2) vocab += "; '-': a middle stage holds neither";
   }
-  out += "   a step's embedding is the all-reduce of every rank's rows, the logits the all-gather of every rank's.\n";
-  out += "weights: every byte of weights the rank holds; KV/token: its KV-cache bytes per token of context.\n";
+  if (plan.tp > 1) {
+    vocab += ". A step's embedding is the all-reduce of the ranks' rows, its logits the all-gather of theirs";
+  }
+  append_wrapped(out, "vocab rows", vocab + ".", kIndent);
+  append_wrapped(out, "weights", "every byte of weights the rank holds.", kIndent);
+  append_wrapped(out, "KV/token", "the rank's KV-cache bytes per token of context, over its layers.", kIndent);
   return out;
 }
 

@@ -124,6 +124,68 @@ def qwen05_shape_with_the_real_tokenizer_loads_and_generates():
         assert hello == [9707, 1879], hello  # Qwen2.5's ids for "Hello", " world"
 
 
+def plan_rank_lines(stdout):
+    """The per-rank lines of a `sextant plan` table: {rank: line}."""
+    rows = {}
+    for line in stdout.decode().splitlines():
+        fields = line.split()
+        if len(fields) > 3 and all(f.isdigit() for f in fields[:3]):
+            rows[int(fields[0])] = line
+    return rows
+
+
+def head_range(begin, end):
+    return f"{begin} (1)" if end - begin == 1 else f"{begin}-{end - 1} ({end - begin})"
+
+
+@case
+def plan_splits_72b_heads_unevenly_at_tp6():
+    p = run("plan", "--shape", "qwen2.5-72b", "--tp", "6")
+    out = p.stdout.decode()
+    assert "80 layers, hidden 8192, 64 heads / 8 KV heads, head_dim 128, FFN 29568, vocab 152064" in out, out
+    rows = plan_rank_lines(p.stdout)
+    assert sorted(rows) == list(range(6)), out
+    heads, kv_heads, group = 64, 8, 8
+    q = [(i * heads // 6, (i + 1) * heads // 6) for i in range(6)]
+    assert sorted(e - b for b, e in q) == [10, 10, 11, 11, 11, 11], q
+    kv = [(b // group, (e - 1) // group + 1) for b, e in q]
+    for i, ((qb, qe), (kb, ke)) in enumerate(zip(q, kv)):
+        fields = rows[i].split()
+        assert fields[1:3] == ["0", str(i)], rows[i]
+        assert f"  {head_range(qb, qe)}  " in rows[i], (i, rows[i])
+        others = set()
+        for j, (ob, oe) in enumerate(kv):
+            if j != i:
+                others |= set(range(ob, oe))
+        marks = "".join(f" *{h}" for h in range(kb, ke) if h in others)
+        assert f"  {head_range(kb, ke)}{marks}  " in rows[i], (i, marks, rows[i])
+        assert "0-79 (80)" in rows[i] and "GiB" in rows[i], rows[i]
+    assert "\ntotal " in out and "*N" in out, out
+
+
+@case
+def plan_of_a_model_file_and_its_errors():
+    p = run("plan", "--model", model("f16"), "--tp", "2", "--pp", "2", "--kv-dtype", "f16")
+    assert sorted(plan_rank_lines(p.stdout)) == [0, 1, 2, 3], p.stdout
+    assert b"f16 weights, f16 KV cache" in p.stdout, p.stdout
+    # The bundled model's 14 heads of 16 columns: at TP 2 rank 1 starts inside a Q8_0 block of o.
+    p = run("plan", "--model", model("q8_0"), "--tp", "2", check=False)
+    assert p.returncode == 1 and b"sextant plan: tp 2" in p.stderr and b"column 112" in p.stderr, p.stderr
+    p = run("plan", "--shape", "qwen2.5-0.5b", "--tp", "15", check=False)
+    assert p.returncode == 1 and b"tp 15" in p.stderr and b"14 query heads" in p.stderr, p.stderr
+    p = run("plan", "--shape", "qwen3-8b", "--pp", "37", check=False)
+    assert p.returncode == 1 and b"pp 37" in p.stderr and b"36 layers" in p.stderr, p.stderr
+
+
+@case
+def plan_usage_errors():
+    for args in (("--tp", "2"), ("--shape", "qwen2.5-7b", "--model", model("f16")), ("--shape", "qwen9-1b"),
+                 ("--shape", "qwen2.5-7b", "--type", "q4_k"), ("--model", model("f16"), "--type", "f16"),
+                 ("--shape", "qwen2.5-7b", "--tp", "two")):
+        p = run("plan", *args, check=False)
+        assert p.returncode == 2 and p.stderr.startswith(b"sextant plan:"), (args, p.returncode, p.stderr)
+
+
 passed = sum(1 for _, e in results if e is None)
 failed = len(results) - passed
 print(f"{passed} passed, {failed} failed")
