@@ -3,8 +3,7 @@
 #include "runtime/parallel/shard_plan.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <set>
+#include <cctype>
 
 #include <fmt/format.h>
 
