@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/registry.h"
+#include "runtime/engine/device_group.h"
 #include "runtime/engine/generator.h"
 #include "runtime/engine/model_loader.h"
 
@@ -109,6 +110,75 @@ TEST_P(MemoriseFormat, GreedyReproducesTheText) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, MemoriseFormat, testing::Values("f32", "f16", "q8_0"));
+
+// The same text from a TP x PP group of strict CPU logical devices (uneven heads: 14 over 6 ranks,
+// a GQA group of 7 split across ranks, FFN 608 in uneven row ranges, three layers... two here).
+struct ParallelCase {
+  const char* format;
+  int tp, pp;
+};
+
+class MemoriseParallel : public testing::TestWithParam<ParallelCase> {};
+
+TEST_P(MemoriseParallel, GreedyReproducesTheText) {
+  const ParallelCase pc = GetParam();
+  const auto ref = reference();
+  const auto prompt = ids_of(ref["prompt_ids"]);
+  const auto expect = ids_of(ref["continuation_ids"]);
+  auto opened = engine::open_model(models_dir() + "/memorise-" + pc.format + ".gguf");
+  ASSERT_TRUE(opened.ok()) << opened.status().to_string();
+  hal::Backend& backend = **backends::default_registry().find("cpu");
+  hal::DeviceOptions o;
+  o.strict = true;
+  auto group = engine::create_device_group(backend, pc.tp * pc.pp, o);
+  ASSERT_TRUE(group.ok()) << group.status().to_string();
+  engine::ModelOptions mo;
+  mo.kv.num_blocks = static_cast<std::int64_t>(prompt.size() + expect.size() + 15) / 16;
+  mo.max_batch_tokens = 64;
+  mo.max_logit_rows = 1;
+  engine::ParallelOptions po;
+  po.tp = pc.tp;
+  po.pp = pc.pp;
+  auto m = engine::Qwen2Model::load(*opened->file, opened->config, backend, group->devices, po, mo);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  engine::GenerateOptions g;
+  g.sampling.temperature = 0.0f;
+  g.max_tokens = static_cast<std::int64_t>(expect.size());
+  g.ignore_eos = true;
+  auto r = engine::generate(**m, *opened->tokenizer, prompt, g);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  std::size_t same = 0;
+  while (same < expect.size() && same < r->tokens.size() && r->tokens[same] == expect[same]) ++same;
+  std::printf("%s tp %d pp %d (strict): %zu of %zu continuation tokens reproduced\n", pc.format, pc.tp, pc.pp, same,
+              expect.size());
+  EXPECT_EQ(r->tokens, expect);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, MemoriseParallel,
+                         testing::Values(ParallelCase{"f32", 6, 1}, ParallelCase{"f16", 6, 1},
+                                         ParallelCase{"f32", 3, 2}, ParallelCase{"f16", 3, 2},
+                                         ParallelCase{"q8_0", 7, 1}, ParallelCase{"q8_0", 1, 2}),
+                         [](const auto& info) {
+                           return std::string(info.param.format) + "_tp" + std::to_string(info.param.tp) + "_pp" +
+                                  std::to_string(info.param.pp);
+                         });
+
+TEST(Memorise, Q8_0AtTp6IsAClearPlannerError) {
+  // head_dim 16: a rank boundary at head 7 is column 112 of o, inside a 32-column Q8_0 block.
+  auto opened = engine::open_model(models_dir() + "/memorise-q8_0.gguf");
+  ASSERT_TRUE(opened.ok());
+  hal::Backend& backend = **backends::default_registry().find("cpu");
+  auto group = engine::create_device_group(backend, 6, {});
+  ASSERT_TRUE(group.ok());
+  engine::ModelOptions mo;
+  mo.kv.num_blocks = 4;
+  engine::ParallelOptions po;
+  po.tp = 6;
+  auto m = engine::Qwen2Model::load(*opened->file, opened->config, backend, group->devices, po, mo);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("Q8_0"), std::string::npos) << m.status().to_string();
+}
 
 TEST(Memorise, ChunkedPrefillEqualsOneShot) {
   // The whole prompt at once vs. in chunks of 7 tokens gives the same logits.
