@@ -79,7 +79,7 @@ int cmd_bench(int argc, char** argv) {
                 args.get("--model")->c_str(), cfg.architecture.c_str(), static_cast<long long>(cfg.n_layers),
                 static_cast<long long>(cfg.hidden), static_cast<long long>(cfg.n_heads),
                 static_cast<long long>(cfg.n_kv_heads), static_cast<double>(model.weight_bytes()) / 1e6);
-    std::printf("device: %s\n", session.device->info().name.c_str());
+    std::printf("device: %s\n", session.devices_summary().c_str());
 
     std::vector<float> logits;
     auto prefill = [&]() { return engine::prefill(model, prompt, logits); };

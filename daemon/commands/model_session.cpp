@@ -12,7 +12,9 @@ std::vector<Args::Spec> model_session_specs() {
   return {
       {{"-m", "--model"}, true, false, "model file (GGUF)", "FILE"},
       {{"--backend"}, true, false, "backend to run on (default: cpu)", "NAME"},
-      {{"-t", "--threads"}, true, false, "CPU threads (default: all)", "N"},
+      {{"-t", "--threads"}, true, false, "CPU threads (default: all; split between the ranks)", "N"},
+      {{"--tp"}, true, false, "tensor-parallel ranks, any count that the heads allow (default 1)", "N"},
+      {{"--pp"}, true, false, "pipeline stages (default 1)", "M"},
       {{"--ctx"}, true, false, "KV cache capacity in tokens (default: what the request needs)", "N"},
       {{"--kv-dtype"}, true, false, "KV cache format: f32 (default), f16, bf16", "TYPE"},
       {{"--max-batch-tokens"}, true, false, "tokens per forward step / prefill chunk (default 512)", "N"},
@@ -33,9 +35,11 @@ Result<ModelSession> open_session(const Args& args, engine::OpenedModel opened, 
   SX_ASSIGN_OR_RETURN(std::string backend_name, args.get_string("--backend", "cpu"));
   SX_ASSIGN_OR_RETURN(std::int64_t threads, args.get_int("--threads", 0, 0, 1024));
   SX_ASSIGN_OR_RETURN(hal::Backend * backend, backends::default_registry().find(backend_name));
+  SX_ASSIGN_OR_RETURN(std::int64_t tp, args.get_int("--tp", 1, 1, 64));
+  SX_ASSIGN_OR_RETURN(std::int64_t pp, args.get_int("--pp", 1, 1, 1024));
   hal::DeviceOptions dopts;
   dopts.threads = static_cast<int>(threads);
-  SX_ASSIGN_OR_RETURN(s.device, backend->create_device(0, dopts));
+  SX_ASSIGN_OR_RETURN(s.devices, engine::create_device_group(*backend, static_cast<int>(tp * pp), dopts));
 
   engine::ModelOptions mo;
   SX_ASSIGN_OR_RETURN(mo.max_batch_tokens, args.get_int("--max-batch-tokens", 512, 1, 1 << 20));
@@ -50,8 +54,18 @@ Result<ModelSession> open_session(const Args& args, engine::OpenedModel opened, 
   mo.kv.num_blocks = (ctx + mo.kv.block_size - 1) / mo.kv.block_size;
   mo.max_batch_tokens = std::min<std::int64_t>(mo.max_batch_tokens, mo.kv.num_blocks * mo.kv.block_size);
   mo.max_logit_rows = 1;
-  SX_ASSIGN_OR_RETURN(s.model, engine::Qwen2Model::load(*s.opened.file, c, *s.device, mo));
+  engine::ParallelOptions po;
+  po.tp = static_cast<int>(tp);
+  po.pp = static_cast<int>(pp);
+  SX_ASSIGN_OR_RETURN(s.model, engine::Qwen2Model::load(*s.opened.file, c, *backend, s.devices.devices, po, mo));
   return s;
+}
+
+std::string ModelSession::devices_summary() const {
+  if (devices.devices.size() == 1) return devices.devices[0]->info().name;
+  std::string out = fmt::format("{} devices (tp {} x pp {}):", devices.devices.size(), model->tp(), model->pp());
+  for (const hal::Device* d : devices.devices) out += (d == devices.devices[0] ? " " : ", ") + d->info().name;
+  return out;
 }
 
 int report_error(std::string_view command, const Status& status) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "daemon/commands/args.h"
+#include "runtime/engine/device_group.h"
 #include "runtime/engine/model_loader.h"
 #include "runtime/engine/qwen2_model.h"
 #include "runtime/hal/device.h"
@@ -18,14 +19,16 @@ std::vector<Args::Spec> model_session_specs();
 
 struct ModelSession {
   engine::OpenedModel opened;
-  std::unique_ptr<hal::Device> device;
+  engine::DeviceGroup devices;  // tp x pp devices, rank order
   std::unique_ptr<engine::Qwen2Model> model;
+  // "cpu:0 (2 threads)" or "6 devices (tp 6 x pp 1): cpu:0 (1 threads), ..."
+  std::string devices_summary() const;
 };
 
 // Opens the model named by --model (no device memory yet).
 Result<engine::OpenedModel> open_model_arg(const Args& args);
 
-// Creates the device and loads the model on it. context_tokens: KV capacity needed (rounded up to
+// Creates the devices (--tp x --pp of --backend, threads split between them) and loads the model. context_tokens: KV capacity needed (rounded up to
 // blocks; capped by the model's context; --ctx overrides).
 Result<ModelSession> open_session(const Args& args, engine::OpenedModel opened, std::int64_t context_tokens);
 
