@@ -15,6 +15,7 @@
 #include "runtime/engine/device_group.h"
 #include "runtime/engine/generator.h"
 #include "runtime/engine/model_loader.h"
+#include "runtime/engine/sampler.h"
 
 namespace sx {
 namespace {
@@ -162,6 +163,67 @@ INSTANTIATE_TEST_SUITE_P(Layouts, MemoriseParallel,
                            return std::string(info.param.format) + "_tp" + std::to_string(info.param.tp) + "_pp" +
                                   std::to_string(info.param.pp);
                          });
+
+// F32 logits of every layout the bundled model allows (2 layers: pp <= 2) against one device, at
+// each of 64 greedy steps, within 1e-4 of the largest logit; identical greedy tokens.
+TEST(Memorise, F32EveryLayoutMatchesOneDevice) {
+  const auto ref = reference();
+  const auto prompt = ids_of(ref["prompt_ids"]);
+  auto opened = engine::open_model(models_dir() + "/memorise-f32.gguf");
+  ASSERT_TRUE(opened.ok());
+  hal::Backend& backend = **backends::default_registry().find("cpu");
+  hal::DeviceOptions o;
+  o.strict = true;
+  engine::ModelOptions mo;
+  mo.kv.num_blocks = 6;
+  mo.max_batch_tokens = 16;
+  mo.max_logit_rows = 1;
+  auto greedy = [&](engine::Qwen2Model& m, std::vector<std::vector<float>>& all, std::vector<std::int32_t>& toks) {
+    std::vector<float> logits;
+    ASSERT_TRUE(m.forward(engine::single_sequence_batch(prompt, 0, mo.kv.num_blocks), logits).ok());
+    auto pos = static_cast<std::int32_t>(prompt.size());
+    for (int step = 0; step < 64; ++step) {
+      all.push_back(logits);
+      toks.push_back(engine::argmax(logits));
+      const std::int32_t one[1] = {toks.back()};
+      ASSERT_TRUE(m.forward(engine::single_sequence_batch(one, pos++, mo.kv.num_blocks), logits).ok());
+    }
+  };
+  std::vector<std::vector<float>> ref_logits;
+  std::vector<std::int32_t> ref_tokens;
+  {
+    auto g = engine::create_device_group(backend, 1, o);
+    auto m = engine::Qwen2Model::load(*opened->file, opened->config, *g->devices[0], mo);
+    ASSERT_TRUE(m.ok());
+    greedy(**m, ref_logits, ref_tokens);
+  }
+  std::vector<std::pair<int, int>> layouts;
+  for (int tp = 1; tp <= 8; ++tp) layouts.push_back({tp, 1});
+  layouts.push_back({2, 2});
+  layouts.push_back({3, 2});
+  for (auto [tp, pp] : layouts) {
+    auto g = engine::create_device_group(backend, tp * pp, o);
+    ASSERT_TRUE(g.ok());
+    engine::ParallelOptions po;
+    po.tp = tp;
+    po.pp = pp;
+    auto m = engine::Qwen2Model::load(*opened->file, opened->config, backend, g->devices, po, mo);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    std::vector<std::vector<float>> got;
+    std::vector<std::int32_t> toks;
+    greedy(**m, got, toks);
+    double worst = 0;
+    for (std::size_t s = 0; s < got.size(); ++s) {
+      float scale = 0;
+      for (float v : ref_logits[s]) scale = std::max(scale, std::fabs(v));
+      for (std::size_t i = 0; i < got[s].size(); ++i) worst = std::max(worst, std::fabs(double(got[s][i]) - ref_logits[s][i]) / scale);
+    }
+    EXPECT_LE(worst, 1e-4) << "tp " << tp << " pp " << pp;
+    EXPECT_EQ(toks, ref_tokens) << "tp " << tp << " pp " << pp;
+    std::printf("bundled f32 tp %d pp %d: 64 greedy tokens identical: %s; max relative logit diff %.2g\n", tp, pp,
+                toks == ref_tokens ? "yes" : "NO", worst);
+  }
+}
 
 TEST(Memorise, Q8_0AtTp6IsAClearPlannerError) {
   // head_dim 16: a rank boundary at head 7 is column 112 of o, inside a 32-column Q8_0 block.
