@@ -292,11 +292,13 @@ void register_all() {
       if (s.n > 100000) continue;  // the LM head runs for one token per prefill
       for (MatmulPath path : {MatmulPath::kGemmF32, MatmulPath::kGemmQ8}) {
         if (path == MatmulPath::kGemmQ8 && t != DType::kQ8_0) continue;
-        const std::string name = std::string("gemm/") + std::string(sx::hal::dtype_name(t)) + "/" + s.name +
-                                 "/m512/t2/" + path_name(path);
-        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
-          run_matmul(st, t, 512, s.n, s.k, 2, path, false);
-        })->UseRealTime()->MinTime(0.5);
+        for (int threads : {1, 2}) {
+          const std::string name = std::string("gemm/") + std::string(sx::hal::dtype_name(t)) + "/" + s.name +
+                                   "/m512/t" + std::to_string(threads) + "/" + path_name(path);
+          benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
+            run_matmul(st, t, 512, s.n, s.k, threads, path, false);
+          })->UseRealTime()->MinTime(0.5);
+        }
       }
     }
   }
