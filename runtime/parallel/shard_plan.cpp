@@ -25,6 +25,15 @@ Range even_part(std::int64_t total, int i, int n) {
 
 std::int64_t block_of(DType t) { return hal::dtype_info(t).block_elems; }
 
+// The format of one weight (o or down) with the largest block over the layers.
+DType largest_block_type(const WeightTypes& types, DType LayerWeightTypes::*field) {
+  DType worst = DType::kF32;
+  for (const LayerWeightTypes& t : types.layers) {
+    if (block_of(t.*field) > block_of(worst)) worst = t.*field;
+  }
+  return worst;
+}
+
 std::uint64_t matrix_bytes(DType t, std::int64_t rows, std::int64_t cols) {
   return static_cast<std::uint64_t>(rows) * hal::row_bytes(t, cols);
 }
@@ -90,14 +99,8 @@ Status check_inner_dims(const model::ModelConfig& c, const WeightTypes& types) {
 
 // Head boundaries of the o weights (split by input columns) must fall on block boundaries.
 Status check_o_alignment(const model::ModelConfig& c, const WeightTypes& types, int tp) {
-  std::int64_t block = 1;
-  DType worst = DType::kF32;
-  for (const LayerWeightTypes& t : types.layers) {
-    if (block_of(t.o) > block) {
-      block = block_of(t.o);
-      worst = t.o;
-    }
-  }
+  const DType worst = largest_block_type(types, &LayerWeightTypes::o);
+  const std::int64_t block = block_of(worst);
   if (block == 1) return ok_status();
   for (int i = 1; i < tp; ++i) {
     const std::int64_t head = even_part(c.n_heads, i, tp).begin;
@@ -263,14 +266,8 @@ Result<ShardPlan> plan_shards(const model::ModelConfig& config, const WeightType
   }
   SX_RETURN_IF_ERROR(check_inner_dims(c, types));
 
-  std::int64_t unit = 1;
-  DType unit_type = DType::kF32;
-  for (const LayerWeightTypes& t : types.layers) {
-    if (block_of(t.down) > unit) {
-      unit = block_of(t.down);
-      unit_type = t.down;
-    }
-  }
+  const DType unit_type = largest_block_type(types, &LayerWeightTypes::down);
+  const std::int64_t unit = block_of(unit_type);
   // The largest block is a multiple of the others (1 or 32), so a whole number of units is a whole
   // number of blocks of every layer's down format.
   if (c.ffn % unit != 0) {
