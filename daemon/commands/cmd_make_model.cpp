@@ -30,7 +30,8 @@ Status make_model(const Args& args) {
   if (args.has("--tied")) c.tied_embeddings = true;
   SX_ASSIGN_OR_RETURN(std::string type_name, args.get_string("--type", "f16"));
   auto type = hal::dtype_from_name(type_name);
-  if (!type || *type == hal::DType::kI32) {
+  if (!type || (*type != hal::DType::kF32 && *type != hal::DType::kF16 && *type != hal::DType::kBF16 &&
+                *type != hal::DType::kQ8_0)) {
     return invalid_argument_error("--type must be f32, f16, bf16 or q8_0, got '{}'", type_name);
   }
   spec.weight_type = *type;

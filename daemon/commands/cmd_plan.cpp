@@ -76,7 +76,8 @@ Result<Loaded> load_model(const std::string& path) {
   SX_ASSIGN_OR_RETURN(auto file, model::GgufFile::open(path));
   SX_ASSIGN_OR_RETURN(model::ModelConfig c, model::model_config_from_gguf(*file));
   SX_RETURN_IF_ERROR(model::check_model_tensors(*file, c));
-  SX_ASSIGN_OR_RETURN(parallel::WeightTypes w, parallel::weight_types_from_gguf(*file, c));
+  SX_ASSIGN_OR_RETURN(parallel::WeightTypes w,
+                      parallel::weight_types_from_gguf(*file, c, parallel::GgufTypeCheck::kSized));
   std::string what = c.name.empty() ? path : fmt::format("{} ({})", path, c.name);
   return Loaded{std::move(what), std::move(c), std::move(w)};
 }
@@ -138,7 +139,8 @@ int cmd_plan(int argc, char** argv) {
     auto type_name = args.get_string("--type", "f16");
     if (!type_name.ok()) return usage_error(type_name.status());
     const auto type = hal::dtype_from_name(*type_name);
-    if (!type || *type == hal::DType::kI32) {
+    if (!type || (*type != hal::DType::kF32 && *type != hal::DType::kF16 && *type != hal::DType::kBF16 &&
+                  *type != hal::DType::kQ8_0)) {
       return usage_error(invalid_argument_error("--type must be f32, f16, bf16 or q8_0, got '{}'", *type_name));
     }
     m.config = *std::move(c);

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <string>
 
 #include "runtime/base/half.h"
@@ -19,7 +20,13 @@ const DTypeInfo kInfos[] = {
     {"bf16", 1, 2, false},
     {"q8_0", kQ8_0Block, static_cast<int>(sizeof(BlockQ8_0)), true},
     {"i32", 1, 4, false},
+    {"q4_0", 32, 18, true},   // ggml-common.h block_q4_0: ggml_half d; uint8_t qs[QK4_0 / 2]
+    {"q4_k", 256, 144, true},  // block_q4_K: ggml_half d, dmin; uint8_t scales[12]; uint8_t qs[QK_K / 2]
+    {"q6_k", 256, 210, true},  // block_q6_K: uint8_t ql[QK_K / 2], qh[QK_K / 4]; int8_t scales[QK_K / 16]; ggml_half d
+    {"awq_int4", kAwqInt4Group, kAwqInt4BlockBytes, true},
+    {"q5_0", 32, 22, true},   // block_q5_0: ggml_half d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]
 };
+static_assert(std::size(kInfos) == static_cast<std::size_t>(DType::kQ5_0) + 1, "one row per DType, in order");
 }  // namespace
 
 const DTypeInfo& dtype_info(DType t) { return kInfos[static_cast<int>(t)]; }
@@ -59,6 +66,11 @@ void dequantize_row(DType t, const void* src, float* dst, std::int64_t n) {
       return;
     }
     case DType::kI32:
+    case DType::kQ4_0:
+    case DType::kQ4_K:
+    case DType::kQ6_K:
+    case DType::kAwqInt4:
+    case DType::kQ5_0:
       break;
   }
   fatal("dequantize_row", std::string("unsupported type ") + std::string(dtype_name(t)));
@@ -93,6 +105,11 @@ void quantize_row(DType t, const float* src, void* dst, std::int64_t n) {
       return;
     }
     case DType::kI32:
+    case DType::kQ4_0:
+    case DType::kQ4_K:
+    case DType::kQ6_K:
+    case DType::kAwqInt4:
+    case DType::kQ5_0:
       break;
   }
   fatal("quantize_row", std::string("unsupported type ") + std::string(dtype_name(t)));

@@ -1,8 +1,13 @@
 // Element and weight formats that cross the HAL boundary, with their block layouts.
 //
-// Quantised formats follow the GGML block layouts bit for bit (so GGUF tensor data is used as is).
+// Quantised formats follow the GGML block layouts bit for bit (so GGUF tensor data is used as is),
+// except kAwqInt4, Sextant's repacked AWQ / GPTQ 4-bit layout (below).
 // A row of n elements of a blocked format occupies (n / block_elems) * block_bytes bytes;
 // n must be a multiple of block_elems.
+//
+// Q4_0, Q5_0, Q4_K, Q6_K and AWQ int4 are known by size only for now (the memory and shard planners
+// and GGUF type ids); no backend has kernels for them yet, so model::require_supported rejects
+// their tensors and dequantize_row / quantize_row do not take them.
 //
 // The reference (de)quantisers here are the oracle for every backend's kernels.
 // Pure functions; thread-safe.
@@ -21,6 +26,11 @@ enum class DType : std::uint8_t {
   kBF16,
   kQ8_0,
   kI32,
+  kQ4_0,     // GGML Q4_0: 32 weights = fp16 scale + 16 bytes of nibbles (18 bytes)
+  kQ4_K,     // GGML Q4_K: 256 weights = fp16 d, dmin + 12 bytes of 6-bit scales/mins + 128 bytes (144)
+  kQ6_K,     // GGML Q6_K: 256 weights = 128 + 64 bytes of 6-bit quants + 16 int8 scales + fp16 d (210)
+  kAwqInt4,  // Sextant AWQ/GPTQ int4: 128 weights = 64 bytes of nibbles + fp16 scale + fp16 zero (68)
+  kQ5_0,     // GGML Q5_0: 32 weights = fp16 scale + 4 bytes of high bits + 16 bytes of nibbles (22)
 };
 
 struct DTypeInfo {
@@ -48,8 +58,13 @@ struct BlockQ8_0 {
 };
 static_assert(sizeof(BlockQ8_0) == 34);
 
+// AWQ / GPTQ int4 as Sextant stores it: every group of 128 consecutive input weights of a row is
+// 64 bytes of nibbles followed by its fp16 scale and fp16 zero point (w = (q - zero) * scale).
+inline constexpr int kAwqInt4Group = 128;
+inline constexpr int kAwqInt4BlockBytes = kAwqInt4Group / 2 + 2 + 2;
+
 // Reference conversions of one row of n elements (n a multiple of the block size).
-// Supported: F32, F16, BF16, Q8_0 in both directions.
+// Supported: F32, F16, BF16, Q8_0 in both directions; any other type is a programmer error (aborts).
 void dequantize_row(DType t, const void* src, float* dst, std::int64_t n);
 void quantize_row(DType t, const float* src, void* dst, std::int64_t n);
 

@@ -117,7 +117,11 @@ Result<std::uint64_t> GgufFile::get_array_size(std::string_view key) const {
 }
 
 Status require_supported(const TensorInfo& t) {
-  if (t.dtype.has_value()) return ok_status();
+  // The formats with kernels; Q4_0, Q5_0, Q4_K and Q6_K are known by size only (for planning).
+  if (t.dtype == hal::DType::kF32 || t.dtype == hal::DType::kF16 || t.dtype == hal::DType::kBF16 ||
+      t.dtype == hal::DType::kQ8_0) {
+    return ok_status();
+  }
   return unimplemented_error("{}: tensor '{}' has type {} (ggml type {}), which is not supported yet; supported: "
                              "f32, f16, bf16, q8_0",
                              t.file, t.name, t.type_name, t.ggml_type);

@@ -60,7 +60,8 @@ struct TensorInfo {
   std::vector<std::int64_t> dims;  // ne order: dims[0] is the innermost (contiguous) dimension
   std::uint32_t ggml_type = 0;
   std::string type_name;              // "f32", "q4_k", ...
-  std::optional<hal::DType> dtype;    // only for types the HAL has (F32, F16, BF16, Q8_0)
+  std::optional<hal::DType> dtype;    // types the HAL knows (F32, F16, BF16, Q8_0; Q4_0, Q5_0, Q4_K, Q6_K
+                                      // by size only: require_supported says which can be loaded)
   std::uint64_t offset = 0;           // relative to the data section
   std::uint64_t n_bytes = 0;
   std::int64_t n_elements = 0;
@@ -125,8 +126,8 @@ class GgufFile {
   std::map<std::string, std::size_t, std::less<>> tensor_index_;
 };
 
-// OK when the loader can use the tensor's format; otherwise UNIMPLEMENTED naming the file, the
-// tensor and the type ("q4_k is not supported yet; supported: f32, f16, bf16, q8_0").
+// OK when the loader can use the tensor's format (F32, F16, BF16, Q8_0); otherwise UNIMPLEMENTED
+// naming the file, the tensor and the type ("q4_k is not supported yet; supported: f32, f16, bf16, q8_0").
 Status require_supported(const TensorInfo& t);
 
 }  // namespace sx::model

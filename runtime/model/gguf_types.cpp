@@ -273,17 +273,17 @@ const std::vector<GgmlTypeInfo>& ggml_type_table() {
   static const std::vector<GgmlTypeInfo> kTable = {
       {0, "f32", 1, 4, hal::DType::kF32},
       {1, "f16", 1, 2, hal::DType::kF16},
-      {2, "q4_0", 32, 18, std::nullopt},
+      {2, "q4_0", 32, 18, hal::DType::kQ4_0},
       {3, "q4_1", 32, 20, std::nullopt},
-      {6, "q5_0", 32, 22, std::nullopt},
+      {6, "q5_0", 32, 22, hal::DType::kQ5_0},
       {7, "q5_1", 32, 24, std::nullopt},
       {8, "q8_0", 32, 34, hal::DType::kQ8_0},
       {9, "q8_1", 32, 36, std::nullopt},
       {10, "q2_k", 256, 84, std::nullopt},
       {11, "q3_k", 256, 110, std::nullopt},
-      {12, "q4_k", 256, 144, std::nullopt},
+      {12, "q4_k", 256, 144, hal::DType::kQ4_K},
       {13, "q5_k", 256, 176, std::nullopt},
-      {14, "q6_k", 256, 210, std::nullopt},
+      {14, "q6_k", 256, 210, hal::DType::kQ6_K},
       {15, "q8_k", 256, 292, std::nullopt},
       {16, "iq2_xxs", 256, 66, std::nullopt},
       {17, "iq2_xs", 256, 74, std::nullopt},
@@ -326,8 +326,13 @@ std::uint32_t ggml_type_of(hal::DType t) {
     case hal::DType::kBF16: return 30;
     case hal::DType::kQ8_0: return 8;
     case hal::DType::kI32: return 26;
+    case hal::DType::kQ4_0: return 2;
+    case hal::DType::kQ5_0: return 6;
+    case hal::DType::kQ4_K: return 12;
+    case hal::DType::kQ6_K: return 14;
+    case hal::DType::kAwqInt4: return kNoGgmlType;
   }
-  return 0;
+  return kNoGgmlType;
 }
 
 }  // namespace sx::model

@@ -118,7 +118,7 @@ struct GgmlTypeInfo {
   std::string_view name;           // "f32", "q4_k", ... (ggml's type_name)
   std::uint32_t block_elems;
   std::uint32_t block_bytes;
-  std::optional<hal::DType> dtype;  // set only where the HAL has the format
+  std::optional<hal::DType> dtype;  // set where the HAL knows the format (its size; kernels: require_supported)
 };
 
 // Known ggml type ids (ggml.h). Ids 4, 5 and 31-33, 36-38 were removed from ggml and are unknown.
@@ -134,7 +134,11 @@ enum class GgmlType : std::uint32_t {
 const GgmlTypeInfo* ggml_type_info(std::uint32_t id);
 // "q4_k", or "unknown#N".
 std::string ggml_type_name(std::uint32_t id);
-// The ggml type a HAL dtype is stored as (F32, F16, BF16, Q8_0, I32).
+// What ggml_type_of returns for a HAL format GGUF cannot hold (AWQ int4); ggml_type_info() knows no
+// such id, so writing it fails with a clear error.
+inline constexpr std::uint32_t kNoGgmlType = 0xFFFFFFFFu;
+// The ggml type a HAL dtype is stored as (F32, F16, BF16, Q8_0, I32, Q4_0, Q5_0, Q4_K, Q6_K), or
+// kNoGgmlType.
 std::uint32_t ggml_type_of(hal::DType t);
 // Every known type, ascending id.
 const std::vector<GgmlTypeInfo>& ggml_type_table();

@@ -202,11 +202,17 @@ WeightTypes uniform_weight_types(const model::ModelConfig& config, hal::DType ty
   return w;
 }
 
-Result<WeightTypes> weight_types_from_gguf(const model::GgufFile& file, const model::ModelConfig& config) {
+Result<WeightTypes> weight_types_from_gguf(const model::GgufFile& file, const model::ModelConfig& config,
+                                           GgufTypeCheck check) {
   auto type_of = [&](std::string_view name) -> Result<DType> {
     const model::TensorInfo* t = file.find_tensor(name);
     if (t == nullptr) return not_found_error("{}: tensor '{}' is missing", file.path(), name);
-    SX_RETURN_IF_ERROR(model::require_supported(*t));
+    if (check == GgufTypeCheck::kLoadable) SX_RETURN_IF_ERROR(model::require_supported(*t));
+    if (!t->dtype.has_value() || *t->dtype == DType::kI32) {
+      return unimplemented_error("{}: tensor '{}' has type {} (ggml type {}), which Sextant cannot plan for; known: "
+                                 "f32, f16, bf16, q8_0, q4_0, q5_0, q4_k, q6_k",
+                                 file.path(), name, t->type_name, t->ggml_type);
+    }
     return *t->dtype;
   };
   WeightTypes w;
@@ -268,7 +274,7 @@ Result<ShardPlan> plan_shards(const model::ModelConfig& config, const WeightType
 
   const DType unit_type = largest_block_type(types, &LayerWeightTypes::down);
   const std::int64_t unit = block_of(unit_type);
-  // The largest block is a multiple of the others (1 or 32), so a whole number of units is a whole
+  // The largest block is a multiple of the others (all are powers of two: 1 ... 256), so a whole number of units is a whole
   // number of blocks of every layer's down format.
   if (c.ffn % unit != 0) {
     return invalid_argument_error(

@@ -7,7 +7,8 @@
 //   with g = heads / kv_heads. A KV head held by more than one rank of the stage is a replica
 //   (a GQA group split across ranks, or TP above the KV-head count);
 // - FFN rows (rows of gate/up, columns of down) are split in units of the down weights' block
-//   (32 for Q8_0, 1 for float formats), contiguous, sizes differing by at most one unit;
+//   (1 for float formats, 32 for Q8_0 / Q4_0 / Q5_0, 128 for AWQ int4, 256 for Q4_K / Q6_K; the
+//   largest over the layers), contiguous, sizes differing by at most one unit;
 // - Q/K/V and gate/up are column-parallel (each rank computes its own heads / FFN rows, with the
 //   matching slices of the biases); o and down are row-parallel (each rank multiplies its slice of
 //   the input columns and one all-reduce sums the partial outputs; a bias of a row-parallel matrix
@@ -57,8 +58,15 @@ struct WeightTypes {
 
 // Every matrix (embeddings included) in `type`.
 WeightTypes uniform_weight_types(const model::ModelConfig& config, hal::DType type);
+
+// Which tensor formats weight_types_from_gguf accepts.
+enum class GgufTypeCheck {
+  kLoadable,  // only formats the loader has kernels for (model::require_supported)
+  kSized,     // any format the HAL knows the size of (Q4_K, Q6_K, ... too): for planning
+};
 // The types of the tensors in a GGUF file (the file's config must already be checked).
-Result<WeightTypes> weight_types_from_gguf(const model::GgufFile& file, const model::ModelConfig& config);
+Result<WeightTypes> weight_types_from_gguf(const model::GgufFile& file, const model::ModelConfig& config,
+                                           GgufTypeCheck check = GgufTypeCheck::kLoadable);
 
 // A half-open range [begin, end).
 struct Range {

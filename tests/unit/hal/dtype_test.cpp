@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <random>
+#include <string_view>
 #include <vector>
 
 #include "runtime/base/half.h"
@@ -16,7 +17,34 @@ TEST(DType, TableAndNames) {
   EXPECT_EQ(row_bytes(DType::kF16, 7), 14u);
   EXPECT_EQ(dtype_from_name("Q8_0"), DType::kQ8_0);
   EXPECT_EQ(dtype_from_name("bf16"), DType::kBF16);
-  EXPECT_FALSE(dtype_from_name("q4_k").has_value());
+  EXPECT_FALSE(dtype_from_name("q4_k_m").has_value());  // a file recipe, not one format
+  EXPECT_FALSE(dtype_from_name("awq-int4").has_value());
+  EXPECT_EQ(dtype_name(DType::kI32), "i32");
+}
+
+// Sizes of the formats known for planning: GGML's ggml-common.h blocks and Sextant's AWQ groups.
+TEST(DType, PlanningFormats) {
+  const struct {
+    DType t;
+    std::string_view name;
+    int elems, bytes;
+  } expected[] = {
+      {DType::kQ4_0, "q4_0", 32, 2 + 16},            // d, qs[16]
+      {DType::kQ5_0, "q5_0", 32, 2 + 4 + 16},        // d, qh[4], qs[16]
+      {DType::kQ4_K, "q4_k", 256, 2 + 2 + 12 + 128},  // d, dmin, scales[12], qs[128]
+      {DType::kQ6_K, "q6_k", 256, 128 + 64 + 16 + 2},  // ql, qh, scales, d
+      {DType::kAwqInt4, "awq_int4", 128, 64 + 2 + 2},  // nibbles, fp16 scale, fp16 zero
+  };
+  for (const auto& e : expected) {
+    EXPECT_EQ(dtype_name(e.t), e.name);
+    EXPECT_EQ(dtype_from_name(e.name), e.t);
+    EXPECT_EQ(dtype_info(e.t).block_elems, e.elems) << e.name;
+    EXPECT_EQ(dtype_info(e.t).block_bytes, e.bytes) << e.name;
+    EXPECT_TRUE(dtype_info(e.t).quantized) << e.name;
+  }
+  EXPECT_EQ(dtype_from_name("Q4_K"), DType::kQ4_K);
+  EXPECT_EQ(row_bytes(DType::kAwqInt4, 8192), 64u * 68u);
+  EXPECT_EQ(row_bytes(DType::kQ6_K, 3584), 14u * 210u);
   EXPECT_EQ(dtype_name(DType::kF32), "f32");
 }
 
