@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "backends/registry.h"
+#include "runtime/kv/kv_cache_manager.h"
 #include "runtime/base/log.h"
 
 namespace sx::daemon {
@@ -51,8 +52,8 @@ Result<ModelSession> open_session(const Args& args, engine::OpenedModel opened, 
   mo.kv.dtype = *kv_type;
   SX_ASSIGN_OR_RETURN(std::int64_t ctx, args.get_int("--ctx", context_tokens, 1, c.context_length));
   ctx = std::min<std::int64_t>(ctx, c.context_length);
-  mo.kv.num_blocks = (ctx + mo.kv.block_size - 1) / mo.kv.block_size;
-  mo.max_batch_tokens = std::min<std::int64_t>(mo.max_batch_tokens, mo.kv.num_blocks * mo.kv.block_size);
+  mo.kv.num_blocks = kv::blocks_for_tokens(ctx, mo.kv.block_size);  // + the null block
+  mo.max_batch_tokens = std::min<std::int64_t>(mo.max_batch_tokens, (mo.kv.num_blocks - 1) * mo.kv.block_size);
   mo.max_logit_rows = 1;
   engine::ParallelOptions po;
   po.tp = static_cast<int>(tp);

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "runtime/engine/stop_matcher.h"
+#include "runtime/engine/engine.h"
 
 namespace sx::engine {
 
@@ -43,67 +43,56 @@ Result<GenerateResult> generate(Qwen2Model& model, const tokenizer::Tokenizer& t
   if (prompt.empty()) return invalid_argument_error("the prompt is empty (no tokens)");
   if (options.max_tokens < 0) return invalid_argument_error("max_tokens must be >= 0, got {}", options.max_tokens);
   const ModelOptions& mo = model.options();
-  const std::int64_t capacity = std::min<std::int64_t>(mo.kv.num_blocks * mo.kv.block_size, model.config().context_length);
+  // Block 0 of the cache is the null block.
+  const std::int64_t capacity =
+      std::min<std::int64_t>((mo.kv.num_blocks - 1) * mo.kv.block_size, model.config().context_length);
   const auto n_prompt = static_cast<std::int64_t>(prompt.size());
   if (n_prompt + 1 > capacity) {
     return invalid_argument_error("the prompt has {} tokens but the context holds {} (prompt + at least one new token)",
                                   n_prompt, capacity);
   }
-  const std::int64_t max_new = std::min(options.max_tokens, capacity - n_prompt);
-
-  std::vector<std::int32_t> stops = options.stop_ids;
-  if (!options.ignore_eos) {
-    auto d = default_stop_ids(tok);
-    stops.insert(stops.end(), d.begin(), d.end());
-  }
-  auto is_stop = [&](std::int32_t t) { return std::find(stops.begin(), stops.end(), t) != stops.end(); };
-
   GenerateResult result;
-  Sampler sampler(options.sampling, prompt);
-  tokenizer::StreamDecoder decoder(tok, /*skip_special=*/true);
-  StopMatcher matcher(options.stop_strings);
-  auto emit = [&](const std::string& piece) {
-    if (piece.empty()) return;
-    result.text += piece;
-    if (on_text) on_text(piece);
-  };
+  if (options.max_tokens == 0) return result;
 
-  std::vector<float> logits;
+  // One request through the engine (the same path as batched serving, with a batch of one).
+  EngineConfig ec;
+  ec.scheduler.max_num_batched_tokens = mo.max_batch_tokens;
+  ec.scheduler.max_num_seqs = 1;
+  ec.scheduler.max_model_len = capacity;
+  ec.prefix_caching = false;
+  SX_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(model, tok, ec));
+  RequestOptions ro;
+  ro.sampling = options.sampling;
+  ro.max_tokens = std::min(options.max_tokens, capacity - n_prompt);
+  ro.stop_ids = options.stop_ids;
+  ro.stop_strings = options.stop_strings;
+  ro.ignore_eos = options.ignore_eos;
   const auto t0 = Clock::now();
-  SX_RETURN_IF_ERROR(prefill(model, prompt, logits));
-  const auto t1 = Clock::now();
+  auto t1 = t0;
+  RequestFinish finish = RequestFinish::kNone;
+  Status error;
+  SX_RETURN_IF_ERROR(engine
+                         ->submit(std::vector<std::int32_t>(prompt.begin(), prompt.end()), ro,
+                                  [&](const RequestEvent& e) {
+                                    if (result.tokens.empty() && !e.tokens.empty()) t1 = Clock::now();
+                                    result.tokens.insert(result.tokens.end(), e.tokens.begin(), e.tokens.end());
+                                    if (!e.text.empty()) {
+                                      result.text += e.text;
+                                      if (on_text) on_text(e.text);
+                                    }
+                                    if (e.finished) {
+                                      finish = e.finish;
+                                      error = e.error;
+                                    }
+                                  })
+                         .status());
+  SX_RETURN_IF_ERROR(engine->run_until_idle());
+  if (!error.ok()) return error;
+  if (finish != RequestFinish::kStop && finish != RequestFinish::kLength) {
+    return internal_error("generation ended without a finish reason ({})", request_finish_name(finish));
+  }
+  result.finish = finish == RequestFinish::kStop ? FinishReason::kStop : FinishReason::kLength;
   result.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
-
-  if (max_new == 0) {
-    result.finish = FinishReason::kLength;
-    return result;
-  }
-  auto pos = static_cast<std::int32_t>(n_prompt);
-  for (std::int64_t i = 0;; ++i) {
-    const std::int32_t next = sampler.sample(logits);
-    result.tokens.push_back(next);
-    if (is_stop(next)) {
-      result.finish = FinishReason::kStop;
-      break;
-    }
-    emit(matcher.push(decoder.push(next)));
-    if (matcher.stopped()) {
-      result.finish = FinishReason::kStop;
-      break;
-    }
-    if (i + 1 >= max_new) {
-      result.finish = FinishReason::kLength;
-      break;
-    }
-    const std::int32_t one[1] = {next};
-    ForwardBatch b = single_sequence_batch(one, pos, mo.kv.num_blocks);
-    SX_RETURN_IF_ERROR(model.forward(b, logits));
-    ++pos;
-  }
-  if (!matcher.stopped()) {
-    emit(matcher.push(decoder.flush()));
-    emit(matcher.flush());
-  }
   result.decode_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
   return result;
 }

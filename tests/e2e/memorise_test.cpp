@@ -48,7 +48,7 @@ Loaded load(const std::string& file, std::int64_t ctx, int threads) {
   o.threads = threads;
   l.device = std::move((*backend)->create_device(0, o)).value();
   engine::ModelOptions mo;
-  mo.kv.num_blocks = (ctx + 15) / 16;
+  mo.kv.num_blocks = (ctx + 15) / 16 + 1;  // + the null block
   mo.max_batch_tokens = 64;  // several prefill chunks for long prompts
   mo.max_logit_rows = 1;
   auto m = engine::Qwen2Model::load(*l.opened.file, l.opened.config, *l.device, mo);
@@ -134,7 +134,7 @@ TEST_P(MemoriseParallel, GreedyReproducesTheText) {
   auto group = engine::create_device_group(backend, pc.tp * pc.pp, o);
   ASSERT_TRUE(group.ok()) << group.status().to_string();
   engine::ModelOptions mo;
-  mo.kv.num_blocks = static_cast<std::int64_t>(prompt.size() + expect.size() + 15) / 16;
+  mo.kv.num_blocks = static_cast<std::int64_t>(prompt.size() + expect.size() + 15) / 16 + 1;
   mo.max_batch_tokens = 64;
   mo.max_logit_rows = 1;
   engine::ParallelOptions po;
@@ -269,7 +269,7 @@ TEST(Memorise, BadBatchesAreErrors) {
   Status s = l.model->forward(engine::single_sequence_batch(bad_id, 0, l.model->options().kv.num_blocks), logits);
   EXPECT_EQ(s.code(), StatusCode::kOutOfRange);
   const std::int32_t ok_id[1] = {1};
-  s = l.model->forward(engine::single_sequence_batch(ok_id, 40, l.model->options().kv.num_blocks), logits);
+  s = l.model->forward(engine::single_sequence_batch(ok_id, 48, l.model->options().kv.num_blocks), logits);
   EXPECT_EQ(s.code(), StatusCode::kOutOfRange);  // a slot beyond the cache
   // A rejected batch leaves the model usable.
   EXPECT_TRUE(l.model->forward(engine::single_sequence_batch(ok_id, 0, l.model->options().kv.num_blocks), logits).ok());

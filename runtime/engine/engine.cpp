@@ -1,0 +1,320 @@
+// Engine: inbox -> scheduler -> one batched forward -> per-request sampling -> events.
+#include "runtime/engine/engine.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/engine/generator.h"
+#include "runtime/engine/stop_matcher.h"
+
+namespace sx::engine {
+
+std::string_view request_finish_name(RequestFinish f) {
+  switch (f) {
+    case RequestFinish::kStop: return "stop";
+    case RequestFinish::kLength: return "length";
+    case RequestFinish::kCancelled: return "cancelled";
+    case RequestFinish::kError: return "error";
+    default: return "none";
+  }
+}
+
+// Engine-side state of a request: its sampler and text stream.
+struct Engine::Live {
+  RequestOptions options;
+  EventCallback on_event;
+  Sampler sampler;
+  tokenizer::StreamDecoder decoder;
+  StopMatcher matcher;
+  std::int64_t prompt_tokens = 0;
+  std::vector<std::int32_t> stop_ids;  // the effective ones (with the tokenizer's EOS ids)
+  bool stopped_by_string = false;
+  Live(RequestOptions o, EventCallback cb, std::span<const std::int32_t> prompt, const tokenizer::Tokenizer& tok)
+      : options(std::move(o)),
+        on_event(std::move(cb)),
+        sampler(options.sampling, prompt),
+        decoder(tok, /*skip_special=*/true),
+        matcher(options.stop_strings),
+        prompt_tokens(static_cast<std::int64_t>(prompt.size())) {}
+};
+
+struct Engine::Pending {
+  std::unique_ptr<sched::Request> request;
+  std::unique_ptr<Live> live;
+};
+
+Engine::Engine(Qwen2Model& model, const tokenizer::Tokenizer& tok, const EngineConfig& config)
+    : model_(model),
+      tok_(tok),
+      config_(config),
+      default_stops_(default_stop_ids(tok)),
+      kv_(kv::KvCacheConfig{model.options().kv.num_blocks, model.options().kv.block_size, config.prefix_caching,
+                            config.cache_salt, config.watermark}),
+      scheduler_(config.scheduler, kv_) {}
+
+Engine::~Engine() = default;
+
+Result<std::unique_ptr<Engine>> Engine::create(Qwen2Model& model, const tokenizer::Tokenizer& tok,
+                                               const EngineConfig& config) {
+  const ModelOptions& mo = model.options();
+  const sched::SchedulerConfig& sc = config.scheduler;
+  if (sc.max_num_batched_tokens < 1 || sc.max_num_batched_tokens > mo.max_batch_tokens) {
+    return invalid_argument_error("max_num_batched_tokens {} must be in [1, {}] (the model's step size)",
+                                  sc.max_num_batched_tokens, mo.max_batch_tokens);
+  }
+  if (sc.max_num_seqs < 1 || sc.max_num_seqs > mo.max_logit_rows) {
+    return invalid_argument_error("max_num_seqs {} must be in [1, {}] (the model's logit rows)", sc.max_num_seqs,
+                                  mo.max_logit_rows);
+  }
+  if (sc.max_model_len < 2 || sc.max_model_len > model.config().context_length) {
+    return invalid_argument_error("max_model_len {} must be in [2, {}] (the model's context length)", sc.max_model_len,
+                                  model.config().context_length);
+  }
+  if (mo.kv.num_blocks < 2) return invalid_argument_error("the KV cache needs at least 2 blocks (one is the null block)");
+  if (config.watermark < 0 || config.watermark >= 1) {
+    return invalid_argument_error("watermark {} must be in [0, 1)", config.watermark);
+  }
+  return std::unique_ptr<Engine>(new Engine(model, tok, config));
+}
+
+Result<std::uint64_t> Engine::submit(std::vector<std::int32_t> prompt, RequestOptions options, EventCallback on_event) {
+  SX_RETURN_IF_ERROR(options.sampling.validate());
+  if (options.max_tokens < 1) return invalid_argument_error("max_tokens must be at least 1, got {}", options.max_tokens);
+  if (options.top_logprobs < -1 || options.top_logprobs > 20) {
+    return invalid_argument_error("top_logprobs must be in [0, 20], got {}", options.top_logprobs);
+  }
+  if (prompt.empty()) return invalid_argument_error("the prompt is empty (no tokens)");
+  for (std::int32_t t : prompt) {
+    if (t < 0 || t >= model_.config().vocab) {
+      return invalid_argument_error("prompt token {} is outside the vocabulary of {}", t, model_.config().vocab);
+    }
+  }
+  const std::int64_t cap = std::min(config_.scheduler.max_model_len, kv_.pool().usable_blocks() * kv_.block_size());
+  if (static_cast<std::int64_t>(prompt.size()) + 1 > cap) {
+    return invalid_argument_error("the prompt has {} tokens but a request may hold at most {} (max_model_len {}), "
+                                  "with at least one token left for the answer",
+                                  prompt.size(), cap, config_.scheduler.max_model_len);
+  }
+  auto p = std::make_unique<Pending>();
+  p->live = std::make_unique<Live>(std::move(options), std::move(on_event), prompt, tok_);
+  p->request = std::make_unique<sched::Request>();
+  sched::Request& r = *p->request;
+  r.prompt = std::move(prompt);
+  r.max_tokens = p->live->options.max_tokens;
+  r.stop_ids = p->live->options.stop_ids;
+  if (!p->live->options.ignore_eos) r.stop_ids.insert(r.stop_ids.end(), default_stops_.begin(), default_stops_.end());
+  p->live->stop_ids = r.stop_ids;
+  std::lock_guard<std::mutex> lock(mu_);
+  r.id = next_id_++;
+  const std::uint64_t id = r.id;
+  inbox_.push_back(std::move(p));
+  return id;
+}
+
+void Engine::cancel(std::uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancels_.push_back(id);
+}
+
+bool Engine::has_work() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !inbox_.empty() || !cancels_.empty() || scheduler_.has_work();
+}
+
+EngineStats Engine::stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void Engine::drain_inbox() {
+  std::vector<std::unique_ptr<Pending>> inbox;
+  std::vector<std::uint64_t> cancels;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    inbox.swap(inbox_);
+    cancels.swap(cancels_);
+  }
+  for (auto& p : inbox) {
+    const std::uint64_t id = p->request->id;
+    live_.emplace(id, std::move(p->live));
+    const Status st = scheduler_.add(std::move(p->request));
+    if (!st.ok()) {  // checked in submit(); kept for safety
+      RequestEvent e;
+      e.id = id;
+      e.finished = true;
+      e.finish = RequestFinish::kError;
+      e.error = st;
+      if (live_[id]->on_event) live_[id]->on_event(e);
+      live_.erase(id);
+    }
+  }
+  for (std::uint64_t id : cancels) scheduler_.cancel(id);
+}
+
+namespace {
+
+// log-softmax of the chosen token and the k most likely tokens, from the raw logits.
+TokenLogprob logprobs_of(std::span<const float> logits, std::int32_t token, std::int32_t k) {
+  const float mx = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v - mx));
+  const float lse = mx + static_cast<float>(std::log(sum));
+  TokenLogprob lp;
+  lp.token = token;
+  lp.logprob = logits[static_cast<std::size_t>(token)] - lse;
+  if (k > 0) {
+    std::vector<std::int32_t> idx(logits.size());
+    for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<std::int32_t>(i);
+    const auto kk = std::min<std::size_t>(static_cast<std::size_t>(k), idx.size());
+    std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(kk), idx.end(), [&](std::int32_t a, std::int32_t b) {
+      const float la = logits[static_cast<std::size_t>(a)], lb = logits[static_cast<std::size_t>(b)];
+      return la > lb || (la == lb && a < b);
+    });
+    for (std::size_t i = 0; i < kk; ++i) lp.top.emplace_back(idx[i], logits[static_cast<std::size_t>(idx[i])] - lse);
+  }
+  return lp;
+}
+
+RequestFinish to_finish(sched::FinishReason r) {
+  switch (r) {
+    case sched::FinishReason::kStop: return RequestFinish::kStop;
+    case sched::FinishReason::kLength: return RequestFinish::kLength;
+    case sched::FinishReason::kCancelled: return RequestFinish::kCancelled;
+    default: return RequestFinish::kNone;
+  }
+}
+
+}  // namespace
+
+void Engine::emit_finished() {
+  for (auto& r : scheduler_.take_finished()) {
+    auto it = live_.find(r->id);
+    if (it == live_.end()) continue;
+    Live& l = *it->second;
+    RequestEvent e;
+    e.id = r->id;
+    e.finished = true;
+    e.finish = l.stopped_by_string ? RequestFinish::kStop : to_finish(r->finish);
+    if (!l.stopped_by_string && r->finish != sched::FinishReason::kCancelled) {
+      e.text = l.matcher.push(l.decoder.flush());
+      e.text += l.matcher.flush();
+    }
+    e.prompt_tokens = l.prompt_tokens;
+    e.completion_tokens = static_cast<std::int64_t>(r->output.size());
+    e.cached_prompt_tokens = r->num_cached_prompt;
+    e.preemptions = r->num_preemptions;
+    if (l.on_event) l.on_event(e);
+    live_.erase(it);
+  }
+}
+
+Status Engine::step() {
+  drain_inbox();
+  sched::SchedulerOutput out = scheduler_.schedule();
+  if (out.scheduled.empty()) {
+    emit_finished();
+    return ok_status();
+  }
+  // One batch for every scheduled request.
+  const std::int64_t bs = kv_.block_size();
+  ForwardBatch b;
+  std::size_t max_blocks = 1;
+  for (const auto& s : out.scheduled) max_blocks = std::max(max_blocks, kv_.block_table(s.request->id).size());
+  b.max_blocks_per_seq = static_cast<std::int32_t>(max_blocks);
+  b.seq_token_start.push_back(0);
+  for (const auto& s : out.scheduled) {
+    const sched::Request& r = *s.request;
+    const auto& table = kv_.block_table(r.id);
+    for (std::int64_t i = s.start; i < s.start + s.num_tokens; ++i) {
+      b.tokens.push_back(r.token_at(i));
+      b.positions.push_back(static_cast<std::int32_t>(i));
+      b.slot_mapping.push_back(static_cast<std::int32_t>(table[static_cast<std::size_t>(i / bs)] * bs + i % bs));
+    }
+    b.seq_token_start.push_back(static_cast<std::int32_t>(b.tokens.size()));
+    b.seq_context_len.push_back(static_cast<std::int32_t>(s.start + s.num_tokens));
+    for (std::size_t j = 0; j < max_blocks; ++j) b.block_table.push_back(j < table.size() ? table[j] : kv::kNullBlock);
+    if (s.sample) b.logit_rows.push_back(static_cast<std::int32_t>(b.tokens.size() - 1));
+  }
+  const Status st = model_.forward(b, logits_);
+  if (!st.ok()) {
+    // The step is lost: fail its requests (their KV is unknown) and report the error.
+    for (const auto& s : out.scheduled) scheduler_.finish(s.request->id, sched::FinishReason::kCancelled);
+    for (auto& r : scheduler_.take_finished()) {
+      auto it = live_.find(r->id);
+      if (it == live_.end()) continue;
+      RequestEvent e;
+      e.id = r->id;
+      e.finished = true;
+      e.finish = RequestFinish::kError;
+      e.error = st;
+      if (it->second->on_event) it->second->on_event(e);
+      live_.erase(it);
+    }
+    return st;
+  }
+  // Sample every request that reached the end of its tokens.
+  const std::int64_t V = model_.config().vocab;
+  std::vector<std::int32_t> sampled;
+  std::vector<RequestEvent> events;
+  std::size_t row = 0;
+  std::uint64_t prompt_tokens = 0;
+  for (const auto& s : out.scheduled) {
+    const sched::Request& r = *s.request;
+    if (s.start < static_cast<std::int64_t>(r.prompt.size())) {
+      prompt_tokens += static_cast<std::uint64_t>(std::min<std::int64_t>(s.start + s.num_tokens, r.prompt.size()) - s.start);
+    }
+    if (!s.sample) continue;
+    Live& l = *live_.at(r.id);
+    std::span<float> lg(logits_.data() + static_cast<std::ptrdiff_t>(row++ * V), static_cast<std::size_t>(V));
+    RequestEvent e;
+    e.id = r.id;
+    if (l.options.top_logprobs >= 0) {
+      const std::vector<float> raw(lg.begin(), lg.end());
+      const std::int32_t tok = l.sampler.sample(lg);
+      e.logprobs.push_back(logprobs_of(raw, tok, l.options.top_logprobs));
+      sampled.push_back(tok);
+    } else {
+      sampled.push_back(l.sampler.sample(lg));
+    }
+    e.tokens.push_back(sampled.back());
+    events.push_back(std::move(e));
+  }
+  scheduler_.update(out, sampled);
+  // Text: a stop id ended the request in the scheduler (its text is not shown); otherwise decode and
+  // look for stop strings.
+  for (RequestEvent& e : events) {
+    Live& l = *live_.at(e.id);
+    const bool is_stop_id = std::find(l.stop_ids.begin(), l.stop_ids.end(), e.tokens[0]) != l.stop_ids.end();
+    if (!is_stop_id) {
+      e.text = l.matcher.push(l.decoder.push(e.tokens[0]));
+      if (l.matcher.stopped()) {
+        l.stopped_by_string = true;
+        if (scheduler_.find(e.id) != nullptr) scheduler_.finish(e.id, sched::FinishReason::kStop);
+      }
+    }
+    if ((!e.text.empty() || !e.tokens.empty()) && l.on_event) l.on_event(e);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const sched::SchedulerStats ss = scheduler_.stats();
+    const kv::KvCacheStats ks = kv_.stats();
+    stats_.running = ss.running;
+    stats_.waiting = ss.waiting + static_cast<std::int64_t>(inbox_.size());
+    stats_.kv_usage = ss.kv_usage;
+    stats_.preemptions = ss.preemptions;
+    stats_.prefix_queries = ks.prefix_queries;
+    stats_.prefix_hits = ks.prefix_hits;
+    ++stats_.steps;
+    stats_.prompt_tokens += prompt_tokens;
+    stats_.generation_tokens += sampled.size();
+  }
+  emit_finished();
+  return ok_status();
+}
+
+Status Engine::run_until_idle() {
+  while (has_work()) SX_RETURN_IF_ERROR(step());
+  return ok_status();
+}
+
+}  // namespace sx::engine

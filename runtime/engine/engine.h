@@ -1,0 +1,120 @@
+// The engine (DESIGN.md §3 steps 4-6): requests in, text pieces / tokens / logprobs / finish
+// reasons out, many requests batched into each forward step.
+//
+// submit() validates a request and queues it; step() moves queued requests and cancellations into
+// the scheduler, runs one scheduled step through the model as one batch (prefill chunks and
+// decodes together, so each weight is read once per step), samples every request that reached the
+// end of its tokens with its own sampler, updates the scheduler and calls each request's callback
+// with what is new. A request's last event has `finished` set, its finish reason and its usage.
+// Stop ids end a request inside the scheduler; stop strings are matched on the streamed text here
+// (the text before the stop string is emitted, the stop string is not).
+//
+// Threading: submit(), cancel(), has_work() and stats() may be called from any thread; step() and
+// run_until_idle() from one engine thread; callbacks run on the engine thread.
+// Lifetime: the model and tokenizer must outlive the engine.
+// Errors: submit() returns INVALID_ARGUMENT for bad sampling parameters or a prompt that cannot fit;
+// step() returns device errors (the requests of a failed step are finished with kError events).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "runtime/base/status.h"
+#include "runtime/engine/qwen2_model.h"
+#include "runtime/engine/sampler.h"
+#include "runtime/kv/kv_cache_manager.h"
+#include "runtime/sched/scheduler.h"
+#include "runtime/tokenizer/tokenizer.h"
+
+namespace sx::engine {
+
+struct EngineConfig {
+  sched::SchedulerConfig scheduler;
+  bool prefix_caching = true;
+  std::uint64_t cache_salt = 0;  // e.g. a hash of the model file's identity
+  double watermark = 0.01;
+};
+
+struct RequestOptions {
+  SamplingParams sampling;
+  std::int64_t max_tokens = 16;
+  std::vector<std::int32_t> stop_ids;  // in addition to the tokenizer's EOS ids unless ignore_eos
+  std::vector<std::string> stop_strings;
+  bool ignore_eos = false;
+  std::int32_t top_logprobs = -1;  // -1: no logprobs; 0..20: the chosen token's plus that many alternatives
+};
+
+struct TokenLogprob {
+  std::int32_t token = 0;
+  float logprob = 0.0f;
+  std::vector<std::pair<std::int32_t, float>> top;  // most likely first
+};
+
+enum class RequestFinish { kNone, kStop, kLength, kCancelled, kError };
+std::string_view request_finish_name(RequestFinish f);
+
+struct RequestEvent {
+  std::uint64_t id = 0;
+  std::string text;                    // new text
+  std::vector<std::int32_t> tokens;    // new tokens
+  std::vector<TokenLogprob> logprobs;  // one per new token when asked for
+  bool finished = false;
+  RequestFinish finish = RequestFinish::kNone;
+  Status error;                        // with kError
+  std::int64_t prompt_tokens = 0, completion_tokens = 0, cached_prompt_tokens = 0;
+  std::int64_t preemptions = 0;
+};
+
+using EventCallback = std::function<void(const RequestEvent&)>;
+
+struct EngineStats {
+  std::int64_t running = 0, waiting = 0;
+  double kv_usage = 0.0;
+  std::uint64_t prefix_queries = 0, prefix_hits = 0;  // tokens
+  std::uint64_t preemptions = 0, steps = 0;
+  std::uint64_t prompt_tokens = 0, generation_tokens = 0;
+};
+
+class Engine {
+ public:
+  // The scheduler's token budget and sequence cap must fit the model's max_batch_tokens and
+  // max_logit_rows; the KV pool is the model's cache (block 0 is the null block).
+  static Result<std::unique_ptr<Engine>> create(Qwen2Model& model, const tokenizer::Tokenizer& tok,
+                                                const EngineConfig& config);
+  ~Engine();
+
+  Result<std::uint64_t> submit(std::vector<std::int32_t> prompt, RequestOptions options, EventCallback on_event);
+  void cancel(std::uint64_t id);
+  bool has_work();
+  EngineStats stats();
+
+  Status step();
+  Status run_until_idle();
+
+ private:
+  struct Live;
+  struct Pending;
+  Engine(Qwen2Model& model, const tokenizer::Tokenizer& tok, const EngineConfig& config);
+  void drain_inbox();
+  void emit_finished();
+
+  Qwen2Model& model_;
+  const tokenizer::Tokenizer& tok_;
+  EngineConfig config_;
+  std::vector<std::int32_t> default_stops_;
+  kv::KvCacheManager kv_;
+  sched::Scheduler scheduler_;
+  std::mutex mu_;  // guards the inbox, the id counter and the stats copy
+  std::vector<std::unique_ptr<Pending>> inbox_;
+  std::vector<std::uint64_t> cancels_;
+  std::uint64_t next_id_ = 1;
+  std::unordered_map<std::uint64_t, std::unique_ptr<Live>> live_;
+  EngineStats stats_;
+  std::vector<float> logits_;
+};
+
+}  // namespace sx::engine

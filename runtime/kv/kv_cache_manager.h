@@ -1,0 +1,86 @@
+// Per-request block tables over a BlockPool, with prefix caching (DESIGN.md §7.7). Pure host
+// code: block ids only.
+//
+// A request's table covers its tokens in order (token i lives in table[i / block_size] at offset
+// i % block_size). With prefix caching on, every full block whose KV has been computed is
+// registered under block_hash(parent, tokens, salt); a new request first takes the longest chain
+// of cached blocks matching its tokens (at most its length minus one token, so the last token is
+// always computed and yields logits).
+//
+// Threading: not thread-safe (the engine thread). Errors: allocation failure is a `false` value
+// (wait or preempt), never an error.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/kv/block_pool.h"
+
+namespace sx::kv {
+
+struct KvCacheConfig {
+  std::int64_t num_blocks = 0;  // including the null block
+  std::int64_t block_size = 16;
+  bool prefix_caching = true;
+  std::uint64_t salt = 0;       // hash of what else determines the KV (model revision, KV format)
+  double watermark = 0.01;      // fraction of usable blocks an admission must leave free
+};
+
+struct KvCacheStats {
+  std::uint64_t prefix_queries = 0;  // tokens looked up
+  std::uint64_t prefix_hits = 0;     // tokens found cached
+  std::uint64_t evictions = 0;
+};
+
+// Blocks a pool needs so that one request can hold `tokens` tokens: whole blocks plus the null block.
+inline std::int64_t blocks_for_tokens(std::int64_t tokens, std::int64_t block_size) {
+  return (tokens + block_size - 1) / block_size + 1;
+}
+
+class KvCacheManager {
+ public:
+  explicit KvCacheManager(const KvCacheConfig& config);
+
+  const KvCacheConfig& config() const { return config_; }
+  std::int64_t block_size() const { return config_.block_size; }
+  BlockPool& pool() { return pool_; }
+  const BlockPool& pool() const { return pool_; }
+  std::int64_t num_free_blocks() const { return pool_.num_free(); }
+  // Fraction of usable blocks in use by requests (cached free blocks count as free).
+  double usage() const;
+  KvCacheStats stats() const;
+
+  // For a request without blocks: takes the longest cached prefix of `tokens` and returns how many
+  // tokens it covers (a multiple of block_size, at most tokens.size() - 1). Counts the query.
+  std::int64_t acquire_cached_prefix(std::uint64_t request, std::span<const std::int32_t> tokens);
+
+  // Grows the request's table to cover `total_tokens`. false (nothing allocated) when the pool
+  // cannot; `admission` also keeps the watermark free (new requests must leave room for running
+  // ones).
+  bool allocate(std::uint64_t request, std::int64_t total_tokens, bool admission);
+
+  // The first `computed` of `tokens` now have KV: registers the request's newly full blocks.
+  void commit(std::uint64_t request, std::span<const std::int32_t> tokens, std::int64_t computed);
+
+  // Releases every block of the request (last blocks first into the LRU list, so a prefix's
+  // tail is evicted before its head).
+  void free(std::uint64_t request);
+
+  const std::vector<BlockId>& block_table(std::uint64_t request) const;
+  bool has(std::uint64_t request) const { return tables_.count(request) != 0; }
+
+ private:
+  struct Table {
+    std::vector<BlockId> blocks;
+    std::vector<std::uint64_t> hashes;  // of the committed (cached or matched) full blocks, in order
+  };
+  KvCacheConfig config_;
+  BlockPool pool_;
+  std::unordered_map<std::uint64_t, Table> tables_;
+  std::uint64_t queries_ = 0, hits_ = 0;
+  static const std::vector<BlockId> kEmpty;
+};
+
+}  // namespace sx::kv

@@ -1,0 +1,40 @@
+// A request as the scheduler sees it: token ids, limits and progress. Pure host data.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace sx::sched {
+
+enum class RequestStatus { kWaiting, kRunning, kFinished };
+enum class FinishReason { kNone, kStop, kLength, kCancelled };
+
+struct Request {
+  std::uint64_t id = 0;
+  std::vector<std::int32_t> prompt;
+  std::vector<std::int32_t> output;     // generated so far; kept when the request is preempted
+  std::int64_t max_tokens = 16;         // new tokens at most
+  std::vector<std::int32_t> stop_ids;   // a generated stop id ends the request (and is kept in output)
+
+  RequestStatus status = RequestStatus::kWaiting;
+  FinishReason finish = FinishReason::kNone;
+  std::int64_t num_computed = 0;        // tokens (prompt then output) whose KV is in the cache
+  std::int64_t num_cached_prompt = 0;   // of the prompt, taken from the prefix cache at admission
+  std::int64_t num_preemptions = 0;
+  std::uint64_t arrival = 0;            // admission order (set by the scheduler)
+  bool cancel_requested = false;
+
+  std::int64_t num_tokens() const { return static_cast<std::int64_t>(prompt.size() + output.size()); }
+  // Prompt followed by output.
+  std::vector<std::int32_t> all_tokens() const {
+    std::vector<std::int32_t> t(prompt);
+    t.insert(t.end(), output.begin(), output.end());
+    return t;
+  }
+  std::int32_t token_at(std::int64_t i) const {
+    const auto p = static_cast<std::int64_t>(prompt.size());
+    return i < p ? prompt[static_cast<std::size_t>(i)] : output[static_cast<std::size_t>(i - p)];
+  }
+};
+
+}  // namespace sx::sched

@@ -1,0 +1,158 @@
+// Scheduler: token budget, admission with the watermark, preemption by recompute, finishing.
+#include "runtime/sched/scheduler.h"
+
+#include <algorithm>
+
+namespace sx::sched {
+
+Scheduler::Scheduler(const SchedulerConfig& config, kv::KvCacheManager& kv) : config_(config), kv_(kv) {}
+Scheduler::~Scheduler() = default;
+
+namespace {
+
+// Tokens one request may reach: max_model_len, and never more than the whole pool (a request
+// alone always fits, so it can never wait for room that cannot appear).
+std::int64_t capacity(const SchedulerConfig& c, const kv::KvCacheManager& kv) {
+  return std::min(c.max_model_len, kv.pool().usable_blocks() * kv.block_size());
+}
+
+}  // namespace
+
+Status Scheduler::add(std::unique_ptr<Request> r) {
+  const auto n = static_cast<std::int64_t>(r->prompt.size());
+  if (n == 0) return invalid_argument_error("request {}: the prompt is empty", r->id);
+  const std::int64_t cap = capacity(config_, kv_);
+  if (n + 1 > cap) {
+    return invalid_argument_error(
+        "request {}: the prompt has {} tokens, but a request may hold at most {} (max_model_len {}, KV pool {} "
+        "tokens), and at least one must be left for the answer",
+        r->id, n, cap, config_.max_model_len, kv_.pool().usable_blocks() * kv_.block_size());
+  }
+  if (r->max_tokens < 1) return invalid_argument_error("request {}: max_tokens must be at least 1", r->id);
+  if (requests_.count(r->id) != 0) return invalid_argument_error("request {}: the id is already in use", r->id);
+  r->status = RequestStatus::kWaiting;
+  r->arrival = next_arrival_++;
+  Request* raw = r.get();
+  requests_.emplace(r->id, std::move(r));
+  waiting_.push_back(raw);
+  return ok_status();
+}
+
+void Scheduler::cancel(std::uint64_t id) {
+  auto it = requests_.find(id);
+  if (it != requests_.end()) it->second->cancel_requested = true;
+}
+
+void Scheduler::finish(std::uint64_t id, FinishReason reason) {
+  auto it = requests_.find(id);
+  if (it != requests_.end()) finish_request(it->second.get(), reason);
+}
+
+const Request* Scheduler::find(std::uint64_t id) const {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? nullptr : it->second.get();
+}
+
+void Scheduler::finish_request(Request* r, FinishReason reason) {
+  kv_.free(r->id);
+  running_.erase(std::remove(running_.begin(), running_.end(), r), running_.end());
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), r), waiting_.end());
+  r->status = RequestStatus::kFinished;
+  r->finish = reason;
+  auto it = requests_.find(r->id);
+  finished_.push_back(std::move(it->second));
+  requests_.erase(it);
+}
+
+void Scheduler::preempt(Request* r) {
+  kv_.free(r->id);
+  r->num_computed = 0;
+  r->status = RequestStatus::kWaiting;
+  ++r->num_preemptions;
+  ++preemptions_;
+  running_.erase(std::remove(running_.begin(), running_.end(), r), running_.end());
+  waiting_.push_front(r);
+}
+
+SchedulerOutput Scheduler::schedule() {
+  std::vector<Request*> cancelled;
+  for (auto& [id, r] : requests_) {
+    if (r->cancel_requested) cancelled.push_back(r.get());
+  }
+  for (Request* r : cancelled) finish_request(r, FinishReason::kCancelled);
+
+  SchedulerOutput out;
+  std::int64_t budget = config_.max_num_batched_tokens;
+  // Running requests first: decodes and unfinished prefills, in admission order.
+  for (std::size_t i = 0; i < running_.size() && budget > 0;) {
+    Request* r = running_[i];
+    const std::int64_t n = std::min(r->num_tokens() - r->num_computed, budget);
+    bool ok = kv_.allocate(r->id, r->num_computed + n, false);
+    while (!ok) {
+      Request* victim = running_.back();
+      preempt(victim);
+      out.preempted.push_back(victim->id);
+      if (victim == r) break;
+      ok = kv_.allocate(r->id, r->num_computed + n, false);
+    }
+    if (!ok) break;  // r itself was the newest and is preempted
+    out.scheduled.push_back({r, r->num_computed, n, r->num_computed + n == r->num_tokens()});
+    budget -= n;
+    ++i;
+  }
+  // Then waiting requests, unless this step had to preempt (there is no room to admit).
+  while (out.preempted.empty() && !waiting_.empty() && budget > 0 &&
+         static_cast<std::int64_t>(running_.size()) < config_.max_num_seqs) {
+    Request* r = waiting_.front();
+    if (!kv_.has(r->id)) {
+      r->num_computed = kv_.acquire_cached_prefix(r->id, r->all_tokens());
+      if (r->num_preemptions == 0) r->num_cached_prompt = r->num_computed;
+    }
+    const std::int64_t n = std::min(r->num_tokens() - r->num_computed, budget);
+    if (!kv_.allocate(r->id, r->num_computed + n, true)) {
+      kv_.free(r->id);  // do not hold cached blocks while waiting
+      r->num_computed = 0;
+      break;
+    }
+    waiting_.pop_front();
+    running_.push_back(r);
+    r->status = RequestStatus::kRunning;
+    out.scheduled.push_back({r, r->num_computed, n, r->num_computed + n == r->num_tokens()});
+    budget -= n;
+  }
+  out.num_batched_tokens = config_.max_num_batched_tokens - budget;
+  return out;
+}
+
+void Scheduler::update(const SchedulerOutput& out, std::span<const std::int32_t> sampled) {
+  std::size_t next_sample = 0;
+  const std::int64_t cap = capacity(config_, kv_);
+  for (const ScheduledRequest& s : out.scheduled) {
+    Request* r = s.request;
+    const bool has_sample = s.sample && next_sample < sampled.size();
+    const std::int32_t token = has_sample ? sampled[next_sample++] : 0;
+    if (r->status != RequestStatus::kRunning) continue;  // finished meanwhile
+    r->num_computed = s.start + s.num_tokens;
+    kv_.commit(r->id, r->all_tokens(), r->num_computed);
+    if (!has_sample) continue;
+    r->output.push_back(token);
+    if (std::find(r->stop_ids.begin(), r->stop_ids.end(), token) != r->stop_ids.end()) {
+      finish_request(r, FinishReason::kStop);
+    } else if (static_cast<std::int64_t>(r->output.size()) >= r->max_tokens || r->num_tokens() >= cap) {
+      finish_request(r, FinishReason::kLength);
+    }
+  }
+}
+
+std::vector<std::unique_ptr<Request>> Scheduler::take_finished() {
+  std::vector<std::unique_ptr<Request>> out;
+  out.swap(finished_);
+  return out;
+}
+
+SchedulerStats Scheduler::stats() const {
+  return {static_cast<std::int64_t>(running_.size()), static_cast<std::int64_t>(waiting_.size()), preemptions_,
+          kv_.usage()};
+}
+
+}  // namespace sx::sched

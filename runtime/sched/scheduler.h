@@ -1,0 +1,94 @@
+// Continuous batching (DESIGN.md §3 step 4, §7.7): which tokens of which requests go into the next
+// forward step. Pure host code: token ids and block ids, no device.
+//
+// Each step fills a token budget (max_num_batched_tokens) under a cap on running requests
+// (max_num_seqs): first every running request's next tokens (one for a decode, the rest of the
+// prompt, chunked to the budget, for a request still prefilling), then waiting requests in arrival
+// order, each starting from its longest cached prefix and chunked to what is left of the budget.
+// A request is admitted only if its blocks fit while leaving the watermark free. When a running
+// request cannot get a block, the newest running request is preempted by recompute: its blocks are
+// freed, its output so far is kept, and it goes back to the front of the queue to be prefilled
+// again (prompt + output) later; preemptions are counted. A request asks for a sampled token when
+// its scheduled tokens reach the end of what it knows. Cancellation is honoured at the next
+// schedule(): the request finishes with kCancelled and its blocks are freed.
+//
+// Threading: not thread-safe (the engine thread). Errors: add() refuses a prompt that cannot be
+// served (empty, longer than max_model_len - 1, or larger than the whole KV pool) with
+// INVALID_ARGUMENT naming the lengths, never truncating.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/base/status.h"
+#include "runtime/kv/kv_cache_manager.h"
+#include "runtime/sched/request.h"
+
+namespace sx::sched {
+
+struct SchedulerConfig {
+  std::int64_t max_num_batched_tokens = 2048;
+  std::int64_t max_num_seqs = 64;
+  std::int64_t max_model_len = 4096;  // prompt + output tokens of one request
+};
+
+struct ScheduledRequest {
+  Request* request = nullptr;
+  std::int64_t start = 0;       // first token index computed this step (== num_computed before)
+  std::int64_t num_tokens = 0;  // tokens computed this step
+  bool sample = false;          // reaches the end of the known tokens: sample the next one
+};
+
+struct SchedulerOutput {
+  std::vector<ScheduledRequest> scheduled;
+  std::int64_t num_batched_tokens = 0;
+  std::vector<std::uint64_t> preempted;  // ids preempted while building this step
+};
+
+struct SchedulerStats {
+  std::int64_t running = 0, waiting = 0;
+  std::uint64_t preemptions = 0;
+  double kv_usage = 0.0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& config, kv::KvCacheManager& kv);
+  ~Scheduler();
+
+  Status add(std::unique_ptr<Request> request);
+  void cancel(std::uint64_t id);
+  // Ends a running or waiting request now (e.g. a stop string matched in its text).
+  void finish(std::uint64_t id, FinishReason reason);
+
+  SchedulerOutput schedule();
+  // Applies a step: scheduled tokens are computed; sampled[i] is the token of the i-th scheduled
+  // request with sample == true. Stop ids, max_tokens and max_model_len end requests.
+  void update(const SchedulerOutput& out, std::span<const std::int32_t> sampled);
+  // Requests that finished since the last call (with their outputs and finish reasons).
+  std::vector<std::unique_ptr<Request>> take_finished();
+
+  bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+  const Request* find(std::uint64_t id) const;
+  SchedulerStats stats() const;
+  const SchedulerConfig& config() const { return config_; }
+
+ private:
+  void preempt(Request* r);
+  void finish_request(Request* r, FinishReason reason);
+
+  SchedulerConfig config_;
+  kv::KvCacheManager& kv_;
+  std::unordered_map<std::uint64_t, std::unique_ptr<Request>> requests_;  // every live request
+  std::vector<Request*> running_;   // admission order
+  std::deque<Request*> waiting_;
+  std::vector<std::unique_ptr<Request>> finished_;
+  std::uint64_t next_arrival_ = 0;
+  std::uint64_t preemptions_ = 0;
+};
+
+}  // namespace sx::sched
