@@ -294,6 +294,7 @@ Result<ShardPlan> plan_shards(const model::ModelConfig& config, const WeightType
   plan.tp = tp;
   plan.pp = pp;
   plan.ffn_unit = unit;
+  plan.kv_dtype = options.kv_dtype;
   const std::int64_t group = c.n_heads / c.n_kv_heads;
 
   // The tensor-parallel split is the same on every stage.

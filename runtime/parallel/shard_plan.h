@@ -102,6 +102,7 @@ struct ShardPlan {
   int tp = 1;
   int pp = 1;
   std::int64_t ffn_unit = 1;   // FFN rows per split unit
+  hal::DType kv_dtype = hal::DType::kF32;  // the KV-cache format kv_bytes_per_token counts
   std::vector<RankPlan> ranks;  // ranks[r].rank == r
   std::uint64_t model_weight_bytes = 0;  // the whole model held once (what tp = pp = 1 holds)
   const RankPlan& at(int stage, int tp_rank) const { return ranks[static_cast<std::size_t>(stage * tp + tp_rank)]; }
