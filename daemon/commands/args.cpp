@@ -131,21 +131,30 @@ Result<double> Args::get_double(std::string_view canonical, double fallback) con
 Result<std::uint64_t> Args::get_bytes(std::string_view canonical, std::uint64_t fallback) const {
   auto v = get(canonical);
   if (!v) return fallback;
+  auto bytes = parse_size(*v);
+  if (!bytes.ok()) return invalid_argument_error("sextant {}: {} {}", command_, canonical, bytes.status().message());
+  return *bytes;
+}
+
+Result<std::uint64_t> parse_size(std::string_view text) {
+  const std::string s(text);
   char* end = nullptr;
   errno = 0;
-  const double x = std::strtod(v->c_str(), &end);
-  std::string_view unit = end;
+  const double x = std::strtod(s.c_str(), &end);
+  const std::string_view unit = end;
   double mult = 1;
   if (unit == "" || unit == "B") mult = 1;
   else if (unit == "KiB" || unit == "K") mult = 1024.0;
   else if (unit == "MiB" || unit == "M") mult = 1024.0 * 1024;
   else if (unit == "GiB" || unit == "G") mult = 1024.0 * 1024 * 1024;
+  else if (unit == "TiB" || unit == "T") mult = 1024.0 * 1024 * 1024 * 1024;
   else if (unit == "KB") mult = 1e3;
   else if (unit == "MB") mult = 1e6;
   else if (unit == "GB") mult = 1e9;
-  else return invalid_argument_error("sextant {}: {} has an unknown unit in '{}' (use B, KiB, MiB, GiB, KB, MB, GB)", command_, canonical, *v);
-  if (v->empty() || errno != 0 || !(x >= 0) || !std::isfinite(x)) {
-    return invalid_argument_error("sextant {}: {} expects a size such as 8GiB, got '{}'", command_, canonical, *v);
+  else if (unit == "TB") mult = 1e12;
+  else return invalid_argument_error("has an unknown unit in '{}' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)", text);
+  if (s.empty() || end == s.c_str() || errno != 0 || !(x >= 0) || !std::isfinite(x) || x * mult >= 0x1p64) {
+    return invalid_argument_error("expects a size such as 8GiB, got '{}'", text);
   }
   return static_cast<std::uint64_t>(x * mult);
 }

@@ -51,4 +51,9 @@ class Args {
   std::vector<std::string> positional_;
 };
 
+// "24GiB", "512MiB", "1.5G", "80GB", "1000" -> bytes (KiB/K, MiB/M, GiB/G, TiB/T are powers of 1024;
+// KB, MB, GB, TB powers of 1000). INVALID_ARGUMENT ("has an unknown unit in ...", "expects a size
+// such as 8GiB, ...") for anything else.
+Result<std::uint64_t> parse_size(std::string_view text);
+
 }  // namespace sx::daemon

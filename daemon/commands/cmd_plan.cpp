@@ -1,16 +1,24 @@
-// `sextant plan`: the shard plan of a model (a GGUF file's header, or a Qwen2.5 / Qwen3 shape) over
-// TP x PP ranks: heads, KV heads (replicas marked), FFN rows, vocab rows, layers and bytes per rank.
-// Reads no tensor data and touches no device.
+// `sextant plan`: whether a deployment fits, before anything is downloaded or loaded. The model
+// comes from a GGUF file's header, a Hugging Face config.json or a Qwen2.5 / Qwen3 shape; the shard
+// plan over TP x PP ranks (heads, KV heads with replicas marked, FFN rows, vocab rows, layers, bytes
+// per rank), then the memory plan on the devices (weights, workspace, overhead, KV pool, free; KV
+// tokens and full-length requests), or the refusal with alternatives.
+// Reads no tensor data and touches no device. Exit code: 0 fits, 1 refused (or a model / shard plan
+// that cannot work), 2 usage errors.
 #include <cstdio>
 #include <set>
 #include <string>
 
+#include "backends/registry.h"
 #include "daemon/commands/commands.h"
 #include "daemon/commands/model_session.h"
+#include "runtime/engine/memory_planner.h"
 #include "runtime/model/gguf.h"
+#include "runtime/model/hf_config.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/random_model.h"
 #include "runtime/parallel/shard_plan.h"
+#include "runtime/parallel/weight_recipes.h"
 
 namespace sx::daemon {
 
@@ -18,6 +26,15 @@ namespace {
 
 constexpr std::string_view kQwen25Prefix = "qwen2.5-";
 constexpr std::string_view kQwen3Prefix = "qwen3-";
+// A CUDA context and the runtime's own allocations on a GPU; CPU ranks have none.
+constexpr std::uint64_t kGpuOverheadBytes = std::uint64_t{512} << 20;
+constexpr int kMaxDevices = 64;
+
+std::string lowercase(std::string_view s) {
+  std::string out(s);
+  for (char& ch : out) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return out;
+}
 
 std::string shape_names() {
   std::string out;
@@ -27,8 +44,7 @@ std::string shape_names() {
 }
 
 Result<model::ModelConfig> shape_config(std::string_view name) {
-  std::string lower(name);
-  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  const std::string lower = lowercase(name);
   Result<model::ModelConfig> c = invalid_argument_error("unknown shape");
   if (lower.starts_with(kQwen25Prefix)) {
     c = model::find_qwen2_5_config(std::string_view(lower).substr(kQwen25Prefix.size()));
@@ -70,7 +86,26 @@ struct Loaded {
   std::string what;
   model::ModelConfig config;
   parallel::WeightTypes types;
+  std::string note;  // printed under the model line when not empty
 };
+
+// The formats among `w` that have no kernels yet ("q4_k, q6_k"), or "".
+std::string size_only_formats(const model::ModelConfig& c, const parallel::WeightTypes& w) {
+  std::set<std::string_view> names;
+  auto add = [&](hal::DType t) {
+    if (t != hal::DType::kF32 && t != hal::DType::kF16 && t != hal::DType::kBF16 && t != hal::DType::kQ8_0) {
+      names.insert(hal::dtype_name(t));
+    }
+  };
+  add(w.token_embd);
+  if (!c.tied_embeddings) add(w.output);
+  for (const parallel::LayerWeightTypes& l : w.layers) {
+    for (hal::DType t : {l.q, l.k, l.v, l.o, l.gate, l.up, l.down}) add(t);
+  }
+  std::string out;
+  for (std::string_view n : names) out += fmt::format("{}{}", out.empty() ? "" : ", ", n);
+  return out;
+}
 
 Result<Loaded> load_model(const std::string& path) {
   SX_ASSIGN_OR_RETURN(auto file, model::GgufFile::open(path));
@@ -79,7 +114,64 @@ Result<Loaded> load_model(const std::string& path) {
   SX_ASSIGN_OR_RETURN(parallel::WeightTypes w,
                       parallel::weight_types_from_gguf(*file, c, parallel::GgufTypeCheck::kSized));
   std::string what = c.name.empty() ? path : fmt::format("{} ({})", path, c.name);
-  return Loaded{std::move(what), std::move(c), std::move(w)};
+  return Loaded{std::move(what), std::move(c), std::move(w), ""};
+}
+
+// The checkpoint's own format: AWQ / GPTQ 4-bit in groups of 128 -> awq-int4; else torch_dtype.
+Result<parallel::WeightRecipe> checkpoint_recipe(const model::HfConfig& hf, const std::string& path) {
+  if (!hf.quant_method.empty()) {
+    const std::string m = lowercase(hf.quant_method);
+    if ((m == "awq" || m == "gptq") && hf.quant_bits == 4 && hf.quant_group_size == 128) {
+      return parallel::WeightRecipe::kAwqInt4;
+    }
+    return invalid_argument_error(
+        "{}: the checkpoint is quantized with {} ({} bits, group size {}), which Sextant cannot plan from the config "
+        "alone; give --weights ({})",
+        path, hf.quant_method, hf.quant_bits, hf.quant_group_size, parallel::recipe_names());
+  }
+  const std::string d = lowercase(hf.torch_dtype);
+  if (d == "bfloat16" || d.empty()) return parallel::WeightRecipe::kBF16;
+  if (d == "float16") return parallel::WeightRecipe::kF16;
+  if (d == "float32") return parallel::WeightRecipe::kF32;
+  return invalid_argument_error("{}: torch_dtype '{}' is not a weight format Sextant knows; give --weights ({})", path,
+                                hf.torch_dtype, parallel::recipe_names());
+}
+
+Result<parallel::WeightRecipe> recipe_arg(const std::string& name) {
+  const auto r = parallel::recipe_from_name(name);
+  if (!r) return invalid_argument_error("--weights must be one of {}, got '{}'", parallel::recipe_names(), name);
+  return *r;
+}
+
+// "6x24GiB", "24GiB,24GiB", "2x24GiB,2x48GiB" -> one budget per device, named dev0, dev1, ...
+Result<std::vector<engine::DeviceBudget>> parse_devices(const std::string& text, std::uint64_t overhead) {
+  std::vector<engine::DeviceBudget> out;
+  std::size_t p = 0;
+  while (p <= text.size()) {
+    const std::size_t q = std::min(text.find(',', p), text.size());
+    const std::string item = text.substr(p, q - p);
+    std::int64_t count = 1;
+    std::string size = item;
+    if (const std::size_t x = item.find_first_of("xX"); x != std::string::npos && x > 0 &&
+                                                         item.find_first_not_of("0123456789") == x) {
+      count = x > 3 ? kMaxDevices + 1 : std::stoll(item.substr(0, x));  // at most 3 digits: no overflow
+      size = item.substr(x + 1);
+    }
+    auto bytes = parse_size(size);
+    if (item.empty() || !bytes.ok() || *bytes == 0 || count < 1) {
+      return invalid_argument_error("--devices: '{}' is not a device list such as 6x24GiB or 24GiB,24GiB,48GiB{}",
+                                    text, bytes.ok() || item.empty() ? "" : fmt::format(" ('{}' {})", size,
+                                                                                         bytes.status().message()));
+    }
+    if (count > kMaxDevices || static_cast<std::int64_t>(out.size()) + count > kMaxDevices) {
+      return invalid_argument_error("--devices: '{}' lists more than {} devices", text, kMaxDevices);
+    }
+    for (std::int64_t i = 0; i < count; ++i) {
+      out.push_back({fmt::format("dev{}", out.size()), *bytes, overhead});
+    }
+    p = q + 1;
+  }
+  return out;
 }
 
 // Prints "sextant plan: <message>" and returns 1: the inputs were well-formed but the model or the
@@ -92,19 +184,46 @@ int plan_failure(const Status& s) {
 }  // namespace
 
 int cmd_plan(int argc, char** argv) {
-  Args args("plan",
-            "Print which heads, KV heads, FFN rows, vocab rows and layers every rank of a TP x PP group holds,\n"
-            "with its weight bytes and KV-cache bytes per token. Reads a GGUF file's header only (no tensor data).",
-            {
-                {{"-m", "--model"}, true, false, "model file (GGUF)", "FILE"},
-                {{"--shape"}, true, false, "a model shape instead: qwen2.5-0.5b ... qwen2.5-72b, qwen3-0.6b ... qwen3-32b",
-                 "NAME"},
-                {{"--type"}, true, false, "weight format of --shape: f32, f16 (default), bf16, q8_0", "TYPE"},
-                {{"--tp"}, true, false, "tensor-parallel ranks per stage (default 1)", "N"},
-                {{"--pp"}, true, false, "pipeline stages (default 1)", "M"},
-                {{"--kv-dtype"}, true, false, "KV-cache format for the bytes per token: f32 (default), f16, bf16",
-                 "TYPE"},
-            });
+  Args args(
+      "plan",
+      "Whether a deployment fits, before anything is downloaded: which heads, KV heads, FFN rows, vocab rows and\n"
+      "layers every rank of a TP x PP group holds, then per device the weights, activation workspace, runtime\n"
+      "overhead and KV-cache pool against capacity x utilisation, how many requests of max_model_len fit at once,\n"
+      "or why it does not fit and what would. Reads a GGUF header or a config.json only (no tensor data).\n"
+      "Exit code: 0 fits, 1 refused, 2 usage error.",
+      {
+          {{"-m", "--model"}, true, false, "model file (GGUF; its header only)", "FILE"},
+          {{"--config"}, true, false, "a Hugging Face config.json (Qwen2ForCausalLM / Qwen3ForCausalLM) instead",
+           "FILE"},
+          {{"--shape"}, true, false, "a model shape instead: qwen2.5-0.5b ... qwen2.5-72b, qwen3-0.6b ... qwen3-32b",
+           "NAME"},
+          {{"--weights"}, true, false,
+           "weight format of --config / --shape: f32, f16, bf16, q8_0, q4_0, q4_k_m (llama.cpp's), awq-int4\n"
+           "(default: --config: the checkpoint's own; --shape: f16)",
+           "FORMAT"},
+          {{"--type"}, true, false, "weight format of --shape, one format for every matrix: f32, f16, bf16, q8_0",
+           "TYPE"},
+          {{"--tp"}, true, false, "tensor-parallel ranks per stage (default 1; with --devices: the device count)", "N"},
+          {{"--pp"}, true, false, "pipeline stages (default 1)", "M"},
+          {{"--devices"}, true, false,
+           "the devices, one per rank: 6x24GiB, or a list 24GiB,24GiB,48GiB (default: tp x pp CPU logical\n"
+           "devices sharing the system memory, split evenly)",
+           "LIST"},
+          {{"--device-overhead"}, true, false,
+           "runtime overhead per device (default: 512MiB with --devices, for a CUDA context; 0 for CPU ranks)",
+           "BYTES"},
+          {{"--memory-utilization"}, true, false, "fraction of each device Sextant may use (default 0.9)", "F"},
+          {{"--max-model-len"}, true, false, "longest request in tokens (default: the model's context length)", "N"},
+          {{"--max-num-seqs"}, true, false, "sequences running at once (default 64)", "N"},
+          {{"--max-num-batched-tokens"}, true, false, "tokens per step, which sizes the workspace (default 2048)",
+           "N"},
+          {{"--block-size"}, true, false, "tokens per KV-cache block (default 16)", "N"},
+          {{"--kv-dtype"}, true, false,
+           "KV-cache format: f32, f16, bf16 (default: bf16 with --devices, as GPU deployments store it; f32\n"
+           "without, the CPU engine's default)",
+           "TYPE"},
+          {{"-v", "--verbose"}, false, false, "also the workspace parts and the KV bytes of every layer", ""},
+      });
   if (Status s = args.parse(argc, argv); !s.ok()) return report_error("plan", s);
   if (args.has("--help")) {
     std::fputs(args.usage().c_str(), stdout);
@@ -114,44 +233,103 @@ int cmd_plan(int argc, char** argv) {
   if (!args.positional().empty()) {
     return usage_error(invalid_argument_error("unexpected argument '{}'", args.positional().front()));
   }
-  if (args.has("--model") == args.has("--shape")) {
-    return usage_error(invalid_argument_error("give exactly one of --model FILE or --shape NAME"));
+  const int sources = static_cast<int>(args.has("--model")) + static_cast<int>(args.has("--shape")) +
+                      static_cast<int>(args.has("--config"));
+  if (sources != 1) {
+    return usage_error(invalid_argument_error("give exactly one of --model FILE, --config config.json or --shape NAME"));
   }
-  if (args.has("--model") && args.has("--type")) {
-    return usage_error(invalid_argument_error("--type applies to --shape only; a model file's formats are its own"));
+  if (!args.has("--shape") && args.has("--type")) {
+    return usage_error(invalid_argument_error("--type applies to --shape only (use --weights with --config)"));
   }
+  if (args.has("--model") && args.has("--weights")) {
+    return usage_error(invalid_argument_error("--weights applies to --config and --shape; a model file's formats are "
+                                              "its own"));
+  }
+  if (args.has("--type") && args.has("--weights")) {
+    return usage_error(invalid_argument_error("give --weights or --type, not both"));
+  }
+
+  // Devices first: their count is the default tp.
+  const bool explicit_devices = args.has("--devices");
+  auto overhead = args.get_bytes("--device-overhead", explicit_devices ? kGpuOverheadBytes : 0);
+  if (!overhead.ok()) return usage_error(overhead.status());
+  std::vector<engine::DeviceBudget> devices;
+  if (explicit_devices) {
+    auto d = parse_devices(*args.get("--devices"), *overhead);
+    if (!d.ok()) return usage_error(d.status());
+    devices = *std::move(d);
+  }
+  const bool layout_given = args.has("--tp") || args.has("--pp");
   // Any integer is passed on: the planner says what is wrong with a count and what to change.
-  auto tp = args.get_int("--tp", 1, -(1 << 30), 1 << 30);
+  auto tp = args.get_int("--tp", explicit_devices && !layout_given ? static_cast<std::int64_t>(devices.size()) : 1,
+                         -(1 << 30), 1 << 30);
   if (!tp.ok()) return usage_error(tp.status());
   auto pp = args.get_int("--pp", 1, -(1 << 30), 1 << 30);
   if (!pp.ok()) return usage_error(pp.status());
-  auto kv_name = args.get_string("--kv-dtype", "f32");
+  auto kv_name = args.get_string("--kv-dtype", explicit_devices ? "bf16" : "f32");
   if (!kv_name.ok()) return usage_error(kv_name.status());
   const auto kv = hal::dtype_from_name(*kv_name);
-  if (!kv || hal::dtype_info(*kv).block_elems != 1 || *kv == hal::DType::kI32) {
+  if (!kv || (*kv != hal::DType::kF32 && *kv != hal::DType::kF16 && *kv != hal::DType::kBF16)) {
     return usage_error(invalid_argument_error("--kv-dtype must be f32, f16 or bf16, got '{}'", *kv_name));
   }
+  engine::MemoryPlanOptions mo;
+  constexpr std::int64_t kBig = std::int64_t{1} << 40;
+  auto util = args.get_double("--memory-utilization", mo.memory_utilization);
+  if (!util.ok()) return usage_error(util.status());
+  mo.memory_utilization = *util;
+  auto len = args.get_int("--max-model-len", 0, 1, kBig);
+  auto seqs = args.get_int("--max-num-seqs", mo.max_num_seqs, 1, kBig);
+  auto batched = args.get_int("--max-num-batched-tokens", mo.max_num_batched_tokens, 1, kBig);
+  auto block = args.get_int("--block-size", mo.block_size, 1, 1 << 20);
+  for (const auto* r : {&len, &seqs, &batched, &block}) {
+    if (!r->ok()) return usage_error(r->status());
+  }
+  mo.max_model_len = *len;
+  mo.max_num_seqs = *seqs;
+  mo.max_num_batched_tokens = *batched;
+  mo.block_size = *block;
 
   Loaded m;
   if (auto shape = args.get("--shape")) {
     auto c = shape_config(*shape);
     if (!c.ok()) return usage_error(c.status());
-    auto type_name = args.get_string("--type", "f16");
-    if (!type_name.ok()) return usage_error(type_name.status());
-    const auto type = hal::dtype_from_name(*type_name);
-    if (!type || (*type != hal::DType::kF32 && *type != hal::DType::kF16 && *type != hal::DType::kBF16 &&
-                  *type != hal::DType::kQ8_0)) {
-      return usage_error(invalid_argument_error("--type must be f32, f16, bf16 or q8_0, got '{}'", *type_name));
-    }
     m.config = *std::move(c);
-    m.types = parallel::uniform_weight_types(m.config, *type);
-    std::string lower(*shape);
-    for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    m.what = fmt::format("shape {}", lower);
+    if (args.has("--weights")) {
+      auto r = recipe_arg(*args.get("--weights"));
+      if (!r.ok()) return usage_error(r.status());
+      m.types = parallel::recipe_weight_types(m.config, *r);
+    } else {
+      auto type_name = args.get_string("--type", "f16");
+      if (!type_name.ok()) return usage_error(type_name.status());
+      const auto type = hal::dtype_from_name(*type_name);
+      if (!type || (*type != hal::DType::kF32 && *type != hal::DType::kF16 && *type != hal::DType::kBF16 &&
+                    *type != hal::DType::kQ8_0)) {
+        return usage_error(invalid_argument_error("--type must be f32, f16, bf16 or q8_0, got '{}' (other formats: "
+                                                  "--weights)",
+                                                  *type_name));
+      }
+      m.types = parallel::uniform_weight_types(m.config, *type);
+    }
+    m.what = fmt::format("shape {}", lowercase(*shape));
+  } else if (auto path = args.get("--config")) {
+    auto hf = model::read_hf_config(*path);
+    if (!hf.ok()) return plan_failure(hf.status());
+    m.config = hf->config;
+    Result<parallel::WeightRecipe> r = args.has("--weights") ? recipe_arg(*args.get("--weights"))
+                                                             : checkpoint_recipe(*hf, *path);
+    if (!r.ok()) return usage_error(r.status());
+    m.types = parallel::recipe_weight_types(m.config, *r);
+    m.what = m.config.name.empty() ? *path : fmt::format("{} ({})", *path, m.config.name);
+    m.note = fmt::format("weights: {}{}", parallel::recipe_description(*r),
+                         args.has("--weights") ? "" : " (the checkpoint's own format; --weights to change)");
   } else {
     auto loaded = load_model(*args.get("--model"));
     if (!loaded.ok()) return plan_failure(loaded.status());
     m = *std::move(loaded);
+  }
+  if (const std::string later = size_only_formats(m.config, m.types); !later.empty()) {
+    if (!m.note.empty()) m.note += "\n";
+    m.note += fmt::format("note: {} weights are planned by size; Sextant cannot load them yet", later);
   }
 
   parallel::PlanOptions options;
@@ -160,13 +338,50 @@ int cmd_plan(int argc, char** argv) {
   options.kv_dtype = *kv;
   auto plan = parallel::plan_shards(m.config, m.types, options);
   if (!plan.ok()) return plan_failure(plan.status());
+  const int ranks = plan->tp * plan->pp;
+
+  std::string devices_line;
+  if (explicit_devices) {
+    if (static_cast<int>(devices.size()) != ranks) {
+      return usage_error(invalid_argument_error("--devices lists {} device{} but tp {} x pp {} has {} ranks (one device "
+                                                "per rank)",
+                                                devices.size(), devices.size() == 1 ? "" : "s", plan->tp, plan->pp,
+                                                ranks));
+    }
+    devices_line = fmt::format("Devices: {} ({}), {} overhead each", *args.get("--devices"),
+                               devices.size() == 1 ? "1 device" : fmt::format("{} devices", devices.size()),
+                               engine::gib(*overhead));
+  } else {
+    auto backend = backends::default_registry().find("cpu");
+    if (!backend.ok()) return plan_failure(backend.status());
+    auto infos = (*backend)->devices();
+    if (!infos.ok() || infos->empty()) {
+      return plan_failure(infos.ok() ? internal_error("the CPU backend reports no devices") : infos.status());
+    }
+    const std::uint64_t system = infos->front().memory_bytes;
+    devices = engine::shared_memory_budgets(system, ranks, "cpu", *overhead);
+    devices_line = fmt::format("Devices: {} CPU logical device{} sharing the system memory ({}): {} each (--devices "
+                               "to plan for others)",
+                               ranks, ranks == 1 ? "" : "s", engine::gib(system), engine::gib(system / ranks));
+  }
+  auto memory = engine::plan_memory(m.config, m.types, *plan, devices, mo);
+  if (!memory.ok()) return usage_error(memory.status());
+
   std::fputs(describe_model(m.what, m.config, m.types, *kv).c_str(), stdout);
-  std::fputs(fmt::format("TP {} x PP {} = {} ranks; FFN rows split {}\n\n", plan->tp, plan->pp, plan->tp * plan->pp,
+  if (!m.note.empty()) std::fputs((m.note + "\n").c_str(), stdout);
+  std::fputs(fmt::format("TP {} x PP {} = {} ranks; FFN rows split {}\n\n", plan->tp, plan->pp, ranks,
                          plan->ffn_unit == 1 ? std::string("row by row")
                                              : fmt::format("in whole {}-row blocks of the down weights", plan->ffn_unit))
                  .c_str(),
              stdout);
   std::fputs(parallel::format_plan(*plan, m.config).c_str(), stdout);
+  std::fputs(fmt::format("\n{}\n", devices_line).c_str(), stdout);
+  std::fputs(engine::format_memory_plan(*memory, args.has("--verbose")).c_str(), stdout);
+  std::fflush(stdout);
+  if (!memory->fits) {
+    std::fprintf(stderr, "sextant plan: refused: %s\n", memory->refusal.c_str());
+    return 1;
+  }
   return 0;
 }
 

@@ -229,11 +229,23 @@ void add_suggestions(const model::ModelConfig& config, const parallel::WeightTyp
                                    parallel::recipe_description(recipe), gib(once->model_weight_bytes));
     auto s4 = parallel::plan_shards(config, t4, here);
     if (!s4.ok()) {
-      line += fmt::format(", but it cannot be split at tp {} x pp {} ({})", plan.tp, plan.pp, s4.status().message());
+      // The reason up to its advice, and the tps that work instead.
+      std::string why = s4.status().message();
+      why = why.substr(0, std::min(why.find(';'), why.size()));
+      std::string good;
+      const std::int64_t max_tp = std::min<std::int64_t>(config.n_heads, kMaxTp);
+      for (int t = 1; t <= max_tp; ++t) {
+        if (parallel::plan_shards(config, t4, {t, plan.pp, plan.kv_dtype}).ok()) {
+          good += fmt::format("{}{}", good.empty() ? "" : ", ", t);
+        }
+      }
+      line += fmt::format(", but it cannot be split at tp {} x pp {} ({}){}", plan.tp, plan.pp, why,
+                          good.empty() ? "" : fmt::format("; it can at tp {}", good));
     } else {
       auto p4 = core_plan(config, *s4, devices, o);
       if (p4.ok()) {
-        line += fmt::format(" ({} on the largest rank); here it {}", gib(largest_rank_weights(*s4)), outcome(*p4));
+        if (s4->ranks.size() > 1) line += fmt::format(" ({} on the largest rank)", gib(largest_rank_weights(*s4)));
+        line += fmt::format("; here it {}", outcome(*p4));
       }
     }
     out.push_back(line);
@@ -333,8 +345,8 @@ Result<std::vector<DeviceBudget>> device_budgets(std::span<const hal::DeviceInfo
 std::string format_memory_plan(const MemoryPlan& plan, bool verbose) {
   const MemoryPlanOptions& o = plan.options;
   std::string out = fmt::format(
-      "Memory per device, GiB (usable = capacity x {}; KV cache {} in blocks of {} tokens; workspace for steps of {} "
-      "tokens and {} sequences):\n",
+      "Memory per device, GiB: usable = capacity x {}; KV cache {} in blocks of {} tokens;\n"
+      "workspace for steps of up to {} tokens (max_num_batched_tokens) and {} sequences (max_num_seqs)\n",
       o.memory_utilization, hal::dtype_name(plan.kv_dtype), o.block_size, o.max_num_batched_tokens, o.max_num_seqs);
   const std::vector<std::string> header = {"rank", "device", "capacity", "usable", "weights", "workspace",
                                            "overhead", "KV pool", "free", "KV/token"};

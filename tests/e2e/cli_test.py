@@ -160,7 +160,8 @@ def head_range(begin, end):
 
 @case
 def plan_splits_72b_heads_unevenly_at_tp6():
-    p = run("plan", "--shape", "qwen2.5-72b", "--tp", "6")
+    # Devices large enough that the memory plan fits whatever this machine's memory (exit 0).
+    p = run("plan", "--shape", "qwen2.5-72b", "--tp", "6", "--devices", "6x80GiB")
     out = p.stdout.decode()
     assert "80 layers, hidden 8192, 64 heads / 8 KV heads, head_dim 128, FFN 29568, vocab 152064" in out, out
     rows = plan_rank_lines(p.stdout)
@@ -204,6 +205,126 @@ def plan_usage_errors():
                  ("--shape", "qwen2.5-7b", "--tp", "two")):
         p = run("plan", *args, check=False)
         assert p.returncode == 2 and p.stderr.startswith(b"sextant plan:"), (args, p.returncode, p.stderr)
+
+
+# Qwen/Qwen2.5-72B/config.json as published.
+QWEN25_72B_CONFIG = {
+    "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+    "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 8192, "initializer_range": 0.02,
+    "intermediate_size": 29568, "max_position_embeddings": 131072, "max_window_layers": 80, "model_type": "qwen2",
+    "num_attention_heads": 64, "num_hidden_layers": 80, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
+    "rope_theta": 1000000.0, "sliding_window": 131072, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "transformers_version": "4.43.1", "use_cache": True, "use_sliding_window": False, "vocab_size": 152064,
+}
+
+
+def write_config(d, config, name="config.json"):
+    path = os.path.join(d, name)
+    with open(path, "w") as f:
+        json.dump(config, f, indent=2)
+    return path
+
+
+@case
+def plan_72b_awq_from_a_config_json_fits():
+    with tempfile.TemporaryDirectory() as d:
+        cfg = write_config(d, QWEN25_72B_CONFIG)
+        p = run("plan", "--config", cfg, "--weights", "awq-int4", "--devices", "6x24GiB", "--tp", "6",
+                "--max-model-len", "32768")
+        out = p.stdout.decode()
+        assert "80 layers, hidden 8192, 64 heads / 8 KV heads, head_dim 128, FFN 29568, vocab 152064" in out, out
+        assert sorted(plan_rank_lines(p.stdout)) == list(range(6)), out
+        # 6 x 24 GiB at 0.9 with 0.5 GiB of overhead a device: 11417 blocks of 16 tokens, 5 requests of 32768.
+        assert "KV pool: 11417 blocks of 16 tokens = 182672 tokens" in out, out
+        assert "max_model_len 32768 (2048 blocks): 5 full-length requests fit at once" in out, out
+        assert "max_num_seqs 64 cannot all reach full length" in out, out
+        assert "Fits." in out and "--max-num-seqs 5:" in out, out
+        assert p.stderr == b"", p.stderr
+        # The suggested --max-num-seqs lets every sequence reach full length.
+        p = run("plan", "--config", cfg, "--weights", "awq-int4", "--devices", "6x24GiB", "--max-model-len",
+                "32768", "--max-num-seqs", "5")
+        assert b"all 5 sequences (max_num_seqs) can reach full length" in p.stdout, p.stdout
+        # The checkpoint's own format is the default: an AWQ config plans as awq-int4.
+        awq = dict(QWEN25_72B_CONFIG, torch_dtype="float16",
+                   quantization_config={"bits": 4, "group_size": 128, "quant_method": "awq", "version": "gemm",
+                                        "zero_point": True})
+        p = run("plan", "--config", write_config(d, awq, "awq.json"), "--devices", "6x24GiB", "--max-model-len",
+                "32768")
+        assert b"(the checkpoint's own format; --weights to change)" in p.stdout, p.stdout
+        assert b"5 full-length requests fit at once" in p.stdout, p.stdout
+        # --verbose: the KV bytes of each of the 80 layers (2 KV heads x 128 x 2 x 2 bytes x 6 ranks = 6 KiB).
+        p = run("plan", "--config", cfg, "--weights", "awq-int4", "--devices", "6x24GiB", "--max-model-len",
+                "32768", "--verbose")
+        layers = [l for l in p.stdout.decode().splitlines() if l.split()[:2] and l.split()[1:2] == ["0"]
+                  and "2 x 6 ranks" in l]
+        assert len(layers) == 80 and all("6.00 KiB" in l for l in layers), p.stdout.decode()
+
+
+@case
+def plan_72b_bf16_is_refused_with_a_4bit_alternative():
+    with tempfile.TemporaryDirectory() as d:
+        cfg = write_config(d, QWEN25_72B_CONFIG)
+        p = run("plan", "--config", cfg, "--weights", "bf16", "--devices", "6x24GiB", "--tp", "6",
+                "--memory-utilization", "0.85", "--max-model-len", "32768", check=False)
+        out, err = p.stdout.decode(), p.stderr.decode()
+        assert p.returncode == 1, (p.returncode, err)
+        assert sorted(plan_rank_lines(p.stdout)) == list(range(6)), out
+        assert "Refused: the weights do not fit: rank 1 on dev1 needs 22.89 GiB of weights" in out, out
+        assert "usable 20.40 GiB (24.00 GiB x 0.85); the weights alone exceed it" in out, out
+        assert "--weights awq-int4:" in out and "here it fits" in out, out
+        assert "8 devices like dev0 (24.00 GiB each) at tp 8 x pp 1: fits" in out, out
+        assert err.startswith("sextant plan: refused: the weights do not fit") and err.count("\n") == 1, err
+        # The config's own bf16 is the default format.
+        p = run("plan", "--config", cfg, "--devices", "6x24GiB", "--memory-utilization", "0.85", check=False)
+        assert p.returncode == 1 and b"bf16 weights" in p.stdout, p.stdout
+
+
+@case
+def plan_7b_at_128k_is_refused_with_the_longest_length_that_fits():
+    args = ("plan", "--shape", "qwen2.5-7b", "--weights", "bf16", "--devices", "24GiB", "--max-model-len", "131072")
+    p = run(*args, check=False)
+    out = p.stdout.decode()
+    assert p.returncode == 1 and "Refused: one request of max_model_len 131072 does not fit" in out, out
+    longest = [l for l in out.splitlines() if "the longest one request can reach" in l]
+    assert len(longest) == 1, out
+    n = int(longest[0].split("--max-model-len")[1].split(":")[0])
+    assert 100000 < n < 131072 and n % 16 == 0, n
+    # The suggested length fits, with exactly one request at full length.
+    p = run(*args[:-1], str(n))
+    assert b"1 full-length request fit at once" in p.stdout, p.stdout
+    # 14B BF16 on 6 x 24 GiB at 8192 fits, with its concurrency figure.
+    p = run("plan", "--shape", "qwen2.5-14b", "--weights", "bf16", "--devices", "6x24GiB", "--max-model-len", "8192")
+    assert b"42 full-length requests fit at once" in p.stdout and b"Fits." in p.stdout, p.stdout
+
+
+@case
+def plan_memory_usage_errors_and_bad_configs():
+    with tempfile.TemporaryDirectory() as d:
+        cfg = write_config(d, QWEN25_72B_CONFIG)
+        for args in (("--config", cfg, "--devices", "4x24GiB", "--tp", "6"),
+                     ("--config", cfg, "--devices", "6xlots"),
+                     ("--config", cfg, "--devices", "6x24GiB", "--memory-utilization", "1.5"),
+                     ("--config", cfg, "--devices", "6x24GiB", "--max-model-len", "200000"),
+                     ("--config", cfg, "--devices", "6x24GiB", "--block-size", "0"),
+                     ("--config", cfg, "--weights", "q5_k"),
+                     ("--config", cfg, "--type", "f16"),
+                     ("--config", cfg, "--shape", "qwen2.5-7b"),
+                     ("--model", model("f16"), "--weights", "awq-int4")):
+            p = run("plan", *args, check=False)
+            assert p.returncode == 2 and p.stderr.startswith(b"sextant plan:"), (args, p.returncode, p.stderr)
+        p = run("plan", "--config", cfg, "--devices", "6x24GiB", "--max-model-len", "200000", check=False)
+        assert b"exceeds the model's context length 131072" in p.stderr, p.stderr
+        p = run("plan", "--config", os.path.join(d, "missing.json"), check=False)
+        assert p.returncode == 1 and b"missing.json" in p.stderr, p.stderr
+        llama = write_config(d, dict(QWEN25_72B_CONFIG, model_type="llama", architectures=["LlamaForCausalLM"]),
+                             "llama.json")
+        p = run("plan", "--config", llama, check=False)
+        assert p.returncode == 1 and b"llama" in p.stderr and b"qwen2 (Qwen2ForCausalLM)" in p.stderr, p.stderr
+        no_layers = dict(QWEN25_72B_CONFIG)
+        del no_layers["num_hidden_layers"]
+        p = run("plan", "--config", write_config(d, no_layers, "nolayers.json"), check=False)
+        assert p.returncode == 1 and b"nolayers.json" in p.stderr and b"'num_hidden_layers' is missing" in p.stderr, \
+            p.stderr
 
 
 passed = sum(1 for _, e in results if e is None)
