@@ -198,19 +198,19 @@ int cmd_plan(int argc, char** argv) {
           {{"--shape"}, true, false, "a model shape instead: qwen2.5-0.5b ... qwen2.5-72b, qwen3-0.6b ... qwen3-32b",
            "NAME"},
           {{"--weights"}, true, false,
-           "weight format of --config / --shape: f32, f16, bf16, q8_0, q4_0, q4_k_m (llama.cpp's), awq-int4\n"
-           "(default: --config: the checkpoint's own; --shape: f16)",
+           "weight format of --config / --shape: f32, f16, bf16, q8_0, q4_0, q4_k_m (llama.cpp's), awq-int4 "
+           "(default: the checkpoint's own; --shape: f16)",
            "FORMAT"},
           {{"--type"}, true, false, "weight format of --shape, one format for every matrix: f32, f16, bf16, q8_0",
            "TYPE"},
-          {{"--tp"}, true, false, "tensor-parallel ranks per stage (default 1; with --devices: the device count)", "N"},
+          {{"--tp"}, true, false, "tensor-parallel ranks per stage (default 1; with --devices: devices / pp)", "N"},
           {{"--pp"}, true, false, "pipeline stages (default 1)", "M"},
           {{"--devices"}, true, false,
-           "the devices, one per rank: 6x24GiB, or a list 24GiB,24GiB,48GiB (default: tp x pp CPU logical\n"
-           "devices sharing the system memory, split evenly)",
+           "one per rank: 6x24GiB, or 24GiB,24GiB,... (default: tp x pp CPU logical devices sharing the "
+           "system memory)",
            "LIST"},
           {{"--device-overhead"}, true, false,
-           "runtime overhead per device (default: 512MiB with --devices, for a CUDA context; 0 for CPU ranks)",
+           "runtime overhead per device (default: 512MiB with --devices, a CUDA context; CPU: 0)",
            "BYTES"},
           {{"--memory-utilization"}, true, false, "fraction of each device Sextant may use (default 0.9)", "F"},
           {{"--max-model-len"}, true, false, "longest request in tokens (default: the model's context length)", "N"},
@@ -219,8 +219,8 @@ int cmd_plan(int argc, char** argv) {
            "N"},
           {{"--block-size"}, true, false, "tokens per KV-cache block (default 16)", "N"},
           {{"--kv-dtype"}, true, false,
-           "KV-cache format: f32, f16, bf16 (default: bf16 with --devices, as GPU deployments store it; f32\n"
-           "without, the CPU engine's default)",
+           "KV-cache format: f32, f16, bf16 (default: bf16 with --devices, as GPU deployments store it; "
+           "else f32, the CPU engine's)",
            "TYPE"},
           {{"-v", "--verbose"}, false, false, "also the workspace parts and the KV bytes of every layer", ""},
       });
@@ -259,13 +259,14 @@ int cmd_plan(int argc, char** argv) {
     if (!d.ok()) return usage_error(d.status());
     devices = *std::move(d);
   }
-  const bool layout_given = args.has("--tp") || args.has("--pp");
   // Any integer is passed on: the planner says what is wrong with a count and what to change.
-  auto tp = args.get_int("--tp", explicit_devices && !layout_given ? static_cast<std::int64_t>(devices.size()) : 1,
-                         -(1 << 30), 1 << 30);
-  if (!tp.ok()) return usage_error(tp.status());
   auto pp = args.get_int("--pp", 1, -(1 << 30), 1 << 30);
   if (!pp.ok()) return usage_error(pp.status());
+  // With --devices and no --tp, every device is a rank: tp = devices / pp.
+  const auto n_devices = static_cast<std::int64_t>(devices.size());
+  auto tp = args.get_int("--tp", explicit_devices && *pp >= 1 && n_devices % *pp == 0 ? n_devices / *pp : 1,
+                         -(1 << 30), 1 << 30);
+  if (!tp.ok()) return usage_error(tp.status());
   auto kv_name = args.get_string("--kv-dtype", explicit_devices ? "bf16" : "f32");
   if (!kv_name.ok()) return usage_error(kv_name.status());
   const auto kv = hal::dtype_from_name(*kv_name);

@@ -556,6 +556,49 @@ TEST(ShardPlan, WeightTypesFromGgufNameAMissingTensor) {
   EXPECT_TRUE(fails_with(weight_types_from_gguf(**file, more), StatusCode::kNotFound, {"blk.2.attn_q.weight"}));
 }
 
+// A file of llama.cpp K-quant tensors (Q4_K, Q6_K for ffn_down): `sextant plan` sizes it, the
+// loader's check still refuses it.
+TEST(ShardPlan, KQuantGgufIsSizedButNotLoadable) {
+  ModelConfig c = model::testing::tiny_qwen2_config(320, false);
+  c.hidden = 256;
+  c.head_dim = 64;  // 4 heads x 64 = 256
+  c.ffn = 512;
+  model::GgufWriter w;
+  model::set_model_config_metadata(w, c);
+  for (const model::ExpectedTensor& t : model::expected_tensors(c)) {
+    std::uint32_t ggml = static_cast<std::uint32_t>(model::GgmlType::kF32);
+    std::uint64_t bytes = 4;
+    for (std::int64_t d : t.dims) bytes *= static_cast<std::uint64_t>(d);
+    if (t.dims.size() == 2) {
+      const bool down = t.name.find("ffn_down") != std::string::npos;
+      ggml = static_cast<std::uint32_t>(down ? model::GgmlType::kQ6_K : model::GgmlType::kQ4_K);
+      bytes = static_cast<std::uint64_t>(t.dims[1]) * hal::row_bytes(down ? DType::kQ6_K : DType::kQ4_K, t.dims[0]);
+    }
+    ASSERT_TRUE(w.add_tensor(t.name, t.dims, ggml, std::vector<std::uint8_t>(bytes)).ok()) << t.name;
+  }
+  auto bytes = w.to_bytes();
+  ASSERT_TRUE(bytes.ok()) << bytes.status().to_string();
+  auto file = model::testing::parse_bytes(*bytes, "k.gguf");
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  auto config = model::model_config_from_gguf(**file);
+  ASSERT_TRUE(config.ok()) << config.status().to_string();
+  ASSERT_TRUE(model::check_model_tensors(**file, *config).ok());
+  EXPECT_TRUE(fails_with(weight_types_from_gguf(**file, *config), StatusCode::kUnimplemented,
+                         {"k.gguf", "token_embd.weight", "q4_k", "not supported yet"}));
+  auto types = weight_types_from_gguf(**file, *config, GgufTypeCheck::kSized);
+  ASSERT_TRUE(types.ok()) << types.status().to_string();
+  EXPECT_EQ(types->token_embd, DType::kQ4_K);
+  EXPECT_EQ(types->layers[1].q, DType::kQ4_K);
+  EXPECT_EQ(types->layers[1].down, DType::kQ6_K);
+  std::uint64_t file_bytes = 0;
+  for (const model::TensorInfo& info : (*file)->tensors()) file_bytes += info.n_bytes;
+  auto plan = plan_shards(*config, *types, {});
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  EXPECT_EQ(plan->ranks[0].weight_bytes, file_bytes);
+  EXPECT_EQ(plan->model_weight_bytes, file_bytes);
+  EXPECT_EQ(plan->ffn_unit, 256);  // Q6_K down: FFN rows split in whole 256-blocks
+}
+
 // ---- the table ----
 
 TEST(ShardPlan, FormatShowsEveryRankAndTheLegend) {
