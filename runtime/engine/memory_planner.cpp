@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <string_view>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -19,6 +21,8 @@ constexpr std::uint64_t kF32 = 4;
 constexpr std::uint64_t kI32 = 4;
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr int kMaxTp = 64;
+constexpr std::int64_t kMaxCount = std::int64_t{1} << 24;  // max_num_seqs, max_num_batched_tokens, block_size
+constexpr std::uint64_t kMaxBytes = std::uint64_t{1} << 56;  // a device's capacity or overhead (64 PiB)
 
 std::uint64_t u64(std::int64_t v) { return static_cast<std::uint64_t>(std::max<std::int64_t>(v, 0)); }
 
@@ -56,6 +60,19 @@ Status check_options(const model::ModelConfig& config, const parallel::ShardPlan
   }
   if (o.block_size < 1) {
     return invalid_argument_error("memory plan: block_size {} must be at least 1 token", o.block_size);
+  }
+  // Bounds that keep every product in 64 bits.
+  const std::pair<std::string_view, std::int64_t> counts[] = {
+      {"max_num_seqs", o.max_num_seqs}, {"max_num_batched_tokens", o.max_num_batched_tokens},
+      {"block_size", o.block_size}};
+  for (const auto& [what, v] : counts) {
+    if (v > kMaxCount) return invalid_argument_error("memory plan: {} {} is above {}", what, v, kMaxCount);
+  }
+  for (const DeviceBudget& d : devices) {
+    if (d.capacity_bytes > kMaxBytes || d.overhead_bytes > kMaxBytes) {
+      return invalid_argument_error("memory plan: device {}: {} bytes of capacity and {} of overhead; at most {} each",
+                                    d.name, d.capacity_bytes, d.overhead_bytes, kMaxBytes);
+    }
   }
   if (config.context_length < 1) {
     return invalid_argument_error("memory plan: the model's context length is {}", config.context_length);
@@ -110,9 +127,8 @@ Result<MemoryPlan> core_plan(const model::ModelConfig& config, const parallel::S
     m.weights_fit = need <= m.usable;
     if (m.weights_fit) {
       m.kv_budget = m.usable - need;
-      m.max_blocks = m.kv_bytes_per_token == 0
-                         ? std::numeric_limits<std::int64_t>::max()
-                         : static_cast<std::int64_t>(m.kv_budget / (block * m.kv_bytes_per_token));
+      // Every rank holds at least one layer and one KV head (the shard planner's rules).
+      m.max_blocks = static_cast<std::int64_t>(m.kv_budget / (block * std::max<std::uint64_t>(m.kv_bytes_per_token, 1)));
     } else {
       ++over;
       if (need - m.usable > worst_excess || plan.limiting_rank < 0) {

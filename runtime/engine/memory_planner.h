@@ -40,7 +40,8 @@
 //
 // Errors (INVALID_ARGUMENT, naming the value): memory_utilization outside (0, 1], max_model_len
 // above the model's context length or negative, max_num_seqs / max_num_batched_tokens / block_size
-// below 1, a device count other than the shard plan's rank count, a shard plan with no ranks.
+// outside 1..2^24, a device capacity or overhead above 2^56 bytes, a device count other than the
+// shard plan's rank count, a shard plan with no ranks.
 // Threading: pure functions over immutable inputs.
 #pragma once
 

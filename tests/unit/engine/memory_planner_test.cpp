@@ -410,6 +410,13 @@ TEST(MemoryPlanner, OptionErrors) {
   o = {};
   o.max_num_batched_tokens = 0;
   expect_error(o, "max_num_batched_tokens 0");
+  o = {};
+  o.max_num_seqs = (1 << 24) + 1;  // bounds that keep the byte counts in 64 bits
+  expect_error(o, "max_num_seqs 16777217 is above 16777216");
+  auto huge = plan_memory(c.config, c.types, c.shards, std::vector<DeviceBudget>{{"big", ~std::uint64_t{0}, 0}},
+                          MemoryPlanOptions{});
+  ASSERT_FALSE(huge.ok());
+  EXPECT_TRUE(contains(huge.status().message(), "device big")) << huge.status().to_string();
   auto two = plan_memory(c.config, c.types, c.shards, std::vector<DeviceBudget>(2, c.devices[0]), MemoryPlanOptions{});
   ASSERT_FALSE(two.ok());
   EXPECT_TRUE(contains(two.status().message(), "2 devices for 1 ranks")) << two.status().to_string();
