@@ -3,7 +3,7 @@
 // vpmaddwd does 16 multiply-adds and, with its vpaddd, uses other ports than the FMAs (AVX2 has
 // no VNNI; on Zen 3 this runs ~1.3x the packed F32 FMA GEMM, ~18 int8 MACs per cycle per core).
 // Per block of 32 the exact int32 sums are converted and scaled by d_w * d_x into F32
-// accumulators, so the result equals the GEMV int8 path up to F32 summation order.
+// accumulators in block order, so the result equals the GEMV int8 path bit for bit.
 //
 // Blocking: a task owns up to 16 W panels (16 rows each) and packs them per k block (<= 512,
 // ~16 KiB per panel, L2-resident); for each 6-token x panel (L1) it runs the 6x16 microkernel
@@ -131,9 +131,12 @@ void pack_x_panel(const std::int8_t* xq, const float* xd, std::int64_t m, std::i
   }
 }
 
-// c[mr][nr] (row stride ldc) = (accumulate ? c : bias or 0) + sum over nb blocks of
-//   d_w * d_x * (int32 dot of the block), for 6 tokens x 16 W rows: 12 int32 accumulators per
-//   block (x pairs broadcast from memory, W pairs from the panel), F32 accumulators in L1.
+// c[mr][nr] (row stride ldc): acc = (accumulate ? c : 0), then for each of nb blocks in order
+//   acc = fma(float(int32 dot of the block), d_w * d_x, acc), then c = acc (+ bias when given: the
+//   caller passes it with the last k block only). For 6 tokens x 16 W rows: 12 int32 accumulators
+//   per block (x pairs broadcast from memory, W pairs from the panel), F32 accumulators in L1.
+//   This is exactly the arithmetic of the GEMV (gemv_q8_0.cpp), so a token's result does not
+//   depend on the batch it is computed in.
 void kernel_6x16(std::int64_t nb, const std::int32_t* a, const float* adx, const std::byte* bpanel, float* c,
                  std::int64_t ldc, int mr, int nr, const float* bias, bool accumulate) {
   // The tile of y is needed only at the end: start fetching it now (it is usually in L3).
@@ -144,6 +147,11 @@ void kernel_6x16(std::int64_t nb, const std::int32_t* a, const float* adx, const
   const auto* bq = reinterpret_cast<const __m256i*>(bpanel);
   const auto* bdw = reinterpret_cast<const float*>(bpanel + static_cast<std::size_t>(nb) * kB * 32);
   alignas(32) float facc[kMR][kNR] = {};
+  if (accumulate) {
+    for (int r = 0; r < mr; ++r) {
+      for (int j = 0; j < nr; ++j) facc[r][j] = c[r * ldc + j];
+    }
+  }
   for (std::int64_t b = 0; b < nb; ++b) {
     __m256i i00 = _mm256_setzero_si256(), i01 = i00, i10 = i00, i11 = i00, i20 = i00, i21 = i00;
     __m256i i30 = i00, i31 = i00, i40 = i00, i41 = i00, i50 = i00, i51 = i00;
@@ -215,23 +223,15 @@ void kernel_6x16(std::int64_t nb, const std::int32_t* a, const float* adx, const
   for (int r = 0; r < mr; ++r) {
     float* cr = c + r * ldc;
     if (nr == kNR) {
-      __m256 base0, base1;
-      if (accumulate) {
-        base0 = _mm256_loadu_ps(cr);
-        base1 = _mm256_loadu_ps(cr + 8);
-      } else if (bias != nullptr) {
-        base0 = _mm256_loadu_ps(bias);
-        base1 = _mm256_loadu_ps(bias + 8);
-      } else {
-        base0 = base1 = _mm256_setzero_ps();
+      __m256 v0 = _mm256_load_ps(facc[r]), v1 = _mm256_load_ps(facc[r] + 8);
+      if (bias != nullptr) {
+        v0 = _mm256_add_ps(v0, _mm256_loadu_ps(bias));
+        v1 = _mm256_add_ps(v1, _mm256_loadu_ps(bias + 8));
       }
-      _mm256_storeu_ps(cr, _mm256_add_ps(base0, _mm256_load_ps(facc[r])));
-      _mm256_storeu_ps(cr + 8, _mm256_add_ps(base1, _mm256_load_ps(facc[r] + 8)));
+      _mm256_storeu_ps(cr, v0);
+      _mm256_storeu_ps(cr + 8, v1);
     } else {
-      for (int j = 0; j < nr; ++j) {
-        const float base = accumulate ? cr[j] : (bias != nullptr ? bias[j] : 0.0f);
-        cr[j] = base + facc[r][j];
-      }
+      for (int j = 0; j < nr; ++j) cr[j] = facc[r][j] + (bias != nullptr ? bias[j] : 0.0f);
     }
   }
 }
@@ -285,8 +285,9 @@ void gemm_q8_0(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
           const int mr = static_cast<int>(std::min<std::int64_t>(kMR, m - i * kMR));
           for (std::int64_t j = j0; j < j1; ++j) {
             const int nr = static_cast<int>(std::min<std::int64_t>(kNR, n - j * kNR));
+            const bool last = pc + kc == k;  // the bias joins the finished sum
             kernel_6x16(nb, a, adx, wp + (j - j0) * pb, p.y + i * kMR * n + j * kNR, n, mr, nr,
-                        p.bias != nullptr ? p.bias + j * kNR : nullptr, pc > 0);
+                        last && p.bias != nullptr ? p.bias + j * kNR : nullptr, pc > 0);
           }
         }
       }

@@ -1,7 +1,9 @@
 // Small-m matmul for Q8_0 weights: x quantised to int8 blocks once per call, then int8 dot
-// products per block (AVX2 sign trick: |w| * sign(x, w) with maddubs, pairs summed with madd),
-// scaled by d_w * d_x into F32 accumulators. W is streamed once (memory-bound decode GEMV).
+// products per block (AVX2 sign trick: |w| * sign(x, w) with maddubs, pairs summed with madd,
+// 8 rows reduced together by a transposing add tree), scaled by d_w * d_x into F32 accumulators,
+// one lane per row. W is streamed once (memory-bound decode GEMV).
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "backends/cpu/kernels/matmul_internal.h"
@@ -20,89 +22,95 @@ namespace {
 using hal::BlockQ8_0;
 constexpr int kB = hal::kQ8_0Block;
 
+// Every Q8_0 matmul path computes the same value for an output y[t][j] (so results do not depend
+// on the batch a token is in): per block b the exact int32 dot product of the int8 weights and
+// activations, then acc = fma(float(isum_b), d_w(b) * d_x(b), acc) in block order from acc = 0,
+// then acc + bias. The GEMM (gemm_q8_0.cpp) computes exactly this too.
+
 #if SX_GEMV_Q8_AVX2
 
-// R rows of W (row j at w + j * row_stride blocks, nb blocks each) against T quantised tokens (xq
-// row stride k, xd row stride nb); y[t * ldy + j * y_stride] (+ bias[j * y_stride]).
-template <int R, int T>
-void tile(const BlockQ8_0* w, std::int64_t row_stride, std::int64_t nb, const std::int8_t* xq,
-          const float* xd, std::int64_t k, float* y, std::int64_t ldy, std::int64_t y_stride,
-          const float* bias) {
+// int32 dot products of one block of 8 rows (wq[r] = 32 int8 weights) with 32 int8 activations,
+// as the 8 lanes of one vector (exact).
+inline __m256i block_dots8(const BlockQ8_0* const* wrow, std::int64_t b, __m256i xv) {
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[R][T];
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  __m256i p[8];
+  for (int r = 0; r < 8; ++r) {
+    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wrow[r][b].qs));
+    // |w| * sign(x, w): the unsigned x signed multiply of maddubs; pairs then quads summed.
+    p[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(xv, w)), ones);
+  }
+  // Transposing add tree: lane r of the result is the sum of the 8 lanes of p[r].
+  const __m256i s01 = _mm256_hadd_epi32(p[0], p[1]), s23 = _mm256_hadd_epi32(p[2], p[3]);
+  const __m256i s45 = _mm256_hadd_epi32(p[4], p[5]), s67 = _mm256_hadd_epi32(p[6], p[7]);
+  const __m256i s0123 = _mm256_hadd_epi32(s01, s23), s4567 = _mm256_hadd_epi32(s45, s67);
+  return _mm256_add_epi32(_mm256_permute2x128_si256(s0123, s4567, 0x20), _mm256_permute2x128_si256(s0123, s4567, 0x31));
+}
+
+// 8 rows of W (row r at wrow[r], nb blocks each) against T quantised tokens (xq row stride k, xd
+// row stride nb); y[t * ldy + r * y_stride] (+ bias[r * y_stride]). Lane r of acc[t] is row r.
+template <int T>
+void tile8(const BlockQ8_0* const* wrow, std::int64_t nb, const std::int8_t* xq, const float* xd, std::int64_t k,
+           float* y, std::int64_t ldy, std::int64_t y_stride, const float* bias) {
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (std::int64_t b = 0; b < nb; ++b) {
-    __m256i wv[R], aw[R];
-    // The R fp16 scales of this block, converted together. (An array rather than
-    // _mm_insert_epi16, whose lane must be a compile-time constant even when the loop is not
-    // unrolled, as in -O2 sanitizer builds.)
-    std::uint16_t dbits[8] = {};
-    for (int r = 0; r < R; ++r) {
-      const BlockQ8_0& blk = w[r * row_stride + b];
-      _mm_prefetch(reinterpret_cast<const char*>(&blk) + kGemvPrefetchBytes, _MM_HINT_T0);
-      wv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs));
-      aw[r] = _mm256_abs_epi8(wv[r]);
-      dbits[r] = blk.d;
+    for (int r = 0; r < 8; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(&wrow[r][b]) + kGemvPrefetchBytes, _MM_HINT_T0);
     }
     // Built from scalars, not loaded: narrow stores followed by a wide load would stall store
     // forwarding on every block.
-    const __m128 dw = _mm_cvtph_ps(_mm_setr_epi16(
-        static_cast<short>(dbits[0]), static_cast<short>(dbits[1]), static_cast<short>(dbits[2]),
-        static_cast<short>(dbits[3]), static_cast<short>(dbits[4]), static_cast<short>(dbits[5]),
-        static_cast<short>(dbits[6]), static_cast<short>(dbits[7])));
+    const __m256 dw = _mm256_cvtph_ps(_mm_setr_epi16(
+        static_cast<short>(wrow[0][b].d), static_cast<short>(wrow[1][b].d), static_cast<short>(wrow[2][b].d),
+        static_cast<short>(wrow[3][b].d), static_cast<short>(wrow[4][b].d), static_cast<short>(wrow[5][b].d),
+        static_cast<short>(wrow[6][b].d), static_cast<short>(wrow[7][b].d)));
     for (int t = 0; t < T; ++t) {
       const __m256i xv = _mm256_load_si256(reinterpret_cast<const __m256i*>(xq + t * k + b * kB));
-      // Lane r of s: d_w(row r) * d_x; broadcast per row below.
-      const __m256 s = _mm256_castps128_ps256(_mm_mul_ps(dw, _mm_set1_ps(xd[t * nb + b])));
-      for (int r = 0; r < R; ++r) {
-        const __m256i sx = _mm256_sign_epi8(xv, wv[r]);
-        const __m256i prod = _mm256_madd_epi16(_mm256_maddubs_epi16(aw[r], sx), ones);
-        const __m256 sr = r == 0 ? _mm256_broadcastss_ps(_mm256_castps256_ps128(s))
-                                 : _mm256_permutevar8x32_ps(s, _mm256_set1_epi32(r));
-        acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(prod), sr, acc[r][t]);
-      }
+      const __m256i dots = block_dots8(wrow, b, xv);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), _mm256_mul_ps(dw, _mm256_set1_ps(xd[t * nb + b])), acc[t]);
     }
   }
-  for (int r = 0; r < R; ++r) {
-    for (int t = 0; t < T; ++t) {
-      y[t * ldy + r * y_stride] = hsum256(acc[r][t]) + (bias != nullptr ? bias[r * y_stride] : 0.0f);
-    }
+  for (int t = 0; t < T; ++t) {
+    alignas(32) float v[8];
+    _mm256_store_ps(v, acc[t]);
+    for (int r = 0; r < 8; ++r) y[t * ldy + r * y_stride] = v[r] + (bias != nullptr ? bias[r * y_stride] : 0.0f);
   }
 }
 
-// Rows [0, n_rows) of W against all m tokens. The rows are read as R long streams (the R
-// contiguous parts of the range, one row of each per tile) rather than R adjacent short rows:
+// One row against one token (the rows left over by tile8), the same arithmetic.
+void row1(const BlockQ8_0* w, std::int64_t nb, const std::int8_t* xq, const float* xd, float* y, const float* bias) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  float acc = 0.0f;
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
+    const __m256i xv = _mm256_load_si256(reinterpret_cast<const __m256i*>(xq + b * kB));
+    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv)), ones);
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    acc = std::fma(static_cast<float>(_mm_cvtsi128_si32(s)), f16_to_f32(w[b].d) * xd[b], acc);
+  }
+  *y = acc + (bias != nullptr ? *bias : 0.0f);
+}
+
+// Rows [0, n_rows) of W against all m tokens. The rows are read as 8 long streams (the 8
+// contiguous parts of the range, one row of each per tile) rather than 8 adjacent short rows:
 // long streams keep the prefetchers ahead (decode reads W from DRAM).
-template <int R, int T>
-void rows_streams(const BlockQ8_0* w, std::int64_t nb, const std::int8_t* xq, const float* xd,
-                  std::int64_t m, std::int64_t k, float* y, std::int64_t ldy, const float* bias,
-                  std::int64_t n_rows) {
-  const std::int64_t q = n_rows / R;  // rows per stream
+void rows(const BlockQ8_0* w, std::int64_t nb, const std::int8_t* xq, const float* xd, std::int64_t m,
+          std::int64_t k, float* y, std::int64_t ldy, const float* bias, std::int64_t n_rows) {
+  constexpr int kT = 4;
+  const std::int64_t q = n_rows / 8;  // rows per stream
   for (std::int64_t i = 0; i < q; ++i) {
-    const BlockQ8_0* wi = w + i * nb;
+    const BlockQ8_0* wrow[8];
+    for (int r = 0; r < 8; ++r) wrow[r] = w + (r * q + i) * nb;
     const float* bi = bias != nullptr ? bias + i : nullptr;
     std::int64_t t = 0;
-    for (; t + T <= m; t += T) {
-      tile<R, T>(wi, q * nb, nb, xq + t * k, xd + t * nb, k, y + t * ldy + i, ldy, q, bi);
-    }
-    for (; t < m; ++t) tile<R, 1>(wi, q * nb, nb, xq + t * k, xd + t * nb, k, y + t * ldy + i, ldy, q, bi);
+    for (; t + kT <= m; t += kT) tile8<kT>(wrow, nb, xq + t * k, xd + t * nb, k, y + t * ldy + i, ldy, q, bi);
+    for (; t < m; ++t) tile8<1>(wrow, nb, xq + t * k, xd + t * nb, k, y + t * ldy + i, ldy, q, bi);
   }
-  for (std::int64_t r = R * q; r < n_rows; ++r) {
-    const float* br = bias != nullptr ? bias + r : nullptr;
+  for (std::int64_t r = 8 * q; r < n_rows; ++r) {
     for (std::int64_t t = 0; t < m; ++t) {
-      tile<1, 1>(w + r * nb, nb, nb, xq + t * k, xd + t * nb, k, y + t * ldy + r, ldy, 1, br);
+      row1(w + r * nb, nb, xq + t * k, xd + t * nb, y + t * ldy + r, bias != nullptr ? bias + r : nullptr);
     }
-  }
-}
-
-void rows(const BlockQ8_0* w, std::int64_t nb, const std::int8_t* xq, const float* xd,
-          std::int64_t m, std::int64_t k, float* y, std::int64_t ldy, const float* bias,
-          std::int64_t n_rows) {
-  if (m == 1) {
-    rows_streams<4, 1>(w, nb, xq, xd, m, k, y, ldy, bias, n_rows);
-  } else {
-    rows_streams<2, 4>(w, nb, xq, xd, m, k, y, ldy, bias, n_rows);
   }
 }
 #else
@@ -116,7 +124,7 @@ void rows(const BlockQ8_0* w, std::int64_t nb, const std::int8_t* xq, const floa
         const BlockQ8_0& blk = w[r * nb + b];
         std::int32_t s = 0;
         for (int c = 0; c < kB; ++c) s += static_cast<std::int32_t>(blk.qs[c]) * xq[t * k + b * kB + c];
-        acc += static_cast<float>(s) * (f16_to_f32(blk.d) * xd[t * nb + b]);
+        acc = std::fma(static_cast<float>(s), f16_to_f32(blk.d) * xd[t * nb + b], acc);
       }
       y[t * ldy + r] = acc + (bias != nullptr ? bias[r] : 0.0f);
     }

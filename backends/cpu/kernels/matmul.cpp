@@ -1,6 +1,7 @@
 // CPU matmul: scratch memory, the per-(format, m) path choice, and the scalar references.
 #include "backends/cpu/kernels/matmul.h"
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -96,14 +97,14 @@ void matmul_reference_q8_activations(const MatmulProblem& p) {
   const auto* w = static_cast<const hal::BlockQ8_0*>(p.w);
   for (std::int64_t j = 0; j < p.n; ++j) {
     for (std::int64_t i = 0; i < p.m; ++i) {
-      double acc = p.bias != nullptr ? p.bias[j] : 0.0;
+      float acc = 0.0f;
       for (std::int64_t b = 0; b < nb; ++b) {
         const hal::BlockQ8_0& wb = w[j * nb + b];
         std::int32_t s = 0;
         for (int c = 0; c < kB; ++c) s += static_cast<std::int32_t>(wb.qs[c]) * qs[i * p.k + b * kB + c];
-        acc += static_cast<double>(f16_to_f32(wb.d)) * d[i * nb + b] * s;
+        acc = std::fma(static_cast<float>(s), f16_to_f32(wb.d) * d[i * nb + b], acc);
       }
-      p.y[i * p.n + j] = static_cast<float>(acc);
+      p.y[i * p.n + j] = acc + (p.bias != nullptr ? p.bias[j] : 0.0f);
     }
   }
 }

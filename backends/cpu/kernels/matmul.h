@@ -45,7 +45,10 @@ class Scratch {
 // Q8_0 int8 paths (kGemv, kGemmQ8) first quantise each row of x with quantize_activations_q8;
 // per element that adds at most amax(block of x) / 254 of error, so
 //   |y_int8 - y_f32| <= sum over blocks b of (amax_b(x) / 254) * sum_{j in b} |w_j|
-// (plus F32 rounding); matmul_reference_q8_activations reproduces that quantisation exactly.
+// (plus F32 rounding). The int8 paths are also bit-for-bit equal to each other and to
+// matmul_reference_q8_activations (per block: exact int32 dot, then acc = fma(float(dot),
+// d_w * d_x, acc) in block order, then + bias), whatever m, the thread count or the tiling: a
+// token's output does not depend on the batch it is computed in.
 void matmul(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p);
 
 // Which kernel family runs a matmul. kAuto picks per (format, m) what measured fastest:
@@ -64,7 +67,7 @@ MatmulPath select_matmul_path(const MatmulProblem& p);
 // Plain scalar reference (double accumulation) for tests.
 void matmul_reference(const MatmulProblem& p);
 
-// Reference of the Q8_0 int8 paths: quantises x like they do, then double accumulation.
+// Reference of the Q8_0 int8 paths: quantises x like they do, then their exact F32 arithmetic.
 void matmul_reference_q8_activations(const MatmulProblem& p);
 
 // The activation quantiser of the int8 paths, one row of k values (k % 32 == 0): per block of 32,
