@@ -1,0 +1,236 @@
+// The engine on real models: 16 concurrent requests of different lengths arriving at random steps
+// give exactly the greedy outputs of the same requests run one at a time; prefix caching changes
+// nothing but the work done; cancellation, stop strings and logprobs behave.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/registry.h"
+#include "runtime/engine/engine.h"
+#include "runtime/engine/model_loader.h"
+#include "runtime/model/random_model.h"
+
+namespace sx::engine {
+namespace {
+
+std::string models_dir() {
+  const char* d = std::getenv("SX_MODELS_DIR");
+  return d != nullptr ? d : "models/memorise";
+}
+
+struct Loaded {
+  OpenedModel opened;
+  std::unique_ptr<hal::Device> device;
+  std::unique_ptr<Qwen2Model> model;
+};
+
+Loaded open(const std::string& path, std::int64_t blocks) {
+  Loaded s;
+  auto o = open_model(path);
+  EXPECT_TRUE(o.ok()) << o.status().to_string();
+  s.opened = std::move(*o);
+  hal::DeviceOptions d;
+  d.threads = 2;
+  s.device = *(*backends::default_registry().find("cpu"))->create_device(0, d);
+  ModelOptions mo;
+  mo.kv.num_blocks = blocks;
+  mo.max_batch_tokens = 256;
+  mo.max_logit_rows = 16;
+  auto m = Qwen2Model::load(*s.opened.file, s.opened.config, *s.device, mo);
+  EXPECT_TRUE(m.ok()) << m.status().to_string();
+  s.model = std::move(*m);
+  return s;
+}
+
+struct Result1 {
+  std::vector<std::int32_t> tokens;
+  std::string text;
+  RequestFinish finish = RequestFinish::kNone;
+  std::int64_t cached = 0;
+  std::vector<TokenLogprob> logprobs;
+};
+
+EngineConfig engine_config(std::int64_t max_seqs, bool prefix) {
+  EngineConfig c;
+  c.scheduler.max_num_batched_tokens = 256;
+  c.scheduler.max_num_seqs = max_seqs;
+  c.scheduler.max_model_len = 512;
+  c.prefix_caching = prefix;
+  return c;
+}
+
+RequestOptions greedy(std::int64_t n) {
+  RequestOptions o;
+  o.sampling.temperature = 0.0f;
+  o.max_tokens = n;
+  o.ignore_eos = true;
+  return o;
+}
+
+// Runs the prompts through one engine; request i is submitted at step arrive[i].
+std::vector<Result1> run_batch(Qwen2Model& m, const tokenizer::Tokenizer& tok,
+                               const std::vector<std::vector<std::int32_t>>& prompts, const std::vector<int>& arrive,
+                               std::int64_t max_seqs, bool prefix, std::int64_t n_new, EngineStats* stats = nullptr) {
+  auto engine = Engine::create(m, tok, engine_config(max_seqs, prefix));
+  EXPECT_TRUE(engine.ok()) << engine.status().to_string();
+  std::vector<Result1> out(prompts.size());
+  std::map<std::uint64_t, std::size_t> index;
+  std::size_t submitted = 0;
+  for (int step = 0; submitted < prompts.size() || (*engine)->has_work(); ++step) {
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      if (arrive[i] != step) continue;
+      auto id = (*engine)->submit(prompts[i], greedy(n_new), [&out, &index](const RequestEvent& e) {
+        Result1& r = out[index.at(e.id)];
+        r.tokens.insert(r.tokens.end(), e.tokens.begin(), e.tokens.end());
+        r.text += e.text;
+        if (e.finished) {
+          r.finish = e.finish;
+          r.cached = e.cached_prompt_tokens;
+        }
+      });
+      EXPECT_TRUE(id.ok()) << id.status().to_string();
+      index[*id] = i;
+      ++submitted;
+    }
+    EXPECT_TRUE((*engine)->step().ok());
+  }
+  if (stats != nullptr) *stats = (*engine)->stats();
+  return out;
+}
+
+void expect_batched_equals_alone(const std::string& path, const std::vector<std::vector<std::int32_t>>& prompts,
+                                 std::int64_t n_new, std::int64_t blocks) {
+  Loaded s = open(path, blocks);
+  std::mt19937 rng(7);
+  std::vector<int> arrive(prompts.size());
+  for (int& a : arrive) a = static_cast<int>(rng() % 12);
+  EngineStats stats;
+  const auto batched = run_batch(*s.model, *s.opened.tokenizer, prompts, arrive, 16, true, n_new, &stats);
+  int same = 0;
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    const auto alone = run_batch(*s.model, *s.opened.tokenizer, {prompts[i]}, {0}, 1, false, n_new);
+    EXPECT_EQ(batched[i].tokens, alone[0].tokens) << path << " request " << i;
+    EXPECT_EQ(batched[i].finish, RequestFinish::kLength);
+    EXPECT_EQ(static_cast<std::int64_t>(batched[i].tokens.size()), n_new);
+    same += batched[i].tokens == alone[0].tokens ? 1 : 0;
+  }
+  std::printf("%s: %d of %zu batched requests identical to running alone (%llu steps for the batch)\n", path.c_str(), same,
+              prompts.size(), static_cast<unsigned long long>(stats.steps));
+}
+
+TEST(Engine, BundledModelBatchedEqualsAlone) {
+  for (const char* fmt : {"f32", "q8_0"}) {
+    auto o = open_model(models_dir() + "/memorise-" + fmt + ".gguf");
+    ASSERT_TRUE(o.ok());
+    std::ifstream in(models_dir() + "/text.txt");
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto ids = o->tokenizer->encode(text);
+    std::vector<std::vector<std::int32_t>> prompts;
+    std::mt19937 rng(3);
+    for (int i = 0; i < 16; ++i) {
+      const std::size_t start = rng() % 600, len = 4 + rng() % 120;
+      prompts.emplace_back(ids.begin() + static_cast<std::ptrdiff_t>(start),
+                           ids.begin() + static_cast<std::ptrdiff_t>(start + len));
+    }
+    expect_batched_equals_alone(models_dir() + "/memorise-" + fmt + ".gguf", prompts, 48, 16 * 12 + 1);
+  }
+}
+
+TEST(Engine, Qwen05ShapedModelBatchedEqualsAlone) {
+  model::RandomModelSpec spec;
+  spec.config = model::qwen2_5_config("0.5b");
+  spec.config.n_layers = 4;
+  spec.config.context_length = 1024;
+  spec.weight_type = hal::DType::kQ8_0;
+  spec.seed = 11;
+  const std::string path = (std::filesystem::temp_directory_path() / ("sx_engine_q05_" + std::to_string(::getpid()) + ".gguf")).string();
+  ASSERT_TRUE(model::write_random_qwen2_gguf(spec, path).ok());
+  std::mt19937 rng(5);
+  std::vector<std::vector<std::int32_t>> prompts;
+  for (int i = 0; i < 16; ++i) {
+    std::vector<std::int32_t> p(2 + rng() % 150);
+    for (auto& t : p) t = static_cast<std::int32_t>(rng() % 151000);
+    prompts.push_back(std::move(p));
+  }
+  expect_batched_equals_alone(path, prompts, 24, 16 * 12 + 1);
+  std::filesystem::remove(path);
+}
+
+TEST(Engine, PrefixCachingChangesOnlyTheWork) {
+  Loaded s = open(models_dir() + "/memorise-f32.gguf", 64);
+  const auto ids = s.opened.tokenizer->encode(
+      "Alice was beginning to get very tired of sitting by her sister on the bank, and of having nothing to do");
+  std::vector<std::vector<std::int32_t>> prompts;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<std::int32_t> p(ids.begin(), ids.end() - i);  // shared prefixes of different lengths
+    prompts.push_back(p);
+  }
+  const std::vector<int> arrive = {0, 3, 6, 9, 12, 15};
+  EngineStats with_stats, without_stats;
+  const auto with = run_batch(*s.model, *s.opened.tokenizer, prompts, arrive, 16, true, 20, &with_stats);
+  const auto without = run_batch(*s.model, *s.opened.tokenizer, prompts, arrive, 16, false, 20, &without_stats);
+  std::int64_t cached = 0;
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(with[i].tokens, without[i].tokens) << i;
+    cached += with[i].cached;
+    EXPECT_EQ(without[i].cached, 0);
+  }
+  EXPECT_GT(cached, 0);
+  EXPECT_GT(with_stats.prefix_hits, 0u);
+  EXPECT_LT(with_stats.prompt_tokens, without_stats.prompt_tokens);
+}
+
+TEST(Engine, CancelStopStringsAndLogprobs) {
+  Loaded s = open(models_dir() + "/memorise-f32.gguf", 64);
+  auto engine = Engine::create(*s.model, *s.opened.tokenizer, engine_config(4, true));
+  ASSERT_TRUE(engine.ok());
+  const auto prompt = s.opened.tokenizer->encode("Alice was beginning to get very tired");
+  std::map<std::uint64_t, Result1> got;
+  auto cb = [&got](const RequestEvent& e) {
+    Result1& r = got[e.id];
+    r.tokens.insert(r.tokens.end(), e.tokens.begin(), e.tokens.end());
+    r.text += e.text;
+    r.logprobs.insert(r.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+    if (e.finished) r.finish = e.finish;
+  };
+  RequestOptions stop = greedy(100);
+  stop.stop_strings = {"sister"};
+  RequestOptions lp = greedy(5);
+  lp.top_logprobs = 3;
+  const auto a = *(*engine)->submit(prompt, greedy(200), cb);
+  const auto b = *(*engine)->submit(prompt, stop, cb);
+  const auto c = *(*engine)->submit(prompt, lp, cb);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE((*engine)->step().ok());
+  (*engine)->cancel(a);
+  ASSERT_TRUE((*engine)->run_until_idle().ok());
+  EXPECT_EQ(got[a].finish, RequestFinish::kCancelled);
+  EXPECT_LT(got[a].tokens.size(), 200u);
+  EXPECT_EQ(got[b].finish, RequestFinish::kStop);
+  EXPECT_EQ(got[b].text, " of sitting by her ");  // the memorised continuation, cut before "sister"
+  ASSERT_EQ(got[c].logprobs.size(), 5u);
+  for (std::size_t i = 0; i < 5; ++i) {
+    const TokenLogprob& l = got[c].logprobs[i];
+    EXPECT_EQ(l.token, got[c].tokens[i]);
+    ASSERT_EQ(l.top.size(), 3u);
+    EXPECT_EQ(l.top[0].first, l.token);  // greedy picks the most likely
+    EXPECT_FLOAT_EQ(l.top[0].second, l.logprob);
+    EXPECT_LE(l.logprob, 0.0f);
+    EXPECT_GE(l.top[0].second, l.top[1].second);
+    EXPECT_GE(l.top[1].second, l.top[2].second);
+  }
+  // Bad requests are refused at submission.
+  EXPECT_FALSE((*engine)->submit({}, greedy(4), cb).ok());
+  EXPECT_FALSE((*engine)->submit(std::vector<std::int32_t>(600, 5), greedy(4), cb).ok());
+  EXPECT_FALSE((*engine)->submit(prompt, greedy(0), cb).ok());
+  EXPECT_FALSE((*engine)->submit({1 << 20}, greedy(4), cb).ok());
+}
+
+}  // namespace
+}  // namespace sx::engine
