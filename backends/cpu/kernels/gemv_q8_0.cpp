@@ -76,6 +76,34 @@ void tile8(const BlockQ8_0* const* wrow, std::int64_t nb, const std::int8_t* xq,
   }
 }
 
+// The same for 4 rows and one token (decode): 4 long streams suit the prefetchers better than 8.
+void tile4(const BlockQ8_0* const* wrow, std::int64_t nb, const std::int8_t* xq, const float* xd, float* y,
+           std::int64_t y_stride, const float* bias) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m128 acc = _mm_setzero_ps();
+  for (std::int64_t b = 0; b < nb; ++b) {
+    for (int r = 0; r < 4; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(&wrow[r][b]) + kGemvPrefetchBytes, _MM_HINT_T0);
+    }
+    const __m128 dw = _mm_cvtph_ps(_mm_setr_epi16(static_cast<short>(wrow[0][b].d), static_cast<short>(wrow[1][b].d),
+                                                  static_cast<short>(wrow[2][b].d), static_cast<short>(wrow[3][b].d), 0, 0,
+                                                  0, 0));
+    const __m256i xv = _mm256_load_si256(reinterpret_cast<const __m256i*>(xq + b * kB));
+    __m256i p[4];
+    for (int r = 0; r < 4; ++r) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wrow[r][b].qs));
+      p[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(xv, w)), ones);
+    }
+    // Lane r of the low half + lane r of the high half = the block dot of row r.
+    const __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+    const __m128i dots = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    acc = _mm_fmadd_ps(_mm_cvtepi32_ps(dots), _mm_mul_ps(dw, _mm_set1_ps(xd[b])), acc);
+  }
+  alignas(16) float v[4];
+  _mm_store_ps(v, acc);
+  for (int r = 0; r < 4; ++r) y[r * y_stride] = v[r] + (bias != nullptr ? bias[r * y_stride] : 0.0f);
+}
+
 // One row against one token (the rows left over by tile8), the same arithmetic.
 void row1(const BlockQ8_0* w, std::int64_t nb, const std::int8_t* xq, const float* xd, float* y, const float* bias) {
   const __m256i ones = _mm256_set1_epi16(1);
@@ -97,6 +125,16 @@ void row1(const BlockQ8_0* w, std::int64_t nb, const std::int8_t* xq, const floa
 // long streams keep the prefetchers ahead (decode reads W from DRAM).
 void rows(const BlockQ8_0* w, std::int64_t nb, const std::int8_t* xq, const float* xd, std::int64_t m,
           std::int64_t k, float* y, std::int64_t ldy, const float* bias, std::int64_t n_rows) {
+  if (m == 1) {
+    const std::int64_t q = n_rows / 4;
+    for (std::int64_t i = 0; i < q; ++i) {
+      const BlockQ8_0* wrow[4];
+      for (int r = 0; r < 4; ++r) wrow[r] = w + (r * q + i) * nb;
+      tile4(wrow, nb, xq, xd, y + i, q, bias != nullptr ? bias + i : nullptr);
+    }
+    for (std::int64_t r = 4 * q; r < n_rows; ++r) row1(w + r * nb, nb, xq, xd, y + r, bias != nullptr ? bias + r : nullptr);
+    return;
+  }
   constexpr int kT = 4;
   const std::int64_t q = n_rows / 8;  // rows per stream
   for (std::int64_t i = 0; i < q; ++i) {
