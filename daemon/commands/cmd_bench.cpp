@@ -6,6 +6,7 @@
 #include <random>
 #include <string>
 
+#include "daemon/commands/bench_serving.h"
 #include "daemon/commands/commands.h"
 #include "daemon/commands/model_session.h"
 #include "runtime/base/membw.h"
@@ -43,6 +44,11 @@ int cmd_bench(int argc, char** argv) {
       {{"-n", "--gen-tokens"}, true, false, "decode steps (default 128; 0 = skip)", "N"},
       {{"-r", "--repetitions"}, true, false, "repetitions (default 3)", "N"},
       {{"--seed"}, true, false, "seed of the random prompt (default 1)", "N"},
+      {{"--concurrency"}, true, false,
+       "serve N requests at once (prompts of -p tokens, -n new tokens each) and report aggregate decode "
+       "tokens/s, TTFT and inter-token latency against one request alone", "N"},
+      {{"--prefix-tokens"}, true, false,
+       "prefix-cache benchmark: TTFT of a second chat turn sharing an N-token prefix, cache warm vs cold", "N"},
   };
   specs.insert(specs.end(), own.begin(), own.end());
   Args args("bench", "Measure prefill and decode speed against the memory-bandwidth bound.", specs);
@@ -58,7 +64,32 @@ int cmd_bench(int argc, char** argv) {
     SX_ASSIGN_OR_RETURN(std::int64_t seed, args.get_int("--seed", 1, 0, INT64_MAX));
     SX_ASSIGN_OR_RETURN(std::int64_t threads, args.get_int("--threads", 0, 0, 1024));
     if (n_prompt + n_gen == 0) return invalid_argument_error("nothing to measure: -p and -n are both 0");
+    SX_ASSIGN_OR_RETURN(std::int64_t concurrency, args.get_int("--concurrency", 0, 0, 4096));
+    SX_ASSIGN_OR_RETURN(std::int64_t prefix_tokens, args.get_int("--prefix-tokens", 0, 0, 1 << 24));
     SX_ASSIGN_OR_RETURN(engine::OpenedModel opened, open_model_arg(args));
+    if (concurrency > 0 || prefix_tokens > 0) {
+      if (n_gen < 1 || (concurrency > 0 && n_prompt < 1)) {
+        return invalid_argument_error("serving benchmarks need -p >= 1 and -n >= 1");
+      }
+      // Room for every request at full length (a second prefix-cache turn: prefix + answers + questions).
+      const std::int64_t ctx = concurrency > 0 ? n_prompt + n_gen : prefix_tokens + 2 * n_gen + 32;
+      const std::int64_t seqs = std::max<std::int64_t>(concurrency, 1);
+      if (ctx > opened.config.context_length) {
+        return invalid_argument_error("requests of {} tokens exceed the model's context length {}", ctx,
+                                      opened.config.context_length);
+      }
+      SX_ASSIGN_OR_RETURN(ModelSession session, open_session(args, std::move(opened), ctx, seqs));
+      std::printf("model: %s; device: %s\n", args.get("--model")->c_str(), session.devices_summary().c_str());
+      if (concurrency > 0) {
+        SX_RETURN_IF_ERROR(bench_concurrency(*session.model, *session.opened.tokenizer, concurrency, n_prompt, n_gen,
+                                             static_cast<std::uint64_t>(seed)));
+      }
+      if (prefix_tokens > 0) {
+        SX_RETURN_IF_ERROR(bench_prefix_cache(*session.model, *session.opened.tokenizer, prefix_tokens, n_gen,
+                                              static_cast<std::uint64_t>(seed)));
+      }
+      return ok_status();
+    }
     const model::ModelConfig cfg = opened.config;
     // Decode starts after a prompt of max(n_prompt, 1) tokens.
     const std::int64_t ctx = std::max<std::int64_t>(n_prompt, 1) + n_gen;

@@ -29,6 +29,11 @@ Result<engine::OpenedModel> open_model_arg(const Args& args) {
 }
 
 Result<ModelSession> open_session(const Args& args, engine::OpenedModel opened, std::int64_t context_tokens) {
+  return open_session(args, std::move(opened), context_tokens, 1);
+}
+
+Result<ModelSession> open_session(const Args& args, engine::OpenedModel opened, std::int64_t context_tokens,
+                                  std::int64_t max_seqs) {
   ModelSession s;
   s.opened = std::move(opened);
   const model::ModelConfig& c = s.opened.config;
@@ -52,9 +57,10 @@ Result<ModelSession> open_session(const Args& args, engine::OpenedModel opened, 
   mo.kv.dtype = *kv_type;
   SX_ASSIGN_OR_RETURN(std::int64_t ctx, args.get_int("--ctx", context_tokens, 1, c.context_length));
   ctx = std::min<std::int64_t>(ctx, c.context_length);
-  mo.kv.num_blocks = kv::blocks_for_tokens(ctx, mo.kv.block_size);  // + the null block
+  // Every sequence at full length at once, + the null block.
+  mo.kv.num_blocks = max_seqs * ((ctx + mo.kv.block_size - 1) / mo.kv.block_size) + 1;
   mo.max_batch_tokens = std::min<std::int64_t>(mo.max_batch_tokens, (mo.kv.num_blocks - 1) * mo.kv.block_size);
-  mo.max_logit_rows = 1;
+  mo.max_logit_rows = max_seqs;
   engine::ParallelOptions po;
   po.tp = static_cast<int>(tp);
   po.pp = static_cast<int>(pp);

@@ -31,6 +31,10 @@ Result<engine::OpenedModel> open_model_arg(const Args& args);
 // Creates the devices (--tp x --pp of --backend, threads split between them) and loads the model. context_tokens: KV capacity needed (rounded up to
 // blocks; capped by the model's context; --ctx overrides).
 Result<ModelSession> open_session(const Args& args, engine::OpenedModel opened, std::int64_t context_tokens);
+// The same for `max_seqs` concurrent requests of up to context_tokens each (the KV pool holds all of
+// them; the model returns logits for max_seqs rows per step).
+Result<ModelSession> open_session(const Args& args, engine::OpenedModel opened, std::int64_t context_tokens,
+                                  std::int64_t max_seqs);
 
 // Prints "sextant <cmd>: <error>" to stderr and returns exit code 1 (or 2 for usage errors).
 int report_error(std::string_view command, const Status& status);
