@@ -4,7 +4,9 @@
 #include <cstdio>
 
 #include "backends/registry.h"
+#include "runtime/engine/memory_planner.h"
 #include "runtime/kv/kv_cache_manager.h"
+#include "runtime/parallel/shard_plan.h"
 #include "runtime/base/log.h"
 
 namespace sx::daemon {
@@ -19,6 +21,7 @@ std::vector<Args::Spec> model_session_specs() {
       {{"--ctx"}, true, false, "KV cache capacity in tokens (default: what the request needs)", "N"},
       {{"--kv-dtype"}, true, false, "KV cache format: f32 (default), f16, bf16", "TYPE"},
       {{"--max-batch-tokens"}, true, false, "tokens per forward step / prefill chunk (default 512)", "N"},
+      {{"--verbose"}, false, false, "print the memory plan (per device and per layer) before loading", ""},
   };
 }
 
@@ -64,6 +67,36 @@ Result<ModelSession> open_session(const Args& args, engine::OpenedModel opened, 
   engine::ParallelOptions po;
   po.tp = static_cast<int>(tp);
   po.pp = static_cast<int>(pp);
+
+  // The memory plan for exactly this session, before any weight is loaded: refuse what cannot fit.
+  SX_ASSIGN_OR_RETURN(parallel::WeightTypes types, parallel::weight_types_from_gguf(*s.opened.file, c));
+  SX_ASSIGN_OR_RETURN(parallel::ShardPlan shards,
+                      parallel::plan_shards(c, types, {po.tp, po.pp, mo.kv.dtype}));
+  engine::MemoryPlanOptions mpo;
+  mpo.max_model_len = ctx;
+  mpo.max_num_seqs = max_seqs;
+  mpo.max_num_batched_tokens = mo.max_batch_tokens;
+  mpo.block_size = mo.kv.block_size;
+  // Logical CPU devices share the host's memory; other backends report their own.
+  const std::vector<engine::DeviceBudget> budgets =
+      backend_name == "cpu" ? engine::shared_memory_budgets(s.devices.devices[0]->info().memory_bytes,
+                                                             static_cast<int>(tp * pp))
+                            : std::vector<engine::DeviceBudget>{};
+  if (!budgets.empty()) {
+    SX_ASSIGN_OR_RETURN(engine::MemoryPlan plan, engine::plan_memory(c, types, shards, budgets, mpo));
+    if (args.has("--verbose")) std::fputs(engine::format_memory_plan(plan, true).c_str(), stderr);
+    if (!plan.fits) return resource_exhausted_error("memory plan: {}", plan.refusal);
+    std::uint64_t weights = 0, workspace = 0;
+    for (const engine::DeviceMemory& d : plan.devices) {
+      weights += d.weights;
+      workspace += d.workspace;
+    }
+    std::fprintf(stderr, "memory plan: %.1f MB of weights and %.1f MB of workspace on %zu device(s), KV cache for "
+                         "%lld tokens (%lld request(s) of %lld); fits in %s of memory x 0.9\n",
+                 static_cast<double>(weights) / 1e6, static_cast<double>(workspace) / 1e6, plan.devices.size(),
+                 static_cast<long long>((mo.kv.num_blocks - 1) * mo.kv.block_size), static_cast<long long>(max_seqs),
+                 static_cast<long long>(ctx), engine::gib(budgets.size() * budgets[0].capacity_bytes).c_str());
+  }
   SX_ASSIGN_OR_RETURN(s.model, engine::Qwen2Model::load(*s.opened.file, c, *backend, s.devices.devices, po, mo));
   return s;
 }

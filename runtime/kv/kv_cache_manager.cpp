@@ -45,7 +45,7 @@ bool KvCacheManager::allocate(std::uint64_t request, std::int64_t total_tokens, 
   const std::int64_t extra = need_blocks - static_cast<std::int64_t>(t.blocks.size());
   if (extra <= 0) return true;
   const auto reserve =
-      admission ? static_cast<std::int64_t>(std::ceil(config_.watermark * static_cast<double>(pool_.usable_blocks()))) : 0;
+      admission ? static_cast<std::int64_t>(config_.watermark * static_cast<double>(pool_.usable_blocks())) : 0;
   if (pool_.num_free() - extra < reserve) return false;
   auto got = pool_.allocate(extra);
   if (!got) return false;

@@ -25,7 +25,7 @@ struct KvCacheConfig {
   std::int64_t block_size = 16;
   bool prefix_caching = true;
   std::uint64_t salt = 0;       // hash of what else determines the KV (model revision, KV format)
-  double watermark = 0.01;      // fraction of usable blocks an admission must leave free
+  double watermark = 0.01;      // fraction of usable blocks (rounded down) an admission must leave free
 };
 
 struct KvCacheStats {

@@ -109,7 +109,9 @@ SchedulerOutput Scheduler::schedule() {
       if (r->num_preemptions == 0) r->num_cached_prompt = r->num_computed;
     }
     const std::int64_t n = std::min(r->num_tokens() - r->num_computed, budget);
-    if (!kv_.allocate(r->id, r->num_computed + n, true)) {
+    // The watermark keeps room for running requests; with none running it only blocks progress
+    // (a request alone always fits: add() checks it against the whole pool).
+    if (!kv_.allocate(r->id, r->num_computed + n, /*admission=*/!running_.empty())) {
       kv_.free(r->id);  // do not hold cached blocks while waiting
       r->num_computed = 0;
       break;

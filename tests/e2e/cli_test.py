@@ -67,6 +67,22 @@ def generate_with_tensor_and_pipeline_parallelism():
 
 
 @case
+def bench_serving_modes():
+    p = run("bench", "--model", model("q8_0"), "--concurrency", "6", "-p", "24", "-n", "12")
+    out = p.stdout.decode()
+    assert "concurrent: 6 requests" in out and "TTFT p50" in out and "inter-token latency p50" in out, out
+    assert "request 0 identical alone and batched: yes" in out, out
+    p = run("bench", "--model", model("f32"), "--prefix-tokens", "96", "-n", "8")
+    out = p.stdout.decode()
+    assert "(96 of them cached" in out or "cached from the first turn" in out, out
+    assert "outputs identical: yes" in out, out
+    # The memory plan is printed before loading.
+    p = run("generate", "--model", model("q8_0"), "--prompt", "Alice", "-n", "3", "--verbose")
+    err = p.stderr.decode()
+    assert "memory plan:" in err and "KV pool" in err, err
+
+
+@case
 def generate_streams_the_memorised_text():
     p = run("generate", "--model", model("q8_0"), "--prompt", REF["prompt_text"], "-n", "200", "--ignore-eos")
     out = p.stdout.decode("utf-8")

@@ -200,6 +200,37 @@ TEST(Scheduler, RefusesPromptsThatCannotFitWithClearErrors) {
   EXPECT_EQ(s.add(std::move(empty)).code(), StatusCode::kInvalidArgument);
 }
 
+TEST(Scheduler, ARequestThatFillsThePoolAloneStillRuns) {
+  // 9 usable blocks of 16: a 130-token prompt needs all of them; the admission watermark (here 20%)
+  // must not keep a request out when nothing else runs, or the engine would spin forever.
+  kv::KvCacheManager kv({10, 16, true, 0, 0.2});
+  SchedulerConfig sc;
+  sc.max_num_batched_tokens = 512;
+  sc.max_model_len = 1024;
+  Scheduler s(sc, kv);
+  auto r = std::make_unique<Request>();
+  r->id = 1;
+  r->prompt.assign(130, 3);
+  r->max_tokens = 50;
+  ASSERT_TRUE(s.add(std::move(r)).ok());
+  int steps = 0;
+  while (s.has_work() && steps < 100) {
+    const SchedulerOutput out = s.schedule();
+    ASSERT_FALSE(out.scheduled.empty()) << "no progress at step " << steps;
+    std::vector<std::int32_t> sampled;
+    for (const auto& x : out.scheduled) {
+      if (x.sample) sampled.push_back(7);
+    }
+    s.update(out, sampled);
+    ++steps;
+  }
+  auto done = s.take_finished();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0]->finish, FinishReason::kLength);
+  EXPECT_EQ(done[0]->num_tokens(), 144);  // stopped at the pool's 9 x 16 tokens
+  EXPECT_EQ(kv.num_free_blocks(), 9);
+}
+
 TEST(Scheduler, ChunkedPrefillRunsDecodesFirst) {
   kv::KvCacheManager kv({64, 4, false, 0, 0.0});
   SchedulerConfig sc;
