@@ -118,7 +118,7 @@ void Engine::cancel(std::uint64_t id) {
 
 bool Engine::has_work() {
   std::lock_guard<std::mutex> lock(mu_);
-  return !inbox_.empty() || !cancels_.empty() || scheduler_.has_work();
+  return !inbox_.empty() || !cancels_.empty() || scheduler_busy_;
 }
 
 EngineStats Engine::stats() {
@@ -133,6 +133,7 @@ void Engine::drain_inbox() {
     std::lock_guard<std::mutex> lock(mu_);
     inbox.swap(inbox_);
     cancels.swap(cancels_);
+    if (!inbox.empty()) scheduler_busy_ = true;  // until publish_state() says otherwise
   }
   for (auto& p : inbox) {
     const std::uint64_t id = p->request->id;
@@ -213,6 +214,7 @@ Status Engine::step() {
   sched::SchedulerOutput out = scheduler_.schedule();
   if (out.scheduled.empty()) {
     emit_finished();
+    publish_state();
     return ok_status();
   }
   // One batch for every scheduled request.
@@ -250,6 +252,7 @@ Status Engine::step() {
       if (it->second->on_event) it->second->on_event(e);
       live_.erase(it);
     }
+    publish_state();
     return st;
   }
   // Sample every request that reached the end of its tokens.
@@ -296,20 +299,26 @@ Status Engine::step() {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const sched::SchedulerStats ss = scheduler_.stats();
-    const kv::KvCacheStats ks = kv_.stats();
-    stats_.running = ss.running;
-    stats_.waiting = ss.waiting + static_cast<std::int64_t>(inbox_.size());
-    stats_.kv_usage = ss.kv_usage;
-    stats_.preemptions = ss.preemptions;
-    stats_.prefix_queries = ks.prefix_queries;
-    stats_.prefix_hits = ks.prefix_hits;
     ++stats_.steps;
     stats_.prompt_tokens += prompt_tokens;
     stats_.generation_tokens += sampled.size();
   }
   emit_finished();
+  publish_state();
   return ok_status();
+}
+
+void Engine::publish_state() {
+  const sched::SchedulerStats ss = scheduler_.stats();
+  const kv::KvCacheStats ks = kv_.stats();
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.running = ss.running;
+  stats_.waiting = ss.waiting + static_cast<std::int64_t>(inbox_.size());
+  stats_.kv_usage = ss.kv_usage;
+  stats_.preemptions = ss.preemptions;
+  stats_.prefix_queries = ks.prefix_queries;
+  stats_.prefix_hits = ks.prefix_hits;
+  scheduler_busy_ = scheduler_.has_work();
 }
 
 Status Engine::run_until_idle() {

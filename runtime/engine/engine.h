@@ -101,6 +101,8 @@ class Engine {
   Engine(Qwen2Model& model, const tokenizer::Tokenizer& tok, const EngineConfig& config);
   void drain_inbox();
   void emit_finished();
+  // Copies the scheduler's state for other threads (stats(), has_work()).
+  void publish_state();
 
   Qwen2Model& model_;
   const tokenizer::Tokenizer& tok_;
@@ -114,6 +116,7 @@ class Engine {
   std::uint64_t next_id_ = 1;
   std::unordered_map<std::uint64_t, std::unique_ptr<Live>> live_;
   EngineStats stats_;
+  bool scheduler_busy_ = false;  // the scheduler has requests (as of the last step)
   std::vector<float> logits_;
 };
 
