@@ -3,7 +3,11 @@
 // nothing but the work done; cancellation, stop strings and logprobs behave.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <mutex>
+#include <thread>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -230,6 +234,55 @@ TEST(Engine, CancelStopStringsAndLogprobs) {
   EXPECT_FALSE((*engine)->submit(std::vector<std::int32_t>(600, 5), greedy(4), cb).ok());
   EXPECT_FALSE((*engine)->submit(prompt, greedy(0), cb).ok());
   EXPECT_FALSE((*engine)->submit({1 << 20}, greedy(4), cb).ok());
+}
+
+TEST(Engine, RequestsFromAnotherThreadWhileTheEngineSteps) {
+  Loaded s = open(models_dir() + "/memorise-q8_0.gguf", 16 * 8 + 1);
+  auto engine = Engine::create(*s.model, *s.opened.tokenizer, engine_config(16, true));
+  ASSERT_TRUE(engine.ok());
+  const auto prompt = s.opened.tokenizer->encode("Alice was beginning to get very tired of sitting");
+  std::mutex mu;
+  std::map<std::uint64_t, Result1> got;
+  std::atomic<int> finished{0};
+  constexpr int kRequests = 24;
+  std::thread client([&] {
+    std::mt19937 rng(9);
+    for (int i = 0; i < kRequests; ++i) {
+      std::vector<std::int32_t> p(prompt.begin(), prompt.begin() + 3 + static_cast<std::ptrdiff_t>(rng() % 8));
+      auto id = (*engine)->submit(p, greedy(6 + static_cast<std::int64_t>(rng() % 10)), [&](const RequestEvent& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        Result1& r = got[e.id];
+        r.tokens.insert(r.tokens.end(), e.tokens.begin(), e.tokens.end());
+        if (e.finished) {
+          r.finish = e.finish;
+          ++finished;
+        }
+      });
+      ASSERT_TRUE(id.ok());
+      if (i % 5 == 4) (*engine)->cancel(*id);
+      std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
+    }
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (finished.load() < kRequests && std::chrono::steady_clock::now() < deadline) {
+    if ((*engine)->has_work()) {
+      ASSERT_TRUE((*engine)->step().ok());
+    } else {
+      std::this_thread::yield();
+    }
+  }
+  client.join();
+  ASSERT_EQ(finished.load(), kRequests);
+  int cancelled = 0;
+  for (auto& [id, r] : got) {
+    EXPECT_NE(r.finish, RequestFinish::kNone) << id;
+    cancelled += r.finish == RequestFinish::kCancelled ? 1 : 0;
+  }
+  EXPECT_LE(cancelled, kRequests / 5);
+  const EngineStats st = (*engine)->stats();
+  EXPECT_EQ(st.running, 0);
+  EXPECT_EQ(st.waiting, 0);
+  EXPECT_FALSE((*engine)->has_work());
 }
 
 }  // namespace
