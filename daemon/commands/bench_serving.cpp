@@ -42,8 +42,7 @@ engine::EngineConfig engine_config(const engine::Qwen2Model& model, std::int64_t
   engine::EngineConfig c;
   c.scheduler.max_num_batched_tokens = model.options().max_batch_tokens;
   c.scheduler.max_num_seqs = max_seqs;
-  c.scheduler.max_model_len = std::min<std::int64_t>(
-      model.config().context_length, (model.options().kv.num_blocks - 1) * model.options().kv.block_size);
+  c.scheduler.max_model_len = model.max_request_tokens();
   c.prefix_caching = prefix;
   return c;
 }

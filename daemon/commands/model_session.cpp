@@ -62,7 +62,7 @@ Result<ModelSession> open_session(const Args& args, engine::OpenedModel opened, 
   ctx = std::min<std::int64_t>(ctx, c.context_length);
   // Every sequence at full length at once, + the null block.
   mo.kv.num_blocks = max_seqs * ((ctx + mo.kv.block_size - 1) / mo.kv.block_size) + 1;
-  mo.max_batch_tokens = std::min<std::int64_t>(mo.max_batch_tokens, (mo.kv.num_blocks - 1) * mo.kv.block_size);
+  mo.max_batch_tokens = std::min<std::int64_t>(mo.max_batch_tokens, mo.kv.usable_tokens());
   mo.max_logit_rows = max_seqs;
   engine::ParallelOptions po;
   po.tp = static_cast<int>(tp);
@@ -94,7 +94,7 @@ Result<ModelSession> open_session(const Args& args, engine::OpenedModel opened, 
     std::fprintf(stderr, "memory plan: %.1f MB of weights and %.1f MB of workspace on %zu device(s), KV cache for "
                          "%lld tokens (%lld request(s) of %lld); fits in %s of memory x 0.9\n",
                  static_cast<double>(weights) / 1e6, static_cast<double>(workspace) / 1e6, plan.devices.size(),
-                 static_cast<long long>((mo.kv.num_blocks - 1) * mo.kv.block_size), static_cast<long long>(max_seqs),
+                 static_cast<long long>(mo.kv.usable_tokens()), static_cast<long long>(max_seqs),
                  static_cast<long long>(ctx), engine::gib(budgets.size() * budgets[0].capacity_bytes).c_str());
   }
   SX_ASSIGN_OR_RETURN(s.model, engine::Qwen2Model::load(*s.opened.file, c, *backend, s.devices.devices, po, mo));

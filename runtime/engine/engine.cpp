@@ -89,7 +89,7 @@ Result<std::uint64_t> Engine::submit(std::vector<std::int32_t> prompt, RequestOp
       return invalid_argument_error("prompt token {} is outside the vocabulary of {}", t, model_.config().vocab);
     }
   }
-  const std::int64_t cap = std::min(config_.scheduler.max_model_len, kv_.pool().usable_blocks() * kv_.block_size());
+  const std::int64_t cap = scheduler_.max_request_tokens();
   if (static_cast<std::int64_t>(prompt.size()) + 1 > cap) {
     return invalid_argument_error("the prompt has {} tokens but a request may hold at most {} (max_model_len {}), "
                                   "with at least one token left for the answer",

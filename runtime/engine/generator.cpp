@@ -43,9 +43,7 @@ Result<GenerateResult> generate(Qwen2Model& model, const tokenizer::Tokenizer& t
   if (prompt.empty()) return invalid_argument_error("the prompt is empty (no tokens)");
   if (options.max_tokens < 0) return invalid_argument_error("max_tokens must be >= 0, got {}", options.max_tokens);
   const ModelOptions& mo = model.options();
-  // Block 0 of the cache is the null block.
-  const std::int64_t capacity =
-      std::min<std::int64_t>((mo.kv.num_blocks - 1) * mo.kv.block_size, model.config().context_length);
+  const std::int64_t capacity = model.max_request_tokens();
   const auto n_prompt = static_cast<std::int64_t>(prompt.size());
   if (n_prompt + 1 > capacity) {
     return invalid_argument_error("the prompt has {} tokens but the context holds {} (prompt + at least one new token)",

@@ -34,19 +34,20 @@ Qwen2Model::~Qwen2Model() {
 Result<std::unique_ptr<Qwen2Model>> Qwen2Model::load(const model::GgufFile& file, const model::ModelConfig& config,
                                                      hal::Device& device, const ModelOptions& options) {
   hal::Device* devices[] = {&device};
-  struct NoBackend final : hal::Backend {
-    std::string_view name() const override { return "none"; }
-    Result<std::vector<hal::DeviceInfo>> devices() const override { return std::vector<hal::DeviceInfo>{}; }
-    Result<std::unique_ptr<hal::Device>> create_device(int, const hal::DeviceOptions&) override {
-      return unimplemented_error("no backend");
-    }
-  } none;  // a group of one never creates channels
-  return load(file, config, none, devices, ParallelOptions{}, options);
+  return load_group(file, config, nullptr, devices, ParallelOptions{}, options);  // one rank: no channels
 }
 
 Result<std::unique_ptr<Qwen2Model>> Qwen2Model::load(const model::GgufFile& file, const model::ModelConfig& config,
                                                      hal::Backend& backend, std::span<hal::Device* const> devices,
                                                      const ParallelOptions& parallel, const ModelOptions& options) {
+  return load_group(file, config, &backend, devices, parallel, options);
+}
+
+Result<std::unique_ptr<Qwen2Model>> Qwen2Model::load_group(const model::GgufFile& file,
+                                                           const model::ModelConfig& config, hal::Backend* backend,
+                                                           std::span<hal::Device* const> devices,
+                                                           const ParallelOptions& parallel,
+                                                           const ModelOptions& options) {
   if (options.max_batch_tokens <= 0 || options.max_logit_rows <= 0) {
     return invalid_argument_error("model options: max_batch_tokens and max_logit_rows must be positive");
   }
@@ -58,6 +59,9 @@ Result<std::unique_ptr<Qwen2Model>> Qwen2Model::load(const model::GgufFile& file
     return invalid_argument_error("tp {} x pp {} needs {} devices, got {}", parallel.tp, parallel.pp,
                                   parallel.tp * parallel.pp, devices.size());
   }
+  if (backend == nullptr && devices.size() > 1) {
+    return invalid_argument_error("a group of {} devices needs their backend for its channels", devices.size());
+  }
   SX_RETURN_IF_ERROR(model::check_qwen2_tensors(file, config));
   SX_ASSIGN_OR_RETURN(parallel::WeightTypes types, parallel::weight_types_from_gguf(file, config));
   SX_ASSIGN_OR_RETURN(parallel::ShardPlan plan,
@@ -67,11 +71,11 @@ Result<std::unique_ptr<Qwen2Model>> Qwen2Model::load(const model::GgufFile& file
   im.plan = std::move(plan);
   const int tp = parallel.tp, pp = parallel.pp, n = tp * pp;
   if (pp > 1) {
-    SX_ASSIGN_OR_RETURN(im.world, backend.create_channels(devices, parallel.channel));
+    SX_ASSIGN_OR_RETURN(im.world, backend->create_channels(devices, parallel.channel));
   }
   if (tp > 1) {
     for (int s = 0; s < pp; ++s) {
-      SX_ASSIGN_OR_RETURN(auto group, backend.create_channels(devices.subspan(static_cast<std::size_t>(s * tp),
+      SX_ASSIGN_OR_RETURN(auto group, backend->create_channels(devices.subspan(static_cast<std::size_t>(s * tp),
                                                                               static_cast<std::size_t>(tp)),
                                                               parallel.channel));
       im.tp.push_back(std::move(group));

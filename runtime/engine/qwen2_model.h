@@ -17,6 +17,7 @@
 // group stays failed: every later forward() returns the same error (load the model again).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -43,9 +44,11 @@ struct ForwardBatch {
 };
 
 struct KvCacheOptions {
-  std::int64_t num_blocks = 0;
+  std::int64_t num_blocks = 0;  // including the null block (block 0, never holds KV)
   std::int64_t block_size = 16;
   hal::DType dtype = hal::DType::kF32;
+  // Tokens the usable blocks hold.
+  std::int64_t usable_tokens() const { return (num_blocks - 1) * block_size; }
 };
 
 struct ModelOptions {
@@ -80,6 +83,8 @@ class Qwen2Model {
 
   const model::ModelConfig& config() const { return config_; }
   int tp() const { return parallel_.tp; }
+  // The most tokens one request can hold: the context length, within the KV cache.
+  std::int64_t max_request_tokens() const { return std::min(config_.context_length, options_.kv.usable_tokens()); }
   int pp() const { return parallel_.pp; }
   const ModelOptions& options() const { return options_; }
   // Bytes of weights read by one decode step (every matrix once, plus one embedding row).
@@ -91,6 +96,10 @@ class Qwen2Model {
  private:
   struct Impl;
   Qwen2Model(model::ModelConfig config, ModelOptions options, ParallelOptions parallel);
+  // Both load()s: `backend` creates the channels and may be null for a group of one.
+  static Result<std::unique_ptr<Qwen2Model>> load_group(const model::GgufFile& file, const model::ModelConfig& config,
+                                                        hal::Backend* backend, std::span<hal::Device* const> devices,
+                                                        const ParallelOptions& parallel, const ModelOptions& options);
   Status validate(const ForwardBatch& batch) const;
 
   model::ModelConfig config_;

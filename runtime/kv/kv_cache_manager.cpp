@@ -2,7 +2,6 @@
 #include "runtime/kv/kv_cache_manager.h"
 
 #include <algorithm>
-#include <cmath>
 
 namespace sx::kv {
 

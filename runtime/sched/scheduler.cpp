@@ -8,20 +8,14 @@ namespace sx::sched {
 Scheduler::Scheduler(const SchedulerConfig& config, kv::KvCacheManager& kv) : config_(config), kv_(kv) {}
 Scheduler::~Scheduler() = default;
 
-namespace {
-
-// Tokens one request may reach: max_model_len, and never more than the whole pool (a request
-// alone always fits, so it can never wait for room that cannot appear).
-std::int64_t capacity(const SchedulerConfig& c, const kv::KvCacheManager& kv) {
-  return std::min(c.max_model_len, kv.pool().usable_blocks() * kv.block_size());
+std::int64_t Scheduler::max_request_tokens() const {
+  return std::min(config_.max_model_len, kv_.pool().usable_blocks() * kv_.block_size());
 }
-
-}  // namespace
 
 Status Scheduler::add(std::unique_ptr<Request> r) {
   const auto n = static_cast<std::int64_t>(r->prompt.size());
   if (n == 0) return invalid_argument_error("request {}: the prompt is empty", r->id);
-  const std::int64_t cap = capacity(config_, kv_);
+  const std::int64_t cap = max_request_tokens();
   if (n + 1 > cap) {
     return invalid_argument_error(
         "request {}: the prompt has {} tokens, but a request may hold at most {} (max_model_len {}, KV pool {} "
@@ -128,7 +122,7 @@ SchedulerOutput Scheduler::schedule() {
 
 void Scheduler::update(const SchedulerOutput& out, std::span<const std::int32_t> sampled) {
   std::size_t next_sample = 0;
-  const std::int64_t cap = capacity(config_, kv_);
+  const std::int64_t cap = max_request_tokens();
   for (const ScheduledRequest& s : out.scheduled) {
     Request* r = s.request;
     const bool has_sample = s.sample && next_sample < sampled.size();

@@ -73,6 +73,10 @@ class Scheduler {
   std::vector<std::unique_ptr<Request>> take_finished();
 
   bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+  // The most tokens one request may reach: max_model_len, and never more than the whole pool (a
+  // request alone always fits, so it never waits for room that cannot appear). Reads only the
+  // configuration: safe from any thread.
+  std::int64_t max_request_tokens() const;
   const Request* find(std::uint64_t id) const;
   SchedulerStats stats() const;
   const SchedulerConfig& config() const { return config_; }

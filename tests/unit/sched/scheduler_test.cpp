@@ -175,7 +175,9 @@ TEST_P(SchedulerStress, EveryRequestFinishesWithItsOwnOutputAndThePoolEmpties) {
               static_cast<unsigned long long>(preempted_seen), static_cast<unsigned long long>(preempted_requests),
               static_cast<unsigned long long>(kv.stats().prefix_hits),
               static_cast<unsigned long long>(kv.stats().prefix_queries));
-  if (p.num_blocks < 40) EXPECT_GT(preempted_seen, 0u) << "the small pool should force preemptions";
+  if (p.num_blocks < 40) {
+    EXPECT_GT(preempted_seen, 0u) << "the small pool should force preemptions";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
