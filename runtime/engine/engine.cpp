@@ -187,7 +187,7 @@ RequestFinish to_finish(sched::FinishReason r) {
 
 }  // namespace
 
-void Engine::emit_finished() {
+void Engine::emit_finished(const Status& error) {
   for (auto& r : scheduler_.take_finished()) {
     auto it = live_.find(r->id);
     if (it == live_.end()) continue;
@@ -195,8 +195,9 @@ void Engine::emit_finished() {
     RequestEvent e;
     e.id = r->id;
     e.finished = true;
-    e.finish = l.stopped_by_string ? RequestFinish::kStop : to_finish(r->finish);
-    if (!l.stopped_by_string && r->finish != sched::FinishReason::kCancelled) {
+    e.finish = !error.ok() ? RequestFinish::kError : l.stopped_by_string ? RequestFinish::kStop : to_finish(r->finish);
+    e.error = error;
+    if (error.ok() && !l.stopped_by_string && r->finish != sched::FinishReason::kCancelled) {
       e.text = l.matcher.push(l.decoder.flush());
       e.text += l.matcher.flush();
     }
@@ -239,19 +240,11 @@ Status Engine::step() {
   }
   const Status st = model_.forward(b, logits_);
   if (!st.ok()) {
-    // The step is lost: fail its requests (their KV is unknown) and report the error.
+    // The step is lost: fail its requests (their KV is unknown) and report the error. Requests
+    // that finished before the step (cancelled) are reported as they were.
+    emit_finished();
     for (const auto& s : out.scheduled) scheduler_.finish(s.request->id, sched::FinishReason::kCancelled);
-    for (auto& r : scheduler_.take_finished()) {
-      auto it = live_.find(r->id);
-      if (it == live_.end()) continue;
-      RequestEvent e;
-      e.id = r->id;
-      e.finished = true;
-      e.finish = RequestFinish::kError;
-      e.error = st;
-      if (it->second->on_event) it->second->on_event(e);
-      live_.erase(it);
-    }
+    emit_finished(st);
     publish_state();
     return st;
   }

@@ -100,7 +100,8 @@ class Engine {
   struct Pending;
   Engine(Qwen2Model& model, const tokenizer::Tokenizer& tok, const EngineConfig& config);
   void drain_inbox();
-  void emit_finished();
+  // Final events of the requests the scheduler finished; a non-OK `error` reports them as kError.
+  void emit_finished(const Status& error = Status());
   // Copies the scheduler's state for other threads (stats(), has_work()).
   void publish_state();
 

@@ -236,6 +236,40 @@ TEST(Engine, CancelStopStringsAndLogprobs) {
   EXPECT_FALSE((*engine)->submit({1 << 20}, greedy(4), cb).ok());
 }
 
+TEST(Engine, ADeviceErrorFailsTheStepsRequestsAndKeepsCancelledOnesCancelled) {
+  auto o = open_model(models_dir() + "/memorise-f32.gguf");
+  ASSERT_TRUE(o.ok());
+  hal::DeviceOptions d;
+  d.threads = 1;
+  d.fail_at_op = 3;  // inside the first forward
+  auto device = *(*backends::default_registry().find("cpu"))->create_device(0, d);
+  ModelOptions mo;
+  mo.kv.num_blocks = 9;
+  mo.max_batch_tokens = 256;
+  mo.max_logit_rows = 16;
+  auto m = Qwen2Model::load(*o->file, o->config, *device, mo);
+  ASSERT_TRUE(m.ok());
+  auto engine = Engine::create(**m, *o->tokenizer, engine_config(4, true));
+  ASSERT_TRUE(engine.ok());
+  std::map<std::uint64_t, RequestEvent> last;
+  auto cb = [&last](const RequestEvent& e) { last[e.id] = e; };
+  const auto prompt = o->tokenizer->encode("Alice was beginning");
+  const auto a = *(*engine)->submit(prompt, greedy(4), cb);
+  const auto b = *(*engine)->submit(prompt, greedy(4), cb);
+  const auto c = *(*engine)->submit(prompt, greedy(4), cb);
+  (*engine)->cancel(c);
+  const Status st = (*engine)->step();
+  ASSERT_EQ(st.code(), StatusCode::kInternal);
+  for (auto id : {a, b}) {
+    ASSERT_TRUE(last[id].finished);
+    EXPECT_EQ(last[id].finish, RequestFinish::kError);
+    EXPECT_NE(last[id].error.message().find("injected failure"), std::string::npos) << last[id].error.to_string();
+  }
+  ASSERT_TRUE(last[c].finished);
+  EXPECT_EQ(last[c].finish, RequestFinish::kCancelled);
+  EXPECT_FALSE((*engine)->has_work());
+}
+
 TEST(Engine, RequestsFromAnotherThreadWhileTheEngineSteps) {
   Loaded s = open(models_dir() + "/memorise-q8_0.gguf", 16 * 8 + 1);
   auto engine = Engine::create(*s.model, *s.opened.tokenizer, engine_config(16, true));
