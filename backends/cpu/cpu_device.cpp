@@ -135,9 +135,14 @@ Result<std::unique_ptr<hal::Event>> CpuDevice::create_event() {
   return std::unique_ptr<hal::Event>(std::move(e));
 }
 
+hal::DType CpuDevice::weight_layout(hal::DType stored) const {
+  return stored == hal::DType::kQ8_0 && cpu::kVectorQ8_0R16 ? hal::DType::kQ8_0R16 : stored;
+}
+
 Status CpuDevice::supports(const hal::Op& op) const {
   auto weight_ok = [](hal::DType t) {
-    return t == hal::DType::kF32 || t == hal::DType::kF16 || t == hal::DType::kBF16 || t == hal::DType::kQ8_0;
+    return t == hal::DType::kF32 || t == hal::DType::kF16 || t == hal::DType::kBF16 || t == hal::DType::kQ8_0 ||
+           t == hal::DType::kQ8_0R16;
   };
   auto cache_ok = [](hal::DType t) { return t == hal::DType::kF32 || t == hal::DType::kF16 || t == hal::DType::kBF16; };
   if (const auto* m = std::get_if<hal::MatmulArgs>(&op); m != nullptr && !weight_ok(m->w_type)) {
@@ -195,8 +200,7 @@ Result<const void*> resolve_rows(const CpuDevice& d, const hal::BufView& v, hal:
     return invalid_argument_error("{}: {} rows of {} elements are not a multiple of the {} block ({})", op, what,
                                   cols, hal::dtype_name(t), block);
   }
-  SX_ASSIGN_OR_RETURN(std::byte * p,
-                      resolve_view(d, v, hal::row_bytes(t, cols) * static_cast<std::size_t>(rows), op, what));
+  SX_ASSIGN_OR_RETURN(std::byte * p, resolve_view(d, v, hal::tensor_bytes(t, rows, cols), op, what));
   return static_cast<const void*>(p);
 }
 

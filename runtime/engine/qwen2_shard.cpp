@@ -61,21 +61,39 @@ class Uploader {
     }
     const std::size_t full_row = hal::row_bytes(t.type, width);
     const std::size_t slice_row = hal::row_bytes(t.type, cols);
-    const std::size_t bytes = slice_row * static_cast<std::size_t>(rows);
-    SX_ASSIGN_OR_RETURN(t.buffer, device_.alloc(bytes));
     const std::byte* base = reinterpret_cast<const std::byte*>(info->data.data());
-    if (cols == width) {
-      SX_RETURN_IF_ERROR(stream_.upload(*t.buffer, 0, {base + full_row * static_cast<std::size_t>(row0), bytes}));
-    } else {
-      std::vector<std::byte> gathered(bytes);
+    // The slice's rows, contiguous: in the file itself when whole rows are taken, else gathered.
+    std::vector<std::byte> gathered;
+    const std::byte* rows_data = base + full_row * static_cast<std::size_t>(row0);
+    if (cols != width) {
+      gathered.resize(slice_row * static_cast<std::size_t>(rows));
       const std::size_t col_off = hal::row_bytes(t.type, col0);
       for (std::int64_t r = 0; r < rows; ++r) {
         std::memcpy(gathered.data() + slice_row * static_cast<std::size_t>(r),
                     base + full_row * static_cast<std::size_t>(row0 + r) + col_off, slice_row);
       }
-      SX_RETURN_IF_ERROR(stream_.upload(*t.buffer, 0, gathered));
-      SX_RETURN_IF_ERROR(stream_.sync());  // the upload reads `gathered` until then
+      rows_data = gathered.data();
     }
+    // A matrix goes into the layout the device keeps its format in (hal::Device::weight_layout).
+    const hal::DType layout = info->dims.size() >= 2 ? device_.weight_layout(t.type) : t.type;
+    std::vector<std::byte> converted;
+    if (layout != t.type) {
+      if (t.type != hal::DType::kQ8_0 || layout != hal::DType::kQ8_0R16) {
+        return unimplemented_error("{}: '{}': {} asks for {} weights, and there is no conversion from {}",
+                                   file_.path(), name, device_.info().name, hal::dtype_name(layout),
+                                   hal::dtype_name(t.type));
+      }
+      converted.resize(hal::tensor_bytes(layout, rows, cols));
+      hal::repack_q8_0_r16(reinterpret_cast<const hal::BlockQ8_0*>(rows_data), rows, cols,
+                           reinterpret_cast<hal::BlockQ8_0x16*>(converted.data()));
+      t.type = layout;
+      rows_data = converted.data();
+    }
+    const std::size_t bytes = hal::tensor_bytes(t.type, rows, cols);
+    SX_ASSIGN_OR_RETURN(t.buffer, device_.alloc(bytes));
+    SX_RETURN_IF_ERROR(stream_.upload(*t.buffer, 0, {rows_data, bytes}));
+    // The upload reads host memory of this scope until then (the file's mapping needs no wait).
+    if (rows_data != base + full_row * static_cast<std::size_t>(row0)) SX_RETURN_IF_ERROR(stream_.sync());
     bytes_ += bytes;
     return t;
   }

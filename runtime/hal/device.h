@@ -76,6 +76,10 @@ class Device {
   // OK if this device can run the op with these formats and shapes; UNIMPLEMENTED naming the op
   // and the format otherwise. Asked before serving starts, never on the hot path.
   virtual Status supports(const Op& op) const = 0;
+  // The format this device keeps weights of format `stored` in: the engine converts a weight on the
+  // host before uploading it when this differs (e.g. the CPU keeps Q8_0 as kQ8_0R16, which its
+  // kernels stream without repacking). Formats without an alternative come back unchanged.
+  virtual DType weight_layout(DType stored) const { return stored; }
   virtual Result<std::unique_ptr<Buffer>> alloc(std::size_t bytes) = 0;
   virtual Result<std::unique_ptr<Stream>> create_stream() = 0;
   virtual Result<std::unique_ptr<Event>> create_event() = 0;

@@ -25,8 +25,9 @@ const DTypeInfo kInfos[] = {
     {"q6_k", 256, 210, true},  // block_q6_K: uint8_t ql[QK_K / 2], qh[QK_K / 4]; int8_t scales[QK_K / 16]; ggml_half d
     {"awq_int4", kAwqInt4Group, kAwqInt4BlockBytes, true},
     {"q5_0", 32, 22, true},   // block_q5_0: ggml_half d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]
+    {"q8_0_r16", kQ8_0Block, static_cast<int>(sizeof(BlockQ8_0)), true},  // per row; see BlockQ8_0x16
 };
-static_assert(std::size(kInfos) == static_cast<std::size_t>(DType::kQ5_0) + 1, "one row per DType, in order");
+static_assert(std::size(kInfos) == static_cast<std::size_t>(DType::kQ8_0R16) + 1, "one row per DType, in order");
 }  // namespace
 
 const DTypeInfo& dtype_info(DType t) { return kInfos[static_cast<int>(t)]; }
@@ -71,6 +72,7 @@ void dequantize_row(DType t, const void* src, float* dst, std::int64_t n) {
     case DType::kQ6_K:
     case DType::kAwqInt4:
     case DType::kQ5_0:
+    case DType::kQ8_0R16:
       break;
   }
   fatal("dequantize_row", std::string("unsupported type ") + std::string(dtype_name(t)));
@@ -110,9 +112,48 @@ void quantize_row(DType t, const float* src, void* dst, std::int64_t n) {
     case DType::kQ6_K:
     case DType::kAwqInt4:
     case DType::kQ5_0:
+    case DType::kQ8_0R16:
       break;
   }
   fatal("quantize_row", std::string("unsupported type ") + std::string(dtype_name(t)));
+}
+
+std::size_t tensor_bytes(DType t, std::int64_t rows, std::int64_t cols) {
+  if (t == DType::kQ8_0R16) rows = (rows + kQ8_0R16Rows - 1) / kQ8_0R16Rows * kQ8_0R16Rows;
+  return row_bytes(t, cols) * static_cast<std::size_t>(rows);
+}
+
+void repack_q8_0_r16(const BlockQ8_0* src, std::int64_t rows, std::int64_t k, BlockQ8_0x16* dst) {
+  const std::int64_t nb = k / kQ8_0Block;
+  const std::int64_t groups = (rows + kQ8_0R16Rows - 1) / kQ8_0R16Rows;
+  for (std::int64_t g = 0; g < groups; ++g) {
+    for (std::int64_t b = 0; b < nb; ++b) {
+      BlockQ8_0x16& out = dst[g * nb + b];
+      out = BlockQ8_0x16{};
+      for (int r = 0; r < kQ8_0R16Rows && g * kQ8_0R16Rows + r < rows; ++r) {
+        const BlockQ8_0& in = src[(g * kQ8_0R16Rows + r) * nb + b];
+        out.d[r] = in.d;
+        for (int p = 0; p < kQ8_0Block / 2; ++p) {
+          out.qs[32 * p + 2 * r] = in.qs[2 * p];
+          out.qs[32 * p + 2 * r + 1] = in.qs[2 * p + 1];
+        }
+      }
+    }
+  }
+}
+
+void unpack_row_q8_0_r16(const BlockQ8_0x16* src, std::int64_t k, std::int64_t row, BlockQ8_0* dst) {
+  const std::int64_t nb = k / kQ8_0Block;
+  const std::int64_t g = row / kQ8_0R16Rows;
+  const int r = static_cast<int>(row % kQ8_0R16Rows);
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const BlockQ8_0x16& in = src[g * nb + b];
+    dst[b].d = in.d[r];
+    for (int p = 0; p < kQ8_0Block / 2; ++p) {
+      dst[b].qs[2 * p] = in.qs[32 * p + 2 * r];
+      dst[b].qs[2 * p + 1] = in.qs[32 * p + 2 * r + 1];
+    }
+  }
 }
 
 }  // namespace sx::hal

@@ -31,6 +31,7 @@ enum class DType : std::uint8_t {
   kQ6_K,     // GGML Q6_K: 256 weights = 128 + 64 bytes of 6-bit quants + 16 int8 scales + fp16 d (210)
   kAwqInt4,  // Sextant AWQ/GPTQ int4: 128 weights = 64 bytes of nibbles + fp16 scale + fp16 zero (68)
   kQ5_0,     // GGML Q5_0: 32 weights = fp16 scale + 4 bytes of high bits + 16 bytes of nibbles (22)
+  kQ8_0R16,  // Q8_0 with 16 rows interleaved (BlockQ8_0x16 below): a device layout, never in a file
 };
 
 struct DTypeInfo {
@@ -45,10 +46,15 @@ std::string_view dtype_name(DType t);
 std::optional<DType> dtype_from_name(std::string_view name);  // "f32", "F16", "q8_0", "bf16", ...
 
 // Bytes of a row of n elements; n must be a multiple of the block size (checked by callers).
+// For kQ8_0R16 this is a row's share of its group of 16 (34 bytes per 32 elements).
 inline std::size_t row_bytes(DType t, std::int64_t n) {
   const DTypeInfo& i = dtype_info(t);
   return static_cast<std::size_t>(n / i.block_elems) * static_cast<std::size_t>(i.block_bytes);
 }
+
+// Bytes of a [rows][cols] tensor: rows * row_bytes, except that kQ8_0R16 rounds rows up to a
+// multiple of 16 (the padding rows are zero).
+std::size_t tensor_bytes(DType t, std::int64_t rows, std::int64_t cols);
 
 // GGML Q8_0: 32 values, fp16 scale d, q = round(x / d), d = max|x| / 127.
 inline constexpr int kQ8_0Block = 32;
@@ -58,13 +64,31 @@ struct BlockQ8_0 {
 };
 static_assert(sizeof(BlockQ8_0) == 34);
 
+// Q8_0 with 16 rows interleaved (DType::kQ8_0R16), the CPU backend's weight layout: rows
+// [16g, 16g + 16) x block b of a [rows][k] tensor is BlockQ8_0x16 number g * (k / 32) + b. It holds
+// the same values and bytes as the 16 Q8_0 blocks, arranged so that a SIMD kernel streams one
+// contiguous run per 16 rows and finds each k-pair of the 16 rows in 32 consecutive bytes:
+// qs[32 * p + 2 * r + e] is element 2p + e of the block of row r. Rows past the end are zero.
+inline constexpr int kQ8_0R16Rows = 16;
+struct BlockQ8_0x16 {
+  std::uint16_t d[kQ8_0R16Rows];                  // IEEE half scale of each row's block
+  std::int8_t qs[kQ8_0R16Rows * kQ8_0Block];
+};
+static_assert(sizeof(BlockQ8_0x16) == kQ8_0R16Rows * sizeof(BlockQ8_0));
+
+// Q8_0 [rows][k] -> kQ8_0R16 (dst holds tensor_bytes(kQ8_0R16, rows, k)), and one row back to Q8_0
+// (dst holds k / 32 blocks). k is a multiple of 32.
+void repack_q8_0_r16(const BlockQ8_0* src, std::int64_t rows, std::int64_t k, BlockQ8_0x16* dst);
+void unpack_row_q8_0_r16(const BlockQ8_0x16* src, std::int64_t k, std::int64_t row, BlockQ8_0* dst);
+
 // AWQ / GPTQ int4 as Sextant stores it: every group of 128 consecutive input weights of a row is
 // 64 bytes of nibbles followed by its fp16 scale and fp16 zero point (w = (q - zero) * scale).
 inline constexpr int kAwqInt4Group = 128;
 inline constexpr int kAwqInt4BlockBytes = kAwqInt4Group / 2 + 2 + 2;
 
 // Reference conversions of one row of n elements (n a multiple of the block size).
-// Supported: F32, F16, BF16, Q8_0 in both directions; any other type is a programmer error (aborts).
+// Supported: F32, F16, BF16, Q8_0 in both directions; any other type is a programmer error (aborts)
+// (kQ8_0R16 rows are not contiguous: unpack_row_q8_0_r16 first).
 void dequantize_row(DType t, const void* src, float* dst, std::int64_t n);
 void quantize_row(DType t, const float* src, void* dst, std::int64_t n);
 

@@ -330,7 +330,8 @@ std::uint32_t ggml_type_of(hal::DType t) {
     case hal::DType::kQ5_0: return 6;
     case hal::DType::kQ4_K: return 12;
     case hal::DType::kQ6_K: return 14;
-    case hal::DType::kAwqInt4: return kNoGgmlType;
+    case hal::DType::kAwqInt4:
+    case hal::DType::kQ8_0R16: return kNoGgmlType;
   }
   return kNoGgmlType;
 }

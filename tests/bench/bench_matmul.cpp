@@ -98,16 +98,25 @@ const Weights& weights(DType t, std::int64_t n, std::int64_t k, bool cold) {
     for (auto it = cache.begin(); it != cache.end();) it = it->first == key ? std::next(it) : cache.erase(it);
   }
   w = std::make_unique<Weights>();
-  w->bytes = sx::hal::row_bytes(t, k) * static_cast<std::size_t>(n);
+  w->bytes = sx::hal::tensor_bytes(t, n, k);
   w->copies = cold ? static_cast<int>(std::max<std::size_t>(1, (kColdBytes + w->bytes - 1) / w->bytes)) : 1;
   w->data.resize(w->bytes * static_cast<std::size_t>(w->copies));
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0.0f, 0.05f);
   std::vector<float> row(static_cast<std::size_t>(k));
-  const std::size_t rb = sx::hal::row_bytes(t, k);
+  // kQ8_0R16 (the CPU device's layout of Q8_0 weights) is made from Q8_0 rows.
+  const DType plain = t == DType::kQ8_0R16 ? DType::kQ8_0 : t;
+  const std::size_t rb = sx::hal::row_bytes(plain, k);
+  std::vector<std::byte> rows(rb * static_cast<std::size_t>(n));
   for (std::int64_t j = 0; j < n; ++j) {
     for (float& v : row) v = nd(rng);
-    sx::hal::quantize_row(t, row.data(), w->data.data() + rb * static_cast<std::size_t>(j), k);
+    sx::hal::quantize_row(plain, row.data(), rows.data() + rb * static_cast<std::size_t>(j), k);
+  }
+  if (t == DType::kQ8_0R16) {
+    sx::hal::repack_q8_0_r16(reinterpret_cast<const sx::hal::BlockQ8_0*>(rows.data()), n, k,
+                             reinterpret_cast<sx::hal::BlockQ8_0x16*>(w->data.data()));
+  } else {
+    std::memcpy(w->data.data(), rows.data(), rows.size());
   }
   for (int c = 1; c < w->copies; ++c) std::memcpy(w->data.data() + w->bytes * c, w->data.data(), w->bytes);
   return *w;
@@ -191,7 +200,7 @@ void run_prefill_model(benchmark::State& state, DType t, std::int64_t m, int thr
   };
   std::vector<Prepared> mats;
   for (const Shape& s : kLayer) {
-    Prepared pr{std::vector<std::byte>(sx::hal::row_bytes(t, s.k) * s.n), s};
+    Prepared pr{std::vector<std::byte>(sx::hal::tensor_bytes(t, s.n, s.k)), s};
     const Weights& w = weights(t, s.n, s.k, false);
     std::memcpy(pr.w.data(), w.data.data(), pr.w.size());
     mats.push_back(std::move(pr));
@@ -269,7 +278,7 @@ const char* path_name(sx::cpu::MatmulPath p) {
 }
 
 void register_all() {
-  const DType types[] = {DType::kQ8_0, DType::kF16, DType::kF32, DType::kBF16};
+  const DType types[] = {DType::kQ8_0R16, DType::kQ8_0, DType::kF16, DType::kF32, DType::kBF16};
   const Shape shapes[] = {{"896x896", 896, 896}, {"4864x896", 4864, 896}, {"896x4864", 896, 4864},
                           {"151936x896", 151936, 896}};
   using sx::cpu::MatmulPath;
@@ -291,7 +300,8 @@ void register_all() {
     for (const Shape& s : shapes) {
       if (s.n > 100000) continue;  // the LM head runs for one token per prefill
       for (MatmulPath path : {MatmulPath::kGemmF32, MatmulPath::kGemmQ8}) {
-        if (path == MatmulPath::kGemmQ8 && t != DType::kQ8_0) continue;
+        if (path == MatmulPath::kGemmQ8 && t != DType::kQ8_0 && t != DType::kQ8_0R16) continue;
+        if (t == DType::kQ8_0R16 && path != MatmulPath::kGemmQ8) continue;  // one kernel family
         for (int threads : {1, 2}) {
           const std::string name = std::string("gemm/") + std::string(sx::hal::dtype_name(t)) + "/" + s.name +
                                    "/m512/t" + std::to_string(threads) + "/" + path_name(path);

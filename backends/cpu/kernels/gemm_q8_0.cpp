@@ -1,13 +1,14 @@
-// Large-m matmul (prefill) for Q8_0 weights on the integer units: x rows are quantised to int8
-// blocks (quantize_activations_q8) and W panels of 16 rows are widened to int16 pairs, so one
-// vpmaddwd does 16 multiply-adds and, with its vpaddd, uses other ports than the FMAs (AVX2 has
-// no VNNI; on Zen 3 this runs ~1.3x the packed F32 FMA GEMM, ~18 int8 MACs per cycle per core).
-// Per block of 32 the exact int32 sums are converted and scaled by d_w * d_x into F32
-// accumulators in block order, so the result equals the GEMV int8 path bit for bit.
+// Int8 matmul for Q8_0 weights on the integer units, for kQ8_0R16 weights at every m and for
+// plain Q8_0 at large m: x rows are quantised to int8 blocks (quantize_activations_q8), W comes in
+// panels of 16 interleaved rows (hal::BlockQ8_0x16) whose k-pairs are sign-extended to int16 in
+// the microkernel, so one vpmaddwd does 16 multiply-adds and, with its vpaddd, uses other ports
+// than the FMAs (AVX2 has no VNNI). Per block of 32 the exact int32 sums are converted and scaled
+// by d_w * d_x into F32 accumulators in block order, so the result equals the GEMV int8 path and
+// matmul_reference_q8_activations bit for bit.
 //
-// Blocking: a task owns up to 16 W panels (16 rows each) and packs them per k block (<= 512,
-// ~16 KiB per panel, L2-resident); for each 6-token x panel (L1) it runs the 6x16 microkernel
-// over its panels. x is quantised and packed once per call, shared by all threads.
+// kQ8_0R16 weights are read in place (the CPU device keeps Q8_0 weights that way); plain Q8_0 is
+// interleaved per task into scratch first. Blocking: see kStreamingXPanels. x is quantised and
+// packed once per call into 6-token panels, shared by all threads.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -28,77 +29,32 @@ namespace sx::cpu::detail {
 namespace {
 
 using hal::BlockQ8_0;
+using hal::BlockQ8_0x16;
 constexpr int kB = hal::kQ8_0Block;
 constexpr int kMR = 6;                 // tokens per microtile (12 int32 accumulators)
 constexpr int kNR = 16;                // W rows per microtile (two ymm of int32 lanes)
-constexpr int kKC = 512;               // max k per packed block: a panel is 16 KiB of int16
-constexpr int kMaxPanelsPerTask = 16;  // <= 256 KiB of packed W per task and k block (L2)
+constexpr int kKC = 512;               // max k per block at large m: 8.5 KiB of W per panel
+constexpr int kMaxPanelsPerTask = 16;  // <= 136 KiB of W per task and k block (L2)
+// Software prefetch distance along W (one line per two k-pairs). At small m W comes from DRAM as
+// one stream per task, which the hardware prefetchers alone do not keep ahead of.
+constexpr int kPrefetchBytes = 1024;
 
-// Packed W panel for one k block of kc (a multiple of 32): kc / 2 k-pairs x 16 rows x 2 int16
-// (rows 0-7 in the first 32 bytes of each k-pair, rows 8-15 in the next), then kc / 32 x 16 F32
-// scales. Bytes: kc * 32 + kc * 2, rounded up to 64 so consecutive panels stay aligned.
-std::size_t panel_bytes(std::int64_t kc) {
-  return (static_cast<std::size_t>(kc) * 32 + static_cast<std::size_t>(kc) / kB * kNR * sizeof(float) + 63) / 64 * 64;
-}
-
-// 8x8 transpose of 32-bit elements.
-inline void transpose8(__m256i v[8]) {
-  __m256 r[8];
-  for (int i = 0; i < 8; ++i) r[i] = _mm256_castsi256_ps(v[i]);
-  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-  const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-  const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-  const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-  const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-  v[0] = _mm256_castps_si256(_mm256_permute2f128_ps(s0, s4, 0x20));
-  v[1] = _mm256_castps_si256(_mm256_permute2f128_ps(s1, s5, 0x20));
-  v[2] = _mm256_castps_si256(_mm256_permute2f128_ps(s2, s6, 0x20));
-  v[3] = _mm256_castps_si256(_mm256_permute2f128_ps(s3, s7, 0x20));
-  v[4] = _mm256_castps_si256(_mm256_permute2f128_ps(s0, s4, 0x31));
-  v[5] = _mm256_castps_si256(_mm256_permute2f128_ps(s1, s5, 0x31));
-  v[6] = _mm256_castps_si256(_mm256_permute2f128_ps(s2, s6, 0x31));
-  v[7] = _mm256_castps_si256(_mm256_permute2f128_ps(s3, s7, 0x31));
-}
-
-// Packs rows [row0, row0 + 16) x blocks [b0, b0 + nb) of W; rows at or past n are zero.
-// Each half of a block (16 k) of 8 rows is widened and transposed on its own, which keeps the
-// working set in registers (with both halves live GCC spills, and the pack ran ~5x slower).
-void pack_w_panel(const BlockQ8_0* w, std::int64_t blocks_per_row, std::int64_t row0, std::int64_t n,
-                  std::int64_t b0, std::int64_t nb, std::byte* dst) {
-  static const BlockQ8_0 kZeroBlock = {};
-  auto* q = reinterpret_cast<__m256i*>(dst);  // [k-pair][2] vectors
-  auto* scales = reinterpret_cast<float*>(dst + static_cast<std::size_t>(nb) * kB * 32);
-  const BlockQ8_0* rows[kNR];
-  std::int64_t row_step[kNR];  // 1 for real rows, 0 for the zero block
-  for (int r = 0; r < kNR; ++r) {
-    const bool valid = row0 + r < n;
-    rows[r] = valid ? w + (row0 + r) * blocks_per_row + b0 : &kZeroBlock;
-    row_step[r] = valid ? 1 : 0;
-  }
-  // W usually comes from DRAM (each matrix is used once per layer): fetch the same blocks of the
-  // next 16 rows (the next panel, contiguous after this one) while this one is converted.
-  const std::int64_t next_rows = std::max<std::int64_t>(0, std::min<std::int64_t>(kNR, n - (row0 + kNR)));
-  const BlockQ8_0* next = w + (row0 + kNR) * blocks_per_row + b0;
+// Interleaves rows [row0, row0 + 16) x blocks [b0, b0 + nb) of a plain Q8_0 W into nb
+// BlockQ8_0x16 (the layout kQ8_0R16 weights already have); rows at or past n are zero.
+void interleave_panel(const BlockQ8_0* w, std::int64_t blocks_per_row, std::int64_t row0, std::int64_t n,
+                      std::int64_t b0, std::int64_t nb, BlockQ8_0x16* dst) {
   for (std::int64_t b = 0; b < nb; ++b) {
-    for (std::int64_t r = 0; r < next_rows; ++r) {
-      _mm_prefetch(reinterpret_cast<const char*>(next + r * blocks_per_row + b), _MM_HINT_T1);
-    }
-    __m256i* out = q + b * kB;  // k-pair p of this block at out[2 * p + h]
-    for (int h = 0; h < 2; ++h) {
-      for (int part = 0; part < 2; ++part) {
-        __m256i v[8];
-        for (int r = 0; r < 8; ++r) {
-          const BlockQ8_0& blk = rows[h * 8 + r][b * row_step[h * 8 + r]];
-          v[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs + part * 16)));
-        }
-        transpose8(v);
-        for (int p = 0; p < 8; ++p) _mm256_store_si256(out + 2 * (part * 8 + p) + h, v[p]);
+    BlockQ8_0x16& out = dst[b];
+    for (int r = 0; r < kNR; ++r) {
+      if (row0 + r >= n) {
+        out.d[r] = 0;
+        for (int p = 0; p < kB / 2; ++p) std::memset(out.qs + 32 * p + 2 * r, 0, 2);
+        continue;
       }
+      const BlockQ8_0& in = w[(row0 + r) * blocks_per_row + b0 + b];
+      out.d[r] = in.d;
+      for (int p = 0; p < kB / 2; ++p) std::memcpy(out.qs + 32 * p + 2 * r, in.qs + 2 * p, 2);
     }
-    for (int r = 0; r < kNR; ++r) scales[b * kNR + r] = _cvtsh_ss(rows[r][b * row_step[r]].d);
   }
 }
 
@@ -131,21 +87,107 @@ void pack_x_panel(const std::int8_t* xq, const float* xd, std::int64_t m, std::i
   }
 }
 
-// c[mr][nr] (row stride ldc): acc = (accumulate ? c : 0), then for each of nb blocks in order
-//   acc = fma(float(int32 dot of the block), d_w * d_x, acc), then c = acc (+ bias when given: the
-//   caller passes it with the last k block only). For 6 tokens x 16 W rows: 12 int32 accumulators
-//   per block (x pairs broadcast from memory, W pairs from the panel), F32 accumulators in L1.
-//   This is exactly the arithmetic of the GEMV (gemv_q8_0.cpp), so a token's result does not
-//   depend on the batch it is computed in.
-void kernel_6x16(std::int64_t nb, const std::int32_t* a, const float* adx, const std::byte* bpanel, float* c,
-                 std::int64_t ldc, int mr, int nr, const float* bias, bool accumulate) {
-  // The tile of y is needed only at the end: start fetching it now (it is usually in L3).
-  for (int r = 0; r < mr; ++r) {
-    _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + kNR - 1), _MM_HINT_T0);
+// Loads the F32 accumulators of a tile of c (or zeros) and stores them back (+ bias).
+template <int MR>
+inline void load_tile(const float* c, std::int64_t ldc, int nr, bool accumulate, __m256 (&f)[MR][2]) {
+  for (int t = 0; t < MR; ++t) {
+    if (!accumulate) {
+      f[t][0] = f[t][1] = _mm256_setzero_ps();
+    } else if (nr == kNR) {
+      f[t][0] = _mm256_loadu_ps(c + t * ldc);
+      f[t][1] = _mm256_loadu_ps(c + t * ldc + 8);
+    } else {
+      alignas(32) float v[kNR] = {};
+      for (int j = 0; j < nr; ++j) v[j] = c[t * ldc + j];
+      f[t][0] = _mm256_load_ps(v);
+      f[t][1] = _mm256_load_ps(v + 8);
+    }
   }
-  const auto* bq = reinterpret_cast<const __m256i*>(bpanel);
-  const auto* bdw = reinterpret_cast<const float*>(bpanel + static_cast<std::size_t>(nb) * kB * 32);
+}
+
+inline void store_row(float* cr, int nr, __m256 v0, __m256 v1, const float* bias) {
+  if (nr == kNR) {
+    if (bias != nullptr) {
+      v0 = _mm256_add_ps(v0, _mm256_loadu_ps(bias));
+      v1 = _mm256_add_ps(v1, _mm256_loadu_ps(bias + 8));
+    }
+    _mm256_storeu_ps(cr, v0);
+    _mm256_storeu_ps(cr + 8, v1);
+    return;
+  }
+  alignas(32) float v[kNR];
+  _mm256_store_ps(v, v0);
+  _mm256_store_ps(v + 8, v1);
+  for (int j = 0; j < nr; ++j) cr[j] = v[j] + (bias != nullptr ? bias[j] : 0.0f);
+}
+
+// acc = fma(float(int32 dot of block b), d_w * d_x, acc) for the two halves (rows 0-7, 8-15).
+inline void scale_block(const BlockQ8_0x16& wb, float dx, __m256i i0, __m256i i1, __m256& f0, __m256& f1) {
+  const __m256 dw0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.d)));
+  const __m256 dw1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.d + 8)));
+  const __m256 d = _mm256_set1_ps(dx);
+  f0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0), _mm256_mul_ps(dw0, d), f0);
+  f1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1), _mm256_mul_ps(dw1, d), f1);
+}
+
+// The microkernels: c[mr][nr] (row stride ldc) = (accumulate ? c : 0) + for each of nb blocks in
+// order fma(float(exact int32 dot), d_w * d_x, .), then + bias (the caller passes it with the last k
+// block only). W is 16 interleaved rows (one BlockQ8_0x16 per block: each k-pair of the 16 rows is
+// 32 bytes, sign-extended to int16 in two halves), x a packed panel (a = k-pairs as int32, one per
+// token, kMR per pair; adx = scales). One vpmaddwd multiplies a token's k-pair with 8 rows' pairs
+// and adds them: 16 multiply-adds. This is exactly the arithmetic of the GEMV
+// (gemv_q8_0.cpp), so a token's result does not depend on the batch it is computed in.
+//
+// One k-pair of 16 rows sign-extended to int16 (rows 0-7 in w0, 8-15 in w1), and one token's
+// k-pair (an int32 broadcast) multiplied and added into its two accumulators. Inline asm: written
+// with intrinsics, GCC unrolls the pair loop, reassociates the integer sums into a tree and
+// spills every product to the stack.
+inline void widen_pair(const std::int8_t* q, __m256i& w0, __m256i& w1) {
+  __asm__("vpmovsxbw (%[q]), %[w0]\n\t"
+          "vpmovsxbw 16(%[q]), %[w1]\n\t"
+          : [w0] "=x"(w0), [w1] "=x"(w1)
+          : [q] "r"(q)
+          : "memory");
+}
+inline void madd_pair(__m256i& a0, __m256i& a1, __m256i w0, __m256i w1, const std::int32_t* x) {
+  __m256i xv, t;
+  __asm__("vpbroadcastd (%[x]), %[xv]\n\t"
+          "vpmaddwd %[xv], %[w0], %[t]\n\t"
+          "vpmaddwd %[xv], %[w1], %[xv]\n\t"
+          "vpaddd %[t], %[a0], %[a0]\n\t"
+          "vpaddd %[xv], %[a1], %[a1]\n\t"
+          : [a0] "+x"(a0), [a1] "+x"(a1), [xv] "=&x"(xv), [t] "=&x"(t)
+          : [w0] "x"(w0), [w1] "x"(w1), [x] "r"(x)
+          : "memory");
+}
+
+// Up to 4 tokens (<= 8 int32 accumulators, in registers).
+template <int MR>
+void kernel_small(std::int64_t nb, const std::int32_t* a, const float* adx, const BlockQ8_0x16* w, float* c,
+                  std::int64_t ldc, int nr, const float* bias, bool accumulate) {
+  __m256 f[MR][2];
+  load_tile<MR>(c, ldc, nr, accumulate, f);
+  for (std::int64_t b = 0; b < nb; ++b) {
+    __m256i acc[MR][2];
+    for (int t = 0; t < MR; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_si256();
+    const std::int8_t* q = w[b].qs;
+    const std::int32_t* xa = a + b * (kB / 2) * kMR;
+    for (int p = 0; p < kB / 2; ++p) {
+      if (p % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(q + 32 * p) + kPrefetchBytes, _MM_HINT_T0);
+      __m256i w0, w1;
+      widen_pair(q + 32 * p, w0, w1);
+      for (int t = 0; t < MR; ++t) madd_pair(acc[t][0], acc[t][1], w0, w1, xa + p * kMR + t);
+    }
+    for (int t = 0; t < MR; ++t) scale_block(w[b], adx[b * kMR + t], acc[t][0], acc[t][1], f[t][0], f[t][1]);
+  }
+  for (int t = 0; t < MR; ++t) store_row(c + t * ldc, nr, f[t][0], f[t][1], bias);
+}
+
+// 5 or 6 tokens (padding tokens of the x panel are zero; only mr rows of c are touched): the
+// k-pair loop is inline asm, since with intrinsics GCC 12 keeps a copy of the 12 accumulators on
+// the stack (12 stores per k-pair, which then bound the loop). F32 accumulators live in L1.
+void kernel_6(std::int64_t nb, const std::int32_t* a, const float* adx, const BlockQ8_0x16* w, float* c,
+              std::int64_t ldc, int mr, int nr, const float* bias, bool accumulate) {
   alignas(32) float facc[kMR][kNR] = {};
   if (accumulate) {
     for (int r = 0; r < mr; ++r) {
@@ -155,17 +197,15 @@ void kernel_6x16(std::int64_t nb, const std::int32_t* a, const float* adx, const
   for (std::int64_t b = 0; b < nb; ++b) {
     __m256i i00 = _mm256_setzero_si256(), i01 = i00, i10 = i00, i11 = i00, i20 = i00, i21 = i00;
     __m256i i30 = i00, i31 = i00, i40 = i00, i41 = i00, i50 = i00, i51 = i00;
-    const __m256i* wq = bq + b * kB;  // 16 k-pairs x 2 vectors
     const std::int32_t* xa = a + b * (kB / 2) * kMR;
-    // One k-pair for 6 tokens x 16 rows in inline asm: with intrinsics GCC 12 keeps a copy of
-    // the 12 accumulators on the stack (12 stores per k-pair, which then bound the loop).
     for (int p = 0; p < kB / 2; ++p) {
       __m256i w0, w1, xv, t;
-      const __m256i* wp = wq + 2 * p;
+      const std::int8_t* wp = w[b].qs + 32 * p;
       const std::int32_t* xp = xa + p * kMR;
+      if (p % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(wp) + kPrefetchBytes, _MM_HINT_T0);
       __asm__(
-          "vmovdqa (%[w]), %[w0]\n\t"
-          "vmovdqa 32(%[w]), %[w1]\n\t"
+          "vpmovsxbw (%[w]), %[w0]\n\t"
+          "vpmovsxbw 16(%[w]), %[w1]\n\t"
           "vpbroadcastd (%[x]), %[xv]\n\t"
           "vpmaddwd %[xv], %[w0], %[t]\n\t"
           "vpmaddwd %[xv], %[w1], %[xv]\n\t"
@@ -200,104 +240,133 @@ void kernel_6x16(std::int64_t nb, const std::int32_t* a, const float* adx, const
             [a21] "+x"(i21), [a30] "+x"(i30), [a31] "+x"(i31), [a40] "+x"(i40), [a41] "+x"(i41),
             [a50] "+x"(i50), [a51] "+x"(i51), [w0] "=&x"(w0), [w1] "=&x"(w1), [xv] "=&x"(xv), [t] "=&x"(t)
           : [w] "r"(wp), [x] "r"(xp)
-          : "memory");  // reads wp[0..1] and xp[0..5] (30 operands is the limit: no "m" inputs)
+          : "memory");  // reads wp[0..31] and xp[0..5] (30 operands is the limit: no "m" inputs)
     }
-    const __m256 dw0 = _mm256_load_ps(bdw + b * kNR), dw1 = _mm256_load_ps(bdw + b * kNR + 8);
     const float* dx = adx + b * kMR;
-#define SX_SCALE(t, i0, i1)                                                                          \
-  {                                                                                                   \
-    const __m256 d = _mm256_broadcast_ss(dx + (t));                                                   \
-    _mm256_store_ps(facc[t], _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0), _mm256_mul_ps(dw0, d),           \
-                                             _mm256_load_ps(facc[t])));                               \
-    _mm256_store_ps(facc[t] + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1), _mm256_mul_ps(dw1, d),       \
-                                                 _mm256_load_ps(facc[t] + 8)));                       \
-  }
-    SX_SCALE(0, i00, i01)
-    SX_SCALE(1, i10, i11)
-    SX_SCALE(2, i20, i21)
-    SX_SCALE(3, i30, i31)
-    SX_SCALE(4, i40, i41)
-    SX_SCALE(5, i50, i51)
-#undef SX_SCALE
-  }
-  for (int r = 0; r < mr; ++r) {
-    float* cr = c + r * ldc;
-    if (nr == kNR) {
-      __m256 v0 = _mm256_load_ps(facc[r]), v1 = _mm256_load_ps(facc[r] + 8);
-      if (bias != nullptr) {
-        v0 = _mm256_add_ps(v0, _mm256_loadu_ps(bias));
-        v1 = _mm256_add_ps(v1, _mm256_loadu_ps(bias + 8));
-      }
-      _mm256_storeu_ps(cr, v0);
-      _mm256_storeu_ps(cr + 8, v1);
-    } else {
-      for (int j = 0; j < nr; ++j) cr[j] = facc[r][j] + (bias != nullptr ? bias[j] : 0.0f);
+    const __m256i acc[kMR][2] = {{i00, i01}, {i10, i11}, {i20, i21}, {i30, i31}, {i40, i41}, {i50, i51}};
+    for (int t = 0; t < kMR; ++t) {
+      __m256 f0 = _mm256_load_ps(facc[t]), f1 = _mm256_load_ps(facc[t] + 8);
+      scale_block(w[b], dx[t], acc[t][0], acc[t][1], f0, f1);
+      _mm256_store_ps(facc[t], f0);
+      _mm256_store_ps(facc[t] + 8, f1);
     }
+  }
+  for (int r = 0; r < mr; ++r) store_row(c + r * ldc, nr, _mm256_load_ps(facc[r]), _mm256_load_ps(facc[r] + 8), bias);
+}
+
+void kernel(std::int64_t nb, const std::int32_t* a, const float* adx, const BlockQ8_0x16* w, float* c,
+            std::int64_t ldc, int mr, int nr, const float* bias, bool accumulate) {
+  switch (mr) {
+    case 1: return kernel_small<1>(nb, a, adx, w, c, ldc, nr, bias, accumulate);
+    case 2: return kernel_small<2>(nb, a, adx, w, c, ldc, nr, bias, accumulate);
+    case 3: return kernel_small<3>(nb, a, adx, w, c, ldc, nr, bias, accumulate);
+    case 4: return kernel_small<4>(nb, a, adx, w, c, ldc, nr, bias, accumulate);
+    default: return kernel_6(nb, a, adx, w, c, ldc, mr, nr, bias, accumulate);
   }
 }
 
-}  // namespace
+// Up to this many x panels (18 tokens: batched decode) a task takes each W panel whole and runs
+// every x panel over it while it is in L1/L2, so W streams from memory once, in address order.
+// Beyond it (prefill) k is cut into blocks of <= kKC and a task's panels of one k block stay in L2
+// while every x panel passes over them.
+constexpr std::int64_t kStreamingXPanels = 3;
 
-void gemm_q8_0(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
+// The driver shared by both weight layouts. `panels(thread, j0, j1, b0, nb)` returns the W panels
+// j0..j1-1 restricted to blocks [b0, b0 + nb): a pointer to panel j0 and the stride in blocks from
+// one panel to the next.
+template <typename Panels>
+void run_gemm(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p, Panels&& panels) {
   const std::int64_t m = p.m, n = p.n, k = p.k;
-  const std::int64_t nb_row = k / kB;
   const std::int64_t x_panels = ceil_div(m, kMR);
   const std::int64_t w_panels = ceil_div(n, kNR);
-  const std::int64_t k_blocks = ceil_div(k, kKC);
-  const std::int64_t kc_step = std::min<std::int64_t>(kKC, ceil_div(ceil_div(k, k_blocks), kB) * kB);
+  const bool streaming = x_panels <= kStreamingXPanels;
+  const std::int64_t k_blocks = streaming ? 1 : ceil_div(k, kKC);
+  const std::int64_t kc_step = ceil_div(ceil_div(k, k_blocks), kB) * kB;
 
-  const int threads = pool.size();
+  const std::int64_t nb_row = k / kB;
   const std::size_t acts_bytes = static_cast<std::size_t>(m * k) + static_cast<std::size_t>(m * nb_row) * sizeof(float);
   auto* xq = static_cast<std::int8_t*>(scratch.get(kSlotActs, acts_bytes));
   auto* xd = reinterpret_cast<float*>(xq + m * k);
   const std::size_t xpb = x_panel_bytes(k);
   auto* xp = static_cast<std::byte*>(scratch.get(kSlotPackedX, xpb * static_cast<std::size_t>(x_panels)));
-  const std::size_t wpb = panel_bytes(kc_step);
-  std::vector<std::byte*> wbuf(static_cast<std::size_t>(threads));
-  for (int t = 0; t < threads; ++t) {
-    wbuf[static_cast<std::size_t>(t)] =
-        static_cast<std::byte*>(scratch.get(kSlotThread0 + t, wpb * kMaxPanelsPerTask));
+  if (x_panels == 1) {  // decode: not worth a dispatch
+    quantize_rows_q8(p.x, 0, m, k, xq, xd);
+    pack_x_panel(xq, xd, m, k, 0, xp);
+  } else {
+    pool.parallel_for(x_panels, [&](std::int64_t i) {
+      const std::int64_t t0 = i * kMR, t1 = std::min(m, t0 + kMR);
+      quantize_rows_q8(p.x, t0, t1, k, xq, xd);
+      pack_x_panel(xq, xd, m, k, t0, xp + xpb * static_cast<std::size_t>(i));
+    });
   }
 
-  pool.parallel_for(x_panels, [&](std::int64_t i) {
-    const std::int64_t t0 = i * kMR, t1 = std::min(m, t0 + kMR);
-    quantize_rows_q8(p.x, t0, t1, k, xq, xd);
-    pack_x_panel(xq, xd, m, k, t0, xp + xpb * static_cast<std::size_t>(i));
-  });
-
+  const int threads = pool.size();
   const std::int64_t n_tasks = std::min<std::int64_t>(
       w_panels, threads * ceil_div(w_panels, static_cast<std::int64_t>(threads) * kMaxPanelsPerTask));
-  const auto* w = static_cast<const BlockQ8_0*>(p.w);
   std::atomic<std::int64_t> next{0};
   pool.run_on_all([&](int thread, int) {
-    std::byte* wp = wbuf[static_cast<std::size_t>(thread)];
     for (std::int64_t task = next.fetch_add(1); task < n_tasks; task = next.fetch_add(1)) {
       const std::int64_t j0 = task * w_panels / n_tasks, j1 = (task + 1) * w_panels / n_tasks;
       for (std::int64_t pc = 0; pc < k; pc += kc_step) {
         const std::int64_t kc = std::min(kc_step, k - pc);
         const std::int64_t nb = kc / kB;
-        const std::size_t pb = panel_bytes(kc);
-        for (std::int64_t j = j0; j < j1; ++j) pack_w_panel(w, nb_row, j * kNR, n, pc / kB, nb, wp + (j - j0) * pb);
-        for (std::int64_t i = 0; i < x_panels; ++i) {
+        const auto [w0, stride] = panels(thread, j0, j1, pc / kB, nb);
+        const bool last = pc + kc == k;  // the bias joins the finished sum
+        auto tile = [&](std::int64_t i, std::int64_t j) {
           const std::byte* xpi = xp + xpb * static_cast<std::size_t>(i);
           const auto* a = reinterpret_cast<const std::int32_t*>(xpi) + (pc / 2) * kMR;
           const auto* adx = reinterpret_cast<const float*>(xpi + static_cast<std::size_t>(k / 2) * kMR * 4) + (pc / kB) * kMR;
           const int mr = static_cast<int>(std::min<std::int64_t>(kMR, m - i * kMR));
-          for (std::int64_t j = j0; j < j1; ++j) {
-            const int nr = static_cast<int>(std::min<std::int64_t>(kNR, n - j * kNR));
-            const bool last = pc + kc == k;  // the bias joins the finished sum
-            kernel_6x16(nb, a, adx, wp + (j - j0) * pb, p.y + i * kMR * n + j * kNR, n, mr, nr,
-                        last && p.bias != nullptr ? p.bias + j * kNR : nullptr, pc > 0);
-          }
+          const int nr = static_cast<int>(std::min<std::int64_t>(kNR, n - j * kNR));
+          kernel(nb, a, adx, w0 + (j - j0) * stride, p.y + i * kMR * n + j * kNR, n, mr, nr,
+                 last && p.bias != nullptr ? p.bias + j * kNR : nullptr, pc > 0);
+        };
+        if (streaming) {
+          for (std::int64_t j = j0; j < j1; ++j)
+            for (std::int64_t i = 0; i < x_panels; ++i) tile(i, j);
+        } else {
+          for (std::int64_t i = 0; i < x_panels; ++i)
+            for (std::int64_t j = j0; j < j1; ++j) tile(i, j);
         }
       }
     }
   });
 }
 
+}  // namespace
+
+void gemm_q8_0(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
+  // Plain Q8_0 rows: each task interleaves its panels of one k block into its own scratch.
+  const int threads = pool.size();
+  const std::int64_t kc_max = std::min<std::int64_t>(p.k, ceil_div(kKC, kB) * kB);
+  const std::int64_t panel_blocks = ceil_div(ceil_div(p.m, kMR) <= kStreamingXPanels ? p.k : kc_max, kB);
+  std::vector<BlockQ8_0x16*> wbuf(static_cast<std::size_t>(threads));
+  for (int t = 0; t < threads; ++t) {
+    wbuf[static_cast<std::size_t>(t)] = static_cast<BlockQ8_0x16*>(scratch.get(
+        kSlotThread0 + t, sizeof(BlockQ8_0x16) * static_cast<std::size_t>(panel_blocks * kMaxPanelsPerTask)));
+  }
+  const auto* w = static_cast<const BlockQ8_0*>(p.w);
+  const std::int64_t nb_row = p.k / kB;
+  run_gemm(pool, scratch, p, [&](int thread, std::int64_t j0, std::int64_t j1, std::int64_t b0, std::int64_t nb) {
+    BlockQ8_0x16* dst = wbuf[static_cast<std::size_t>(thread)];
+    for (std::int64_t j = j0; j < j1; ++j) interleave_panel(w, nb_row, j * kNR, p.n, b0, nb, dst + (j - j0) * nb);
+    return std::pair<const BlockQ8_0x16*, std::int64_t>(dst, nb);
+  });
+}
+
+void matmul_q8_0_r16(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
+  const auto* w = static_cast<const BlockQ8_0x16*>(p.w);
+  const std::int64_t nb_row = p.k / kB;
+  run_gemm(pool, scratch, p, [&](int, std::int64_t j0, std::int64_t, std::int64_t b0, std::int64_t) {
+    return std::pair<const BlockQ8_0x16*, std::int64_t>(w + j0 * nb_row + b0, nb_row);
+  });
+}
+
 #else  // portable build: the GEMV int8 kernels compute the same thing (tokens tiled in registers)
 
 void gemm_q8_0(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) { gemv_q8_0(pool, scratch, p); }
+
+void matmul_q8_0_r16(ThreadPool&, Scratch&, const MatmulProblem& p) { matmul_reference_q8_activations(p); }
 
 #endif
 

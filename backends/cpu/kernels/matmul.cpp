@@ -36,6 +36,7 @@ constexpr std::int64_t kGemmMinM_Float = 8;
 }  // namespace
 
 MatmulPath select_matmul_path(const MatmulProblem& p) {
+  if (p.w_type == hal::DType::kQ8_0R16) return MatmulPath::kGemmQ8;
   if (p.w_type == hal::DType::kQ8_0) {
     return p.m < kGemmMinM_Q8 ? MatmulPath::kGemv : MatmulPath::kGemmQ8;
   }
@@ -47,6 +48,10 @@ void matmul(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p, MatmulPa
   if (p.k <= 0) {  // empty dot products: y = bias (or 0)
     for (std::int64_t i = 0; i < p.m; ++i)
       for (std::int64_t j = 0; j < p.n; ++j) p.y[i * p.n + j] = p.bias != nullptr ? p.bias[j] : 0.0f;
+    return;
+  }
+  if (p.w_type == hal::DType::kQ8_0R16) {
+    detail::matmul_q8_0_r16(pool, scratch, p);
     return;
   }
   if (path == MatmulPath::kAuto) path = select_matmul_path(p);
@@ -76,11 +81,29 @@ void matmul(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
   matmul(pool, scratch, p, MatmulPath::kAuto);
 }
 
+namespace {
+
+// Row j of W as plain Q8_0 blocks (a pointer into W, or `tmp` filled from a kQ8_0R16 W).
+const hal::BlockQ8_0* q8_row(const MatmulProblem& p, std::int64_t j, std::vector<hal::BlockQ8_0>& tmp) {
+  const std::int64_t nb = p.k / hal::kQ8_0Block;
+  if (p.w_type == hal::DType::kQ8_0) return static_cast<const hal::BlockQ8_0*>(p.w) + j * nb;
+  tmp.resize(static_cast<std::size_t>(nb));
+  hal::unpack_row_q8_0_r16(static_cast<const hal::BlockQ8_0x16*>(p.w), p.k, j, tmp.data());
+  return tmp.data();
+}
+
+}  // namespace
+
 void matmul_reference(const MatmulProblem& p) {
   std::vector<float> w(static_cast<std::size_t>(p.k));
+  std::vector<hal::BlockQ8_0> tmp;
   const std::size_t rb = hal::row_bytes(p.w_type, p.k);
   for (std::int64_t j = 0; j < p.n; ++j) {
-    hal::dequantize_row(p.w_type, static_cast<const std::byte*>(p.w) + rb * j, w.data(), p.k);
+    if (p.w_type == hal::DType::kQ8_0R16) {
+      hal::dequantize_row(hal::DType::kQ8_0, q8_row(p, j, tmp), w.data(), p.k);
+    } else {
+      hal::dequantize_row(p.w_type, static_cast<const std::byte*>(p.w) + rb * j, w.data(), p.k);
+    }
     for (std::int64_t i = 0; i < p.m; ++i) {
       const float* x = p.x + i * p.k;
       double acc = p.bias != nullptr ? p.bias[j] : 0.0;
@@ -96,12 +119,13 @@ void matmul_reference_q8_activations(const MatmulProblem& p) {
   std::vector<std::int8_t> qs(static_cast<std::size_t>(p.m * p.k));
   std::vector<float> d(static_cast<std::size_t>(p.m * nb));
   detail::quantize_rows_q8(p.x, 0, p.m, p.k, qs.data(), d.data());
-  const auto* w = static_cast<const hal::BlockQ8_0*>(p.w);
+  std::vector<hal::BlockQ8_0> tmp;
   for (std::int64_t j = 0; j < p.n; ++j) {
+    const hal::BlockQ8_0* w = q8_row(p, j, tmp);
     for (std::int64_t i = 0; i < p.m; ++i) {
       float acc = 0.0f;
       for (std::int64_t b = 0; b < nb; ++b) {
-        const hal::BlockQ8_0& wb = w[j * nb + b];
+        const hal::BlockQ8_0& wb = w[b];
         std::int32_t s = 0;
         for (int c = 0; c < kB; ++c) s += static_cast<std::int32_t>(wb.qs[c]) * qs[i * p.k + b * kB + c];
         acc = std::fma(static_cast<float>(s), f16_to_f32(wb.d) * d[i * nb + b], acc);

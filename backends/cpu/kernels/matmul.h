@@ -36,7 +36,15 @@ class Scratch {
   std::vector<Slot> slots_;
 };
 
-// Supported formats: F32, F16, BF16, Q8_0 (k a multiple of 32 for Q8_0).
+// True where the vector kernels for kQ8_0R16 are built (AVX2 + FMA + F16C); elsewhere kQ8_0R16
+// works through the scalar reference, so the CPU device keeps Q8_0 weights as they are.
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+inline constexpr bool kVectorQ8_0R16 = true;
+#else
+inline constexpr bool kVectorQ8_0R16 = false;
+#endif
+
+// Supported formats: F32, F16, BF16, Q8_0 and kQ8_0R16 (k a multiple of 32 for the last two).
 // Inputs are validated by the caller (shapes, k % 32 == 0 for Q8_0, non-null pointers); x rows,
 // y rows and W rows need no particular alignment.
 //
@@ -51,7 +59,8 @@ class Scratch {
 // token's output does not depend on the batch it is computed in.
 void matmul(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p);
 
-// Which kernel family runs a matmul. kAuto picks per (format, m) what measured fastest:
+// Which kernel family runs a matmul (kQ8_0R16 weights always take the int8 microkernels of
+// gemm_q8_0.cpp, whatever the path). kAuto picks per (format, m) what measured fastest:
 //   kGemv     small m (decode): rows of W split over threads, streamed once; Q8_0 quantises x and
 //             uses int8 dot products, the other formats convert W to F32 in registers.
 //   kGemmF32  large m (prefill): W panels dequantised to F32 and packed, register-tiled FMA GEMM.

@@ -2,7 +2,7 @@
 //
 // Each function takes a validated MatmulProblem (see matmul.h) and writes all of p.y.
 // Scratch slots used: kSlotActs (quantised x), kSlotPackedX (packed x), kSlotThread0 + t
-// (per-thread panels). Scratch::get is called on the calling thread only, before any dispatch.
+// (per-thread W panels). Scratch::get is called on the calling thread only, before any dispatch.
 #pragma once
 
 #include <algorithm>
@@ -22,8 +22,10 @@ void gemv_float(ThreadPool& pool, const MatmulProblem& p);
 void gemv_q8_0(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p);
 // Large m, any format: W panels dequantised to F32, packed, register-tiled FMA microkernel.
 void gemm_f32(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p);
-// Large m, Q8_0: x quantised once, int8 register-tiled microkernel.
+// Large m, Q8_0: x quantised once, W interleaved into 16-row panels, int8 register-tiled microkernel.
 void gemm_q8_0(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p);
+// kQ8_0R16 weights, any m: the same microkernels reading W in place.
+void matmul_q8_0_r16(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p);
 
 // Quantises rows [r0, r1) of x (row stride k) into qs (row stride k) and d (row stride k / 32).
 void quantize_rows_q8(const float* x, std::int64_t r0, std::int64_t r1, std::int64_t k,

@@ -30,10 +30,12 @@ struct Case {
   bool bias;
   std::vector<float> x_store, bias_v, y_store, w_f32;
   std::vector<std::byte> w_store;
+  std::vector<std::byte> w_plain;  // the weights as plain rows (Q8_0 for kQ8_0R16)
+  DType plain_type;
   MatmulProblem p;
 
   Case(DType t, std::int64_t m_, std::int64_t n_, std::int64_t k_, bool with_bias, std::uint32_t seed)
-      : type(t), m(m_), n(n_), k(k_), bias(with_bias) {
+      : type(t), m(m_), n(n_), k(k_), bias(with_bias), plain_type(t == DType::kQ8_0R16 ? DType::kQ8_0 : t) {
     std::mt19937 rng(seed);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     x_store.resize(static_cast<std::size_t>(m * k + 3));
@@ -43,19 +45,30 @@ struct Case {
     if (k >= 64) std::fill_n(x_store.begin() + 1 + 32, 32, 0.0f);
     w_f32.resize(static_cast<std::size_t>(n * k));
     for (float& v : w_f32) v = 0.05f * nd(rng);
-    const std::size_t rb = hal::row_bytes(t, k);
-    w_store.resize(rb * n + 2);
-    for (std::int64_t j = 0; j < n; ++j) hal::quantize_row(t, w_f32.data() + j * k, w_store.data() + 2 + rb * j, k);
-    if (t == DType::kQ8_0 && n > 0) {
+    const std::size_t rb = hal::row_bytes(plain_type, k);
+    w_plain.resize(rb * n);
+    for (std::int64_t j = 0; j < n; ++j) hal::quantize_row(plain_type, w_f32.data() + j * k, w_plain.data() + rb * j, k);
+    if (plain_type == DType::kQ8_0 && n > 0) {
       // GGML files may hold -128; the int8 kernels must handle it (|-128| does not fit in int8).
-      auto* b = reinterpret_cast<hal::BlockQ8_0*>(w_store.data() + 2);
+      auto* b = reinterpret_cast<hal::BlockQ8_0*>(w_plain.data());
       b[0].qs[3] = -128;
       b[0].qs[31] = -128;
+    }
+    w_store.resize(hal::tensor_bytes(t, n, k) + 2);
+    if (t == DType::kQ8_0R16) {
+      // The device layout at a 32-byte boundary, as the CPU device allocates it.
+      w_store.resize(w_store.size() + 32);
+      const auto addr = reinterpret_cast<std::uintptr_t>(w_store.data());
+      p.w = w_store.data() + (32 - addr % 32) % 32;
+      hal::repack_q8_0_r16(reinterpret_cast<const hal::BlockQ8_0*>(w_plain.data()), n, k,
+                           static_cast<hal::BlockQ8_0x16*>(const_cast<void*>(p.w)));
+    } else {
+      std::memcpy(w_store.data() + 2, w_plain.data(), w_plain.size());
+      p.w = w_store.data() + 2;
     }
     bias_v.resize(static_cast<std::size_t>(n));
     for (float& v : bias_v) v = nd(rng);
     y_store.assign(static_cast<std::size_t>(m * n + 2 * kGuardElems), kGuard);
-    p.w = w_store.data() + 2;
     p.w_type = t;
     p.x = x_store.data() + 1;
     p.bias = with_bias ? bias_v.data() : nullptr;
@@ -78,9 +91,9 @@ struct Case {
   std::vector<double> abs_scale() const {
     std::vector<double> s(static_cast<std::size_t>(m * n));
     std::vector<float> w(static_cast<std::size_t>(k));
-    const std::size_t rb = hal::row_bytes(type, k);
+    const std::size_t rb = hal::row_bytes(plain_type, k);
     for (std::int64_t j = 0; j < n; ++j) {
-      hal::dequantize_row(type, static_cast<const std::byte*>(p.w) + rb * j, w.data(), k);
+      hal::dequantize_row(plain_type, w_plain.data() + rb * j, w.data(), k);
       for (std::int64_t i = 0; i < m; ++i) {
         double a = bias ? std::fabs(bias_v[static_cast<std::size_t>(j)]) : 0.0;
         for (std::int64_t c = 0; c < k; ++c) a += std::fabs(static_cast<double>(p.x[i * k + c]) * w[c]);
@@ -93,9 +106,9 @@ struct Case {
   std::vector<double> q8_bound() const {
     std::vector<double> s(static_cast<std::size_t>(m * n));
     std::vector<float> w(static_cast<std::size_t>(k));
-    const std::size_t rb = hal::row_bytes(type, k);
+    const std::size_t rb = hal::row_bytes(plain_type, k);
     for (std::int64_t j = 0; j < n; ++j) {
-      hal::dequantize_row(type, static_cast<const std::byte*>(p.w) + rb * j, w.data(), k);
+      hal::dequantize_row(plain_type, w_plain.data() + rb * j, w.data(), k);
       for (std::int64_t i = 0; i < m; ++i) {
         double a = 0;
         for (std::int64_t b = 0; b < k / 32; ++b) {
@@ -129,7 +142,8 @@ void check(DType t, std::int64_t m, std::int64_t n, std::int64_t k, bool bias, M
   const std::vector<float> got = c.y();
 
   const MatmulPath actual = path == MatmulPath::kAuto ? select_matmul_path(c.p) : path;
-  const bool int8 = t == DType::kQ8_0 && (actual == MatmulPath::kGemv || actual == MatmulPath::kGemmQ8);
+  const bool int8 = t == DType::kQ8_0R16 ||
+                    (t == DType::kQ8_0 && (actual == MatmulPath::kGemv || actual == MatmulPath::kGemmQ8));
   std::vector<float> ref(got.size());
   MatmulProblem rp = c.p;
   rp.y = ref.data();
@@ -155,7 +169,7 @@ void check(DType t, std::int64_t m, std::int64_t n, std::int64_t k, bool bias, M
   }
 }
 
-const DType kTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0};
+const DType kTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ8_0R16};
 const MatmulPath kPaths[] = {MatmulPath::kAuto, MatmulPath::kGemv, MatmulPath::kGemmF32, MatmulPath::kGemmQ8};
 
 TEST(CpuMatmul, OddShapesAllPathsAllFormats) {
@@ -171,6 +185,40 @@ TEST(CpuMatmul, OddShapesAllPathsAllFormats) {
               if (HasFatalFailure()) return;
             }
           }
+        }
+      }
+    }
+  }
+}
+
+// The interleaved layout gives the same bits as plain Q8_0 for every batch size (each microkernel
+// width, partial W panels, the streaming and the k-blocked orders), and a token's row does not
+// depend on the batch: row t of a batch of m equals that token computed alone.
+TEST(CpuMatmul, Q8_0R16EqualsQ8_0AtEveryBatchSize) {
+  ThreadPool pool(3);
+  Scratch scratch;
+  for (std::int64_t k : {64, 1088}) {
+    for (std::int64_t n : {40, 16}) {
+      for (std::int64_t m = 1; m <= 25; m += (m < 20 ? 1 : 5)) {
+        Case r16(DType::kQ8_0R16, m, n, k, true, 77);
+        Case plain(DType::kQ8_0, m, n, k, true, 77);
+        SCOPED_TRACE(describe(r16, MatmulPath::kAuto, pool.size()));
+        matmul(pool, scratch, r16.p);
+        matmul(pool, scratch, plain.p, MatmulPath::kGemv);
+        r16.check_guards();
+        const std::vector<float> a = r16.y(), b = plain.y();
+        ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+        matmul(pool, scratch, plain.p, MatmulPath::kGemmQ8);
+        const std::vector<float> c = plain.y();
+        ASSERT_EQ(std::memcmp(a.data(), c.data(), a.size() * sizeof(float)), 0);
+        for (std::int64_t t = 0; t < m; t += 7) {
+          MatmulProblem one = r16.p;
+          std::vector<float> y(static_cast<std::size_t>(n));
+          one.x = r16.p.x + t * k;
+          one.y = y.data();
+          one.m = 1;
+          matmul(pool, scratch, one);
+          ASSERT_EQ(std::memcmp(y.data(), a.data() + t * n, y.size() * sizeof(float)), 0) << "token " << t;
         }
       }
     }

@@ -89,5 +89,35 @@ TEST(DType, RoundTripErrorBounds) {
   }
 }
 
+// kQ8_0R16 holds the same blocks as Q8_0, 16 rows interleaved; padding rows are zero.
+TEST(DType, Q8_0R16RepackRoundTrip) {
+  const std::int64_t rows = 37, k = 96, nb = k / kQ8_0Block;
+  EXPECT_EQ(tensor_bytes(DType::kQ8_0R16, rows, k), 48u * nb * sizeof(BlockQ8_0));  // 37 -> 48 rows
+  EXPECT_EQ(tensor_bytes(DType::kQ8_0, rows, k), 37u * nb * sizeof(BlockQ8_0));
+  EXPECT_EQ(tensor_bytes(DType::kF32, 3, 5), 60u);
+  std::mt19937 rng(5);
+  std::vector<BlockQ8_0> plain(static_cast<std::size_t>(rows * nb));
+  for (BlockQ8_0& b : plain) {
+    b.d = static_cast<std::uint16_t>(rng());
+    for (std::int8_t& q : b.qs) q = static_cast<std::int8_t>(rng());
+  }
+  std::vector<BlockQ8_0x16> packed(tensor_bytes(DType::kQ8_0R16, rows, k) / sizeof(BlockQ8_0x16));
+  repack_q8_0_r16(plain.data(), rows, k, packed.data());
+  // Documented position of element 2p + e of row r, block b: group r / 16.
+  const std::int64_t r = 21, b = 2, p = 5;
+  const BlockQ8_0x16& g = packed[static_cast<std::size_t>((r / 16) * nb + b)];
+  EXPECT_EQ(g.d[r % 16], plain[static_cast<std::size_t>(r * nb + b)].d);
+  EXPECT_EQ(g.qs[32 * p + 2 * (r % 16) + 1], plain[static_cast<std::size_t>(r * nb + b)].qs[2 * p + 1]);
+  std::vector<BlockQ8_0> row(static_cast<std::size_t>(nb));
+  for (std::int64_t i = 0; i < 48; ++i) {
+    unpack_row_q8_0_r16(packed.data(), k, i, row.data());
+    for (std::int64_t j = 0; j < nb; ++j) {
+      const BlockQ8_0 want = i < rows ? plain[static_cast<std::size_t>(i * nb + j)] : BlockQ8_0{};
+      ASSERT_EQ(row[static_cast<std::size_t>(j)].d, want.d) << i << " " << j;
+      for (int c = 0; c < kQ8_0Block; ++c) ASSERT_EQ(row[static_cast<std::size_t>(j)].qs[c], want.qs[c]) << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace sx::hal
