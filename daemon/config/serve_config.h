@@ -1,0 +1,128 @@
+// ServeConfig: the validated settings of `sextant serve`, one section per concern (model, engine,
+// http, admin, limits, log), every field with the default the daemon uses when it is not set.
+//
+// The same schema is read from YAML (yaml_io.h), overridden from command-line flags
+// (serve_flags.h) and printed back (to_yaml). config/sextant.example.yaml documents every key.
+//
+// Threading: plain values, safe to copy and move between threads. Errors: validate() returns
+// INVALID_ARGUMENT listing every problem, one per line; nothing here throws.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/base/log.h"
+#include "runtime/base/status.h"
+
+namespace sx::daemon::config {
+
+// The backends a config may name ("auto" lets the registry pick the best one present). The
+// registry, not this module, knows which of them were compiled in.
+inline constexpr std::string_view kBackendChoices[] = {"cpu", "vulkan", "cuda", "auto"};
+
+// The most ranks (tp * pp) one engine may span.
+inline constexpr std::int64_t kMaxRanks = 8;
+
+// sizeof(sockaddr_un::sun_path) - 1 on Linux: the longest admin socket path that can be bound.
+inline constexpr std::size_t kMaxSocketPathBytes = 107;
+
+// The text the printed config shows in place of every API key.
+inline constexpr std::string_view kRedactedKey = "***";
+
+// "$XDG_RUNTIME_DIR/sextant/admin.sock", or "/tmp/sextant-<uid>/admin.sock" when XDG_RUNTIME_DIR
+// is unset or empty. The first form reads the environment and getuid() (so a default-constructed
+// ServeConfig depends on them); the second is the pure rule.
+std::string default_admin_socket_path();
+std::string default_admin_socket_path(const char* xdg_runtime_dir, std::uint32_t uid);
+
+struct ModelSection {
+  std::string path;                    // model file (GGUF); required to serve
+  std::string backend = "cpu";         // one of kBackendChoices
+  std::vector<std::int64_t> devices;   // device indexes of that backend; empty = the first tp*pp
+  std::int64_t threads = 0;            // CPU threads; 0 = all cores
+  std::int64_t tp = 1;                 // tensor-parallel ranks
+  std::int64_t pp = 1;                 // pipeline stages
+  std::string served_model_name;       // the `model` id clients send; empty = file stem of path
+  bool operator==(const ModelSection&) const = default;
+};
+
+struct EngineSection {
+  double memory_utilization = 0.9;              // fraction of device memory the engine may take, (0, 1]
+  std::int64_t max_model_len = 0;               // tokens per sequence; 0 = the model's context length
+  std::int64_t max_num_seqs = 16;               // sequences in one step
+  std::int64_t max_num_batched_tokens = 2048;   // tokens in one step (prefill chunk budget)
+  std::int64_t block_size = 16;                 // tokens per KV block: 8, 16 or 32
+  bool enable_prefix_caching = true;            // reuse KV blocks of shared prompt prefixes
+  std::optional<std::uint64_t> memory_budget;   // bytes the CPU backend may use; unset = from the host
+  bool operator==(const EngineSection&) const = default;
+};
+
+struct HttpSection {
+  std::string host = "127.0.0.1";
+  std::int64_t port = 8000;
+  std::vector<std::string> api_keys;            // accepted bearer tokens; empty = no authentication
+  std::int64_t max_connections = 1024;
+  std::uint64_t max_header_bytes = 16384;
+  std::uint64_t max_body_bytes = 8u << 20;      // 8 MiB
+  std::int64_t header_timeout_ms = 10000;       // time to receive the whole request head
+  std::int64_t body_timeout_ms = 30000;         // time to receive the whole body
+  std::int64_t keepalive_timeout_ms = 60000;    // idle time between requests on one connection
+  std::int64_t max_queued_requests = 1024;      // requests waiting for the engine before 503s
+  bool operator==(const HttpSection&) const = default;
+};
+
+struct AdminSection {
+  std::string socket = default_admin_socket_path();  // Unix socket of the admin API
+  std::uint32_t mode = 0600;                          // permission bits of the socket file
+  std::vector<std::int64_t> allowed_uids;             // peers allowed besides the daemon's own uid
+  bool operator==(const AdminSection&) const = default;
+};
+
+struct LimitsSection {
+  std::int64_t max_tokens_default = 256;  // max_tokens of a request that does not say
+  std::int64_t max_stop_strings = 16;     // stop strings one request may give
+  std::int64_t max_n = 8;                 // completions one request may ask for
+  std::int64_t max_prompt_tokens = 0;     // 0 = engine.max_model_len
+  bool operator==(const LimitsSection&) const = default;
+};
+
+enum class LogFormat { kText, kJson };
+
+struct LogSection {
+  LogFormat format = LogFormat::kText;
+  LogLevel level = LogLevel::kInfo;
+  bool operator==(const LogSection&) const = default;
+};
+
+struct ServeConfig {
+  ModelSection model;
+  EngineSection engine;
+  HttpSection http;
+  AdminSection admin;
+  LimitsSection limits;
+  LogSection log;
+  bool operator==(const ServeConfig&) const = default;
+};
+
+// served_model_name, or the file stem of model.path when it is empty ("/m/qwen2.5-0.5b.gguf" ->
+// "qwen2.5-0.5b").
+std::string effective_served_model_name(const ModelSection& model);
+
+std::string_view log_format_name(LogFormat format);
+std::string_view log_level_name(LogLevel level);
+
+struct ValidateOptions {
+  bool require_model = true;  // false for commands that do not load a model (--print-config)
+};
+
+// Cross-field checks that single fields cannot make: model.path present (when required), tp * pp
+// at most kMaxRanks, devices distinct and enough for tp * pp, max_num_batched_tokens >=
+// max_num_seqs, limits within max_model_len, memory_budget only for cpu/auto, API keys not the
+// redaction placeholder, the admin socket path short enough for sun_path. OK, or INVALID_ARGUMENT
+// naming every offending key, one per line.
+Status validate(const ServeConfig& config, ValidateOptions options = {});
+
+}  // namespace sx::daemon::config

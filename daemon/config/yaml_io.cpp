@@ -1,0 +1,225 @@
+// YAML -> ServeConfig through the schema table, every problem collected with its line; and back.
+// The only place in Sextant that catches exceptions (yaml-cpp's), DESIGN.md §7.1.
+#include "daemon/config/yaml_io.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+
+#include <fmt/ranges.h>
+#include <yaml-cpp/yaml.h>
+
+#include "daemon/config/fields.h"
+
+namespace sx::daemon::config {
+namespace {
+
+// "file:12:3" (1-based), or just the file when yaml-cpp has no position.
+std::string where(std::string_view source, const YAML::Mark& mark) {
+  if (mark.is_null() || mark.line < 0) return std::string(source);
+  return fmt::format("{}:{}:{}", source, mark.line + 1, mark.column + 1);
+}
+
+// What a node is, for "got ..." in messages.
+std::string describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null: return "null";
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Map: return "a map";
+    case YAML::NodeType::Scalar: return quote_yaml(node.Scalar());
+    default: return "nothing";
+  }
+}
+
+// A map's keys, checked for being scalars and for duplicates. Calls visit(name, key, value) for
+// each first occurrence.
+template <class Visit>
+void for_each_entry(const YAML::Node& map, std::string_view source, std::string_view prefix, ErrorList& errors,
+                    Visit visit) {
+  std::map<std::string, int, std::less<>> first_line;
+  // Copies: yaml-cpp's iterator hands out a temporary proxy, so `it->first` must not be bound by
+  // reference past its statement.
+  for (auto it = map.begin(); it != map.end(); ++it) {
+    const YAML::Node key = it->first;
+    const YAML::Node value = it->second;
+    if (!key.IsScalar()) {
+      errors.add(where(source, key.Mark()), prefix, fmt::format("expected a setting name, got {}", describe(key)));
+      continue;
+    }
+    const std::string& name = key.Scalar();
+    const std::string path = prefix.empty() ? name : fmt::format("{}.{}", prefix, name);
+    auto [seen, inserted] = first_line.emplace(name, key.Mark().line + 1);
+    if (!inserted) {
+      errors.add(where(source, key.Mark()), path, fmt::format("duplicate key, first set on line {}", seen->second));
+      continue;
+    }
+    visit(name, key, value);
+  }
+}
+
+class Loader {
+ public:
+  explicit Loader(std::string_view source) : source_(source) {}
+
+  void load_root(const YAML::Node& root) {
+    if (root.IsNull()) return;  // empty document: all defaults
+    if (!root.IsMap()) {
+      errors_.add(where(source_, root.Mark()), "",
+                  fmt::format("expected a map of sections ({}) at the top level, got {}",
+                              fmt::join(section_names(), ", "), describe(root)));
+      return;
+    }
+    const std::vector<std::string_view> sections = section_names();
+    for_each_entry(root, source_, "", errors_,
+                   [&](const std::string& name, const YAML::Node& key, const YAML::Node& value) {
+      if (std::find(sections.begin(), sections.end(), name) == sections.end()) {
+        const std::string_view guess = closest_match(name, sections);
+        errors_.add(where(source_, key.Mark()), name,
+                    fmt::format("unknown section (expected one of {}{})", fmt::join(sections, ", "),
+                                guess.empty() ? "" : fmt::format("; did you mean {}?", guess)));
+        return;
+      }
+      load_section(name, value);
+    });
+  }
+
+  Result<ServeConfig> finish() {
+    if (!errors_.empty()) return errors_.to_status();
+    return std::move(config_);
+  }
+
+  ErrorList& errors() { return errors_; }
+
+ private:
+  void load_section(const std::string& section, const YAML::Node& value) {
+    if (value.IsNull()) return;  // "engine:" with nothing under it: that section's defaults
+    if (!value.IsMap()) {
+      errors_.add(where(source_, value.Mark()), section,
+                  fmt::format("expected a map of {} settings, got {}", section, describe(value)));
+      return;
+    }
+    std::vector<std::string_view> keys;
+    for (const Field& f : fields()) {
+      if (f.section() == section) keys.push_back(f.key());
+    }
+    for_each_entry(value, source_, section, errors_,
+                   [&](const std::string& name, const YAML::Node& k, const YAML::Node& v) {
+      const std::string path = fmt::format("{}.{}", section, name);
+      const Field* field = find_field(path);
+      if (field == nullptr) {
+        const std::string_view guess = closest_match(name, keys);
+        errors_.add(where(source_, k.Mark()), path,
+                    guess.empty() ? fmt::format("unknown key ({} has: {})", section, fmt::join(keys, ", "))
+                                  : fmt::format("unknown key (did you mean {}?)", guess));
+        return;
+      }
+      load_field(*field, k, v);
+    });
+  }
+
+  void load_field(const Field& field, const YAML::Node& key, const YAML::Node& value) {
+    if (value.IsNull()) {
+      if (field.is_list || field.nullable) {
+        field.clear(config_);
+      } else {
+        // An empty value's own mark points past the line; the key's is where the reader looks.
+        errors_.add(where(source_, key.Mark()), field.path, fmt::format("expected {}, got null", field.expected));
+      }
+      return;
+    }
+    if (field.is_list) {
+      if (!value.IsSequence()) {
+        errors_.add(where(source_, value.Mark()), field.path,
+                    fmt::format("expected {}, got {}", field.expected, describe(value)));
+        return;
+      }
+      field.clear(config_);
+      std::size_t index = 0;
+      for (auto it = value.begin(); it != value.end(); ++it, ++index) {
+        const YAML::Node item = *it;
+        const std::string path = fmt::format("{}[{}]", field.path, index);
+        std::string error = item.IsScalar() ? field.set(config_, item.Scalar())
+                                            : fmt::format("expected a single value, got {}", describe(item));
+        if (!error.empty()) errors_.add(where(source_, item.Mark()), path, error);
+      }
+      return;
+    }
+    if (!value.IsScalar()) {
+      errors_.add(where(source_, value.Mark()), field.path,
+                  fmt::format("expected {}, got {}", field.expected, describe(value)));
+      return;
+    }
+    if (std::string error = field.set(config_, value.Scalar()); !error.empty()) {
+      errors_.add(where(source_, value.Mark()), field.path, error);
+    }
+  }
+
+  std::string source_;
+  ErrorList errors_;
+  ServeConfig config_;
+};
+
+}  // namespace
+
+Result<ServeConfig> load_config_string(std::string_view text, std::string_view source_name) {
+  Loader loader(source_name);
+  try {
+    const std::vector<YAML::Node> documents = YAML::LoadAll(std::string(text));
+    if (documents.size() > 1) {
+      loader.errors().add(where(source_name, documents[1].Mark()), "",
+                          fmt::format("expected one YAML document, found {}", documents.size()));
+    } else if (documents.size() == 1) {
+      loader.load_root(documents[0]);
+    }
+  } catch (const YAML::Exception& e) {
+    loader.errors().add(where(source_name, e.mark), "", fmt::format("YAML syntax error: {}", e.msg));
+  } catch (const std::exception& e) {  // nothing else should throw; never let it escape
+    loader.errors().add(source_name, "", fmt::format("cannot parse: {}", e.what()));
+  }
+  return loader.finish();
+}
+
+Result<ServeConfig> load_config_file(const std::string& path) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
+  auto failure = [&path](int err) {
+    const std::string message = fmt::format("cannot read config file '{}': {}", path, std::strerror(err));
+    if (err == ENOENT) return Status(StatusCode::kNotFound, message);
+    if (err == EACCES || err == EPERM) return Status(StatusCode::kPermissionDenied, message);
+    return Status(StatusCode::kInvalidArgument, message);
+  };
+  if (!file) return failure(errno);
+  std::string text;
+  char buffer[65536];
+  while (true) {
+    const std::size_t n = std::fread(buffer, 1, sizeof(buffer), file.get());
+    text.append(buffer, n);
+    if (n < sizeof(buffer)) break;
+  }
+  if (std::ferror(file.get())) return failure(errno != 0 ? errno : EIO);
+  return load_config_string(text, path);
+}
+
+std::string to_yaml(const ServeConfig& config, PrintOptions options) {
+  std::string out = "# sextant serve configuration";
+  out += options.redact_secrets ? " (API keys redacted)\n" : "\n";
+  std::string_view section;
+  for (const Field& f : fields()) {
+    if (f.section() != section) {
+      section = f.section();
+      out += fmt::format("{}:\n", section);
+    }
+    out += fmt::format("  {}: {}", f.key(), f.print(config, options.redact_secrets));
+    if (f.path == "model.served_model_name" && config.model.served_model_name.empty() &&
+        !config.model.path.empty()) {
+      out += fmt::format("  # empty: the file stem of model.path ({})",
+                         quote_yaml(effective_served_model_name(config.model)));
+    }
+    out += '\n';
+  }
+  return out;
+}
+
+}  // namespace sx::daemon::config

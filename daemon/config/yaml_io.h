@@ -1,0 +1,39 @@
+// Reading ServeConfig from YAML and printing it back as YAML.
+//
+// Errors: INVALID_ARGUMENT whose message lists every problem found, one per line, each as
+// "<source>:<line>:<column>: <yaml path>: <what is wrong>", e.g.
+//   sextant.yaml:12:3: engine.max_num_seqs: expected a positive integer, got "abc"
+// Problems: YAML syntax, a top level that is not a map, unknown sections and keys (with a
+// did-you-mean), duplicate keys, wrong shapes (a list where a number goes) and values that a
+// field's validator refuses. A file that cannot be read is NOT_FOUND / PERMISSION_DENIED /
+// INVALID_ARGUMENT naming the path and the system's reason. yaml-cpp exceptions are caught here
+// and never leave this module.
+//
+// Threading: the functions are reentrant; they share no state.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "daemon/config/serve_config.h"
+#include "runtime/base/status.h"
+
+namespace sx::daemon::config {
+
+// Parses `text` over the defaults. An empty document (or one with only comments) is a valid
+// all-defaults config. `source_name` (usually the file name) prefixes every message. Fields are
+// checked one by one; the cross-field rules are validate()'s.
+Result<ServeConfig> load_config_string(std::string_view text, std::string_view source_name);
+
+// Reads the file at `path` and parses it as load_config_string(text, path).
+Result<ServeConfig> load_config_file(const std::string& path);
+
+struct PrintOptions {
+  bool redact_secrets = true;  // API keys print as kRedactedKey
+};
+
+// The whole config as YAML, every key present, sections in schema order. Loading the result gives
+// back an equal config (with redact_secrets, equal except that each API key reads kRedactedKey).
+std::string to_yaml(const ServeConfig& config, PrintOptions options = {});
+
+}  // namespace sx::daemon::config
