@@ -16,6 +16,7 @@ constexpr const char* kUsage =
     "  tokenize     print the token ids of a text\n"
     "  make-model   write a random-weight qwen2 GGUF of any shape and type\n"
     "  plan         show what every rank of a TP x PP group holds (heads, FFN rows, bytes)\n"
+    "  ctl          send a command (status, plan, drain, ...) to a running daemon's admin socket\n"
     "\n"
     "Run 'sextant <command> --help' for the options of a command.\n";
 
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
   if (cmd == "tokenize") return sx::daemon::cmd_tokenize(sub_argc, sub_argv);
   if (cmd == "make-model") return sx::daemon::cmd_make_model(sub_argc, sub_argv);
   if (cmd == "plan") return sx::daemon::cmd_plan(sub_argc, sub_argv);
+  if (cmd == "ctl") return sx::daemon::cmd_ctl(sub_argc, sub_argv);
   std::fprintf(stderr, "sextant: unknown command '%.*s'\n\n%s", static_cast<int>(cmd.size()), cmd.data(), kUsage);
   return 2;
 }

@@ -1,0 +1,94 @@
+// `sextant ctl`: sends one command to a running `sextant serve` over its admin socket and prints
+// the result (daemon/admin/admin_client.h; the formatting is in ctl_format.h).
+// Exit code: 0 ok, 1 the daemon (or the connection) reported an error, 2 usage errors.
+#include <climits>
+#include <cstdio>
+#include <string>
+#include <string_view>
+
+#include "daemon/admin/admin_client.h"
+#include "daemon/commands/args.h"
+#include "daemon/commands/commands.h"
+#include "daemon/commands/ctl_format.h"
+#include "daemon/config/serve_config.h"
+
+namespace sx::daemon {
+
+namespace {
+
+constexpr const char* kCommandsHelp =
+    "\ncommands (any name is forwarded to the daemon; these are the ones it knows):\n"
+    "  status       the daemon's state, replicas, queues, memory and counters\n"
+    "  plan         the shard and memory plan being served\n"
+    "  config       the effective configuration (API keys redacted)\n"
+    "  drain        stop admitting requests; those in flight finish\n"
+    "  resume       admit requests again after a drain\n"
+    "  shutdown     drain, then stop the daemon\n"
+    "  reload       re-read the configuration\n"
+    "\nkey=value arguments become fields of the request; values that are JSON literals (numbers,\n"
+    "true/false, null, [..], {..}, \"..\") are sent as such, anything else as a string.\n";
+
+constexpr const char* kShortUsage =
+    "usage: sextant ctl [--socket PATH] [--json] [--timeout-ms N] <command> [key=value ...]\n"
+    "(see sextant ctl --help)\n";
+
+int usage_error(std::string_view message) {
+  constexpr std::string_view kPrefix = "sextant ctl: ";
+  if (message.starts_with(kPrefix)) message.remove_prefix(kPrefix.size());  // Args' own messages
+  std::fprintf(stderr, "sextant ctl: %.*s\n%s", static_cast<int>(message.size()), message.data(), kShortUsage);
+  return 2;
+}
+
+}  // namespace
+
+int cmd_ctl(int argc, char** argv) {
+  Args args("ctl", "Send a command to a running `sextant serve` over its admin socket and print the result.",
+            {
+                {{"--socket"}, true, false,
+                 "the daemon's admin socket (default: " + config::default_admin_socket_path() + ")", "PATH"},
+                {{"--json"}, false, false, "print the result as JSON (pretty, 2 spaces)", ""},
+                {{"--timeout-ms"}, true, false,
+                 "give up waiting for the answer after N ms (default 30000; 0: wait forever)", "N"},
+            },
+            "<command> [key=value ...]");
+  if (Status s = args.parse(argc, argv); !s.ok()) return usage_error(s.message());
+  if (args.has("--help")) {
+    std::fputs(args.usage().c_str(), stdout);
+    std::fputs(kCommandsHelp, stdout);
+    return 0;
+  }
+  if (args.positional().empty()) return usage_error("missing <command> (e.g. sextant ctl status)");
+  Result<std::string> socket = args.get_string("--socket", config::default_admin_socket_path());
+  if (!socket.ok()) return usage_error(socket.status().message());
+  if (socket->empty()) return usage_error("--socket: empty path");
+  Result<std::int64_t> timeout = args.get_int("--timeout-ms", admin::kDefaultAdminTimeoutMs, 0, INT_MAX);
+  if (!timeout.ok()) return usage_error(timeout.status().message());
+
+  const std::vector<std::string>& words = args.positional();
+  const std::string& command = words[0];
+  if (command.empty() || command.find('=') != std::string::npos) {
+    return usage_error("the first argument must be the command name (got '" + command + "')");
+  }
+  nlohmann::json request = {{"cmd", command}};
+  for (size_t i = 1; i < words.size(); ++i) {
+    auto field = parse_ctl_argument(words[i]);
+    if (!field.ok()) return usage_error(field.status().message());
+    if (request.contains(field->first)) return usage_error("'" + field->first + "' given twice");
+    request[field->first] = std::move(field->second);
+  }
+
+  Result<nlohmann::json> result = admin::admin_call(*socket, request, static_cast<int>(*timeout));
+  if (!result.ok()) {
+    std::fprintf(stderr, "sextant ctl: %s\n", result.status().message().c_str());
+    return 1;
+  }
+  if (args.has("--json")) {
+    std::string text = result->dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+    std::printf("%s\n", text.c_str());
+  } else {
+    std::fputs(format_ctl_human(*result).c_str(), stdout);
+  }
+  return std::fflush(stdout) == 0 ? 0 : 1;
+}
+
+}  // namespace sx::daemon
