@@ -11,6 +11,7 @@ constexpr const char* kUsage =
     "usage: sextant <command> [options]\n"
     "\n"
     "commands:\n"
+    "  serve        serve the model over an OpenAI-compatible HTTP API (and an admin socket)\n"
     "  generate     generate text from a prompt (streams to stdout)\n"
     "  bench        measure prefill/decode speed against the memory-bandwidth bound\n"
     "  tokenize     print the token ids of a text\n"
@@ -30,6 +31,7 @@ int main(int argc, char** argv) {
   const std::string_view cmd = argv[1];
   int sub_argc = argc - 2;
   char** sub_argv = argv + 2;
+  if (cmd == "serve") return sx::daemon::cmd_serve(sub_argc, sub_argv);
   if (cmd == "generate") return sx::daemon::cmd_generate(sub_argc, sub_argv);
   if (cmd == "bench") return sx::daemon::cmd_bench(sub_argc, sub_argv);
   if (cmd == "tokenize") return sx::daemon::cmd_tokenize(sub_argc, sub_argv);

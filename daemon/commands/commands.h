@@ -9,5 +9,6 @@ int cmd_make_model(int argc, char** argv);
 int cmd_plan(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_ctl(int argc, char** argv);
+int cmd_serve(int argc, char** argv);
 
 }  // namespace sx::daemon

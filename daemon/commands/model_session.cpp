@@ -37,54 +37,80 @@ Result<ModelSession> open_session(const Args& args, engine::OpenedModel opened, 
 
 Result<ModelSession> open_session(const Args& args, engine::OpenedModel opened, std::int64_t context_tokens,
                                   std::int64_t max_seqs) {
-  ModelSession s;
-  s.opened = std::move(opened);
-  const model::ModelConfig& c = s.opened.config;
+  SX_ASSIGN_OR_RETURN(SessionOptions o, session_options(args, context_tokens, max_seqs));
+  return open_session(o, std::move(opened));
+}
 
-  SX_ASSIGN_OR_RETURN(std::string backend_name, args.get_string("--backend", "cpu"));
+Result<SessionOptions> session_options(const Args& args, std::int64_t context_tokens, std::int64_t max_seqs) {
+  SessionOptions o;
+  SX_ASSIGN_OR_RETURN(o.backend, args.get_string("--backend", "cpu"));
   SX_ASSIGN_OR_RETURN(std::int64_t threads, args.get_int("--threads", 0, 0, 1024));
-  SX_ASSIGN_OR_RETURN(hal::Backend * backend, backends::default_registry().find(backend_name));
   SX_ASSIGN_OR_RETURN(std::int64_t tp, args.get_int("--tp", 1, 1, 64));
   SX_ASSIGN_OR_RETURN(std::int64_t pp, args.get_int("--pp", 1, 1, 1024));
-  hal::DeviceOptions dopts;
-  dopts.threads = static_cast<int>(threads);
-  SX_ASSIGN_OR_RETURN(s.devices, engine::create_device_group(*backend, static_cast<int>(tp * pp), dopts));
-
-  engine::ModelOptions mo;
-  SX_ASSIGN_OR_RETURN(mo.max_batch_tokens, args.get_int("--max-batch-tokens", 512, 1, 1 << 20));
+  o.threads = static_cast<int>(threads);
+  o.tp = static_cast<int>(tp);
+  o.pp = static_cast<int>(pp);
+  SX_ASSIGN_OR_RETURN(o.max_batch_tokens, args.get_int("--max-batch-tokens", 512, 1, 1 << 20));
   SX_ASSIGN_OR_RETURN(std::string kv_name, args.get_string("--kv-dtype", "f32"));
   auto kv_type = hal::dtype_from_name(kv_name);
   if (!kv_type || (*kv_type != hal::DType::kF32 && *kv_type != hal::DType::kF16 && *kv_type != hal::DType::kBF16)) {
     return invalid_argument_error("--kv-dtype must be f32, f16 or bf16, got '{}'", kv_name);
   }
-  mo.kv.dtype = *kv_type;
-  SX_ASSIGN_OR_RETURN(std::int64_t ctx, args.get_int("--ctx", context_tokens, 1, c.context_length));
-  ctx = std::min<std::int64_t>(ctx, c.context_length);
+  o.kv_dtype = *kv_type;
+  SX_ASSIGN_OR_RETURN(o.context_tokens, args.get_int("--ctx", context_tokens, 1, INT64_MAX));
+  o.cap_context = !args.has("--ctx");
+  o.max_seqs = max_seqs;
+  o.verbose = args.has("--verbose");
+  return o;
+}
+
+Result<ModelSession> open_session(const SessionOptions& o, engine::OpenedModel opened) {
+  ModelSession s;
+  s.opened = std::move(opened);
+  const model::ModelConfig& c = s.opened.config;
+  SX_ASSIGN_OR_RETURN(hal::Backend * backend, backends::default_registry().find(o.backend));
+  hal::DeviceOptions dopts;
+  dopts.threads = o.threads;
+  if (o.memory_budget > 0) dopts.memory_budget = o.memory_budget;
+  SX_ASSIGN_OR_RETURN(s.devices, engine::create_device_group(*backend, o.tp * o.pp, dopts));
+
+  engine::ModelOptions mo;
+  mo.max_batch_tokens = o.max_batch_tokens;
+  mo.kv.dtype = o.kv_dtype;
+  mo.kv.block_size = o.block_size;
+  if (o.context_tokens > c.context_length && !o.cap_context) {
+    return invalid_argument_error("a context of {} tokens (--ctx / engine.max_model_len) exceeds the model's context "
+                                  "length of {}", o.context_tokens, c.context_length);
+  }
+  const std::int64_t ctx =
+      o.context_tokens > 0 ? std::min<std::int64_t>(o.context_tokens, c.context_length) : c.context_length;
   // Every sequence at full length at once, + the null block.
-  mo.kv.num_blocks = max_seqs * ((ctx + mo.kv.block_size - 1) / mo.kv.block_size) + 1;
+  mo.kv.num_blocks = o.max_seqs * ((ctx + mo.kv.block_size - 1) / mo.kv.block_size) + 1;
   mo.max_batch_tokens = std::min<std::int64_t>(mo.max_batch_tokens, mo.kv.usable_tokens());
-  mo.max_logit_rows = max_seqs;
+  mo.max_logit_rows = o.max_seqs;
+  s.context_tokens = ctx;
+  s.max_seqs = o.max_seqs;
   engine::ParallelOptions po;
-  po.tp = static_cast<int>(tp);
-  po.pp = static_cast<int>(pp);
+  po.tp = o.tp;
+  po.pp = o.pp;
 
   // The memory plan for exactly this session, before any weight is loaded: refuse what cannot fit.
   SX_ASSIGN_OR_RETURN(parallel::WeightTypes types, parallel::weight_types_from_gguf(*s.opened.file, c));
-  SX_ASSIGN_OR_RETURN(parallel::ShardPlan shards,
-                      parallel::plan_shards(c, types, {po.tp, po.pp, mo.kv.dtype}));
+  SX_ASSIGN_OR_RETURN(parallel::ShardPlan shards, parallel::plan_shards(c, types, {po.tp, po.pp, mo.kv.dtype}));
   engine::MemoryPlanOptions mpo;
+  mpo.memory_utilization = o.memory_utilization;
   mpo.max_model_len = ctx;
-  mpo.max_num_seqs = max_seqs;
+  mpo.max_num_seqs = o.max_seqs;
   mpo.max_num_batched_tokens = mo.max_batch_tokens;
   mpo.block_size = mo.kv.block_size;
   // Logical CPU devices share the host's memory; other backends report their own.
   const std::vector<engine::DeviceBudget> budgets =
-      backend_name == "cpu" ? engine::shared_memory_budgets(s.devices.devices[0]->info().memory_bytes,
-                                                             static_cast<int>(tp * pp))
-                            : std::vector<engine::DeviceBudget>{};
+      o.backend == "cpu" ? engine::shared_memory_budgets(s.devices.devices[0]->info().memory_bytes, o.tp * o.pp)
+                         : std::vector<engine::DeviceBudget>{};
   if (!budgets.empty()) {
     SX_ASSIGN_OR_RETURN(engine::MemoryPlan plan, engine::plan_memory(c, types, shards, budgets, mpo));
-    if (args.has("--verbose")) std::fputs(engine::format_memory_plan(plan, true).c_str(), stderr);
+    s.plan_text = engine::format_memory_plan(plan, true);
+    if (o.verbose) std::fputs(s.plan_text.c_str(), stderr);
     if (!plan.fits) return resource_exhausted_error("memory plan: {}", plan.refusal);
     std::uint64_t weights = 0, workspace = 0;
     for (const engine::DeviceMemory& d : plan.devices) {
@@ -92,10 +118,11 @@ Result<ModelSession> open_session(const Args& args, engine::OpenedModel opened, 
       workspace += d.workspace;
     }
     std::fprintf(stderr, "memory plan: %.1f MB of weights and %.1f MB of workspace on %zu device(s), KV cache for "
-                         "%lld tokens (%lld request(s) of %lld); fits in %s of memory x 0.9\n",
+                         "%lld tokens (%lld request(s) of %lld); fits in %s of memory x %.2g\n",
                  static_cast<double>(weights) / 1e6, static_cast<double>(workspace) / 1e6, plan.devices.size(),
-                 static_cast<long long>(mo.kv.usable_tokens()), static_cast<long long>(max_seqs),
-                 static_cast<long long>(ctx), engine::gib(budgets.size() * budgets[0].capacity_bytes).c_str());
+                 static_cast<long long>(mo.kv.usable_tokens()), static_cast<long long>(o.max_seqs),
+                 static_cast<long long>(ctx), engine::gib(budgets.size() * budgets[0].capacity_bytes).c_str(),
+                 o.memory_utilization);
   }
   SX_ASSIGN_OR_RETURN(s.model, engine::Qwen2Model::load(*s.opened.file, c, *backend, s.devices.devices, po, mo));
   return s;

@@ -17,13 +17,38 @@ namespace sx::daemon {
 // Options added to a command's spec list.
 std::vector<Args::Spec> model_session_specs();
 
+// Everything that shapes a session, from flags (session_options) or from `sextant serve`'s config.
+struct SessionOptions {
+  std::string backend = "cpu";
+  int threads = 0;  // 0: all
+  int tp = 1, pp = 1;
+  std::int64_t context_tokens = 0;  // KV capacity per request (0: the model's context length)
+  bool cap_context = false;         // context_tokens is an estimate: cap it at the model's context
+  std::int64_t max_seqs = 1;        // requests that can all reach context_tokens at once
+  std::int64_t max_batch_tokens = 512;
+  std::int64_t block_size = 16;
+  hal::DType kv_dtype = hal::DType::kF32;
+  double memory_utilization = 0.9;
+  std::uint64_t memory_budget = 0;  // CPU: bytes the devices may use (0: system memory)
+  bool verbose = false;             // print the memory plan per device and layer
+};
+
 struct ModelSession {
   engine::OpenedModel opened;
   engine::DeviceGroup devices;  // tp x pp devices, rank order
   std::unique_ptr<engine::Qwen2Model> model;
+  std::string plan_text;  // the memory plan as printed by `sextant plan --verbose` (empty if none)
+  std::int64_t context_tokens = 0, max_seqs = 0;
   // "cpu:0 (2 threads)" or "6 devices (tp 6 x pp 1): cpu:0 (1 threads), ..."
   std::string devices_summary() const;
 };
+
+// The session options given by the flags of model_session_specs().
+Result<SessionOptions> session_options(const Args& args, std::int64_t context_tokens, std::int64_t max_seqs);
+
+// Creates the devices, checks the memory plan (refusing what cannot fit, before any device
+// memory is used) and loads the model.
+Result<ModelSession> open_session(const SessionOptions& options, engine::OpenedModel opened);
 
 // Opens the model named by --model (no device memory yet).
 Result<engine::OpenedModel> open_model_arg(const Args& args);

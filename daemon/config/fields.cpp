@@ -342,7 +342,7 @@ std::vector<Field> build_fields() {
                                    std::uint64_t{1} << 50));
   // http
   v.push_back(string_field("http.host", SX_AT(http.host), /*allow_empty=*/false));
-  v.push_back(int_field("http.port", SX_AT(http.port), 1, 65535, "a port number from 1 to 65535"));
+  v.push_back(int_field("http.port", SX_AT(http.port), 0, 65535, "a port number from 0 (any free port) to 65535"));
   v.push_back(string_list_field("http.api_keys", SX_AT(http.api_keys), "a list of API keys such as [\"secret\"]",
                                 /*secret=*/true));
   v.push_back(int_field("http.max_connections", SX_AT(http.max_connections), 1, 1 << 20));

@@ -2,6 +2,8 @@
 #include "runtime/base/log.h"
 
 #include <atomic>
+#include <chrono>
+#include <string>
 #include <cstdio>
 #include <mutex>
 
@@ -9,7 +11,29 @@ namespace sx {
 
 namespace {
 std::atomic<int> g_level{static_cast<int>(LogLevel::kInfo)};
+std::atomic<bool> g_json{false};
 std::mutex g_mu;
+
+// A JSON string literal of `s` (control characters escaped; other bytes as they are).
+std::string json_quote(std::string_view s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out += fmt::format("\\u{:04x}", static_cast<int>(c));
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
 const char* level_name(LogLevel l) {
   switch (l) {
     case LogLevel::kDebug: return "debug";
@@ -24,8 +48,16 @@ const char* level_name(LogLevel l) {
 void set_log_level(LogLevel level) { g_level.store(static_cast<int>(level)); }
 LogLevel log_level() { return static_cast<LogLevel>(g_level.load()); }
 
+void set_log_json(bool json) { g_json.store(json); }
+
 void log_line(LogLevel level, std::string_view message) {
   std::lock_guard<std::mutex> lock(g_mu);
+  if (g_json.load()) {
+    const double ts = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    std::fprintf(stderr, "{\"ts\": %.3f, \"level\": \"%s\", \"msg\": %s}\n", ts, level_name(level),
+                 json_quote(message).c_str());
+    return;
+  }
   std::fprintf(stderr, "sextant: [%s] %.*s\n", level_name(level), static_cast<int>(message.size()),
                message.data());
 }

@@ -1,4 +1,5 @@
-// Minimal logging sink: leveled lines to stderr ("sextant: [info] ..."). Thread-safe.
+// Minimal logging sink: leveled lines to stderr ("sextant: [info] ...", or one JSON object per line
+// {"ts": seconds since the epoch, "level", "msg"} after set_log_json(true)). Thread-safe.
 #pragma once
 
 #include <string_view>
@@ -11,6 +12,7 @@ enum class LogLevel { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
 
 void set_log_level(LogLevel level);
 LogLevel log_level();
+void set_log_json(bool json);
 void log_line(LogLevel level, std::string_view message);
 
 template <typename... Args>
@@ -20,6 +22,10 @@ void log_info(fmt::format_string<Args...> f, Args&&... args) {
 template <typename... Args>
 void log_warn(fmt::format_string<Args...> f, Args&&... args) {
   if (log_level() <= LogLevel::kWarn) log_line(LogLevel::kWarn, fmt::format(f, std::forward<Args>(args)...));
+}
+template <typename... Args>
+void log_error(fmt::format_string<Args...> f, Args&&... args) {
+  if (log_level() <= LogLevel::kError) log_line(LogLevel::kError, fmt::format(f, std::forward<Args>(args)...));
 }
 template <typename... Args>
 void log_debug(fmt::format_string<Args...> f, Args&&... args) {

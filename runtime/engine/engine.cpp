@@ -74,7 +74,9 @@ Result<std::unique_ptr<Engine>> Engine::create(Qwen2Model& model, const tokenize
   if (config.watermark < 0 || config.watermark >= 1) {
     return invalid_argument_error("watermark {} must be in [0, 1)", config.watermark);
   }
-  return std::unique_ptr<Engine>(new Engine(model, tok, config));
+  auto engine = std::unique_ptr<Engine>(new Engine(model, tok, config));
+  engine->publish_state();  // stats() is meaningful before the first step
+  return engine;
 }
 
 Result<std::uint64_t> Engine::submit(std::vector<std::int32_t> prompt, RequestOptions options, EventCallback on_event) {
@@ -308,6 +310,8 @@ void Engine::publish_state() {
   stats_.running = ss.running;
   stats_.waiting = ss.waiting + static_cast<std::int64_t>(inbox_.size());
   stats_.kv_usage = ss.kv_usage;
+  stats_.kv_free_blocks = kv_.num_free_blocks();
+  stats_.kv_total_blocks = kv_.config().num_blocks - 1;
   stats_.preemptions = ss.preemptions;
   stats_.prefix_queries = ks.prefix_queries;
   stats_.prefix_hits = ks.prefix_hits;

@@ -74,6 +74,7 @@ using EventCallback = std::function<void(const RequestEvent&)>;
 struct EngineStats {
   std::int64_t running = 0, waiting = 0;
   double kv_usage = 0.0;
+  std::int64_t kv_free_blocks = 0, kv_total_blocks = 0;  // usable blocks (the null block excluded)
   std::uint64_t prefix_queries = 0, prefix_hits = 0;  // tokens
   std::uint64_t preemptions = 0, steps = 0;
   std::uint64_t prompt_tokens = 0, generation_tokens = 0;

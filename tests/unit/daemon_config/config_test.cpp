@@ -218,7 +218,7 @@ TEST(LoadConfigErrors, WrongValueNamesFileLinePathAndValue) {
   EXPECT_EQ(load_error("engine:\n  max_num_seqs: 1.5\n"),
             "sextant.yaml:2:17: engine.max_num_seqs: expected a positive integer, got \"1.5\"");
   EXPECT_EQ(load_error("http:\n  port: 70000\n"),
-            "sextant.yaml:2:9: http.port: expected a port number from 1 to 65535, got \"70000\"");
+            "sextant.yaml:2:9: http.port: expected a port number from 0 (any free port) to 65535, got \"70000\"");
   EXPECT_EQ(load_error("model:\n  threads: -1\n"),
             "sextant.yaml:2:12: model.threads: expected a non-negative integer, got \"-1\"");
   EXPECT_EQ(load_error("model:\n  tp: 9\n"),
@@ -259,13 +259,13 @@ TEST(LoadConfigErrors, EveryValidatorKind) {
 
 TEST(LoadConfigErrors, WrongShapes) {
   EXPECT_EQ(load_error("http:\n  port: {a: 1}\n"),
-            "sextant.yaml:2:9: http.port: expected a port number from 1 to 65535, got a map");
+            "sextant.yaml:2:9: http.port: expected a port number from 0 (any free port) to 65535, got a map");
   EXPECT_EQ(load_error("model:\n  tp: [1]\n"), "sextant.yaml:2:7: model.tp: expected a positive integer, got a list");
   EXPECT_EQ(load_error("http:\n  api_keys: secret\n"),
             "sextant.yaml:2:13: http.api_keys: expected a list of API keys such as [\"secret\"], got \"secret\"");
   // A value left empty is null; its position is its key's.
   EXPECT_EQ(load_error("http:\n  port:\n"),
-            "sextant.yaml:2:3: http.port: expected a port number from 1 to 65535, got null");
+            "sextant.yaml:2:3: http.port: expected a port number from 0 (any free port) to 65535, got null");
   EXPECT_EQ(load_error("engine: 5\n"), "sextant.yaml:1:9: engine: expected a map of engine settings, got \"5\"");
   EXPECT_EQ(load_error("log: [text]\n"), "sextant.yaml:1:6: log: expected a map of log settings, got a list");
 }
@@ -321,7 +321,7 @@ engine:
   block_size: 7
   max_num_seqs: 4
 http:
-  port: 0
+  port: -1
   port: 80
 extra: 1
 )");
@@ -330,7 +330,7 @@ extra: 1
             "sextant.yaml:3:3: model.colour: unknown key (model has: path, backend, devices, threads, tp, pp, "
             "served_model_name)\n"
             "sextant.yaml:5:15: engine.block_size: expected one of 8, 16, 32, got \"7\"\n"
-            "sextant.yaml:8:9: http.port: expected a port number from 1 to 65535, got \"0\"\n"
+            "sextant.yaml:8:9: http.port: expected a port number from 0 (any free port) to 65535, got \"-1\"\n"
             "sextant.yaml:9:3: http.port: duplicate key, first set on line 8\n"
             "sextant.yaml:10:1: extra: unknown section (expected one of model, engine, http, admin, limits, log)");
 }
@@ -351,7 +351,7 @@ TEST(LoadConfigFile, ReadsTheFileAndNamesItInErrors) {
   }
   auto bad = load_config_file(path);
   ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.status().message(), path + ":3:9: http.port: expected a port number from 1 to 65535, got \"none\"");
+  EXPECT_EQ(bad.status().message(), path + ":3:9: http.port: expected a port number from 0 (any free port) to 65535, got \"none\"");
   std::remove(path.c_str());
 
   auto missing = load_config_file(path);

@@ -58,8 +58,8 @@ TEST(ApplyOverride, SetsTheFieldWithTheSameValidator) {
   EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(bad.message(), "--set: engine.max_num_seqs: expected a positive integer, got \"abc\"");
   EXPECT_EQ(c.engine.max_num_seqs, 32);  // unchanged by a refused value
-  EXPECT_EQ(apply_override(c, "http.port", "0", "--port").message(),
-            "--port: http.port: expected a port number from 1 to 65535, got \"0\"");
+  EXPECT_EQ(apply_override(c, "http.port", "-1", "--port").message(),
+            "--port: http.port: expected a port number from 0 (any free port) to 65535, got \"-1\"");
 }
 
 TEST(ApplyOverride, ListsTakeCommaSeparatedItemsAndOptionalsUnset) {
@@ -206,10 +206,10 @@ TEST(ParseServeFlags, UnknownAndMalformedOptionsAreNamed) {
 
 TEST(ParseServeFlags, FileAndFlagErrorsAreReportedTogether) {
   TempConfig file("engine:\n  max_num_seqs: lots\n");
-  EXPECT_EQ(parse_error({"--config", file.path(), "--port", "0", "--bogus"}),
+  EXPECT_EQ(parse_error({"--config", file.path(), "--port", "-1", "--bogus"}),
             "unknown option --bogus (see sextant serve --help)\n" +
                 file.path() + ":2:17: engine.max_num_seqs: expected a positive integer, got \"lots\"\n" +
-                "--port: http.port: expected a port number from 1 to 65535, got \"0\"");
+                "--port: http.port: expected a port number from 0 (any free port) to 65535, got \"-1\"");
 
   auto missing = parse({"--config", "/nonexistent/sextant.yaml"});
   ASSERT_FALSE(missing.ok());

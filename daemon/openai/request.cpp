@@ -1,0 +1,337 @@
+// OpenAI request parsing: one checker per field, every error naming the field.
+#include "daemon/openai/request.h"
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace sx::daemon::openai {
+
+namespace {
+
+using nlohmann::json;
+
+struct Parser {
+  ApiError* error;
+  bool failed = false;
+
+  bool fail(std::string param, std::string message) {
+    if (!failed) {
+      *error = ApiError{};
+      error->param = std::move(param);
+      error->message = std::move(message);
+      failed = true;
+    }
+    return false;
+  }
+
+  static std::string type_name(const json& v) {
+    switch (v.type()) {
+      case json::value_t::null: return "null";
+      case json::value_t::boolean: return "a boolean";
+      case json::value_t::number_integer:
+      case json::value_t::number_unsigned: return "an integer";
+      case json::value_t::number_float: return "a number";
+      case json::value_t::string: return "a string";
+      case json::value_t::array: return "an array";
+      case json::value_t::object: return "an object";
+      default: return "a value";
+    }
+  }
+
+  bool get_bool(const json& v, const std::string& name, bool& out) {
+    if (!v.is_boolean()) return fail(name, fmt::format("'{}' must be a boolean, got {}", name, type_name(v)));
+    out = v.get<bool>();
+    return true;
+  }
+  bool get_string(const json& v, const std::string& name, std::string& out) {
+    if (!v.is_string()) return fail(name, fmt::format("'{}' must be a string, got {}", name, type_name(v)));
+    out = v.get<std::string>();
+    return true;
+  }
+  bool get_int(const json& v, const std::string& name, std::int64_t lo, std::int64_t hi, std::int64_t& out) {
+    std::int64_t x = 0;
+    if (v.is_number_integer()) {
+      x = v.get<std::int64_t>();
+    } else if (v.is_number_unsigned()) {
+      const auto u = v.get<std::uint64_t>();
+      x = u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) ? std::numeric_limits<std::int64_t>::max()
+                                                                                  : static_cast<std::int64_t>(u);
+    } else if (v.is_number_float() && std::nearbyint(v.get<double>()) == v.get<double>() &&
+               std::fabs(v.get<double>()) < 9e15) {
+      x = static_cast<std::int64_t>(v.get<double>());  // 16.0 is accepted as 16
+    } else {
+      return fail(name, fmt::format("'{}' must be an integer, got {}", name, type_name(v)));
+    }
+    if (x < lo || x > hi) return fail(name, fmt::format("'{}' must be between {} and {}, got {}", name, lo, hi, x));
+    out = x;
+    return true;
+  }
+  bool get_number(const json& v, const std::string& name, double lo, double hi, bool lo_open, float& out) {
+    if (!v.is_number()) return fail(name, fmt::format("'{}' must be a number, got {}", name, type_name(v)));
+    const double x = v.get<double>();
+    if (!std::isfinite(x) || x < lo || x > hi || (lo_open && x == lo)) {
+      return fail(name, fmt::format("'{}' must be {} {} and at most {}, got {}", name, lo_open ? "above" : "at least",
+                                    lo, hi, x));
+    }
+    out = static_cast<float>(x);
+    return true;
+  }
+
+  // The text of a message's content: a string, or an array of {"type": "text", "text": ...} parts.
+  bool get_content(const json& v, const std::string& name, std::string& out) {
+    if (v.is_null()) return true;
+    if (v.is_string()) {
+      out = v.get<std::string>();
+      return true;
+    }
+    if (!v.is_array()) return fail(name, fmt::format("'{}' must be a string or an array of parts, got {}", name, type_name(v)));
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const std::string part = fmt::format("{}[{}]", name, i);
+      const json& p = v[i];
+      if (!p.is_object()) return fail(part, fmt::format("'{}' must be an object, got {}", part, type_name(p)));
+      const auto type = p.find("type");
+      if (type == p.end() || !type->is_string()) return fail(part + ".type", fmt::format("'{}.type' must be a string", part));
+      if (*type != "text") {
+        return fail(part + ".type", fmt::format("'{}.type' is '{}': only text parts are supported",
+                                                part, type->get<std::string>()));
+      }
+      for (const auto& [k, _] : p.items()) {
+        if (k != "type" && k != "text") return fail(part + "." + k, fmt::format("unknown field '{}.{}'", part, k));
+      }
+      const auto text = p.find("text");
+      std::string t;
+      if (text == p.end()) return fail(part + ".text", fmt::format("'{}.text' is required", part));
+      if (!get_string(*text, part + ".text", t)) return false;
+      out += t;
+    }
+    return true;
+  }
+
+  bool get_messages(const json& v, std::vector<tokenizer::ChatMessage>& out) {
+    if (!v.is_array()) return fail("messages", fmt::format("'messages' must be an array, got {}", type_name(v)));
+    if (v.empty()) return fail("messages", "'messages' must contain at least one message");
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const std::string name = fmt::format("messages[{}]", i);
+      const json& m = v[i];
+      if (!m.is_object()) return fail(name, fmt::format("'{}' must be an object, got {}", name, type_name(m)));
+      tokenizer::ChatMessage msg;
+      bool has_role = false;
+      for (const auto& [k, val] : m.items()) {
+        const std::string field = name + "." + k;
+        if (k == "role") {
+          if (!get_string(val, field, msg.role)) return false;
+          has_role = true;
+        } else if (k == "content") {
+          if (!get_content(val, field, msg.content)) return false;
+        } else if (k == "name" || k == "tool_call_id") {
+          std::string ignored;
+          if (!val.is_null() && !get_string(val, field, ignored)) return false;
+        } else if (k == "tool_calls" || k == "function_call" || k == "refusal" || k == "audio") {
+          if (!val.is_null() && !(val.is_array() && val.empty())) {
+            return fail(field, fmt::format("'{}' is not supported (Sextant has no tool calling yet)", field));
+          }
+        } else {
+          return fail(field, fmt::format("unknown field '{}'", field));
+        }
+      }
+      if (!has_role) return fail(name + ".role", fmt::format("'{}.role' is required", name));
+      if (msg.role == "developer") msg.role = "system";  // OpenAI's newer name for it
+      if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "tool") {
+        return fail(name + ".role", fmt::format("'{}.role' must be one of system, developer, user, assistant, tool; "
+                                                "got '{}'", name, msg.role));
+      }
+      out.push_back(std::move(msg));
+    }
+    return true;
+  }
+
+  bool get_stop(const json& v, std::int64_t max_stop, std::vector<std::string>& out) {
+    if (v.is_null()) return true;
+    if (v.is_string()) {
+      out.push_back(v.get<std::string>());
+    } else if (v.is_array()) {
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        std::string s;
+        if (!get_string(v[i], fmt::format("stop[{}]", i), s)) return false;
+        out.push_back(std::move(s));
+      }
+    } else {
+      return fail("stop", fmt::format("'stop' must be a string or an array of strings, got {}", type_name(v)));
+    }
+    if (static_cast<std::int64_t>(out.size()) > max_stop) {
+      return fail("stop", fmt::format("'stop' has {} strings; at most {} are allowed", out.size(), max_stop));
+    }
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      if (out[i].empty()) return fail(fmt::format("stop[{}]", i), "stop strings must not be empty");
+    }
+    return true;
+  }
+
+  // A completion prompt: a string, token ids, or an array holding one of those.
+  bool get_prompt(const json& v, GenerateRequest& r) {
+    const json* p = &v;
+    if (v.is_array() && v.size() == 1 && (v[0].is_string() || v[0].is_array())) p = &v[0];
+    if (p->is_string()) {
+      r.prompt_text = p->get<std::string>();
+      return true;
+    }
+    if (p->is_array() && !p->empty() && (*p)[0].is_string()) {
+      return fail("prompt", "'prompt' holds several prompts: send one prompt per request (use n for several completions)");
+    }
+    if (!p->is_array() || p->empty()) {
+      return fail("prompt", fmt::format("'prompt' must be a string or a non-empty array of token ids, got {}",
+                                        p->is_array() ? "an empty array" : type_name(*p)));
+    }
+    for (std::size_t i = 0; i < p->size(); ++i) {
+      std::int64_t id = 0;
+      if (!get_int((*p)[i], fmt::format("prompt[{}]", i), 0, std::numeric_limits<std::int32_t>::max(), id)) return false;
+      r.prompt_ids.push_back(static_cast<std::int32_t>(id));
+    }
+    r.prompt_is_ids = true;
+    return true;
+  }
+};
+
+}  // namespace
+
+std::optional<GenerateRequest> parse_request(Endpoint endpoint, std::string_view body, const ParseLimits& limits,
+                                             ApiError* error) {
+  Parser ps{error};
+  json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) {
+    ps.fail("", "the request body is not valid JSON");
+    return std::nullopt;
+  }
+  if (!doc.is_object()) {
+    ps.fail("", fmt::format("the request body must be a JSON object, got {}", Parser::type_name(doc)));
+    return std::nullopt;
+  }
+  GenerateRequest r;
+  r.endpoint = endpoint;
+  const bool chat = endpoint == Endpoint::kChat;
+  bool has_model = false, has_input = false, logprobs_flag = false;
+  std::optional<std::int64_t> top_logprobs;
+  const json* stream_options = nullptr;
+  std::int64_t v = 0;
+  for (const auto& [key, val] : doc.items()) {
+    bool ok = true;
+    if (val.is_null() && key != "messages" && key != "prompt" && key != "model") continue;  // null = not given
+    if (key == "model") {
+      ok = ps.get_string(val, key, r.model);
+      has_model = true;
+    } else if (chat && key == "messages") {
+      ok = ps.get_messages(val, r.messages);
+      has_input = true;
+    } else if (!chat && key == "prompt") {
+      ok = ps.get_prompt(val, r);
+      has_input = true;
+    } else if (key == "max_tokens" || (chat && key == "max_completion_tokens")) {
+      ok = ps.get_int(val, key, 1, std::numeric_limits<std::int32_t>::max(), v);
+      if (ok) r.max_tokens = v;
+    } else if (key == "temperature") {
+      ok = ps.get_number(val, key, 0.0, 2.0, false, r.sampling.temperature);
+    } else if (key == "top_p") {
+      ok = ps.get_number(val, key, 0.0, 1.0, true, r.sampling.top_p);
+    } else if (key == "top_k") {
+      ok = ps.get_int(val, key, -1, std::numeric_limits<std::int32_t>::max(), v);
+      if (ok) r.sampling.top_k = static_cast<std::int32_t>(v);
+    } else if (key == "min_p") {
+      ok = ps.get_number(val, key, 0.0, 1.0, false, r.sampling.min_p);
+    } else if (key == "presence_penalty") {
+      ok = ps.get_number(val, key, -2.0, 2.0, false, r.sampling.presence_penalty);
+    } else if (key == "frequency_penalty") {
+      ok = ps.get_number(val, key, -2.0, 2.0, false, r.sampling.frequency_penalty);
+    } else if (key == "repetition_penalty") {
+      ok = ps.get_number(val, key, 0.0, 10.0, true, r.sampling.repetition_penalty);
+    } else if (key == "seed") {
+      ok = ps.get_int(val, key, std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max(), v);
+      if (ok) r.sampling.seed = static_cast<std::uint64_t>(v);
+    } else if (key == "stop") {
+      ok = ps.get_stop(val, limits.max_stop_strings, r.stop);
+    } else if (key == "n") {
+      ok = ps.get_int(val, key, 1, limits.max_n, r.n);
+    } else if (key == "stream") {
+      ok = ps.get_bool(val, key, r.stream);
+    } else if (key == "stream_options") {
+      stream_options = &val;
+    } else if (key == "user") {
+      ok = ps.get_string(val, key, r.user);
+    } else if (key == "ignore_eos") {
+      ok = ps.get_bool(val, key, r.ignore_eos);
+    } else if (chat && key == "logprobs") {
+      ok = ps.get_bool(val, key, logprobs_flag);
+    } else if (chat && key == "top_logprobs") {
+      ok = ps.get_int(val, key, 0, 20, v);
+      if (ok) top_logprobs = v;
+    } else if (!chat && key == "logprobs") {
+      ok = ps.get_int(val, key, 0, 5, v);
+      if (ok) r.top_logprobs = static_cast<std::int32_t>(v);
+    } else if (!chat && key == "echo") {
+      ok = ps.get_bool(val, key, r.echo);
+    } else if (!chat && key == "best_of") {
+      ok = ps.get_int(val, key, 1, 1, v);
+    } else if (key == "logit_bias") {
+      if (!val.is_object() || !val.empty()) ok = ps.fail(key, "'logit_bias' is not supported");
+    } else if (key == "response_format") {
+      if (!val.is_object() || val.value("type", "") != "text" || val.size() != 1) {
+        ok = ps.fail(key, "'response_format' other than {\"type\": \"text\"} is not supported");
+      }
+    } else if (key == "tools" || key == "tool_choice" || key == "functions" || key == "function_call" ||
+               key == "parallel_tool_calls" || (!chat && key == "suffix")) {
+      ok = ps.fail(key, fmt::format("'{}' is not supported", key));
+    } else if (key == "store" || key == "metadata" || key == "service_tier") {
+      // OpenAI platform features with no meaning for a local server: accepted and ignored.
+    } else {
+      ok = ps.fail(key, fmt::format("unknown field '{}'", key));
+    }
+    if (!ok) return std::nullopt;
+  }
+  if (!has_model) {
+    ps.fail("model", "'model' is required");
+    return std::nullopt;
+  }
+  if (!has_input || (chat && r.messages.empty())) {
+    ps.fail(chat ? "messages" : "prompt", fmt::format("'{}' is required", chat ? "messages" : "prompt"));
+    return std::nullopt;
+  }
+  if (stream_options != nullptr && !stream_options->is_null()) {
+    if (!r.stream) {
+      ps.fail("stream_options", "'stream_options' is only allowed with \"stream\": true");
+      return std::nullopt;
+    }
+    if (!stream_options->is_object()) {
+      ps.fail("stream_options", "'stream_options' must be an object");
+      return std::nullopt;
+    }
+    for (const auto& [k, val] : stream_options->items()) {
+      if (k == "include_usage") {
+        if (!val.is_null() && !ps.get_bool(val, "stream_options.include_usage", r.include_usage)) return std::nullopt;
+      } else if (k == "continuous_usage_stats") {
+        ps.fail("stream_options." + k, "'stream_options.continuous_usage_stats' is not supported");
+        return std::nullopt;
+      } else {
+        ps.fail("stream_options." + k, fmt::format("unknown field 'stream_options.{}'", k));
+        return std::nullopt;
+      }
+    }
+  }
+  if (chat) {
+    if (top_logprobs && !logprobs_flag) {
+      ps.fail("top_logprobs", "'top_logprobs' requires \"logprobs\": true");
+      return std::nullopt;
+    }
+    if (logprobs_flag) r.top_logprobs = static_cast<std::int32_t>(top_logprobs.value_or(0));
+  }
+  if (Status s = r.sampling.validate(); !s.ok()) {
+    ps.fail("", s.message());
+    return std::nullopt;
+  }
+  return r;
+}
+
+}  // namespace sx::daemon::openai

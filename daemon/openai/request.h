@@ -1,0 +1,62 @@
+// OpenAI request bodies -> validated GenerateRequest (DESIGN.md §3 step 1).
+//
+// POST /v1/chat/completions and POST /v1/completions bodies are checked field by field: a wrong
+// type, an out-of-range value, an unknown field or a feature Sextant does not have is an
+// ApiError naming the field (`messages[2].role`, `stop[1]`, `temperature`), which the handler
+// answers as 400 in OpenAI's error shape. Nothing here throws (nlohmann's parse errors are caught).
+//
+// Threading: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/base/status.h"
+#include "runtime/engine/sampler.h"
+#include "runtime/tokenizer/chat_template.h"
+
+namespace sx::daemon::openai {
+
+enum class Endpoint { kChat, kCompletion };
+
+// What the handler needs to run a request (limits are checked later, against the model).
+struct GenerateRequest {
+  Endpoint endpoint = Endpoint::kChat;
+  std::string model;
+  std::vector<tokenizer::ChatMessage> messages;  // chat
+  std::string prompt_text;                       // completion: a string prompt
+  std::vector<std::int32_t> prompt_ids;          // completion: token ids
+  bool prompt_is_ids = false;
+  std::optional<std::int64_t> max_tokens;        // max_tokens / max_completion_tokens
+  engine::SamplingParams sampling;
+  std::vector<std::string> stop;
+  std::int64_t n = 1;
+  std::int32_t top_logprobs = -1;  // -1: none; chat: logprobs=true gives 0 unless top_logprobs
+  bool echo = false;               // completion: prepend the prompt to the text
+  bool stream = false;
+  bool include_usage = false;      // stream_options.include_usage
+  bool ignore_eos = false;         // vLLM's extension
+  std::string user;
+};
+
+// An error for the client: HTTP status, OpenAI error type and code, the offending parameter.
+struct ApiError {
+  int status = 400;
+  std::string type = "invalid_request_error";
+  std::string code;   // e.g. "model_not_found"; empty for none
+  std::string param;  // e.g. "messages[0].content"; empty for none
+  std::string message;
+};
+
+// Parses a body. limits: the most stop strings and choices (n) a request may ask for.
+struct ParseLimits {
+  std::int64_t max_stop_strings = 16;
+  std::int64_t max_n = 8;
+};
+std::optional<GenerateRequest> parse_request(Endpoint endpoint, std::string_view body, const ParseLimits& limits,
+                                             ApiError* error);
+
+}  // namespace sx::daemon::openai

@@ -1,0 +1,725 @@
+// The `sextant serve` daemon: start-up phases, the OpenAI routes, engine events, drain and shutdown.
+#include "daemon/serve/app.h"
+
+#include <uv.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "daemon/admin/admin_server.h"
+#include "daemon/commands/model_session.h"
+#include "daemon/config/yaml_io.h"
+#include "daemon/http/router.h"
+#include "daemon/http/server.h"
+#include "daemon/loop/async_queue.h"
+#include "daemon/loop/timer.h"
+#include "daemon/loop/uv_status.h"
+#include "daemon/openai/request.h"
+#include "daemon/openai/response.h"
+#include "daemon/serve/engine_service.h"
+#include "daemon/serve/metrics.h"
+#include "runtime/base/log.h"
+#include "runtime/engine/engine.h"
+#include "runtime/engine/model_loader.h"
+#include "runtime/tokenizer/chat_template.h"
+
+namespace sx::daemon::serve {
+
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+enum class State { kLoading, kReady, kDraining, kStopping };
+
+std::string_view state_name(State s) {
+  switch (s) {
+    case State::kLoading: return "loading";
+    case State::kReady: return "ready";
+    case State::kDraining: return "draining";
+    case State::kStopping: return "stopping";
+  }
+  return "?";
+}
+
+// What the loader thread hands to the loop.
+struct Loaded {
+  Status status;
+  std::string phase;  // the phase that failed
+  std::unique_ptr<ModelSession> session;
+  std::unique_ptr<engine::Engine> engine;
+};
+
+struct EngineEvent {
+  std::uint64_t key = 0;
+  std::size_t choice = 0;
+  engine::RequestEvent event;
+};
+
+// One OpenAI request in flight: its n engine requests (choices) and what was sent so far.
+struct Active {
+  std::uint64_t key = 0;
+  openai::GenerateRequest request;
+  openai::ResponseId id;
+  http::ResponderPtr responder;
+  std::vector<std::uint64_t> engine_ids;
+  std::vector<openai::Choice> choices;
+  std::vector<bool> done, started;
+  std::vector<Clock::time_point> last_token;
+  std::size_t remaining = 0;
+  openai::Usage usage;
+  Clock::time_point arrival;
+  bool first_token_seen = false;
+  bool cancelled = false;
+  std::optional<Status> error;
+};
+
+std::string random_hex(std::size_t n) {
+  static thread_local std::uint64_t state =
+      static_cast<std::uint64_t>(Clock::now().time_since_epoch().count()) ^ 0x9E3779B97F4A7C15ull;
+  std::string out;
+  while (out.size() < n) {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    out += fmt::format("{:016x}", state);
+  }
+  out.resize(n);
+  return out;
+}
+
+bool constant_time_equal(std::string_view a, std::string_view b) {
+  unsigned diff = a.size() == b.size() ? 0u : 1u;
+  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned>(a[i] ^ b[i % (b.empty() ? 1 : b.size())]);
+  return diff == 0 && !b.empty();
+}
+
+class Daemon {
+ public:
+  explicit Daemon(const config::ServeConfig& config)
+      : config_(config), model_name_(config::effective_served_model_name(config.model)),
+        started_(std::time(nullptr)), start_clock_(Clock::now()) {}
+
+  int run();
+
+ private:
+  Status start_http();
+  Status start_admin();
+  void start_signals();
+  void load_in_background();
+  void on_loaded(Loaded loaded);
+  void fail_startup(const std::string& phase, const Status& s);
+
+  http::Router make_router();
+  bool authorized(const http::Request& request, const http::ResponderPtr& responder);
+  void send_error(const http::ResponderPtr& r, const openai::ApiError& e);
+  void handle_generate(openai::Endpoint endpoint, http::Request request, http::ResponderPtr responder);
+  void on_event(EngineEvent e);
+  void complete(Active& a);
+  json status_json();
+  void handle_admin(const json& request, admin::Reply reply);
+
+  void begin_drain(bool then_shutdown);
+  void maybe_finish_shutdown();
+  void close_everything();
+
+  config::ServeConfig config_;
+  std::string model_name_;
+  std::time_t started_;
+  Clock::time_point start_clock_;
+  uv_loop_t loop_{};
+  State state_ = State::kLoading;
+  bool shutdown_requested_ = false;
+  bool closing_ = false;
+  int exit_code_ = 0;
+  int sigint_count_ = 0;
+
+  std::unique_ptr<http::Server> http_;
+  std::unique_ptr<admin::AdminServer> admin_;
+  std::vector<loop::Signal> signals_;
+  std::unique_ptr<loop::AsyncQueue<Loaded>> loaded_queue_;
+  std::unique_ptr<loop::AsyncQueue<EngineEvent>> events_;
+  std::thread loader_;
+
+  std::unique_ptr<ModelSession> session_;
+  std::unique_ptr<engine::Engine> engine_;
+  std::unique_ptr<EngineService> service_;
+  std::int64_t max_model_len_ = 0;
+
+  std::unordered_map<std::uint64_t, std::unique_ptr<Active>> active_;
+  std::uint64_t next_key_ = 1;
+  ServeMetrics metrics_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Start-up
+
+int Daemon::run() {
+  std::signal(SIGPIPE, SIG_IGN);
+  if (Status s = loop::uv_status(uv_loop_init(&loop_), "uv_loop_init"); !s.ok()) {
+    log_error("serve: failed in phase loop: {}", s.to_string());
+    return 1;
+  }
+  log_info("serve: phase config: ok (model {}, backend {}, tp {} x pp {}, max_num_seqs {})", config_.model.path,
+           config_.model.backend, config_.model.tp, config_.model.pp, config_.engine.max_num_seqs);
+  auto loaded = loop::AsyncQueue<Loaded>::create(&loop_, [this](Loaded l) { on_loaded(std::move(l)); });
+  auto events = loop::AsyncQueue<EngineEvent>::create(&loop_, [this](EngineEvent e) { on_event(std::move(e)); });
+  if (!loaded.ok() || !events.ok()) {
+    log_error("serve: failed in phase loop: {}", (!loaded.ok() ? loaded.status() : events.status()).to_string());
+    return 1;
+  }
+  loaded_queue_ = std::move(loaded).value();
+  events_ = std::move(events).value();
+  start_signals();
+  if (Status s = start_http(); !s.ok()) {
+    fail_startup("http", s);
+  } else if (Status a = start_admin(); !a.ok()) {
+    fail_startup("admin", a);
+  } else {
+    load_in_background();
+  }
+  uv_run(&loop_, UV_RUN_DEFAULT);
+  if (loader_.joinable()) loader_.join();
+  if (service_) service_->stop();
+  // Handles closed by close_everything(); a last run frees what their close callbacks own.
+  uv_run(&loop_, UV_RUN_DEFAULT);
+  const int rc = uv_loop_close(&loop_);
+  if (rc != 0) log_warn("serve: the event loop still had open handles at exit ({})", uv_strerror(rc));
+  log_info("serve: stopped (exit status {})", exit_code_);
+  return exit_code_;
+}
+
+void Daemon::fail_startup(const std::string& phase, const Status& s) {
+  log_error("serve: failed in phase {}: {}", phase, s.to_string());
+  exit_code_ = 1;
+  close_everything();
+}
+
+Status Daemon::start_http() {
+  http::ServerOptions o;
+  o.host = config_.http.host;
+  o.port = static_cast<std::uint16_t>(config_.http.port);
+  o.max_connections = static_cast<std::size_t>(config_.http.max_connections);
+  o.max_header_bytes = static_cast<std::size_t>(config_.http.max_header_bytes);
+  o.max_body_bytes = static_cast<std::size_t>(config_.http.max_body_bytes);
+  o.header_timeout_ms = static_cast<std::uint64_t>(config_.http.header_timeout_ms);
+  o.body_timeout_ms = static_cast<std::uint64_t>(config_.http.body_timeout_ms);
+  o.keepalive_timeout_ms = static_cast<std::uint64_t>(config_.http.keepalive_timeout_ms);
+  SX_ASSIGN_OR_RETURN(http_, http::Server::start(&loop_, o, make_router()));
+  log_info("serve: phase http: listening on http://{}:{}", config_.http.host, http_->bound_port());
+  return ok_status();
+}
+
+Status Daemon::start_admin() {
+  admin::AdminOptions o;
+  o.socket_path = config_.admin.socket;
+  o.mode = config_.admin.mode;
+  for (std::int64_t uid : config_.admin.allowed_uids) o.allowed_uids.push_back(static_cast<std::uint32_t>(uid));
+  SX_ASSIGN_OR_RETURN(admin_, admin::AdminServer::start(&loop_, o, [this](const json& request, admin::Reply reply) {
+                        handle_admin(request, std::move(reply));
+                      }));
+  log_info("serve: phase admin: socket {}", config_.admin.socket);
+  return ok_status();
+}
+
+void Daemon::start_signals() {
+  for (int signum : {SIGTERM, SIGINT}) {
+    auto sig = loop::Signal::create(&loop_);
+    if (!sig.ok()) {
+      log_warn("serve: cannot watch signal {}: {}", signum, sig.status().to_string());
+      continue;
+    }
+    Status s = sig->start(signum, [this](int got) {
+      if (got == SIGINT && ++sigint_count_ >= 2) {
+        log_warn("serve: second SIGINT: exiting now");
+        std::_Exit(130);
+      }
+      log_info("serve: {}: draining, then exiting", got == SIGTERM ? "SIGTERM" : "SIGINT (again to exit at once)");
+      begin_drain(/*then_shutdown=*/true);
+    });
+    if (!s.ok()) log_warn("serve: cannot watch signal {}: {}", signum, s.to_string());
+    signals_.push_back(std::move(sig).value());
+  }
+}
+
+void Daemon::load_in_background() {
+  loader_ = std::thread([this, sender = loaded_queue_->sender()] {
+    Loaded l;
+    std::string phase = "model check";
+    auto fail = [&](Status s) {
+      l.status = std::move(s);
+      l.phase = phase;
+      sender.push(std::move(l));
+    };
+    auto opened = engine::open_model(config_.model.path);
+    if (!opened.ok()) return fail(opened.status());
+    log_info("serve: phase model check: ok ({}, {} layers, context {})", config_.model.path, opened->config.n_layers,
+             opened->config.context_length);
+    SessionOptions so;
+    so.backend = config_.model.backend == "auto" ? "cpu" : config_.model.backend;
+    so.threads = static_cast<int>(config_.model.threads);
+    so.tp = static_cast<int>(config_.model.tp);
+    so.pp = static_cast<int>(config_.model.pp);
+    so.context_tokens = config_.engine.max_model_len;
+    so.max_seqs = config_.engine.max_num_seqs;
+    so.max_batch_tokens = config_.engine.max_num_batched_tokens;
+    so.block_size = config_.engine.block_size;
+    so.memory_utilization = config_.engine.memory_utilization;
+    so.memory_budget = config_.engine.memory_budget.value_or(0);
+    phase = "devices, plan and load";
+    auto session = open_session(so, std::move(opened).value());
+    if (!session.ok()) {
+      // The plan's refusal names itself; everything else is devices or loading.
+      const bool plan = session.status().message().rfind("memory plan", 0) == 0;
+      phase = plan ? "plan" : "devices/load";
+      return fail(session.status());
+    }
+    l.session = std::make_unique<ModelSession>(std::move(session).value());
+    log_info("serve: phase load: ok ({}; KV cache for {} requests of {} tokens)", l.session->devices_summary(),
+             l.session->max_seqs, l.session->context_tokens);
+    phase = "warm-up";
+    engine::EngineConfig ec;
+    ec.scheduler.max_num_batched_tokens = l.session->model->options().max_batch_tokens;
+    ec.scheduler.max_num_seqs = config_.engine.max_num_seqs;
+    ec.scheduler.max_model_len = std::min(l.session->model->max_request_tokens(), l.session->context_tokens);
+    ec.prefix_caching = config_.engine.enable_prefix_caching;
+    auto eng = engine::Engine::create(*l.session->model, *l.session->opened.tokenizer, ec);
+    if (!eng.ok()) return fail(eng.status());
+    l.engine = std::move(eng).value();
+    // One token through every layer: the first client does not pay for first-touch costs.
+    engine::RequestOptions wo;
+    wo.max_tokens = 1;
+    wo.sampling.temperature = 0;
+    Status warm_error;
+    auto id = l.engine->submit({0}, wo, [&](const engine::RequestEvent& e) {
+      if (e.finished && e.finish == engine::RequestFinish::kError) warm_error = e.error;
+    });
+    if (!id.ok()) return fail(id.status());
+    if (Status s = l.engine->run_until_idle(); !s.ok()) return fail(s);
+    if (!warm_error.ok()) return fail(warm_error);
+    log_info("serve: phase warm-up: ok");
+    sender.push(std::move(l));
+  });
+}
+
+void Daemon::on_loaded(Loaded l) {
+  if (loader_.joinable()) loader_.join();
+  if (closing_) {  // start-up already failed elsewhere: the result is not wanted
+    loaded_queue_->close();
+    events_->close();
+    return;
+  }
+  if (!l.status.ok()) return fail_startup(l.phase, l.status);
+  session_ = std::move(l.session);
+  engine_ = std::move(l.engine);
+  max_model_len_ = std::min(session_->model->max_request_tokens(), session_->context_tokens);
+  service_ = std::make_unique<EngineService>(*engine_);
+  if (shutdown_requested_) {  // a SIGTERM arrived while loading
+    state_ = State::kDraining;
+    maybe_finish_shutdown();
+    return;
+  }
+  state_ = State::kReady;
+  log_info("serve: ready: model '{}' at http://{}:{}/v1 (admin: {})", model_name_, config_.http.host,
+           http_ ? http_->bound_port() : 0, config_.admin.socket);
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP
+
+void Daemon::send_error(const http::ResponderPtr& r, const openai::ApiError& e) {
+  r->respond(e.status, {{"Content-Type", "application/json"}}, openai::error_body(e));
+}
+
+bool Daemon::authorized(const http::Request& request, const http::ResponderPtr& responder) {
+  if (config_.http.api_keys.empty()) return true;
+  const auto header = request.headers.get("Authorization");
+  constexpr std::string_view kBearer = "Bearer ";
+  if (header && header->size() > kBearer.size() && header->compare(0, kBearer.size(), kBearer) == 0) {
+    const std::string_view key = std::string_view(*header).substr(kBearer.size());
+    for (const std::string& k : config_.http.api_keys) {
+      if (constant_time_equal(key, k)) return true;
+    }
+  }
+  openai::ApiError e;
+  e.status = 401;
+  e.code = "invalid_api_key";
+  e.message = header ? "Incorrect API key provided." : "Missing API key: send \"Authorization: Bearer <key>\".";
+  send_error(responder, e);
+  return false;
+}
+
+http::Router Daemon::make_router() {
+  http::Router router;
+  auto generate = [this](openai::Endpoint ep) {
+    return [this, ep](http::Request req, http::ResponderPtr r) { handle_generate(ep, std::move(req), std::move(r)); };
+  };
+  (void)router.post("/v1/chat/completions", generate(openai::Endpoint::kChat));
+  (void)router.post("/v1/completions", generate(openai::Endpoint::kCompletion));
+  (void)router.get("/v1/models", [this](http::Request req, http::ResponderPtr r) {
+    if (!authorized(req, r)) return;
+    json model{{"id", model_name_}, {"object", "model"}, {"created", started_}, {"owned_by", "sextant"}};
+    if (max_model_len_ > 0) model["max_model_len"] = max_model_len_;
+    r->respond(200, {{"Content-Type", "application/json"}},
+               openai::dump_json(json{{"object", "list"}, {"data", json::array({model})}}));
+  });
+  (void)router.get("/health", [this](http::Request, http::ResponderPtr r) {
+    const bool ready = state_ == State::kReady;
+    r->respond(ready ? 200 : 503, {{"Content-Type", "application/json"}},
+               openai::dump_json(json{{"status", ready ? "ok" : std::string(state_name(state_))}}));
+  });
+  (void)router.get("/metrics", [this](http::Request, http::ResponderPtr r) {
+    ServeMetrics::Extra extra;
+    if (http_) {
+      const http::ServerStats hs = http_->stats();
+      extra.open_connections = static_cast<std::int64_t>(hs.open_connections);
+      extra.http_requests = hs.requests;
+    }
+    const engine::EngineStats es = service_ ? service_->stats() : engine::EngineStats{};
+    r->respond(200, {{"Content-Type", "text/plain; version=0.0.4; charset=utf-8"}},
+               metrics_.render(model_name_, es, extra));
+  });
+  router.set_not_found([this](http::Request req, http::ResponderPtr r) {
+    openai::ApiError e;
+    e.status = 404;
+    e.code = "not_found";
+    e.message = fmt::format("no route for {} {}", req.method, req.path);
+    send_error(r, e);
+  });
+  return router;
+}
+
+void Daemon::handle_generate(openai::Endpoint endpoint, http::Request request, http::ResponderPtr responder) {
+  if (!authorized(request, responder)) return;
+  openai::ApiError err;
+  auto parsed = openai::parse_request(
+      endpoint, request.body,
+      {config_.limits.max_stop_strings, config_.limits.max_n}, &err);
+  if (!parsed) return send_error(responder, err);
+  openai::GenerateRequest& req = *parsed;
+  if (req.model != model_name_) {
+    err.status = 404;
+    err.code = "model_not_found";
+    err.param = "model";
+    err.message = fmt::format("The model '{}' does not exist; this server serves '{}'.", req.model, model_name_);
+    return send_error(responder, err);
+  }
+  if (state_ != State::kReady) {
+    err.status = 503;
+    err.type = "service_unavailable";
+    err.message = state_ == State::kLoading ? "the model is still loading; retry when GET /health answers 200"
+                                            : "the server is draining and accepts no new requests";
+    ++metrics_.http_rejected_busy;
+    return send_error(responder, err);
+  }
+  const engine::EngineStats stats = service_->stats();
+  if (stats.waiting >= config_.http.max_queued_requests) {
+    err.status = 429;
+    err.type = "rate_limit_error";
+    err.message = fmt::format("{} requests are already waiting (http.max_queued_requests); retry later", stats.waiting);
+    ++metrics_.http_rejected_busy;
+    return send_error(responder, err);
+  }
+
+  // The prompt's tokens.
+  const tokenizer::Tokenizer& tok = *session_->opened.tokenizer;
+  std::vector<std::int32_t> prompt;
+  if (endpoint == openai::Endpoint::kChat) {
+    auto text = tokenizer::render_chatml_checked(req.messages);
+    if (!text.ok()) {
+      err.param = "messages";
+      err.message = text.status().message();
+      return send_error(responder, err);
+    }
+    prompt = tok.encode(*text);
+  } else if (req.prompt_is_ids) {
+    prompt = req.prompt_ids;
+    for (std::size_t i = 0; i < prompt.size(); ++i) {
+      if (prompt[i] >= tok.vocab_size()) {
+        err.param = fmt::format("prompt[{}]", i);
+        err.message = fmt::format("token id {} is outside the vocabulary of {}", prompt[i], tok.vocab_size());
+        return send_error(responder, err);
+      }
+    }
+  } else {
+    prompt = tok.encode(req.prompt_text);
+  }
+  const auto n_prompt = static_cast<std::int64_t>(prompt.size());
+  const std::int64_t max_prompt = config_.limits.max_prompt_tokens > 0
+                                      ? std::min(config_.limits.max_prompt_tokens, max_model_len_ - 1)
+                                      : max_model_len_ - 1;
+  if (n_prompt == 0) {
+    err.param = endpoint == openai::Endpoint::kChat ? "messages" : "prompt";
+    err.message = "the prompt is empty";
+    return send_error(responder, err);
+  }
+  if (n_prompt > max_prompt || (req.max_tokens && n_prompt + *req.max_tokens > max_model_len_)) {
+    err.param = n_prompt > max_prompt ? (endpoint == openai::Endpoint::kChat ? "messages" : "prompt") : "max_tokens";
+    err.code = "context_length_exceeded";
+    err.message = fmt::format(
+        "This model's maximum context length is {} tokens. However, you requested {} tokens ({} in the prompt, {} for "
+        "the completion). Please reduce the length of the prompt or the completion.",
+        max_model_len_, n_prompt + req.max_tokens.value_or(0), n_prompt, req.max_tokens.value_or(0));
+    return send_error(responder, err);
+  }
+
+  auto a = std::make_unique<Active>();
+  a->key = next_key_++;
+  a->id = {fmt::format("{}-{}", endpoint == openai::Endpoint::kChat ? "chatcmpl" : "cmpl", random_hex(24)),
+           static_cast<std::int64_t>(std::time(nullptr)), model_name_};
+  a->responder = responder;
+  a->arrival = Clock::now();
+  const auto n = static_cast<std::size_t>(req.n);
+  a->choices.resize(n);
+  a->done.assign(n, false);
+  a->started.assign(n, false);
+  a->last_token.assign(n, a->arrival);
+  a->remaining = n;
+  a->usage.prompt_tokens = n_prompt;
+
+  engine::RequestOptions o;
+  o.sampling = req.sampling;
+  o.max_tokens = req.max_tokens.value_or(std::min(config_.limits.max_tokens_default, max_model_len_ - n_prompt));
+  o.stop_strings = req.stop;
+  o.ignore_eos = req.ignore_eos;
+  o.top_logprobs = req.top_logprobs;
+  a->request = std::move(req);
+  Active& ref = *a;
+  const std::uint64_t key = a->key;
+  active_.emplace(key, std::move(a));
+  for (std::size_t c = 0; c < n; ++c) {
+    engine::RequestOptions oc = o;
+    if (oc.sampling.seed && c > 0) *oc.sampling.seed += c;  // n samples, not n copies of one
+    auto sender = events_->sender();
+    auto id = service_->submit(prompt, oc, [sender, key, c](const engine::RequestEvent& e) {
+      sender.push(EngineEvent{key, c, e});
+    });
+    if (!id.ok()) {
+      for (std::uint64_t started : ref.engine_ids) service_->cancel(started);
+      err.message = id.status().message();
+      if (id.status().code() == StatusCode::kUnavailable) {
+        err.status = 503;
+        err.type = "service_unavailable";
+      }
+      ref.responder.reset();
+      if (ref.engine_ids.empty()) {
+        active_.erase(key);
+      } else {  // the final events of the choices already submitted (cancelled) erase it
+        ref.cancelled = true;
+        ref.remaining = ref.engine_ids.size();
+      }
+      return send_error(responder, err);
+    }
+    ref.engine_ids.push_back(*id);
+  }
+  if (ref.request.stream) {
+    responder->start_stream(200, {{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-cache"}});
+  }
+  // A client that leaves cancels its engine requests; their final events then erase the entry.
+  responder->on_close([this, key] {
+    auto it = active_.find(key);
+    if (it == active_.end() || it->second->cancelled) return;
+    it->second->cancelled = true;
+    for (std::uint64_t id : it->second->engine_ids) service_->cancel(id);
+  });
+}
+
+void Daemon::on_event(EngineEvent e) {
+  auto it = active_.find(e.key);
+  if (it == active_.end()) return;
+  Active& a = *it->second;
+  const engine::RequestEvent& ev = e.event;
+  const Clock::time_point now = Clock::now();
+  if (!ev.tokens.empty()) {
+    if (!a.first_token_seen) {
+      a.first_token_seen = true;
+      metrics_.ttft.observe(std::chrono::duration<double>(now - a.arrival).count());
+    } else if (a.started[e.choice]) {
+      metrics_.itl.observe(std::chrono::duration<double>(now - a.last_token[e.choice]).count());
+    }
+    a.last_token[e.choice] = now;
+  }
+  openai::Choice& choice = a.choices[e.choice];
+  const bool stream = a.request.stream && a.responder != nullptr && !a.cancelled;
+  const tokenizer::Tokenizer& tok = *session_->opened.tokenizer;
+  if (!ev.text.empty() || !ev.logprobs.empty()) {
+    if (stream) {
+      a.responder->write_chunk(openai::sse(openai::chunk_json(a.request, a.id, static_cast<std::int64_t>(e.choice),
+                                                              !a.started[e.choice], ev.text, ev.logprobs, "", tok)));
+    } else {
+      choice.text += ev.text;
+      choice.logprobs.insert(choice.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+    }
+    a.started[e.choice] = true;
+  }
+  if (!ev.finished) return;
+  switch (ev.finish) {
+    case engine::RequestFinish::kStop: choice.finish_reason = "stop"; break;
+    case engine::RequestFinish::kLength: choice.finish_reason = "length"; break;
+    case engine::RequestFinish::kError:
+      if (!a.error) a.error = ev.error;
+      break;
+    default: break;
+  }
+  a.usage.completion_tokens += ev.completion_tokens;
+  a.usage.cached_tokens = std::max(a.usage.cached_tokens, ev.cached_prompt_tokens);
+  if (stream && ev.finish != engine::RequestFinish::kError && !choice.finish_reason.empty()) {
+    a.responder->write_chunk(openai::sse(openai::chunk_json(a.request, a.id, static_cast<std::int64_t>(e.choice),
+                                                            !a.started[e.choice], "", {}, choice.finish_reason, tok)));
+    a.started[e.choice] = true;
+  }
+  a.done[e.choice] = true;
+  if (--a.remaining == 0) {
+    complete(a);
+    active_.erase(it);
+    maybe_finish_shutdown();
+  }
+}
+
+void Daemon::complete(Active& a) {
+  metrics_.e2e.observe(std::chrono::duration<double>(Clock::now() - a.arrival).count());
+  if (a.cancelled) {
+    ++metrics_.finished_abort;
+    return;
+  }
+  if (a.error) {
+    ++metrics_.finished_error;
+  } else {
+    for (const openai::Choice& c : a.choices) ++(c.finish_reason == "length" ? metrics_.finished_length : metrics_.finished_stop);
+  }
+  if (!a.responder) return;
+  openai::ApiError err;
+  if (a.error) {
+    err.status = 500;
+    err.type = "internal_error";
+    err.message = "the engine failed while generating: " + a.error->to_string();
+  }
+  if (a.request.stream) {
+    if (a.error) {
+      a.responder->write_chunk(openai::sse(openai::error_body(err)));
+    } else if (a.request.include_usage) {
+      a.responder->write_chunk(openai::sse(openai::usage_chunk_json(a.request, a.id, a.usage)));
+    }
+    a.responder->write_chunk("data: [DONE]\n\n");
+    a.responder->end_stream();
+    return;
+  }
+  if (a.error) return send_error(a.responder, err);
+  a.responder->respond(200, {{"Content-Type", "application/json"}},
+                       openai::completion_body(a.request, a.id, a.choices, a.usage, *session_->opened.tokenizer));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Admin
+
+json Daemon::status_json() {
+  json s{{"model", model_name_},
+         {"model_path", config_.model.path},
+         {"state", state_name(state_)},
+         {"uptime_s", std::chrono::duration<double>(Clock::now() - start_clock_).count()},
+         {"http", fmt::format("http://{}:{}", config_.http.host, http_ ? http_->bound_port() : 0)},
+         {"in_flight", active_.size()}};
+  if (session_) s["devices"] = session_->devices_summary();
+  if (service_) {
+    const engine::EngineStats es = service_->stats();
+    s["queue"] = json{{"running", es.running}, {"waiting", es.waiting}};
+    s["kv_cache"] = json{{"usage", es.kv_usage},
+                         {"free_blocks", es.kv_free_blocks},
+                         {"total_blocks", es.kv_total_blocks},
+                         {"block_size", config_.engine.block_size}};
+    s["prefix_cache"] = json{{"queries", es.prefix_queries},
+                             {"hits", es.prefix_hits},
+                             {"hit_rate", es.prefix_queries > 0 ? static_cast<double>(es.prefix_hits) /
+                                                                      static_cast<double>(es.prefix_queries)
+                                                                : 0.0}};
+    s["tokens"] = json{{"prompt", es.prompt_tokens}, {"generated", es.generation_tokens}};
+    s["preemptions"] = es.preemptions;
+    s["failed_steps"] = service_->failed_steps();
+  }
+  return s;
+}
+
+void Daemon::handle_admin(const json& request, admin::Reply reply) {
+  const std::string cmd = request.value("cmd", "");
+  if (cmd == "status") return reply(status_json());
+  if (cmd == "plan") {
+    if (!session_) return reply(failed_precondition_error("the model is still loading; no plan yet"));
+    return reply(json{{"plan", session_->plan_text}, {"devices", session_->devices_summary()}});
+  }
+  if (cmd == "config") return reply(json{{"yaml", config::to_yaml(config_)}});
+  if (cmd == "drain") {
+    begin_drain(false);
+    return reply(json{{"state", state_name(state_)}, {"in_flight", active_.size()}});
+  }
+  if (cmd == "resume") {
+    if (state_ == State::kDraining && !shutdown_requested_) state_ = State::kReady;
+    if (state_ != State::kReady) {
+      return reply(failed_precondition_error("cannot resume while {}", state_name(state_)));
+    }
+    return reply(json{{"state", state_name(state_)}});
+  }
+  if (cmd == "shutdown") {
+    reply(json{{"state", "stopping"}, {"in_flight", active_.size()}});
+    begin_drain(true);
+    return;
+  }
+  if (cmd == "reload") return reply(unimplemented_error("reload is not supported yet"));
+  return reply(invalid_argument_error("unknown command '{}' (status, plan, config, drain, resume, shutdown, reload)",
+                                      cmd));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Drain and shutdown
+
+void Daemon::begin_drain(bool then_shutdown) {
+  if (then_shutdown) shutdown_requested_ = true;
+  if (state_ == State::kReady) state_ = State::kDraining;
+  if (state_ == State::kLoading) {
+    if (then_shutdown) log_info("serve: shutdown requested while loading: stopping once the load ends");
+    return;
+  }
+  log_info("serve: draining ({} request(s) in flight){}", active_.size(), then_shutdown ? ", then stopping" : "");
+  maybe_finish_shutdown();
+}
+
+void Daemon::maybe_finish_shutdown() {
+  if (!shutdown_requested_ || !active_.empty() || state_ == State::kLoading || closing_) return;
+  state_ = State::kStopping;
+  close_everything();
+}
+
+void Daemon::close_everything() {
+  if (closing_) return;
+  closing_ = true;
+  if (http_) http_->stop([] {});
+  if (admin_) admin_->stop([] {});
+  for (loop::Signal& s : signals_) s.close();
+  if (loader_.joinable()) {
+    // The loader still runs (a failure elsewhere): let its result arrive, then close the queue.
+    return;
+  }
+  if (loaded_queue_) loaded_queue_->close();
+  if (service_) service_->stop();
+  if (events_) events_->close();
+}
+
+}  // namespace
+
+int run_daemon(const config::ServeConfig& config) {
+  Daemon d(config);
+  return d.run();
+}
+
+}  // namespace sx::daemon::serve

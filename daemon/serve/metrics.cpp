@@ -1,0 +1,104 @@
+// Prometheus metrics.
+#include "daemon/serve/metrics.h"
+
+#include <algorithm>
+#include <limits>
+
+#include <fmt/format.h>
+
+namespace sx::daemon::serve {
+
+namespace {
+
+// Label values escape backslash, quote and newline.
+std::string label_value(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+std::string number(double v) { return fmt::format("{}", v); }
+
+void metric(std::string& out, const std::string& name, const char* type, const std::string& help,
+            const std::string& labels, double value) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{}{{{}}} {}\n", name, help, name, type, name, labels, number(value));
+}
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void Histogram::observe(double value) {
+  const auto it = std::lower_bound(bounds_.begin(), bounds_.end(), value);
+  ++counts_[static_cast<std::size_t>(it - bounds_.begin())];
+  sum_ += value;
+  ++count_;
+}
+
+std::string Histogram::render(const std::string& name, const std::string& help, const std::string& labels) const {
+  std::string out = fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+  std::uint64_t cumulative = 0;
+  for (std::size_t i = 0; i <= bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    const std::string le = i < bounds_.size() ? number(bounds_[i]) : "+Inf";
+    out += fmt::format("{}_bucket{{{},le=\"{}\"}} {}\n", name, labels, le, cumulative);
+  }
+  out += fmt::format("{}_sum{{{}}} {}\n{}_count{{{}}} {}\n", name, labels, number(sum_), name, labels, count_);
+  return out;
+}
+
+ServeMetrics::ServeMetrics()
+    : ttft({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+            80.0, 160.0, 640.0, 2560.0}),
+      itl({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}),
+      e2e({0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
+           960.0, 1920.0, 7680.0}) {}
+
+std::string ServeMetrics::render(const std::string& model_name, const engine::EngineStats& s, const Extra& extra) const {
+  const std::string labels = fmt::format("model_name=\"{}\"", label_value(model_name));
+  std::string out;
+  metric(out, "vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", labels,
+         static_cast<double>(s.running));
+  metric(out, "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", labels,
+         static_cast<double>(s.waiting));
+  metric(out, "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", labels, s.kv_usage);
+  metric(out, "vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.",
+         labels, static_cast<double>(s.prefix_queries));
+  metric(out, "vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.",
+         labels, static_cast<double>(s.prefix_hits));
+  metric(out, "vllm:num_preemptions_total", "counter", "Cumulative number of preemptions from the engine.", labels,
+         static_cast<double>(s.preemptions));
+  metric(out, "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", labels,
+         static_cast<double>(s.prompt_tokens));
+  metric(out, "vllm:generation_tokens_total", "counter", "Number of generation tokens processed.", labels,
+         static_cast<double>(s.generation_tokens));
+  out += "# HELP vllm:request_success_total Count of successfully processed requests.\n"
+         "# TYPE vllm:request_success_total counter\n";
+  out += fmt::format("vllm:request_success_total{{{},finished_reason=\"stop\"}} {}\n", labels, finished_stop);
+  out += fmt::format("vllm:request_success_total{{{},finished_reason=\"length\"}} {}\n", labels, finished_length);
+  out += fmt::format("vllm:request_success_total{{{},finished_reason=\"abort\"}} {}\n", labels, finished_abort);
+  out += ttft.render("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", labels);
+  out += itl.render("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", labels);
+  out += e2e.render("vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.", labels);
+  metric(out, "sextant_requests_failed_total", "counter", "Requests that ended with an engine error.", labels,
+         static_cast<double>(finished_error));
+  metric(out, "sextant_http_rejected_busy_total", "counter",
+         "Requests refused because the queue was full or the server was draining (429/503).", labels,
+         static_cast<double>(http_rejected_busy));
+  metric(out, "sextant_http_open_connections", "gauge", "Open HTTP connections.", labels,
+         static_cast<double>(extra.open_connections));
+  metric(out, "sextant_http_requests_total", "counter", "HTTP requests received.", labels,
+         static_cast<double>(extra.http_requests));
+  metric(out, "sextant_kv_cache_free_blocks", "gauge", "KV cache blocks with no request holding them.", labels,
+         static_cast<double>(s.kv_free_blocks));
+  return out;
+}
+
+}  // namespace sx::daemon::serve

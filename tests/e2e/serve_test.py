@@ -1,0 +1,489 @@
+#!/usr/bin/env python3
+"""`sextant serve` end to end, driven by clients nobody here wrote (the official OpenAI Python SDK,
+curl) and by raw sockets: the memorised text through the API, stream == non-stream, errors in
+OpenAI's shape, concurrency, malformed input, cancellation by disconnect, the admin socket, drain
+and shutdown. Usage: serve_test.py SEXTANT_BINARY MODELS_DIR README. Prints "N passed, N failed"."""
+import http.client
+import json
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+SEXTANT, MODELS, README = sys.argv[1], sys.argv[2], sys.argv[3]
+REF = json.load(open(os.path.join(MODELS, "reference.json")))
+MODEL = os.path.join(MODELS, "memorise-q8_0.gguf")
+NAME = "memorise-q8_0"
+results = []
+
+try:
+    import openai  # the official client, from the test-only virtual environment
+except ImportError:
+    openai = None
+
+
+CASES = []
+
+
+def case(fn):
+    CASES.append(fn)
+    return fn
+
+
+def run_cases():
+    only = os.environ.get("SX_SERVE_CASES", "").split(",") if os.environ.get("SX_SERVE_CASES") else None
+    for fn in CASES:
+        if only and fn.__name__ not in only:
+            continue
+        t0 = time.time()
+        try:
+            fn()
+            results.append((fn.__name__, None))
+            print(f"PASS {fn.__name__} ({time.time() - t0:.1f} s)", flush=True)
+        except Exception as e:  # noqa: BLE001 - report every failure and go on
+            results.append((fn.__name__, e))
+            print(f"FAIL {fn.__name__}: {type(e).__name__}: {e}", flush=True)
+
+
+class Daemon:
+    """A `sextant serve` process on an ephemeral port with its own admin socket."""
+
+    def __init__(self, *extra, max_num_seqs=32):
+        self.dir = tempfile.mkdtemp(prefix="sx-serve-")
+        self.socket = os.path.join(self.dir, "admin.sock")
+        self.log_path = os.path.join(self.dir, "serve.log")
+        self.log = open(self.log_path, "w+b")
+        args = [SEXTANT, "serve", "--model", MODEL, "--port", "0", "--admin-socket", self.socket, "-t", "2",
+                "--max-num-seqs", str(max_num_seqs), "--max-model-len", "512", "--set", "http.header_timeout_ms=2000",
+                *extra]
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        self.port = None
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            text = self.text()
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", text)
+            if m:
+                self.port = int(m.group(1))
+            if "serve: ready" in text:
+                break
+            if self.proc.poll() is not None:
+                raise AssertionError(f"serve exited {self.proc.returncode}:\n{text}")
+            time.sleep(0.05)
+        else:
+            raise AssertionError("serve did not become ready in 60 s:\n" + self.text())
+        self.base = f"http://127.0.0.1:{self.port}"
+
+    def text(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def ctl(self, *args, check=True):
+        p = subprocess.run([SEXTANT, "ctl", "--socket", self.socket, *args], capture_output=True, timeout=30)
+        if check and p.returncode != 0:
+            raise AssertionError(f"ctl {args}: {p.returncode} {p.stderr.decode(errors='replace')}")
+        return p
+
+    def status(self):
+        return json.loads(self.ctl("--json", "status").stdout)
+
+    def rss_kib(self):
+        for line in open(f"/proc/{self.proc.pid}/status"):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        return 0
+
+    def stop(self, sig=signal.SIGTERM, timeout=60):
+        """Sends `sig` (None: the daemon was told to shut down; only wait) and waits for the exit."""
+        if sig is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        rc = self.proc.wait(timeout=timeout)
+        text = self.text()
+        assert "still had open handles" not in text, text[-2000:]
+        return rc, text
+
+
+def post(port, path, body, headers=None, timeout=60):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    c.request("POST", path, body=json.dumps(body) if not isinstance(body, (bytes, str)) else body,
+              headers={"Content-Type": "application/json", **(headers or {})})
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, data
+
+
+def raw(port, data, read_timeout=5.0):
+    """Sends bytes, returns everything the server sends until it closes or goes quiet."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=read_timeout)
+    try:
+        s.sendall(data)
+        out = b""
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except socket.timeout:
+                break
+            if not chunk:
+                break
+            out += chunk
+        return out
+    finally:
+        s.close()
+
+
+def wait_idle(d, timeout=30):
+    """Waits until no request runs or waits and every KV block is free again."""
+    deadline = time.time() + timeout
+    st = None
+    while time.time() < deadline:
+        st = d.status()
+        q, kv = st["queue"], st["kv_cache"]
+        if q["running"] == 0 and q["waiting"] == 0 and kv["free_blocks"] == kv["total_blocks"] and st["in_flight"] == 0:
+            return st
+        time.sleep(0.1)
+    raise AssertionError(f"not idle after {timeout} s: {st}")
+
+
+D = Daemon()
+client = openai.OpenAI(base_url=D.base + "/v1", api_key="unused", max_retries=0) if openai else None
+
+
+@case
+def sdk_completion_reproduces_the_memorised_text():
+    assert client is not None, "the openai package is missing from the test environment (scripts/setup)"
+    r = client.completions.create(model=NAME, prompt=REF["prompt_text"], max_tokens=64, temperature=0,
+                                  extra_body={"ignore_eos": True})
+    text = r.choices[0].text
+    assert len(text) > 100 and REF["continuation_text"].startswith(text), repr(text[:80])
+    assert r.choices[0].finish_reason == "length", r.choices[0].finish_reason
+    assert r.usage.completion_tokens == 64 and r.usage.prompt_tokens == len(REF["prompt_ids"]), r.usage
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+
+
+@case
+def sdk_stream_equals_non_stream():
+    assert client is not None, "no openai package"
+    for kind in ("completion", "chat"):
+        for max_tokens in (1, 40):
+            if kind == "completion":
+                whole = client.completions.create(model=NAME, prompt=REF["prompt_text"], max_tokens=max_tokens,
+                                                  temperature=0)
+                parts, finish, usage = [], None, None
+                for ch in client.completions.create(model=NAME, prompt=REF["prompt_text"], max_tokens=max_tokens,
+                                                    temperature=0, stream=True, stream_options={"include_usage": True}):
+                    if ch.usage is not None:
+                        usage = ch.usage
+                    for c in ch.choices:
+                        parts.append(c.text)
+                        finish = c.finish_reason or finish
+                whole_text = whole.choices[0].text
+            else:
+                msgs = [{"role": "user", "content": "Alice was beginning to get"}]
+                whole = client.chat.completions.create(model=NAME, messages=msgs, max_tokens=max_tokens, temperature=0)
+                parts, finish, usage = [], None, None
+                for ch in client.chat.completions.create(model=NAME, messages=msgs, max_tokens=max_tokens,
+                                                         temperature=0, stream=True,
+                                                         stream_options={"include_usage": True}):
+                    if ch.usage is not None:
+                        usage = ch.usage
+                    for c in ch.choices:
+                        parts.append(c.delta.content or "")
+                        finish = c.finish_reason or finish
+                whole_text = whole.choices[0].message.content
+                assert whole.choices[0].message.role == "assistant"
+            assert "".join(parts) == whole_text, (kind, max_tokens, "".join(parts), whole_text)
+            assert finish == whole.choices[0].finish_reason, (finish, whole.choices[0].finish_reason)
+            assert usage is not None and usage.completion_tokens == whole.usage.completion_tokens, (usage, whole.usage)
+            assert usage.prompt_tokens == whole.usage.prompt_tokens
+
+
+@case
+def sdk_models_n_stop_logprobs_and_errors():
+    assert client is not None, "no openai package"
+    ids = [m.id for m in client.models.list().data]
+    assert ids == [NAME], ids
+    r = client.completions.create(model=NAME, prompt=REF["prompt_text"], max_tokens=30, temperature=0, n=2,
+                                  logprobs=2)
+    assert len(r.choices) == 2 and r.choices[0].text == r.choices[1].text, r.choices
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == r.usage.completion_tokens // 2 and len(lp.top_logprobs[0]) == 2, lp
+    assert all(v <= 0 for v in lp.token_logprobs)
+    # A stop string cuts the text before it; finish_reason "stop".
+    full = client.completions.create(model=NAME, prompt=REF["prompt_text"], max_tokens=30, temperature=0).choices[0].text
+    word = full.split()[3]
+    cut = client.completions.create(model=NAME, prompt=REF["prompt_text"], max_tokens=30, temperature=0, stop=[word])
+    assert cut.choices[0].text == full[:full.index(word)] and cut.choices[0].finish_reason == "stop", cut.choices[0]
+    c = client.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "Alice"}], max_tokens=5,
+                                       temperature=0, logprobs=True, top_logprobs=3)
+    assert len(c.choices[0].logprobs.content) == c.usage.completion_tokens
+    assert len(c.choices[0].logprobs.content[0].top_logprobs) == 3
+    try:
+        client.completions.create(model="no-such-model", prompt="x", max_tokens=2)
+        raise AssertionError("unknown model accepted")
+    except openai.NotFoundError as e:
+        assert e.status_code == 404 and "no-such-model" in str(e), e
+    try:
+        client.completions.create(model=NAME, prompt="x", max_tokens=2, temperature=7)
+        raise AssertionError("temperature 7 accepted")
+    except openai.BadRequestError as e:
+        assert e.status_code == 400 and "temperature" in str(e), e
+    try:
+        client.completions.create(model=NAME, prompt="x " * 600, max_tokens=2)
+        raise AssertionError("over-long prompt accepted")
+    except openai.BadRequestError as e:
+        assert "maximum context length is 512" in str(e), e
+
+
+@case
+def readme_curl_examples_work_as_written():
+    text = open(README, encoding="utf-8").read()
+    blocks = re.findall(r"```(?:bash|sh)\n(.*?)```", text, re.S)
+    cmds = [b for b in blocks if b.lstrip().startswith("curl ")]
+    assert len(cmds) >= 3, f"expected curl examples in the README, found {len(cmds)}"
+    for cmd in cmds:
+        cmd = cmd.strip().replace("localhost:8000", f"127.0.0.1:{D.port}")  # the test daemon's port
+        p = subprocess.run(["bash", "-c", cmd + " --fail -sS"], capture_output=True, timeout=60)
+        assert p.returncode == 0, (cmd, p.returncode, p.stderr.decode(errors="replace"))
+        out = p.stdout.decode(errors="replace")
+        assert ("data: [DONE]" in out) if "stream" in cmd else json.loads(out), out[:300]
+
+
+def generate(port, prompt, stream, max_tokens=12, conn=None):
+    body = {"model": NAME, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": stream}
+    own = conn is None
+    c = conn or http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    c.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    data = r.read().decode()
+    if own:
+        c.close()
+    assert r.status == 200, (r.status, data)
+    if not stream:
+        return json.loads(data)["choices"][0]["text"]
+    text = ""
+    for line in data.split("\n"):
+        if line.startswith("data: ") and line != "data: [DONE]":
+            for ch in json.loads(line[6:])["choices"]:
+                text += ch["text"]
+    assert data.rstrip().endswith("data: [DONE]"), data[-100:]
+    return text
+
+
+@case
+def two_hundred_keep_alive_connections_32_streaming():
+    prompts = [" ".join(REF["continuation_text"].split()[i:i + 3 + i % 5]) for i in range(8)]
+    expected = [generate(D.port, p, False) for p in prompts]
+    errors, outputs = [], {}
+    barrier = threading.Barrier(200)
+
+    def worker(i):
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", D.port, timeout=180)
+            barrier.wait(timeout=60)
+            got = [generate(D.port, prompts[(i + j) % 8], stream=(i < 32), conn=conn) for j in range(2)]
+            conn.close()
+            outputs[i] = got
+        except Exception as e:  # noqa: BLE001
+            errors.append((i, repr(e)))
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(200)]
+    t0 = time.time()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors, errors[:3]
+    assert len(outputs) == 200, len(outputs)
+    for i, got in outputs.items():
+        for j in range(2):
+            assert got[j] == expected[(i + j) % 8], (i, j, got[j], expected[(i + j) % 8])
+    assert time.time() - t0 < 300
+    wait_idle(D)
+
+
+# Each either breaks HTTP (the server answers and closes) or asks for "Connection: close" (so the
+# reader sees the end of the response without waiting for the keep-alive timeout).
+MALFORMED = [
+    b"GARBAGE\r\n\r\n",
+    b"GET / HTTP/9.9\r\n\r\n",
+    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+    b"GET /v1/models HTTP/1.1\r\nHost: x\r\n" + b"X-Big: " + b"a" * 40000 + b"\r\n\r\n",
+    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999\r\n\r\n",
+    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 9\r\n\r\n{not json",
+    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 2\r\n\r\n[]",
+    b"GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+]
+
+
+def malformed_body(i):
+    bodies = [
+        {"model": NAME, "prompt": 5},
+        {"model": NAME, "prompt": "x", "max_tokens": "ten"},
+        {"model": NAME, "prompt": "x", "bogus_field": 1},
+        {"model": "nope", "prompt": "x"},
+        {"prompt": "x"},
+        {"model": NAME, "messages": [{"role": "wizard", "content": "x"}]},
+        {"model": NAME, "prompt": "x", "stop": [1, 2]},
+        {"model": NAME, "prompt": "x", "n": 1000},
+        {"model": NAME, "prompt": [1, -5]},
+        {"model": NAME, "prompt": "x", "top_p": 0},
+    ]
+    return bodies[i % len(bodies)]
+
+
+@case
+def a_thousand_malformed_requests_then_a_valid_one():
+    expected_status = {0: 400, 1: 400, 2: 400, 3: 431, 4: 413, 5: 400, 6: 400, 7: 404}
+    rss0 = None
+    for i in range(1000):
+        if i == 200:
+            rss0 = D.rss_kib()
+        kind = i % 11
+        if kind < 8:
+            out = raw(D.port, MALFORMED[kind], read_timeout=5)
+            m = re.match(rb"HTTP/1\.[01] (\d+)", out)
+            assert m and int(m.group(1)) == expected_status[kind], (kind, out[:200])
+        elif kind < 10:
+            body = malformed_body(i)
+            path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
+            st, data = post(D.port, path, body)
+            assert 400 <= st < 500 and "error" in json.loads(data), (body, st, data)
+        else:
+            # Truncated body: announce more than is sent, then close; the server must not hang.
+            s = socket.create_connection(("127.0.0.1", D.port), timeout=5)
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"model\"")
+            s.close()
+    # Slow loris: a header trickling in slower than the header timeout is cut off.
+    s = socket.create_connection(("127.0.0.1", D.port), timeout=10)
+    s.sendall(b"GET /v1/models HTTP/1.1\r\n")
+    t0 = time.time()
+    closed = False
+    try:
+        while time.time() - t0 < 8:
+            s.sendall(b"X-A: b\r\n")
+            time.sleep(0.5)
+            s.settimeout(0.01)
+            try:
+                if s.recv(4096) == b"":
+                    closed = True
+                    break
+            except socket.timeout:
+                pass
+            except (ConnectionResetError, BrokenPipeError):
+                closed = True
+                break
+    except (ConnectionResetError, BrokenPipeError):
+        closed = True
+    s.close()
+    assert closed, "a slow-loris client was not cut off within 8 s (header timeout 2 s)"
+    assert generate(D.port, REF["prompt_text"], False, max_tokens=8)
+    growth = D.rss_kib() - rss0
+    assert growth < 16 * 1024, f"RSS grew by {growth} KiB over 800 malformed requests"
+
+
+@case
+def five_hundred_streams_cancelled_by_disconnect():
+    rng = random.Random(7)
+    body = json.dumps({"model": NAME, "prompt": REF["prompt_text"], "max_tokens": 200, "temperature": 0,
+                       "stream": True})
+    req = (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+           f"Content-Length: {len(body)}\r\n\r\n{body}").encode()
+    socks = []
+    for i in range(500):
+        s = socket.create_connection(("127.0.0.1", D.port), timeout=30)
+        s.sendall(req)
+        socks.append((s, rng.randint(0, 3000)))
+        if len(socks) >= 25:  # read a random amount from each, then drop the connection
+            for so, n in socks:
+                got = b""
+                so.settimeout(30)
+                while len(got) < n:
+                    chunk = so.recv(4096)
+                    if not chunk:
+                        break
+                    got += chunk
+                so.close()
+            socks = []
+    for so, _ in socks:
+        so.close()
+    st = wait_idle(D, timeout=60)
+    assert st["queue"]["running"] == 0 and st["kv_cache"]["free_blocks"] == st["kv_cache"]["total_blocks"], st
+    human = D.ctl("status").stdout.decode()
+    assert "running: 0" in human, human
+
+
+@case
+def admin_socket_is_private_and_answers():
+    mode = os.stat(D.socket).st_mode & 0o777
+    assert mode == 0o600, oct(mode)
+    st = D.status()
+    assert st["state"] == "ready" and st["model"] == NAME, st
+    plan = json.loads(D.ctl("--json", "plan").stdout)
+    assert "weights" in plan["plan"], plan
+    cfg = json.loads(D.ctl("--json", "config").stdout)
+    assert "max_num_seqs: 32" in cfg["yaml"], cfg
+    p = D.ctl("reload", check=False)
+    assert p.returncode == 1 and b"not supported yet" in p.stderr, p.stderr
+    if os.geteuid() == 0:  # another uid is refused (here by the socket's 0600 mode)
+        p = subprocess.run([SEXTANT, "ctl", "--socket", D.socket, "status"], capture_output=True, timeout=30,
+                           user=65534, group=65534)
+        assert p.returncode != 0 and p.stdout == b"", (p.returncode, p.stdout)
+
+
+@case
+def drain_then_shutdown_under_load_loses_nothing():
+    d = Daemon(max_num_seqs=8)
+    results_, errors = [], []
+
+    def worker(i):
+        try:
+            results_.append(generate(d.port, REF["prompt_text"], stream=(i % 2 == 0), max_tokens=60))
+        except Exception as e:  # noqa: BLE001
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    deadline = time.time() + 30
+    while d.status()["in_flight"] < 12 and time.time() < deadline:
+        time.sleep(0.02)
+    out = json.loads(d.ctl("--json", "drain").stdout)
+    assert out["state"] == "draining", out
+    st, data = post(d.port, "/v1/completions", {"model": NAME, "prompt": "x", "max_tokens": 2})
+    assert st == 503, (st, data)
+    health = http.client.HTTPConnection("127.0.0.1", d.port, timeout=10)
+    health.request("GET", "/health")
+    assert health.getresponse().status == 503
+    d.ctl("shutdown")
+    for t in threads:
+        t.join(timeout=120)
+    rc, text = d.stop(sig=None, timeout=120)
+    assert not errors, errors
+    assert len(results_) == 12 and all(r == results_[0] for r in results_), results_
+    assert rc == 0 and "serve: stopped (exit status 0)" in text, (rc, text[-1500:])
+
+
+@case
+def sigterm_exits_cleanly_and_startup_errors_name_the_phase():
+    rc, text = D.stop()
+    assert rc == 0 and "serve: stopped (exit status 0)" in text, (rc, text[-1500:])
+    p = subprocess.run([SEXTANT, "serve", "--model", "/nonexistent.gguf", "--port", "0", "--admin-socket",
+                        os.path.join(tempfile.mkdtemp(), "a.sock")], capture_output=True, timeout=60)
+    err = p.stderr.decode()
+    assert p.returncode == 1 and "failed in phase model check" in err and "/nonexistent.gguf" in err, err
+    p = subprocess.run([SEXTANT, "serve", "--model", MODEL, "--engine-typo", "1"], capture_output=True, timeout=60)
+    assert p.returncode == 2 and b"--engine-typo" in p.stderr, p.stderr
+
+
+run_cases()
+if D.proc.poll() is None:
+    D.stop(sig=signal.SIGKILL)
+failed = [n for n, e in results if e is not None]
+print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
+sys.exit(1 if failed else 0)
