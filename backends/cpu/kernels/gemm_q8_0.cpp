@@ -335,16 +335,26 @@ void run_gemm(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p, Panels
 
 }  // namespace
 
-void gemm_q8_0(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
-  // Plain Q8_0 rows: each task interleaves its panels of one k block into its own scratch.
-  const int threads = pool.size();
+namespace {
+
+// Per-thread scratch for the W panels of one task and k block (contiguous, so they stay together
+// in L2 while every x panel passes over them).
+std::vector<BlockQ8_0x16*> thread_panels(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
   const std::int64_t kc_max = std::min<std::int64_t>(p.k, ceil_div(kKC, kB) * kB);
   const std::int64_t panel_blocks = ceil_div(ceil_div(p.m, kMR) <= kStreamingXPanels ? p.k : kc_max, kB);
-  std::vector<BlockQ8_0x16*> wbuf(static_cast<std::size_t>(threads));
-  for (int t = 0; t < threads; ++t) {
+  std::vector<BlockQ8_0x16*> wbuf(static_cast<std::size_t>(pool.size()));
+  for (int t = 0; t < pool.size(); ++t) {
     wbuf[static_cast<std::size_t>(t)] = static_cast<BlockQ8_0x16*>(scratch.get(
         kSlotThread0 + t, sizeof(BlockQ8_0x16) * static_cast<std::size_t>(panel_blocks * kMaxPanelsPerTask)));
   }
+  return wbuf;
+}
+
+}  // namespace
+
+void gemm_q8_0(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
+  // Plain Q8_0 rows: each task interleaves its panels of one k block into its own scratch.
+  const std::vector<BlockQ8_0x16*> wbuf = thread_panels(pool, scratch, p);
   const auto* w = static_cast<const BlockQ8_0*>(p.w);
   const std::int64_t nb_row = p.k / kB;
   run_gemm(pool, scratch, p, [&](int thread, std::int64_t j0, std::int64_t j1, std::int64_t b0, std::int64_t nb) {
@@ -357,8 +367,21 @@ void gemm_q8_0(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
 void matmul_q8_0_r16(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
   const auto* w = static_cast<const BlockQ8_0x16*>(p.w);
   const std::int64_t nb_row = p.k / kB;
-  run_gemm(pool, scratch, p, [&](int, std::int64_t j0, std::int64_t, std::int64_t b0, std::int64_t) {
-    return std::pair<const BlockQ8_0x16*, std::int64_t>(w + j0 * nb_row + b0, nb_row);
+  if (ceil_div(p.m, kMR) <= kStreamingXPanels) {  // W streams once, in place
+    run_gemm(pool, scratch, p, [&](int, std::int64_t j0, std::int64_t, std::int64_t b0, std::int64_t) {
+      return std::pair<const BlockQ8_0x16*, std::int64_t>(w + j0 * nb_row + b0, nb_row);
+    });
+    return;
+  }
+  // Large m: the task's panels of one k block are copied together first (measured ~10% faster
+  // than reading them in place at their stride of a whole row of blocks).
+  const std::vector<BlockQ8_0x16*> wbuf = thread_panels(pool, scratch, p);
+  run_gemm(pool, scratch, p, [&](int thread, std::int64_t j0, std::int64_t j1, std::int64_t b0, std::int64_t nb) {
+    BlockQ8_0x16* dst = wbuf[static_cast<std::size_t>(thread)];
+    for (std::int64_t j = j0; j < j1; ++j) {
+      std::memcpy(dst + (j - j0) * nb, w + j * nb_row + b0, sizeof(BlockQ8_0x16) * static_cast<std::size_t>(nb));
+    }
+    return std::pair<const BlockQ8_0x16*, std::int64_t>(dst, nb);
   });
 }
 
