@@ -73,6 +73,12 @@ Result<ModelSession> open_session(const SessionOptions& o, engine::OpenedModel o
   dopts.threads = o.threads;
   if (o.memory_budget > 0) dopts.memory_budget = o.memory_budget;
   SX_ASSIGN_OR_RETURN(s.devices, engine::create_device_group(*backend, o.tp * o.pp, dopts));
+  auto phase = [&](std::string_view name, const std::string& detail) {
+    if (o.on_phase) o.on_phase(name, detail);
+  };
+  s.tp = o.tp;
+  s.pp = o.pp;
+  phase("devices", s.devices_summary());
 
   engine::ModelOptions mo;
   mo.max_batch_tokens = o.max_batch_tokens;
@@ -117,20 +123,22 @@ Result<ModelSession> open_session(const SessionOptions& o, engine::OpenedModel o
       weights += d.weights;
       workspace += d.workspace;
     }
-    std::fprintf(stderr, "memory plan: %.1f MB of weights and %.1f MB of workspace on %zu device(s), KV cache for "
-                         "%lld tokens (%lld request(s) of %lld); fits in %s of memory x %.2g\n",
-                 static_cast<double>(weights) / 1e6, static_cast<double>(workspace) / 1e6, plan.devices.size(),
-                 static_cast<long long>(mo.kv.usable_tokens()), static_cast<long long>(o.max_seqs),
-                 static_cast<long long>(ctx), engine::gib(budgets.size() * budgets[0].capacity_bytes).c_str(),
-                 o.memory_utilization);
+    s.plan_summary = fmt::format(
+        "{:.1f} MB of weights and {:.1f} MB of workspace on {} device(s), KV cache for {} tokens ({} request(s) of {}); "
+        "fits in {} of memory x {:.2g}",
+        static_cast<double>(weights) / 1e6, static_cast<double>(workspace) / 1e6, plan.devices.size(),
+        mo.kv.usable_tokens(), o.max_seqs, ctx, engine::gib(budgets.size() * budgets[0].capacity_bytes),
+        o.memory_utilization);
+    if (!o.on_phase) std::fprintf(stderr, "memory plan: %s\n", s.plan_summary.c_str());
   }
+  if (!s.plan_summary.empty()) phase("plan", s.plan_summary);
   SX_ASSIGN_OR_RETURN(s.model, engine::Qwen2Model::load(*s.opened.file, c, *backend, s.devices.devices, po, mo));
   return s;
 }
 
 std::string ModelSession::devices_summary() const {
   if (devices.devices.size() == 1) return devices.devices[0]->info().name;
-  std::string out = fmt::format("{} devices (tp {} x pp {}):", devices.devices.size(), model->tp(), model->pp());
+  std::string out = fmt::format("{} devices (tp {} x pp {}):", devices.devices.size(), tp, pp);
   for (const hal::Device* d : devices.devices) out += (d == devices.devices[0] ? " " : ", ") + d->info().name;
   return out;
 }

@@ -2,6 +2,10 @@
 // the steps that open the model (checked before any device memory), create the device and load it.
 #pragma once
 
+#include <functional>
+#include <string>
+#include <string_view>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,14 +35,19 @@ struct SessionOptions {
   double memory_utilization = 0.9;
   std::uint64_t memory_budget = 0;  // CPU: bytes the devices may use (0: system memory)
   bool verbose = false;             // print the memory plan per device and layer
+  // Called as each step of open_session succeeds: ("devices", "cpu:0 (2 threads)"), ("plan", the
+  // one-line summary), ("load", ...). Unset: the plan summary goes to stderr.
+  std::function<void(std::string_view phase, const std::string& detail)> on_phase;
 };
 
 struct ModelSession {
   engine::OpenedModel opened;
   engine::DeviceGroup devices;  // tp x pp devices, rank order
   std::unique_ptr<engine::Qwen2Model> model;
-  std::string plan_text;  // the memory plan as printed by `sextant plan --verbose` (empty if none)
+  std::string plan_text;     // the memory plan as printed by `sextant plan --verbose` (empty if none)
+  std::string plan_summary;  // its one-line summary
   std::int64_t context_tokens = 0, max_seqs = 0;
+  int tp = 1, pp = 1;
   // "cpu:0 (2 threads)" or "6 devices (tp 6 x pp 1): cpu:0 (1 threads), ..."
   std::string devices_summary() const;
 };

@@ -278,17 +278,16 @@ void Daemon::load_in_background() {
     so.block_size = config_.engine.block_size;
     so.memory_utilization = config_.engine.memory_utilization;
     so.memory_budget = config_.engine.memory_budget.value_or(0);
-    phase = "devices, plan and load";
+    phase = "devices";
+    so.on_phase = [&](std::string_view done, const std::string& detail) {
+      log_info("serve: phase {}: ok ({})", done, detail);
+      phase = done == "devices" ? "plan" : "load";
+    };
     auto session = open_session(so, std::move(opened).value());
-    if (!session.ok()) {
-      // The plan's refusal names itself; everything else is devices or loading.
-      const bool plan = session.status().message().rfind("memory plan", 0) == 0;
-      phase = plan ? "plan" : "devices/load";
-      return fail(session.status());
-    }
+    if (!session.ok()) return fail(session.status());
     l.session = std::make_unique<ModelSession>(std::move(session).value());
-    log_info("serve: phase load: ok ({}; KV cache for {} requests of {} tokens)", l.session->devices_summary(),
-             l.session->max_seqs, l.session->context_tokens);
+    log_info("serve: phase load: ok ({} MB of weights; KV cache for {} requests of {} tokens)",
+             l.session->model->weight_bytes() / 1000000, l.session->max_seqs, l.session->context_tokens);
     phase = "warm-up";
     engine::EngineConfig ec;
     ec.scheduler.max_num_batched_tokens = l.session->model->options().max_batch_tokens;
@@ -631,7 +630,10 @@ json Daemon::status_json() {
          {"uptime_s", std::chrono::duration<double>(Clock::now() - start_clock_).count()},
          {"http", fmt::format("http://{}:{}", config_.http.host, http_ ? http_->bound_port() : 0)},
          {"in_flight", active_.size()}};
-  if (session_) s["devices"] = session_->devices_summary();
+  if (session_) {
+    s["devices"] = session_->devices_summary();
+    s["plan"] = session_->plan_summary;
+  }
   if (service_) {
     const engine::EngineStats es = service_->stats();
     s["queue"] = json{{"running", es.running}, {"waiting", es.waiting}};

@@ -437,6 +437,30 @@ def admin_socket_is_private_and_answers():
 
 
 @case
+def api_keys_guard_v1_but_not_health():
+    d = Daemon("--api-key", "k-one", "--api-key", "k-two", max_num_seqs=4)
+    try:
+        for key in ("k-one", "k-two"):
+            c = openai.OpenAI(base_url=d.base + "/v1", api_key=key, max_retries=0)
+            assert c.models.list().data[0].id == NAME
+        try:
+            openai.OpenAI(base_url=d.base + "/v1", api_key="wrong", max_retries=0).completions.create(
+                model=NAME, prompt="x", max_tokens=1)
+            raise AssertionError("a wrong key was accepted")
+        except openai.AuthenticationError as e:
+            assert e.status_code == 401, e
+        st, data = post(d.port, "/v1/completions", {"model": NAME, "prompt": "x", "max_tokens": 1})
+        assert st == 401 and json.loads(data)["error"]["code"] == "invalid_api_key", (st, data)
+        h = http.client.HTTPConnection("127.0.0.1", d.port, timeout=10)
+        h.request("GET", "/health")
+        assert h.getresponse().status == 200
+        assert "k-one" not in d.ctl("--json", "config").stdout.decode()  # keys are redacted
+    finally:
+        rc, _ = d.stop()
+    assert rc == 0, rc
+
+
+@case
 def drain_then_shutdown_under_load_loses_nothing():
     d = Daemon(max_num_seqs=8)
     results_, errors = [], []
