@@ -180,7 +180,7 @@ struct Parser {
       r.prompt_text = p->get<std::string>();
       return true;
     }
-    if (p->is_array() && !p->empty() && (*p)[0].is_string()) {
+    if (p->is_array() && !p->empty() && ((*p)[0].is_string() || (p == &v && (*p)[0].is_array()))) {
       return fail("prompt", "'prompt' holds several prompts: send one prompt per request (use n for several completions)");
     }
     if (!p->is_array() || p->empty()) {
@@ -196,6 +196,29 @@ struct Parser {
     return true;
   }
 };
+
+bool known_field(Endpoint endpoint, std::string_view key) {
+  static constexpr std::string_view kCommon[] = {
+      "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
+      "repetition_penalty", "seed", "stop", "n", "stream", "stream_options", "user", "ignore_eos", "logprobs",
+      "logit_bias", "response_format", "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls",
+      "store", "metadata", "service_tier"};
+  static constexpr std::string_view kChat[] = {"messages", "max_completion_tokens", "top_logprobs"};
+  static constexpr std::string_view kCompletion[] = {"prompt", "echo", "best_of", "suffix"};
+  for (std::string_view k : kCommon) {
+    if (k == key) return true;
+  }
+  if (endpoint == Endpoint::kChat) {
+    for (std::string_view k : kChat) {
+      if (k == key) return true;
+    }
+  } else {
+    for (std::string_view k : kCompletion) {
+      if (k == key) return true;
+    }
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -215,12 +238,13 @@ std::optional<GenerateRequest> parse_request(Endpoint endpoint, std::string_view
   r.endpoint = endpoint;
   const bool chat = endpoint == Endpoint::kChat;
   bool has_model = false, has_input = false, logprobs_flag = false;
-  std::optional<std::int64_t> top_logprobs;
+  std::optional<std::int64_t> top_logprobs, max_completion_tokens;
   const json* stream_options = nullptr;
   std::int64_t v = 0;
   for (const auto& [key, val] : doc.items()) {
     bool ok = true;
-    if (val.is_null() && key != "messages" && key != "prompt" && key != "model") continue;  // null = not given
+    // null = not given, for the fields this endpoint knows (an unknown field is an error either way).
+    if (val.is_null() && key != "messages" && key != "prompt" && key != "model" && known_field(endpoint, key)) continue;
     if (key == "model") {
       ok = ps.get_string(val, key, r.model);
       has_model = true;
@@ -232,7 +256,8 @@ std::optional<GenerateRequest> parse_request(Endpoint endpoint, std::string_view
       has_input = true;
     } else if (key == "max_tokens" || (chat && key == "max_completion_tokens")) {
       ok = ps.get_int(val, key, 1, std::numeric_limits<std::int32_t>::max(), v);
-      if (ok) r.max_tokens = v;
+      if (ok && key == "max_tokens") r.max_tokens = v;
+      if (ok && key == "max_completion_tokens") max_completion_tokens = v;
     } else if (key == "temperature") {
       ok = ps.get_number(val, key, 0.0, 2.0, false, r.sampling.temperature);
     } else if (key == "top_p") {
@@ -278,7 +303,8 @@ std::optional<GenerateRequest> parse_request(Endpoint endpoint, std::string_view
     } else if (key == "logit_bias") {
       if (!val.is_object() || !val.empty()) ok = ps.fail(key, "'logit_bias' is not supported");
     } else if (key == "response_format") {
-      if (!val.is_object() || val.value("type", "") != "text" || val.size() != 1) {
+      const auto type = val.is_object() ? val.find("type") : val.end();
+      if (!val.is_object() || val.size() != 1 || type == val.end() || *type != "text") {
         ok = ps.fail(key, "'response_format' other than {\"type\": \"text\"} is not supported");
       }
     } else if (key == "tools" || key == "tool_choice" || key == "functions" || key == "function_call" ||
@@ -320,6 +346,7 @@ std::optional<GenerateRequest> parse_request(Endpoint endpoint, std::string_view
       }
     }
   }
+  if (max_completion_tokens) r.max_tokens = max_completion_tokens;  // the newer name wins, as in vLLM
   if (chat) {
     if (top_logprobs && !logprobs_flag) {
       ps.fail("top_logprobs", "'top_logprobs' requires \"logprobs\": true");

@@ -107,7 +107,8 @@ std::string completion_body(const GenerateRequest& r, const ResponseId& id, cons
 
 std::string chunk_json(const GenerateRequest& r, const ResponseId& id, std::int64_t index, bool first,
                        const std::string& text, const std::vector<engine::TokenLogprob>& logprobs,
-                       const std::string& finish_reason, const tokenizer::Tokenizer& tok) {
+                       const std::string& finish_reason, const tokenizer::Tokenizer& tok,
+                       std::int64_t token_bytes_before) {
   json body = envelope(r, id, true);
   json choice{{"index", index}, {"finish_reason", null_or(finish_reason)}};
   const bool want_logprobs = r.top_logprobs >= 0 && !logprobs.empty();
@@ -118,9 +119,11 @@ std::string chunk_json(const GenerateRequest& r, const ResponseId& id, std::int6
     choice["delta"] = std::move(delta);
     choice["logprobs"] = want_logprobs ? chat_logprobs(tok, logprobs) : json(nullptr);
   } else {
-    const std::string prefix = first ? echo_prefix(r, tok) : std::string();
-    choice["text"] = prefix + text;
-    choice["logprobs"] = want_logprobs ? completion_logprobs(tok, logprobs, 0) : json(nullptr);
+    const std::string prefix = echo_prefix(r, tok);
+    choice["text"] = first ? prefix + text : text;
+    choice["logprobs"] = want_logprobs ? completion_logprobs(tok, logprobs, static_cast<std::int64_t>(prefix.size()) +
+                                                                               token_bytes_before)
+                                       : json(nullptr);
   }
   body["choices"] = json::array({std::move(choice)});
   if (r.include_usage) body["usage"] = nullptr;

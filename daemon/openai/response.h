@@ -49,10 +49,13 @@ std::string completion_body(const GenerateRequest& request, const ResponseId& id
 
 // The JSON of one stream chunk for choice `index`: new text and logprobs (chat: the first chunk of a
 // choice carries the role), or the finish reason (empty = not finished). `usage` is null in every
-// chunk when include_usage is set, as OpenAI sends it.
+// chunk when include_usage is set, as OpenAI sends it. `token_bytes_before`: the bytes of this
+// choice's tokens sent in earlier chunks (completions logprobs' text_offset continues from there,
+// after the echoed prompt).
 std::string chunk_json(const GenerateRequest& request, const ResponseId& id, std::int64_t index, bool first,
                        const std::string& text, const std::vector<engine::TokenLogprob>& logprobs,
-                       const std::string& finish_reason, const tokenizer::Tokenizer& tok);
+                       const std::string& finish_reason, const tokenizer::Tokenizer& tok,
+                       std::int64_t token_bytes_before = 0);
 // The last chunk when include_usage is set: no choices, the usage of the whole request.
 std::string usage_chunk_json(const GenerateRequest& request, const ResponseId& id, const Usage& usage);
 
