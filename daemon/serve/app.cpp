@@ -42,6 +42,9 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
+// Stream bytes a client may leave unread before its request is cancelled.
+constexpr std::size_t kMaxStreamQueuedBytes = 4u << 20;
+
 enum class State { kLoading, kReady, kDraining, kStopping };
 
 std::string_view state_name(State s) {
@@ -77,6 +80,7 @@ struct Active {
   std::vector<std::uint64_t> engine_ids;
   std::vector<openai::Choice> choices;
   std::vector<bool> done, started;
+  std::vector<std::int64_t> token_bytes_sent;  // per choice, for streamed logprobs' text_offset
   std::vector<Clock::time_point> last_token;
   std::size_t remaining = 0;
   openai::Usage usage;
@@ -106,6 +110,20 @@ bool constant_time_equal(std::string_view a, std::string_view b) {
   return diff == 0 && !b.empty();
 }
 
+class Daemon;
+
+// A request whose prompt is being rendered and tokenized on libuv's thread pool.
+struct TokenizeWork {
+  uv_work_t req;
+  Daemon* self = nullptr;
+  const tokenizer::Tokenizer* tok = nullptr;
+  openai::GenerateRequest request;
+  http::ResponderPtr responder;
+  std::vector<std::int32_t> prompt;      // out
+  std::optional<openai::ApiError> error;  // out
+  void run();  // thread pool
+};
+
 class Daemon {
  public:
   explicit Daemon(const config::ServeConfig& config)
@@ -126,6 +144,9 @@ class Daemon {
   bool authorized(const http::Request& request, const http::ResponderPtr& responder);
   void send_error(const http::ResponderPtr& r, const openai::ApiError& e);
   void handle_generate(openai::Endpoint endpoint, http::Request request, http::ResponderPtr responder);
+  friend struct TokenizeWork;
+  // Loop thread, after the prompt was tokenized (status: the work request's, UV_ECANCELED if cancelled).
+  void start_generate(TokenizeWork work, int status);
   void on_event(EngineEvent e);
   void complete(Active& a);
   json status_json();
@@ -142,6 +163,7 @@ class Daemon {
   uv_loop_t loop_{};
   State state_ = State::kLoading;
   bool shutdown_requested_ = false;
+  bool drain_requested_ = false;  // an admin drain that arrived while loading
   bool closing_ = false;
   int exit_code_ = 0;
   int sigint_count_ = 0;
@@ -267,8 +289,17 @@ void Daemon::load_in_background() {
     if (!opened.ok()) return fail(opened.status());
     log_info("serve: phase model check: ok ({}, {} layers, context {})", config_.model.path, opened->config.n_layers,
              opened->config.context_length);
+    phase = "devices";
+    if (!config_.model.devices.empty()) {
+      return fail(unimplemented_error("model.devices: choosing device indexes is not supported yet; the ranks take "
+                                      "the backend's first tp x pp devices (remove model.devices)"));
+    }
     SessionOptions so;
-    so.backend = config_.model.backend == "auto" ? "cpu" : config_.model.backend;
+    so.backend = config_.model.backend;
+    if (so.backend == "auto") {
+      so.backend = "cpu";  // the one backend with the whole op set so far
+      log_info("serve: backend auto: using cpu");
+    }
     so.threads = static_cast<int>(config_.model.threads);
     so.tp = static_cast<int>(config_.model.tp);
     so.pp = static_cast<int>(config_.model.pp);
@@ -278,17 +309,16 @@ void Daemon::load_in_background() {
     so.block_size = config_.engine.block_size;
     so.memory_utilization = config_.engine.memory_utilization;
     so.memory_budget = config_.engine.memory_budget.value_or(0);
-    phase = "devices";
     so.on_phase = [&](std::string_view done, const std::string& detail) {
       log_info("serve: phase {}: ok ({})", done, detail);
-      phase = done == "devices" ? "plan" : "load";
+      phase = done == "devices" ? "plan or load" : "load";
     };
     auto session = open_session(so, std::move(opened).value());
     if (!session.ok()) return fail(session.status());
     l.session = std::make_unique<ModelSession>(std::move(session).value());
     log_info("serve: phase load: ok ({} MB of weights; KV cache for {} requests of {} tokens)",
              l.session->model->weight_bytes() / 1000000, l.session->max_seqs, l.session->context_tokens);
-    phase = "warm-up";
+    phase = "engine";
     engine::EngineConfig ec;
     ec.scheduler.max_num_batched_tokens = l.session->model->options().max_batch_tokens;
     ec.scheduler.max_num_seqs = config_.engine.max_num_seqs;
@@ -297,6 +327,7 @@ void Daemon::load_in_background() {
     auto eng = engine::Engine::create(*l.session->model, *l.session->opened.tokenizer, ec);
     if (!eng.ok()) return fail(eng.status());
     l.engine = std::move(eng).value();
+    phase = "warm-up";
     // One token through every layer: the first client does not pay for first-touch costs.
     engine::RequestOptions wo;
     wo.max_tokens = 1;
@@ -330,8 +361,9 @@ void Daemon::on_loaded(Loaded l) {
     maybe_finish_shutdown();
     return;
   }
-  state_ = State::kReady;
-  log_info("serve: ready: model '{}' at http://{}:{}/v1 (admin: {})", model_name_, config_.http.host,
+  state_ = drain_requested_ ? State::kDraining : State::kReady;
+  log_info("serve: {}: model '{}' at http://{}:{}/v1 (admin: {})", drain_requested_ ? "ready but draining" : "ready",
+           model_name_, config_.http.host,
            http_ ? http_->bound_port() : 0, config_.admin.socket);
 }
 
@@ -423,37 +455,83 @@ void Daemon::handle_generate(openai::Endpoint endpoint, http::Request request, h
     ++metrics_.http_rejected_busy;
     return send_error(responder, err);
   }
-  const engine::EngineStats stats = service_->stats();
-  if (stats.waiting >= config_.http.max_queued_requests) {
+  // Engine requests that cannot run yet: beyond max_num_seqs (counted here; the engine's own
+  // figures lag by a step, and a burst arrives within one).
+  std::int64_t outstanding = 0;
+  for (const auto& [k, act] : active_) outstanding += static_cast<std::int64_t>(act->remaining);
+  const std::int64_t waiting = std::max<std::int64_t>(0, outstanding - config_.engine.max_num_seqs);
+  if (waiting + req.n > config_.http.max_queued_requests) {
     err.status = 429;
     err.type = "rate_limit_error";
-    err.message = fmt::format("{} requests are already waiting (http.max_queued_requests); retry later", stats.waiting);
+    err.message = fmt::format("{} requests are already waiting (http.max_queued_requests = {}); retry later", waiting,
+                              config_.http.max_queued_requests);
     ++metrics_.http_rejected_busy;
     return send_error(responder, err);
   }
 
-  // The prompt's tokens.
-  const tokenizer::Tokenizer& tok = *session_->opened.tokenizer;
-  std::vector<std::int32_t> prompt;
-  if (endpoint == openai::Endpoint::kChat) {
+  // The chat template and the tokenizer run on libuv's thread pool (a long prompt takes a while);
+  // start_generate continues on the loop thread.
+  auto work = std::make_unique<TokenizeWork>();
+  work->self = this;
+  work->tok = session_->opened.tokenizer.get();
+  work->request = std::move(req);
+  work->responder = std::move(responder);
+  work->req.data = work.get();
+  const int rc = uv_queue_work(
+      &loop_, &work->req, [](uv_work_t* w) { static_cast<TokenizeWork*>(w->data)->run(); },
+      [](uv_work_t* w, int status) {
+        std::unique_ptr<TokenizeWork> owned(static_cast<TokenizeWork*>(w->data));
+        owned->self->start_generate(std::move(*owned), status);
+      });
+  if (rc != 0) {
+    err.status = 500;
+    err.type = "internal_error";
+    err.message = fmt::format("cannot queue the request: {}", uv_strerror(rc));
+    return send_error(work->responder, err);
+  }
+  (void)work.release();  // owned by the work request until its after-work callback
+}
+
+void TokenizeWork::run() {
+  const openai::GenerateRequest& req = request;
+  if (req.endpoint == openai::Endpoint::kChat) {
     auto text = tokenizer::render_chatml_checked(req.messages);
     if (!text.ok()) {
-      err.param = "messages";
-      err.message = text.status().message();
-      return send_error(responder, err);
+      error = openai::ApiError{};
+      error->param = "messages";
+      error->message = text.status().message();
+      return;
     }
-    prompt = tok.encode(*text);
+    prompt = tok->encode(*text);
   } else if (req.prompt_is_ids) {
     prompt = req.prompt_ids;
     for (std::size_t i = 0; i < prompt.size(); ++i) {
-      if (prompt[i] >= tok.vocab_size()) {
-        err.param = fmt::format("prompt[{}]", i);
-        err.message = fmt::format("token id {} is outside the vocabulary of {}", prompt[i], tok.vocab_size());
-        return send_error(responder, err);
+      if (prompt[i] >= tok->vocab_size()) {
+        error = openai::ApiError{};
+        error->param = fmt::format("prompt[{}]", i);
+        error->message = fmt::format("token id {} is outside the vocabulary of {}", prompt[i], tok->vocab_size());
+        return;
       }
     }
   } else {
-    prompt = tok.encode(req.prompt_text);
+    prompt = tok->encode(req.prompt_text);
+  }
+}
+
+void Daemon::start_generate(TokenizeWork w, int status) {
+  http::ResponderPtr responder = std::move(w.responder);
+  openai::GenerateRequest& req = w.request;
+  const openai::Endpoint endpoint = req.endpoint;
+  std::vector<std::int32_t> prompt = std::move(w.prompt);
+  if (responder->closed()) return;  // the client left while its prompt was tokenized
+  openai::ApiError err;
+  if (w.error) return send_error(responder, *w.error);
+  if (status != 0 || state_ != State::kReady) {
+    err.status = 503;
+    err.type = "service_unavailable";
+    err.message = "the server is draining and accepts no new requests";
+    ++metrics_.http_rejected_busy;
+    return send_error(responder, err);
   }
   const auto n_prompt = static_cast<std::int64_t>(prompt.size());
   const std::int64_t max_prompt = config_.limits.max_prompt_tokens > 0
@@ -467,10 +545,15 @@ void Daemon::handle_generate(openai::Endpoint endpoint, http::Request request, h
   if (n_prompt > max_prompt || (req.max_tokens && n_prompt + *req.max_tokens > max_model_len_)) {
     err.param = n_prompt > max_prompt ? (endpoint == openai::Endpoint::kChat ? "messages" : "prompt") : "max_tokens";
     err.code = "context_length_exceeded";
-    err.message = fmt::format(
-        "This model's maximum context length is {} tokens. However, you requested {} tokens ({} in the prompt, {} for "
-        "the completion). Please reduce the length of the prompt or the completion.",
-        max_model_len_, n_prompt + req.max_tokens.value_or(0), n_prompt, req.max_tokens.value_or(0));
+    if (n_prompt > max_prompt && max_prompt < max_model_len_ - 1) {
+      err.message = fmt::format("The prompt has {} tokens; this server accepts at most {} (limits.max_prompt_tokens).",
+                                n_prompt, max_prompt);
+    } else {
+      err.message = fmt::format(
+          "This model's maximum context length is {} tokens. However, you requested {} tokens ({} in the prompt, {} "
+          "for the completion). Please reduce the length of the prompt or the completion.",
+          max_model_len_, n_prompt + req.max_tokens.value_or(0), n_prompt, req.max_tokens.value_or(0));
+    }
     return send_error(responder, err);
   }
 
@@ -484,6 +567,7 @@ void Daemon::handle_generate(openai::Endpoint endpoint, http::Request request, h
   a->choices.resize(n);
   a->done.assign(n, false);
   a->started.assign(n, false);
+  a->token_bytes_sent.assign(n, 0);
   a->last_token.assign(n, a->arrival);
   a->remaining = n;
   a->usage.prompt_tokens = n_prompt;
@@ -553,10 +637,21 @@ void Daemon::on_event(EngineEvent e) {
   openai::Choice& choice = a.choices[e.choice];
   const bool stream = a.request.stream && a.responder != nullptr && !a.cancelled;
   const tokenizer::Tokenizer& tok = *session_->opened.tokenizer;
+  if (stream && a.responder->queued_bytes() > kMaxStreamQueuedBytes) {
+    // The client does not read its stream: stop generating for it rather than buffer without end.
+    log_warn("serve: {}: the client is not reading its stream ({} bytes queued): cancelled", a.id.id,
+             a.responder->queued_bytes());
+    a.cancelled = true;
+    for (std::uint64_t id : a.engine_ids) service_->cancel(id);
+  }
   if (!ev.text.empty() || !ev.logprobs.empty()) {
-    if (stream) {
+    if (stream && !a.cancelled) {
       a.responder->write_chunk(openai::sse(openai::chunk_json(a.request, a.id, static_cast<std::int64_t>(e.choice),
-                                                              !a.started[e.choice], ev.text, ev.logprobs, "", tok)));
+                                                              !a.started[e.choice], ev.text, ev.logprobs, "", tok,
+                                                              a.token_bytes_sent[e.choice])));
+      for (const engine::TokenLogprob& lp : ev.logprobs) {
+        a.token_bytes_sent[e.choice] += static_cast<std::int64_t>(tok.token_bytes(lp.token).size());
+      }
     } else {
       choice.text += ev.text;
       choice.logprobs.insert(choice.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
@@ -666,6 +761,7 @@ void Daemon::handle_admin(const json& request, admin::Reply reply) {
     return reply(json{{"state", state_name(state_)}, {"in_flight", active_.size()}});
   }
   if (cmd == "resume") {
+    drain_requested_ = false;
     if (state_ == State::kDraining && !shutdown_requested_) state_ = State::kReady;
     if (state_ != State::kReady) {
       return reply(failed_precondition_error("cannot resume while {}", state_name(state_)));
@@ -689,7 +785,9 @@ void Daemon::begin_drain(bool then_shutdown) {
   if (then_shutdown) shutdown_requested_ = true;
   if (state_ == State::kReady) state_ = State::kDraining;
   if (state_ == State::kLoading) {
-    if (then_shutdown) log_info("serve: shutdown requested while loading: stopping once the load ends");
+    drain_requested_ = true;
+    log_info("serve: {} requested while loading: it applies once the load ends (a second SIGINT exits at once)",
+             then_shutdown ? "shutdown" : "drain");
     return;
   }
   log_info("serve: draining ({} request(s) in flight){}", active_.size(), then_shutdown ? ", then stopping" : "");

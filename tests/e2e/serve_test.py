@@ -461,6 +461,31 @@ def api_keys_guard_v1_but_not_health():
 
 
 @case
+def a_full_queue_answers_429_and_the_rest_complete():
+    d = Daemon("--set", "http.max_queued_requests=2", max_num_seqs=1)
+    statuses, lock = [], threading.Lock()
+
+    def worker():
+        st, _ = post(d.port, "/v1/completions", {"model": NAME, "prompt": REF["prompt_text"], "max_tokens": 150,
+                                                 "temperature": 0, "ignore_eos": True})
+        with lock:
+            statuses.append(st)
+
+    try:
+        threads = [threading.Thread(target=worker) for _ in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert len(statuses) == 12 and set(statuses) <= {200, 429}, statuses
+        assert statuses.count(429) >= 1 and statuses.count(200) >= 3, statuses
+        wait_idle(d)
+    finally:
+        rc, _ = d.stop()
+    assert rc == 0, rc
+
+
+@case
 def drain_then_shutdown_under_load_loses_nothing():
     d = Daemon(max_num_seqs=8)
     results_, errors = [], []
