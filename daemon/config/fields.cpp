@@ -352,6 +352,7 @@ std::vector<Field> build_fields() {
   v.push_back(int_field("http.body_timeout_ms", SX_AT(http.body_timeout_ms), 1, kMaxInt));
   v.push_back(int_field("http.keepalive_timeout_ms", SX_AT(http.keepalive_timeout_ms), 1, kMaxInt));
   v.push_back(int_field("http.max_queued_requests", SX_AT(http.max_queued_requests), 1, 1 << 20));
+  v.push_back(int_field("http.drain_timeout_ms", SX_AT(http.drain_timeout_ms), 0, kMaxInt));
   // admin
   v.push_back(string_field("admin.socket", SX_AT(admin.socket), /*allow_empty=*/false));
   v.push_back(mode_field("admin.mode", SX_AT(admin.mode)));

@@ -154,6 +154,8 @@ class Daemon {
 
   void begin_drain(bool then_shutdown);
   void maybe_finish_shutdown();
+  // Answers every request still in flight with 503 (or an error event on a stream) and cancels it.
+  void end_in_flight();
   void close_everything();
 
   config::ServeConfig config_;
@@ -171,6 +173,7 @@ class Daemon {
   std::unique_ptr<http::Server> http_;
   std::unique_ptr<admin::AdminServer> admin_;
   std::vector<loop::Signal> signals_;
+  loop::Timer drain_timer_;  // shutdown: ends what is still in flight after http.drain_timeout_ms
   std::unique_ptr<loop::AsyncQueue<Loaded>> loaded_queue_;
   std::unique_ptr<loop::AsyncQueue<EngineEvent>> events_;
   std::thread loader_;
@@ -791,7 +794,37 @@ void Daemon::begin_drain(bool then_shutdown) {
     return;
   }
   log_info("serve: draining ({} request(s) in flight){}", active_.size(), then_shutdown ? ", then stopping" : "");
+  if (then_shutdown && config_.http.drain_timeout_ms > 0 && !drain_timer_.valid() && !active_.empty()) {
+    auto timer = loop::Timer::create(&loop_);
+    if (timer.ok()) {
+      drain_timer_ = std::move(timer).value();
+      (void)drain_timer_.start(static_cast<std::uint64_t>(config_.http.drain_timeout_ms), 0, [this] { end_in_flight(); });
+    }
+  }
   maybe_finish_shutdown();
+}
+
+void Daemon::end_in_flight() {
+  log_warn("serve: http.drain_timeout_ms ({} ms) passed: ending {} request(s) still in flight",
+           config_.http.drain_timeout_ms, active_.size());
+  openai::ApiError err;
+  err.status = 503;
+  err.type = "service_unavailable";
+  err.message = "the server is shutting down (http.drain_timeout_ms passed before this request finished)";
+  for (auto& [key, a] : active_) {
+    if (a->cancelled) continue;
+    a->cancelled = true;
+    if (a->responder && !a->responder->finished()) {
+      if (a->responder->streaming()) {
+        a->responder->write_chunk(openai::sse(openai::error_body(err)));
+        a->responder->write_chunk("data: [DONE]\n\n");
+        a->responder->end_stream();
+      } else {
+        send_error(a->responder, err);
+      }
+    }
+    for (std::uint64_t id : a->engine_ids) service_->cancel(id);  // their final events erase the entry
+  }
 }
 
 void Daemon::maybe_finish_shutdown() {
@@ -806,6 +839,7 @@ void Daemon::close_everything() {
   if (http_) http_->stop([] {});
   if (admin_) admin_->stop([] {});
   for (loop::Signal& s : signals_) s.close();
+  drain_timer_.close();
   if (loader_.joinable()) {
     // The loader still runs (a failure elsewhere): let its result arrive, then close the queue.
     return;

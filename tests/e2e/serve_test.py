@@ -519,6 +519,36 @@ def drain_then_shutdown_under_load_loses_nothing():
 
 
 @case
+def shutdown_past_the_drain_timeout_ends_what_is_left():
+    d = Daemon("--set", "http.drain_timeout_ms=50", max_num_seqs=2)
+    outcomes, lock = [], threading.Lock()
+
+    def worker():
+        c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=120)
+        body = {"model": NAME, "prompt": REF["prompt_text"], "max_tokens": 400, "temperature": 0, "ignore_eos": True,
+                "stream": True}
+        c.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        data = r.read().decode()
+        with lock:
+            outcomes.append((r.status, data))
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    deadline = time.time() + 30
+    while d.status()["in_flight"] < 8 and time.time() < deadline:
+        time.sleep(0.01)
+    rc, text = d.stop()  # SIGTERM
+    for t in threads:
+        t.join(timeout=60)
+    assert rc == 0 and "drain_timeout_ms (50 ms) passed" in text, (rc, text[-1500:])
+    assert len(outcomes) == 8 and all(st == 200 and data.rstrip().endswith("data: [DONE]") for st, data in outcomes), outcomes
+    ended = [data for _, data in outcomes if "shutting down" in data]
+    assert ended, "no stream was ended by the drain timeout"
+
+
+@case
 def sigterm_exits_cleanly_and_startup_errors_name_the_phase():
     rc, text = D.stop()
     assert rc == 0 and "serve: stopped (exit status 0)" in text, (rc, text[-1500:])
