@@ -104,10 +104,15 @@ std::string random_hex(std::size_t n) {
   return out;
 }
 
-bool constant_time_equal(std::string_view a, std::string_view b) {
-  unsigned diff = a.size() == b.size() ? 0u : 1u;
-  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned>(a[i] ^ b[i % (b.empty() ? 1 : b.size())]);
-  return diff == 0 && !b.empty();
+// Compares a client's key with a configured one in time that depends only on the client's key
+// length. An empty configured key never matches.
+bool constant_time_equal(std::string_view given, std::string_view key) {
+  if (key.empty()) return false;
+  unsigned diff = given.size() == key.size() ? 0u : 1u;
+  for (std::size_t i = 0; i < given.size(); ++i) {
+    diff |= static_cast<unsigned>(given[i] ^ key[i % key.size()]);
+  }
+  return diff == 0;
 }
 
 class Daemon;
@@ -143,6 +148,8 @@ class Daemon {
   http::Router make_router();
   bool authorized(const http::Request& request, const http::ResponderPtr& responder);
   void send_error(const http::ResponderPtr& r, const openai::ApiError& e);
+  // 503 for a generation request while loading, draining or stopping (counted in the metrics).
+  void refuse_not_ready(const http::ResponderPtr& r);
   void handle_generate(openai::Endpoint endpoint, http::Request request, http::ResponderPtr responder);
   friend struct TokenizeWork;
   // Loop thread, after the prompt was tokenized (status: the work request's, UV_ECANCELED if cancelled).
@@ -377,6 +384,16 @@ void Daemon::send_error(const http::ResponderPtr& r, const openai::ApiError& e) 
   r->respond(e.status, {{"Content-Type", "application/json"}}, openai::error_body(e));
 }
 
+void Daemon::refuse_not_ready(const http::ResponderPtr& r) {
+  openai::ApiError err;
+  err.status = 503;
+  err.type = "service_unavailable";
+  err.message = state_ == State::kLoading ? "the model is still loading; retry when GET /health answers 200"
+                                          : "the server is draining and accepts no new requests";
+  ++metrics_.http_rejected_busy;
+  send_error(r, err);
+}
+
 bool Daemon::authorized(const http::Request& request, const http::ResponderPtr& responder) {
   if (config_.http.api_keys.empty()) return true;
   const auto header = request.headers.get("Authorization");
@@ -450,14 +467,7 @@ void Daemon::handle_generate(openai::Endpoint endpoint, http::Request request, h
     err.message = fmt::format("The model '{}' does not exist; this server serves '{}'.", req.model, model_name_);
     return send_error(responder, err);
   }
-  if (state_ != State::kReady) {
-    err.status = 503;
-    err.type = "service_unavailable";
-    err.message = state_ == State::kLoading ? "the model is still loading; retry when GET /health answers 200"
-                                            : "the server is draining and accepts no new requests";
-    ++metrics_.http_rejected_busy;
-    return send_error(responder, err);
-  }
+  if (state_ != State::kReady) return refuse_not_ready(responder);
   // Engine requests that cannot run yet: beyond max_num_seqs (counted here; the engine's own
   // figures lag by a step, and a burst arrives within one).
   std::int64_t outstanding = 0;
@@ -529,13 +539,8 @@ void Daemon::start_generate(TokenizeWork w, int status) {
   if (responder->closed()) return;  // the client left while its prompt was tokenized
   openai::ApiError err;
   if (w.error) return send_error(responder, *w.error);
-  if (status != 0 || state_ != State::kReady) {
-    err.status = 503;
-    err.type = "service_unavailable";
-    err.message = "the server is draining and accepts no new requests";
-    ++metrics_.http_rejected_busy;
-    return send_error(responder, err);
-  }
+  // The state may have changed while the prompt was tokenized.
+  if (status != 0 || state_ != State::kReady) return refuse_not_ready(responder);
   const auto n_prompt = static_cast<std::int64_t>(prompt.size());
   const std::int64_t max_prompt = config_.limits.max_prompt_tokens > 0
                                       ? std::min(config_.limits.max_prompt_tokens, max_model_len_ - 1)
