@@ -2,6 +2,7 @@
 // nlohmann's parse exceptions are caught here; every other access checks the type first.
 #include "runtime/model/hf_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -9,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/base/json_depth.h"
 #include "runtime/base/mapped_file.h"
 
 namespace sx::model {
@@ -150,6 +152,10 @@ std::string supported_hf_architectures() {
 
 Result<HfConfig> parse_hf_config(std::string_view json_text, std::string_view display_name) {
   const std::string_view file = display_name;
+  if (json_nesting_depth(json_text) > kMaxJsonDepth) {
+    return invalid_argument_error("{}: not a config.json: nests JSON arrays/objects more than {} levels deep", file,
+                                  kMaxJsonDepth);
+  }
   json root;
   try {
     root = json::parse(json_text.begin(), json_text.end());

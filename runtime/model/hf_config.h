@@ -22,9 +22,10 @@
 //
 // Errors (messages name the file and the key):
 //   NOT_FOUND         the file, or a required key, is missing
-//   INVALID_ARGUMENT  not JSON, not an object, a key of the wrong type (an integer given as 1.5 or
-//                     "28"), a size out of 1..2^31-1, inconsistent keys (heads not a multiple of
-//                     KV heads, hidden not a multiple of heads without head_dim, an odd head_dim,
+//   INVALID_ARGUMENT  not JSON (or nested more than 128 levels deep), not an object, a key of the
+//                     wrong type (an integer given as 1.5 or "28"), a size out of 1..2^31-1,
+//                     inconsistent keys (heads not a multiple of KV heads, hidden not a multiple of
+//                     heads without head_dim, an odd head_dim,
 //                     model_type and architectures disagreeing), a non-positive rope_theta or
 //                     rms_norm_eps
 //   UNIMPLEMENTED     another architecture (names it and the supported ones)

@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/base/json_depth.h"
+
 namespace sx::model {
 
 static_assert(std::endian::native == std::endian::little, "the safetensors reader assumes a little-endian host");
@@ -229,6 +231,10 @@ Result<SafetensorsFile> SafetensorsFile::parse(std::span<const std::uint8_t> byt
   if (n < 2) return data_loss_error("{}: header length {} is too short for a JSON object", file, n);
 
   const auto* text = reinterpret_cast<const char*>(bytes.data() + 8);
+  if (json_nesting_depth(std::string_view(text, n)) > kMaxJsonDepth) {
+    return data_loss_error("{}: the header nests JSON arrays/objects more than {} levels deep; corrupt or hostile",
+                           file, kMaxJsonDepth);
+  }
   const json root = json::parse(text, text + n, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) {
     return data_loss_error("{}: the {}-byte header is not valid JSON", file, n);
@@ -332,19 +338,24 @@ bool path_exists(const fs::path& p) {
   return fs::exists(fs::status(p, ec));
 }
 
-// The index's weight_map, shard names checked.
-struct Index {
-  std::map<std::string, std::string, std::less<>> metadata;
-  std::map<std::string, std::string, std::less<>> weight_map;  // tensor -> shard file
-};
-
-Result<Index> read_index(const std::string& path) {
+Result<SafetensorsIndex> read_index(const std::string& path) {
   SX_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> m, MappedFile::open(path));
   const auto* text = reinterpret_cast<const char*>(m->bytes().data());
-  const json root = json::parse(text, text + m->size(), nullptr, /*allow_exceptions=*/false);
+  return parse_safetensors_index(std::string_view(text, m->size()), path);
+}
+
+}  // namespace
+
+// The index's metadata and weight_map, shard names checked.
+Result<SafetensorsIndex> parse_safetensors_index(std::string_view text, std::string_view display_name) {
+  const std::string_view path = display_name;
+  if (json_nesting_depth(text) > kMaxJsonDepth) {
+    return invalid_argument_error("{}: nests JSON arrays/objects more than {} levels deep", path, kMaxJsonDepth);
+  }
+  const json root = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return invalid_argument_error("{}: not valid JSON", path);
   if (!root.is_object()) return invalid_argument_error("{}: holds {}, expected a JSON object", path, type_name(root));
-  Index idx;
+  SafetensorsIndex idx;
   if (auto it = root.find("metadata"); it != root.end() && !it->is_null()) {
     if (!it->is_object()) {
       return invalid_argument_error("{}: 'metadata' is {}, expected an object", path, type_name(*it));
@@ -375,8 +386,6 @@ Result<Index> read_index(const std::string& path) {
   return idx;
 }
 
-}  // namespace
-
 Result<SafetensorsModel> open_safetensors_dir(const std::string& dir) {
   std::error_code ec;
   const fs::file_status st = fs::status(dir, ec);
@@ -402,7 +411,7 @@ Result<SafetensorsModel> open_safetensors_dir(const std::string& dir) {
   }
 
   model.index_path_ = index_path.string();
-  SX_ASSIGN_OR_RETURN(Index idx, read_index(model.index_path_));
+  SX_ASSIGN_OR_RETURN(SafetensorsIndex idx, read_index(model.index_path_));
   model.metadata_ = std::move(idx.metadata);
 
   // Shards in name order, each with the first tensor the index maps to it (for messages).

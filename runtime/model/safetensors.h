@@ -19,15 +19,15 @@
 // Error codes (messages always name the file, and the tensor / shard at fault):
 //   INVALID_ARGUMENT  the wrong kind of input: a GGUF file ("... is a GGUF file, not safetensors"),
 //                     a directory where a file is expected and vice versa; an index that is not
-//                     JSON, not an object, lacks weight_map or has values of the wrong type, or a
-//                     shard name that is not a plain file name
+//                     JSON (or nested more than 128 levels deep), not an object, lacks weight_map or
+//                     has values of the wrong type, or a shard name that is not a plain file name
 //   NOT_FOUND         the path does not exist; a directory with neither model.safetensors nor an
 //                     index; a shard the index names is missing (names the shard and a tensor)
 //   UNIMPLEMENTED     a dtype string that is not a safetensors dtype (lists the known ones)
 //   DATA_LOSS         everything structural in a file: shorter than 8 bytes, absurd header length
 //                     (more than the bytes that follow, or over kSafetensorsMaxHeader), header not
-//                     valid JSON / not an object, a tensor entry with missing or wrongly typed
-//                     fields, a negative dim, numel or byte-size overflow, begin > end,
+//                     valid JSON / nested more than 128 levels / not an object, a tensor entry
+//                     with missing or wrongly typed fields, a negative dim, numel or byte-size overflow, begin > end,
 //                     end - begin != numel * dtype size, data beyond the file ("... is truncated:
 //                     its header needs X bytes of data, the file has Y"), overlapping tensors;
 //                     across shards: a tensor in two shards, the index mapping a tensor to a
@@ -153,5 +153,18 @@ class SafetensorsModel {
 
 // Opens `dir`/model.safetensors.index.json and every shard it names, or `dir`/model.safetensors.
 Result<SafetensorsModel> open_safetensors_dir(const std::string& dir);
+
+// The contents of a model.safetensors.index.json.
+struct SafetensorsIndex {
+  // "metadata" (non-string values as their JSON text); empty when absent or null.
+  std::map<std::string, std::string, std::less<>> metadata;
+  // "weight_map": tensor -> shard file name (never empty, ".", "..", nor containing '/' or '\\').
+  std::map<std::string, std::string, std::less<>> weight_map;
+};
+
+// Parses the text of an index (what open_safetensors_dir reads); `display_name` names it in
+// messages. INVALID_ARGUMENT as listed above for an index. An empty weight_map is not an error
+// here (open_safetensors_dir rejects it). Pure; used by the fuzz tests.
+Result<SafetensorsIndex> parse_safetensors_index(std::string_view text, std::string_view display_name);
 
 }  // namespace sx::model

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/base/json_depth.h"
 #include "runtime/base/mapped_file.h"
 #include "runtime/tokenizer/pretokenizer.h"
 #include "runtime/tokenizer/tokenizer.h"
@@ -19,6 +20,9 @@ using nlohmann::json;
 Result<json> read_json(const std::string& path) {
   SX_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::open(path));
   const auto bytes = file->bytes();
+  if (json_nesting_depth({reinterpret_cast<const char*>(bytes.data()), bytes.size()}) > kMaxJsonDepth) {
+    return invalid_argument_error("{}: nests JSON arrays/objects more than {} levels deep", path, kMaxJsonDepth);
+  }
   try {
     return json::parse(bytes.begin(), bytes.end());
   } catch (const json::exception& e) {
@@ -191,6 +195,9 @@ class TokenizerJsonSax : public nlohmann::json_sax<json> {
 Result<json> read_tokenizer_json(const std::string& path, BigMembers& big) {
   SX_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::open(path));
   const auto bytes = file->bytes();
+  if (json_nesting_depth({reinterpret_cast<const char*>(bytes.data()), bytes.size()}) > kMaxJsonDepth) {
+    return invalid_argument_error("{}: nests JSON arrays/objects more than {} levels deep", path, kMaxJsonDepth);
+  }
   TokenizerJsonSax sax(big);
   bool ok;
   try {

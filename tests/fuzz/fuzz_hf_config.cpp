@@ -1,0 +1,32 @@
+// Fuzz target: the Hugging Face config.json reader (parse_hf_config). Invariants after a successful
+// parse (hf_config.h): a supported architecture, every size in 1..2^31-1, heads a multiple of KV
+// heads, an even head_dim, positive rope_theta and rms_eps; for qwen2 heads x head_dim = hidden.
+// (validate_model_config is not asked: it also requires a GGUF-loadable architecture, and qwen3
+// configs are valid here for planning.)
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "runtime/model/hf_config.h"
+#include "tests/fuzz/fuzz_check.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  auto hf = sx::model::parse_hf_config(text, "fuzz-config.json");
+  if (!hf.ok()) return 0;
+  const sx::model::ModelConfig& c = hf->config;
+  FUZZ_CHECK(c.architecture == "qwen2" || c.architecture == "qwen3");
+  constexpr std::int64_t kMax = 2147483647;
+  for (std::int64_t v : {c.n_layers, c.hidden, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn, c.vocab,
+                         c.context_length}) {
+    FUZZ_CHECK(v >= 1 && v <= kMax);
+  }
+  FUZZ_CHECK(c.n_heads % c.n_kv_heads == 0);
+  FUZZ_CHECK(c.head_dim % 2 == 0);
+  FUZZ_CHECK(c.rope_theta > 0 && std::isfinite(c.rope_theta));
+  FUZZ_CHECK(c.rms_eps > 0 && std::isfinite(c.rms_eps));
+  FUZZ_CHECK(hf->quant_group_size >= -1);
+  if (c.architecture == "qwen2") FUZZ_CHECK(c.q_dim() == c.hidden);
+  return 0;
+}
