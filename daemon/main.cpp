@@ -15,7 +15,9 @@ constexpr const char* kUsage =
     "  generate     generate text from a prompt (streams to stdout)\n"
     "  bench        measure prefill/decode speed against the memory-bandwidth bound\n"
     "  tokenize     print the token ids of a text\n"
-    "  make-model   write a random-weight qwen2 GGUF of any shape and type\n"
+    "  make-model   write a random-weight qwen2 model (GGUF or safetensors) of any shape and type\n"
+    "  inspect      show a model's format, config, tokenizer and tensors, and whether it can be served\n"
+    "  convert      convert a safetensors directory or GGUF file to GGUF (f16, bf16, q8_0, q4_k, ...)\n"
     "  plan         show what every rank of a TP x PP group holds (heads, FFN rows, bytes)\n"
     "  ctl          send a command (status, plan, drain, ...) to a running daemon's admin socket\n"
     "\n"
@@ -36,6 +38,8 @@ int main(int argc, char** argv) {
   if (cmd == "bench") return sx::daemon::cmd_bench(sub_argc, sub_argv);
   if (cmd == "tokenize") return sx::daemon::cmd_tokenize(sub_argc, sub_argv);
   if (cmd == "make-model") return sx::daemon::cmd_make_model(sub_argc, sub_argv);
+  if (cmd == "convert") return sx::daemon::cmd_convert(sub_argc, sub_argv);
+  if (cmd == "inspect") return sx::daemon::cmd_inspect(sub_argc, sub_argv);
   if (cmd == "plan") return sx::daemon::cmd_plan(sub_argc, sub_argv);
   if (cmd == "ctl") return sx::daemon::cmd_ctl(sub_argc, sub_argv);
   std::fprintf(stderr, "sextant: unknown command '%.*s'\n\n%s", static_cast<int>(cmd.size()), cmd.data(), kUsage);

@@ -141,8 +141,9 @@ hal::DType CpuDevice::weight_layout(hal::DType stored) const {
 
 Status CpuDevice::supports(const hal::Op& op) const {
   auto weight_ok = [](hal::DType t) {
-    return t == hal::DType::kF32 || t == hal::DType::kF16 || t == hal::DType::kBF16 || t == hal::DType::kQ8_0 ||
-           t == hal::DType::kQ8_0R16;
+    // Every GGML block format (the CPU kernels dequantise what they have no int8 kernel for).
+    return t == hal::DType::kF32 || t == hal::DType::kF16 || t == hal::DType::kBF16 || t == hal::DType::kQ8_0R16 ||
+           (hal::dtype_info(t).quantized && hal::can_dequantize(t));
   };
   auto cache_ok = [](hal::DType t) { return t == hal::DType::kF32 || t == hal::DType::kF16 || t == hal::DType::kBF16; };
   if (const auto* m = std::get_if<hal::MatmulArgs>(&op); m != nullptr && !weight_ok(m->w_type)) {

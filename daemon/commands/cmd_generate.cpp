@@ -100,6 +100,7 @@ int cmd_generate(int argc, char** argv) {
   if (!session.ok()) return report_error("generate", session.status());
 
   const bool print_ids = args.has("--ids");
+  opts->eos_ids = session->opened.extra_eos_ids;
   auto result = engine::generate(*session->model, *session->opened.tokenizer, ids, *opts, [&](std::string_view piece) {
     if (!print_ids) {
       std::fwrite(piece.data(), 1, piece.size(), stdout);

@@ -1,10 +1,13 @@
 // `sextant make-model`: writes a random-weight qwen2 GGUF of any shape and weight type (default:
-// the exact Qwen2.5-0.5B shape), with the real Qwen tokenizer when given one.
+// the exact Qwen2.5-0.5B shape), with the real Qwen tokenizer when given one; or, with
+// --format safetensors, the same weights (or those of --from FILE.gguf) as a Hugging Face directory.
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "daemon/commands/commands.h"
 #include "daemon/commands/model_session.h"
+#include "runtime/engine/model_export.h"
 #include "runtime/model/random_model.h"
 #include "runtime/tokenizer/tokenizer.h"
 
@@ -12,9 +15,38 @@ namespace sx::daemon {
 
 namespace {
 
+// A GGUF model (checked as a load would) -> a Hugging Face directory.
+Status write_safetensors(const std::string& gguf_path, const std::string& dir, hal::DType dtype, int shards, bool awq) {
+  SX_ASSIGN_OR_RETURN(engine::OpenedModel m, engine::open_model(gguf_path));
+  SX_RETURN_IF_ERROR(engine::export_safetensors(m, dtype, shards, dir, awq));
+  std::printf("wrote %s: %s weights of %s in %d safetensors file%s\n", dir.c_str(),
+              awq ? "awq int4 (+ f16)" : std::string(hal::dtype_name(dtype)).c_str(), gguf_path.c_str(), shards,
+              shards == 1 ? "" : "s");
+  return ok_status();
+}
+
 Status make_model(const Args& args) {
   auto out = args.get("--out");
   if (!out) return invalid_argument_error("--out FILE is required");
+  SX_ASSIGN_OR_RETURN(std::string format, args.get_string("--format", "gguf"));
+  if (format != "gguf" && format != "safetensors") {
+    return invalid_argument_error("--format must be gguf or safetensors, got '{}'", format);
+  }
+  SX_ASSIGN_OR_RETURN(std::int64_t shards, args.get_int("--shards", 1, 1, 99999));
+  if (format == "gguf" && (args.has("--shards") || args.has("--from") || args.has("--awq"))) {
+    return invalid_argument_error("--shards, --from and --awq go with --format safetensors");
+  }
+  const bool awq = args.has("--awq");
+  hal::DType st_dtype = hal::DType::kBF16;
+  if (format == "safetensors") {
+    SX_ASSIGN_OR_RETURN(std::string st_type, args.get_string("--type", awq ? "f16" : "bf16"));
+    auto st = hal::dtype_from_name(st_type);
+    if (!st || (*st != hal::DType::kF32 && *st != hal::DType::kF16 && *st != hal::DType::kBF16)) {
+      return invalid_argument_error("--type must be f32, f16 or bf16 with --format safetensors, got '{}'", st_type);
+    }
+    st_dtype = *st;
+    if (auto from = args.get("--from")) return write_safetensors(*from, *out, st_dtype, static_cast<int>(shards), awq);
+  }
   SX_ASSIGN_OR_RETURN(std::string shape, args.get_string("--shape", "0.5b"));
   model::RandomModelSpec spec;
   SX_ASSIGN_OR_RETURN(spec.config, model::find_qwen2_5_config(shape));
@@ -28,33 +60,40 @@ Status make_model(const Args& args) {
   SX_ASSIGN_OR_RETURN(c.context_length, args.get_int("--ctx", c.context_length, 1, 1 << 24));
   if (args.has("--untied")) c.tied_embeddings = false;
   if (args.has("--tied")) c.tied_embeddings = true;
-  SX_ASSIGN_OR_RETURN(std::string type_name, args.get_string("--type", "f16"));
+  SX_ASSIGN_OR_RETURN(std::string type_name, args.get_string("--type", format == "gguf" ? "f16" : "f32"));
+  // A mix (llama.cpp's Q4_K_M / Q6_K files, model::WeightMix) or one format for every matrix.
   auto type = hal::dtype_from_name(type_name);
-  if (!type || (*type != hal::DType::kF32 && *type != hal::DType::kF16 && *type != hal::DType::kBF16 &&
-                *type != hal::DType::kQ8_0)) {
-    return invalid_argument_error("--type must be f32, f16, bf16 or q8_0, got '{}'", type_name);
+  if (type_name == "q4_k_m" || type_name == "Q4_K_M") {
+    spec.mix = model::WeightMix::kQ4_K_M;
+    type = hal::DType::kQ4_K;
+  } else if (type && *type == hal::DType::kQ6_K) {
+    spec.mix = model::WeightMix::kQ6_K;
+  } else if (!type || !hal::can_quantize(*type)) {
+    return invalid_argument_error(
+        "--type must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k or q4_k_m, got '{}'", type_name);
   }
   spec.weight_type = *type;
   SX_ASSIGN_OR_RETURN(std::int64_t seed, args.get_int("--seed", 0, 0, INT64_MAX));
   spec.seed = static_cast<std::uint64_t>(seed);
   if (auto tok_path = args.get("--tokenizer")) {
     SX_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::from_hf_json(*tok_path));
-    const tokenizer::TokenizerData& d = tok->data();
-    model::TokenizerMetadata& t = spec.tokenizer;
-    t.tokens = d.tokens;
-    t.merges = d.merges;
-    t.token_types = d.token_types;
-    t.pre = d.pre;
-    t.eos_id = d.eos_id.value_or(-1);
-    t.bos_id = d.bos_id.value_or(-1);
-    t.pad_id = d.pad_id.value_or(-1);
-    t.add_bos = d.add_bos;
-    t.chat_template = d.chat_template;
+    SX_ASSIGN_OR_RETURN(spec.tokenizer, engine::tokenizer_metadata_from_data(tok->data()));
+    const model::TokenizerMetadata& t = spec.tokenizer;
     if (static_cast<std::int64_t>(t.tokens.size()) > c.vocab) {
       return invalid_argument_error("the tokenizer has {} tokens but the shape's vocabulary is {}", t.tokens.size(), c.vocab);
     }
   }
   SX_ASSIGN_OR_RETURN(c.vocab, args.get_int("--vocab", c.vocab, 1, 1 << 24));
+  if (format == "safetensors") {
+    // The random weights in F32 first, then converted: the same values as an F32 GGUF of this seed.
+    spec.weight_type = hal::DType::kF32;
+    const std::string tmp = *out + ".source.gguf";
+    SX_RETURN_IF_ERROR(model::write_random_qwen2_gguf(spec, tmp));
+    const Status s = write_safetensors(tmp, *out, st_dtype, static_cast<int>(shards), awq);
+    std::error_code ec;
+    std::filesystem::remove(tmp, ec);
+    return s;
+  }
   SX_RETURN_IF_ERROR(model::write_random_qwen2_gguf(spec, *out));
   std::printf("wrote %s: qwen2 %lld layers, hidden %lld, %lld/%lld heads, ffn %lld, vocab %lld, %s weights\n",
               out->c_str(), static_cast<long long>(c.n_layers), static_cast<long long>(c.hidden),
@@ -66,11 +105,19 @@ Status make_model(const Args& args) {
 }  // namespace
 
 int cmd_make_model(int argc, char** argv) {
-  Args args("make-model", "Write a random-weight qwen2 GGUF (default: the Qwen2.5-0.5B shape).",
+  Args args("make-model",
+            "Write a random-weight qwen2 GGUF (default: the Qwen2.5-0.5B shape), or a Hugging Face safetensors "
+            "directory of the same weights or of --from FILE.gguf.",
             {
-                {{"-o", "--out"}, true, false, "output file", "FILE"},
+                {{"-o", "--out"}, true, false, "output file (a directory with --format safetensors)", "PATH"},
+                {{"--format"}, true, false, "gguf (default) or safetensors", "FORMAT"},
+                {{"--shards"}, true, false, "safetensors: split the weights into N files with an index", "N"},
+                {{"--from"}, true, false, "safetensors: write this GGUF model's weights and tokenizer", "FILE"},
+                {{"--awq"}, false, false,
+                 "safetensors: an AWQ 4-bit checkpoint (groups of 128; layer matrices need inputs in whole groups)", ""},
                 {{"--shape"}, true, false, "Qwen2.5 size: 0.5b (default), 1.5b, 3b, 7b, 14b, 32b, 72b", "SIZE"},
-                {{"--type"}, true, false, "2-D weight format: f32, f16 (default), bf16, q8_0", "TYPE"},
+                {{"--type"}, true, false, "2-D weight format: f32, f16 (default), bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k; q6_k (Q8_0 where "
+                 "rows are not whole 256-blocks) or q4_k_m (llama.cpp's mix); safetensors: f32, f16, bf16 (default)", "TYPE"},
                 {{"--tokenizer"}, true, false, "Hugging Face tokenizer.json to embed (default: a synthetic one)", "FILE"},
                 {{"--layers"}, true, false, "override the layer count", "N"},
                 {{"--hidden"}, true, false, "override the hidden size (default heads x head-dim)", "N"},

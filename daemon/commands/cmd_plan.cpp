@@ -6,6 +6,7 @@
 // Reads no tensor data and touches no device. Exit code: 0 fits, 1 refused (or a model / shard plan
 // that cannot work), 2 usage errors.
 #include <cstdio>
+#include <filesystem>
 #include <set>
 #include <string>
 
@@ -15,6 +16,7 @@
 #include "runtime/engine/memory_planner.h"
 #include "runtime/model/gguf.h"
 #include "runtime/model/hf_config.h"
+#include "runtime/model/hf_model.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/random_model.h"
 #include "runtime/parallel/shard_plan.h"
@@ -108,11 +110,21 @@ std::string size_only_formats(const model::ModelConfig& c, const parallel::Weigh
 }
 
 Result<Loaded> load_model(const std::string& path) {
-  SX_ASSIGN_OR_RETURN(auto file, model::GgufFile::open(path));
-  SX_ASSIGN_OR_RETURN(model::ModelConfig c, model::model_config_from_gguf(*file));
+  std::unique_ptr<model::TensorSource> file;
+  model::ModelConfig c;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    SX_ASSIGN_OR_RETURN(std::unique_ptr<model::HfModel> hf, model::HfModel::open(path));
+    c = hf->config();
+    file = std::move(hf);
+  } else {
+    SX_ASSIGN_OR_RETURN(std::unique_ptr<model::GgufFile> gguf, model::GgufFile::open(path));
+    SX_ASSIGN_OR_RETURN(c, model::model_config_from_gguf(*gguf));
+    file = std::move(gguf);
+  }
   SX_RETURN_IF_ERROR(model::check_model_tensors(*file, c));
   SX_ASSIGN_OR_RETURN(parallel::WeightTypes w,
-                      parallel::weight_types_from_gguf(*file, c, parallel::GgufTypeCheck::kSized));
+                      parallel::weight_types_from_source(*file, c, parallel::WeightTypeCheck::kSized));
   std::string what = c.name.empty() ? path : fmt::format("{} ({})", path, c.name);
   return Loaded{std::move(what), std::move(c), std::move(w), ""};
 }
@@ -192,7 +204,7 @@ int cmd_plan(int argc, char** argv) {
       "or why it does not fit and what would. Reads a GGUF header or a config.json only (no tensor data).\n"
       "Exit code: 0 fits, 1 refused, 2 usage error.",
       {
-          {{"-m", "--model"}, true, false, "model file (GGUF; its header only)", "FILE"},
+          {{"-m", "--model"}, true, false, "model: GGUF file (its header only) or safetensors directory (headers only)", "PATH"},
           {{"--config"}, true, false, "a Hugging Face config.json (Qwen2ForCausalLM / Qwen3ForCausalLM) instead",
            "FILE"},
           {{"--shape"}, true, false, "a model shape instead: qwen2.5-0.5b ... qwen2.5-72b, qwen3-0.6b ... qwen3-32b",

@@ -12,7 +12,7 @@ namespace sx::daemon {
 int cmd_tokenize(int argc, char** argv) {
   Args args("tokenize", "Print the token ids of TEXT on one line, space-separated.",
             {
-                {{"-m", "--model"}, true, false, "model file (GGUF) whose tokenizer to use", "FILE"},
+                {{"-m", "--model"}, true, false, "model (GGUF file or safetensors directory) whose tokenizer to use", "PATH"},
                 {{"--tokenizer"}, true, false, "a Hugging Face tokenizer.json instead of a model", "FILE"},
                 {{"--pieces"}, false, false, "print each token's text instead of ids", ""},
                 {{"--chat"}, false, false, "render TEXT as one user turn of the chat template first", ""},

@@ -6,6 +6,8 @@ namespace sx::daemon {
 int cmd_generate(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_make_model(int argc, char** argv);
+int cmd_convert(int argc, char** argv);
+int cmd_inspect(int argc, char** argv);
 int cmd_plan(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_ctl(int argc, char** argv);

@@ -13,7 +13,7 @@ namespace sx::daemon {
 
 std::vector<Args::Spec> model_session_specs() {
   return {
-      {{"-m", "--model"}, true, false, "model file (GGUF)", "FILE"},
+      {{"-m", "--model"}, true, false, "model: a GGUF file or a Hugging Face safetensors directory", "PATH"},
       {{"--backend"}, true, false, "backend to run on (default: cpu)", "NAME"},
       {{"-t", "--threads"}, true, false, "CPU threads (default: all; split between the ranks)", "N"},
       {{"--tp"}, true, false, "tensor-parallel ranks, any count that the heads allow (default 1)", "N"},
@@ -101,7 +101,7 @@ Result<ModelSession> open_session(const SessionOptions& o, engine::OpenedModel o
   po.pp = o.pp;
 
   // The memory plan for exactly this session, before any weight is loaded: refuse what cannot fit.
-  SX_ASSIGN_OR_RETURN(parallel::WeightTypes types, parallel::weight_types_from_gguf(*s.opened.file, c));
+  SX_ASSIGN_OR_RETURN(parallel::WeightTypes types, parallel::weight_types_from_source(*s.opened.weights, c));
   SX_ASSIGN_OR_RETURN(parallel::ShardPlan shards, parallel::plan_shards(c, types, {po.tp, po.pp, mo.kv.dtype}));
   engine::MemoryPlanOptions mpo;
   mpo.memory_utilization = o.memory_utilization;
@@ -132,7 +132,7 @@ Result<ModelSession> open_session(const SessionOptions& o, engine::OpenedModel o
     if (!o.on_phase) std::fprintf(stderr, "memory plan: %s\n", s.plan_summary.c_str());
   }
   if (!s.plan_summary.empty()) phase("plan", s.plan_summary);
-  SX_ASSIGN_OR_RETURN(s.model, engine::Qwen2Model::load(*s.opened.file, c, *backend, s.devices.devices, po, mo));
+  SX_ASSIGN_OR_RETURN(s.model, engine::Qwen2Model::load(*s.opened.weights, c, *backend, s.devices.devices, po, mo));
   return s;
 }
 

@@ -13,7 +13,7 @@ namespace sx::daemon::config {
 namespace {
 
 constexpr FlagBinding kServeFlags[] = {
-    {"--model", "-m", "model.path", true, "", false, "FILE", "model file (GGUF) to serve"},
+    {"--model", "-m", "model.path", true, "", false, "PATH", "model to serve: a GGUF file or a Hugging Face safetensors directory"},
     {"--backend", "", "model.backend", true, "", false, "NAME", "cpu (default), vulkan, cuda or auto"},
     {"--tp", "", "model.tp", true, "", false, "N", "tensor-parallel ranks (default 1)"},
     {"--pp", "", "model.pp", true, "", false, "N", "pipeline stages (default 1)"},

@@ -334,6 +334,7 @@ void Daemon::load_in_background() {
     ec.scheduler.max_num_seqs = config_.engine.max_num_seqs;
     ec.scheduler.max_model_len = std::min(l.session->model->max_request_tokens(), l.session->context_tokens);
     ec.prefix_caching = config_.engine.enable_prefix_caching;
+    ec.eos_ids = l.session->opened.extra_eos_ids;
     auto eng = engine::Engine::create(*l.session->model, *l.session->opened.tokenizer, ec);
     if (!eng.ok()) return fail(eng.status());
     l.engine = std::move(eng).value();

@@ -47,7 +47,7 @@ Engine::Engine(Qwen2Model& model, const tokenizer::Tokenizer& tok, const EngineC
     : model_(model),
       tok_(tok),
       config_(config),
-      default_stops_(default_stop_ids(tok)),
+      default_stops_(default_stop_ids(tok, config.eos_ids)),
       kv_(kv::KvCacheConfig{model.options().kv.num_blocks, model.options().kv.block_size, config.prefix_caching,
                             config.cache_salt, config.watermark}),
       scheduler_(config.scheduler, kv_) {}

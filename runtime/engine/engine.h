@@ -37,6 +37,9 @@ struct EngineConfig {
   bool prefix_caching = true;
   std::uint64_t cache_salt = 0;  // e.g. a hash of the model file's identity
   double watermark = 0.01;
+  // EOS ids beyond the tokenizer's (a Hugging Face model's generation_config.json eos_token_id):
+  // they end every request that does not ask for ignore_eos.
+  std::vector<std::int32_t> eos_ids;
 };
 
 struct RequestOptions {

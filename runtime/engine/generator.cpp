@@ -10,8 +10,8 @@ namespace sx::engine {
 
 std::string_view finish_reason_name(FinishReason r) { return r == FinishReason::kStop ? "stop" : "length"; }
 
-std::vector<std::int32_t> default_stop_ids(const tokenizer::Tokenizer& tok) {
-  std::vector<std::int32_t> ids;
+std::vector<std::int32_t> default_stop_ids(const tokenizer::Tokenizer& tok, std::span<const std::int32_t> eos_ids) {
+  std::vector<std::int32_t> ids(eos_ids.begin(), eos_ids.end());
   if (auto e = tok.eos_id()) ids.push_back(*e);
   for (std::string_view name : {"<|im_end|>", "<|endoftext|>"}) {
     if (auto id = tok.token_id(name)) ids.push_back(*id);
@@ -58,6 +58,7 @@ Result<GenerateResult> generate(Qwen2Model& model, const tokenizer::Tokenizer& t
   ec.scheduler.max_num_seqs = 1;
   ec.scheduler.max_model_len = capacity;
   ec.prefix_caching = false;
+  ec.eos_ids = options.eos_ids;
   SX_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(model, tok, ec));
   RequestOptions ro;
   ro.sampling = options.sampling;

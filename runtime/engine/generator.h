@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,6 +26,7 @@ struct GenerateOptions {
   SamplingParams sampling;
   std::int64_t max_tokens = 128;
   std::vector<std::int32_t> stop_ids;      // in addition to the tokenizer's EOS unless ignore_eos
+  std::vector<std::int32_t> eos_ids;       // the model's EOS ids beyond the tokenizer's (EngineConfig::eos_ids)
   std::vector<std::string> stop_strings;
   bool ignore_eos = false;
 };
@@ -47,6 +49,7 @@ Result<GenerateResult> generate(Qwen2Model& model, const tokenizer::Tokenizer& t
 Status prefill(Qwen2Model& model, std::span<const std::int32_t> prompt, std::vector<float>& logits);
 
 // Default stop ids for a tokenizer: EOS plus <|im_end|> and <|endoftext|> when present.
-std::vector<std::int32_t> default_stop_ids(const tokenizer::Tokenizer& tok);
+// The tokenizer's EOS, <|im_end|> and <|endoftext|> when the vocabulary has them, and `eos_ids`.
+std::vector<std::int32_t> default_stop_ids(const tokenizer::Tokenizer& tok, std::span<const std::int32_t> eos_ids = {});
 
 }  // namespace sx::engine

@@ -31,19 +31,19 @@ Qwen2Model::~Qwen2Model() {
   impl_->runners.clear();  // join the threads before the shards go away
 }
 
-Result<std::unique_ptr<Qwen2Model>> Qwen2Model::load(const model::GgufFile& file, const model::ModelConfig& config,
+Result<std::unique_ptr<Qwen2Model>> Qwen2Model::load(const model::TensorSource& file, const model::ModelConfig& config,
                                                      hal::Device& device, const ModelOptions& options) {
   hal::Device* devices[] = {&device};
   return load_group(file, config, nullptr, devices, ParallelOptions{}, options);  // one rank: no channels
 }
 
-Result<std::unique_ptr<Qwen2Model>> Qwen2Model::load(const model::GgufFile& file, const model::ModelConfig& config,
+Result<std::unique_ptr<Qwen2Model>> Qwen2Model::load(const model::TensorSource& file, const model::ModelConfig& config,
                                                      hal::Backend& backend, std::span<hal::Device* const> devices,
                                                      const ParallelOptions& parallel, const ModelOptions& options) {
   return load_group(file, config, &backend, devices, parallel, options);
 }
 
-Result<std::unique_ptr<Qwen2Model>> Qwen2Model::load_group(const model::GgufFile& file,
+Result<std::unique_ptr<Qwen2Model>> Qwen2Model::load_group(const model::TensorSource& file,
                                                            const model::ModelConfig& config, hal::Backend* backend,
                                                            std::span<hal::Device* const> devices,
                                                            const ParallelOptions& parallel,
@@ -63,7 +63,7 @@ Result<std::unique_ptr<Qwen2Model>> Qwen2Model::load_group(const model::GgufFile
     return invalid_argument_error("a group of {} devices needs their backend for its channels", devices.size());
   }
   SX_RETURN_IF_ERROR(model::check_qwen2_tensors(file, config));
-  SX_ASSIGN_OR_RETURN(parallel::WeightTypes types, parallel::weight_types_from_gguf(file, config));
+  SX_ASSIGN_OR_RETURN(parallel::WeightTypes types, parallel::weight_types_from_source(file, config));
   SX_ASSIGN_OR_RETURN(parallel::ShardPlan plan,
                       parallel::plan_shards(config, types, {parallel.tp, parallel.pp, options.kv.dtype}));
   auto m = std::unique_ptr<Qwen2Model>(new Qwen2Model(config, options, parallel));

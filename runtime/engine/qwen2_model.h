@@ -69,11 +69,11 @@ class Qwen2Model {
  public:
   // Checks every tensor against the config, uploads the weights and allocates the cache and
   // workspace on `device`.
-  static Result<std::unique_ptr<Qwen2Model>> load(const model::GgufFile& file, const model::ModelConfig& config,
+  static Result<std::unique_ptr<Qwen2Model>> load(const model::TensorSource& file, const model::ModelConfig& config,
                                                    hal::Device& device, const ModelOptions& options);
   // The same on tp x pp devices of `backend` (rank order: stage * tp + tp rank), joined by the
   // backend's Channels. The shard plan comes from runtime/parallel for the file's weight types.
-  static Result<std::unique_ptr<Qwen2Model>> load(const model::GgufFile& file, const model::ModelConfig& config,
+  static Result<std::unique_ptr<Qwen2Model>> load(const model::TensorSource& file, const model::ModelConfig& config,
                                                    hal::Backend& backend, std::span<hal::Device* const> devices,
                                                    const ParallelOptions& parallel, const ModelOptions& options);
   ~Qwen2Model();
@@ -97,7 +97,7 @@ class Qwen2Model {
   struct Impl;
   Qwen2Model(model::ModelConfig config, ModelOptions options, ParallelOptions parallel);
   // Both load()s: `backend` creates the channels and may be null for a group of one.
-  static Result<std::unique_ptr<Qwen2Model>> load_group(const model::GgufFile& file, const model::ModelConfig& config,
+  static Result<std::unique_ptr<Qwen2Model>> load_group(const model::TensorSource& file, const model::ModelConfig& config,
                                                         hal::Backend* backend, std::span<hal::Device* const> devices,
                                                         const ParallelOptions& parallel, const ModelOptions& options);
   Status validate(const ForwardBatch& batch) const;

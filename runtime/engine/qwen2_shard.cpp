@@ -31,7 +31,7 @@ std::size_t i32_bytes(std::int64_t n) { return static_cast<std::size_t>(n) * siz
 // slice is gathered on the host first (and synced before the gather buffer goes away).
 class Uploader {
  public:
-  Uploader(const model::GgufFile& file, hal::Device& device, hal::Stream& stream)
+  Uploader(const model::TensorSource& file, hal::Device& device, hal::Stream& stream)
       : file_(file), device_(device), stream_(stream) {}
 
   std::uint64_t bytes() const { return bytes_; }
@@ -99,7 +99,7 @@ class Uploader {
   }
 
  private:
-  const model::GgufFile& file_;
+  const model::TensorSource& file_;
   hal::Device& device_;
   hal::Stream& stream_;
   std::uint64_t bytes_ = 0;
@@ -145,7 +145,7 @@ void Qwen2Shard::abort_channels(const Status& why) {
   if (impl_->ctx.world != nullptr) impl_->ctx.world->abort(why);
 }
 
-Result<std::unique_ptr<Qwen2Shard>> Qwen2Shard::load(const model::GgufFile& file, const model::ModelConfig& config,
+Result<std::unique_ptr<Qwen2Shard>> Qwen2Shard::load(const model::TensorSource& file, const model::ModelConfig& config,
                                                      const ShardContext& ctx, const ModelOptions& options) {
   auto shard = std::unique_ptr<Qwen2Shard>(new Qwen2Shard());
   Impl& im = *shard->impl_;

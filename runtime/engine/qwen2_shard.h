@@ -35,7 +35,7 @@ struct ShardContext {
 
 class Qwen2Shard {
  public:
-  static Result<std::unique_ptr<Qwen2Shard>> load(const model::GgufFile& file, const model::ModelConfig& config,
+  static Result<std::unique_ptr<Qwen2Shard>> load(const model::TensorSource& file, const model::ModelConfig& config,
                                                   const ShardContext& ctx, const ModelOptions& options);
   ~Qwen2Shard();
 

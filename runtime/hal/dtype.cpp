@@ -10,6 +10,7 @@
 
 #include "runtime/base/half.h"
 #include "runtime/base/status.h"
+#include "runtime/hal/quant.h"
 
 namespace sx::hal {
 
@@ -26,8 +27,15 @@ const DTypeInfo kInfos[] = {
     {"awq_int4", kAwqInt4Group, kAwqInt4BlockBytes, true},
     {"q5_0", 32, 22, true},   // block_q5_0: ggml_half d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]
     {"q8_0_r16", kQ8_0Block, static_cast<int>(sizeof(BlockQ8_0)), true},  // per row; see BlockQ8_0x16
+    {"q4_1", kQK, static_cast<int>(sizeof(BlockQ4_1)), true},
+    {"q5_1", kQK, static_cast<int>(sizeof(BlockQ5_1)), true},
+    {"q2_k", kQK_K, static_cast<int>(sizeof(BlockQ2_K)), true},
+    {"q3_k", kQK_K, static_cast<int>(sizeof(BlockQ3_K)), true},
+    {"q5_k", kQK_K, static_cast<int>(sizeof(BlockQ5_K)), true},
 };
-static_assert(std::size(kInfos) == static_cast<std::size_t>(DType::kQ8_0R16) + 1, "one row per DType, in order");
+static_assert(std::size(kInfos) == static_cast<std::size_t>(DType::kQ5_K) + 1, "one row per DType, in order");
+static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ5_0) == 22 && sizeof(BlockQ4_K) == 144 &&
+              sizeof(BlockQ6_K) == 210);
 }  // namespace
 
 const DTypeInfo& dtype_info(DType t) { return kInfos[static_cast<int>(t)]; }
@@ -66,12 +74,31 @@ void dequantize_row(DType t, const void* src, float* dst, std::int64_t n) {
       }
       return;
     }
+    case DType::kQ4_0: dequantize_row_q4_0(static_cast<const BlockQ4_0*>(src), dst, n); return;
+    case DType::kQ4_1: dequantize_row_q4_1(static_cast<const BlockQ4_1*>(src), dst, n); return;
+    case DType::kQ5_0: dequantize_row_q5_0(static_cast<const BlockQ5_0*>(src), dst, n); return;
+    case DType::kQ5_1: dequantize_row_q5_1(static_cast<const BlockQ5_1*>(src), dst, n); return;
+    case DType::kQ2_K: dequantize_row_q2_k(static_cast<const BlockQ2_K*>(src), dst, n); return;
+    case DType::kQ3_K: dequantize_row_q3_k(static_cast<const BlockQ3_K*>(src), dst, n); return;
+    case DType::kQ4_K: dequantize_row_q4_k(static_cast<const BlockQ4_K*>(src), dst, n); return;
+    case DType::kQ5_K: dequantize_row_q5_k(static_cast<const BlockQ5_K*>(src), dst, n); return;
+    case DType::kQ6_K: dequantize_row_q6_k(static_cast<const BlockQ6_K*>(src), dst, n); return;
+    case DType::kAwqInt4: {
+      const auto* b = static_cast<const std::uint8_t*>(src);
+      for (std::int64_t blk = 0; blk < n / kAwqInt4Group; ++blk, b += kAwqInt4BlockBytes) {
+        std::uint16_t sh, zh;
+        std::memcpy(&sh, b + kAwqInt4Group / 2, 2);
+        std::memcpy(&zh, b + kAwqInt4Group / 2 + 2, 2);
+        const float scale = f16_to_f32(sh), zero = f16_to_f32(zh);
+        float* out = dst + blk * kAwqInt4Group;
+        for (int j = 0; j < kAwqInt4Group / 2; ++j) {
+          out[2 * j] = (static_cast<float>(b[j] & 15) - zero) * scale;
+          out[2 * j + 1] = (static_cast<float>(b[j] >> 4) - zero) * scale;
+        }
+      }
+      return;
+    }
     case DType::kI32:
-    case DType::kQ4_0:
-    case DType::kQ4_K:
-    case DType::kQ6_K:
-    case DType::kAwqInt4:
-    case DType::kQ5_0:
     case DType::kQ8_0R16:
       break;
   }
@@ -106,16 +133,29 @@ void quantize_row(DType t, const float* src, void* dst, std::int64_t n) {
       }
       return;
     }
+    case DType::kQ4_0: quantize_row_q4_0(src, static_cast<BlockQ4_0*>(dst), n); return;
+    case DType::kQ4_1: quantize_row_q4_1(src, static_cast<BlockQ4_1*>(dst), n); return;
+    case DType::kQ5_0: quantize_row_q5_0(src, static_cast<BlockQ5_0*>(dst), n); return;
+    case DType::kQ5_1: quantize_row_q5_1(src, static_cast<BlockQ5_1*>(dst), n); return;
+    case DType::kQ4_K: quantize_row_q4_k(src, static_cast<BlockQ4_K*>(dst), n); return;
+    case DType::kQ5_K: quantize_row_q5_k(src, static_cast<BlockQ5_K*>(dst), n); return;
+    case DType::kQ6_K: quantize_row_q6_k(src, static_cast<BlockQ6_K*>(dst), n); return;
     case DType::kI32:
-    case DType::kQ4_0:
-    case DType::kQ4_K:
-    case DType::kQ6_K:
     case DType::kAwqInt4:
-    case DType::kQ5_0:
     case DType::kQ8_0R16:
+    case DType::kQ2_K:
+    case DType::kQ3_K:
       break;
   }
   fatal("quantize_row", std::string("unsupported type ") + std::string(dtype_name(t)));
+}
+
+bool can_dequantize(DType t) {
+  return t != DType::kI32 && t != DType::kQ8_0R16;
+}
+
+bool can_quantize(DType t) {
+  return can_dequantize(t) && t != DType::kQ2_K && t != DType::kQ3_K && t != DType::kAwqInt4;
 }
 
 std::size_t tensor_bytes(DType t, std::int64_t rows, std::int64_t cols) {

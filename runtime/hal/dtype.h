@@ -5,9 +5,10 @@
 // A row of n elements of a blocked format occupies (n / block_elems) * block_bytes bytes;
 // n must be a multiple of block_elems.
 //
-// Q4_0, Q5_0, Q4_K, Q6_K and AWQ int4 are known by size only for now (the memory and shard planners
-// and GGUF type ids); no backend has kernels for them yet, so model::require_supported rejects
-// their tensors and dequantize_row / quantize_row do not take them.
+// The GGML block formats (Q4_0 ... Q6_K) are declared as structs in hal/quant.h, with the notes on
+// their reference (de)quantisers. AWQ int4 is dequantised (the CPU backend computes it that way);
+// its quantiser is the AWQ checkpoint writer's (model/hf_writer.h), since checkpoints hold AutoAWQ's
+// packing, which model/hf_model.h repacks into this layout.
 //
 // The reference (de)quantisers here are the oracle for every backend's kernels.
 // Pure functions; thread-safe.
@@ -32,6 +33,11 @@ enum class DType : std::uint8_t {
   kAwqInt4,  // Sextant AWQ/GPTQ int4: 128 weights = 64 bytes of nibbles + fp16 scale + fp16 zero (68)
   kQ5_0,     // GGML Q5_0: 32 weights = fp16 scale + 4 bytes of high bits + 16 bytes of nibbles (22)
   kQ8_0R16,  // Q8_0 with 16 rows interleaved (BlockQ8_0x16 below): a device layout, never in a file
+  kQ4_1,     // GGML Q4_1: 32 weights = fp16 d, m + 16 bytes of nibbles (20)
+  kQ5_1,     // GGML Q5_1: 32 weights = fp16 d, m + 4 bytes of high bits + 16 bytes of nibbles (24)
+  kQ2_K,     // GGML Q2_K: 256 weights = 16 bytes of 4-bit scales/mins + 64 bytes of 2-bit quants + fp16 d, dmin (84)
+  kQ3_K,     // GGML Q3_K: 256 weights = 32 bytes hmask + 64 bytes 2-bit quants + 12 bytes scales + fp16 d (110)
+  kQ5_K,     // GGML Q5_K: 256 weights = fp16 d, dmin + 12 bytes scales/mins + 32 bytes high bits + 128 bytes (176)
 };
 
 struct DTypeInfo {
@@ -82,14 +88,22 @@ void repack_q8_0_r16(const BlockQ8_0* src, std::int64_t rows, std::int64_t k, Bl
 void unpack_row_q8_0_r16(const BlockQ8_0x16* src, std::int64_t k, std::int64_t row, BlockQ8_0* dst);
 
 // AWQ / GPTQ int4 as Sextant stores it: every group of 128 consecutive input weights of a row is
-// 64 bytes of nibbles followed by its fp16 scale and fp16 zero point (w = (q - zero) * scale).
+// 64 bytes of nibbles (byte j: element 2j in the low nibble, 2j + 1 in the high one) followed by
+// its fp16 scale and fp16 zero point (w = (q - zero) * scale, computed in F32: exact).
 inline constexpr int kAwqInt4Group = 128;
 inline constexpr int kAwqInt4BlockBytes = kAwqInt4Group / 2 + 2 + 2;
 
 // Reference conversions of one row of n elements (n a multiple of the block size).
-// Supported: F32, F16, BF16, Q8_0 in both directions; any other type is a programmer error (aborts)
-// (kQ8_0R16 rows are not contiguous: unpack_row_q8_0_r16 first).
+// dequantize_row: F32, F16, BF16 and every GGML block format (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K,
+// Q3_K, Q4_K, Q5_K, Q6_K), bit-identical to ggml's dequantisation; AWQ int4.
+// quantize_row: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (these five as ggml's reference
+// quantisers), Q4_K, Q5_K, Q6_K (see hal/quant.h).
+// Any other type (I32, kQ8_0R16 whose rows are not contiguous: unpack_row_q8_0_r16 first;
+// quantize_row of Q2_K / Q3_K / AWQ int4) is a programmer error (aborts).
 void dequantize_row(DType t, const void* src, float* dst, std::int64_t n);
 void quantize_row(DType t, const float* src, void* dst, std::int64_t n);
+// Whether dequantize_row / quantize_row take t.
+bool can_dequantize(DType t);
+bool can_quantize(DType t);
 
 }  // namespace sx::hal

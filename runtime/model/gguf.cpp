@@ -6,17 +6,6 @@
 
 namespace sx::model {
 
-std::string TensorInfo::dims_string() const { return dims_to_string(dims); }
-
-std::string dims_to_string(std::span<const std::int64_t> dims) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < dims.size(); ++i) {
-    if (i > 0) s += ", ";
-    s += fmt::format("{}", dims[i]);
-  }
-  return s + "]";
-}
-
 const GgufValue* GgufFile::find(std::string_view key) const {
   auto it = metadata_index_.find(key);
   return it == metadata_index_.end() ? nullptr : &metadata_[it->second].second;
@@ -117,13 +106,14 @@ Result<std::uint64_t> GgufFile::get_array_size(std::string_view key) const {
 }
 
 Status require_supported(const TensorInfo& t) {
-  // The formats with kernels; Q4_0, Q5_0, Q4_K and Q6_K are known by size only (for planning).
-  if (t.dtype == hal::DType::kF32 || t.dtype == hal::DType::kF16 || t.dtype == hal::DType::kBF16 ||
-      t.dtype == hal::DType::kQ8_0) {
+  // The formats the CPU backend computes with: F32, F16, BF16 and every GGML block format the HAL
+  // dequantises (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K).
+  if (t.dtype && (*t.dtype == hal::DType::kF32 || *t.dtype == hal::DType::kF16 || *t.dtype == hal::DType::kBF16 ||
+                  (hal::dtype_info(*t.dtype).quantized && hal::can_dequantize(*t.dtype)))) {
     return ok_status();
   }
   return unimplemented_error("{}: tensor '{}' has type {} (ggml type {}), which is not supported yet; supported: "
-                             "f32, f16, bf16, q8_0",
+                             "f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k",
                              t.file, t.name, t.type_name, t.ggml_type);
 }
 

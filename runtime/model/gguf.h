@@ -44,6 +44,7 @@
 #include "runtime/base/status.h"
 #include "runtime/hal/dtype.h"
 #include "runtime/model/gguf_types.h"
+#include "runtime/model/tensor_source.h"
 
 namespace sx::model {
 
@@ -55,27 +56,7 @@ inline constexpr int kMaxArrayDepth = 16;               // nesting levels of arr
 inline constexpr std::string_view kKeyAlignment = "general.alignment";
 inline constexpr std::string_view kKeyArchitecture = "general.architecture";
 
-struct TensorInfo {
-  std::string name;
-  std::vector<std::int64_t> dims;  // ne order: dims[0] is the innermost (contiguous) dimension
-  std::uint32_t ggml_type = 0;
-  std::string type_name;              // "f32", "q4_k", ...
-  std::optional<hal::DType> dtype;    // types the HAL knows (F32, F16, BF16, Q8_0; Q4_0, Q5_0, Q4_K, Q6_K
-                                      // by size only: require_supported says which can be loaded)
-  std::uint64_t offset = 0;           // relative to the data section
-  std::uint64_t n_bytes = 0;
-  std::int64_t n_elements = 0;
-  std::span<const std::uint8_t> data;  // n_bytes inside the file
-  std::string file;                    // display name of the file it came from (for messages)
-
-  // "[896, 151936]"
-  std::string dims_string() const;
-};
-
-// "[896, 151936]"
-std::string dims_to_string(std::span<const std::int64_t> dims);
-
-class GgufFile {
+class GgufFile final : public TensorSource {
  public:
   static Result<std::unique_ptr<GgufFile>> open(const std::string& path);
   static Result<std::unique_ptr<GgufFile>> parse(std::span<const std::uint8_t> bytes, std::string display_name);
@@ -84,7 +65,7 @@ class GgufFile {
   GgufFile& operator=(const GgufFile&) = delete;
 
   std::uint32_t version() const { return version_; }
-  const std::string& path() const { return path_; }
+  const std::string& path() const override { return path_; }
   std::uint64_t alignment() const { return alignment_; }
   std::uint64_t data_offset() const { return data_offset_; }
   std::uint64_t file_size() const { return bytes_.size(); }
@@ -104,8 +85,10 @@ class GgufFile {
   // Number of items of an array-valued key.
   Result<std::uint64_t> get_array_size(std::string_view key) const;
 
-  const std::vector<TensorInfo>& tensors() const { return tensors_; }
-  const TensorInfo* find_tensor(std::string_view name) const;
+  const std::vector<TensorInfo>& tensors() const override { return tensors_; }
+  const TensorInfo* find_tensor(std::string_view name) const override;
+  std::string_view format() const override { return "gguf"; }
+  std::vector<std::string> weight_files() const override { return {path_}; }
 
  private:
   friend class GgufParser;
@@ -126,8 +109,9 @@ class GgufFile {
   std::map<std::string, std::size_t, std::less<>> tensor_index_;
 };
 
-// OK when the loader can use the tensor's format (F32, F16, BF16, Q8_0); otherwise UNIMPLEMENTED
-// naming the file, the tensor and the type ("q4_k is not supported yet; supported: f32, f16, bf16, q8_0").
+// OK when the loader can use the tensor's format (F32, F16, BF16 and the GGML block formats Q4_0,
+// Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K); otherwise UNIMPLEMENTED naming the file, the
+// tensor and the type ("iq4_nl ... is not supported yet; supported: f32, ...").
 Status require_supported(const TensorInfo& t);
 
 }  // namespace sx::model

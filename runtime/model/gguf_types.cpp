@@ -274,15 +274,15 @@ const std::vector<GgmlTypeInfo>& ggml_type_table() {
       {0, "f32", 1, 4, hal::DType::kF32},
       {1, "f16", 1, 2, hal::DType::kF16},
       {2, "q4_0", 32, 18, hal::DType::kQ4_0},
-      {3, "q4_1", 32, 20, std::nullopt},
+      {3, "q4_1", 32, 20, hal::DType::kQ4_1},
       {6, "q5_0", 32, 22, hal::DType::kQ5_0},
-      {7, "q5_1", 32, 24, std::nullopt},
+      {7, "q5_1", 32, 24, hal::DType::kQ5_1},
       {8, "q8_0", 32, 34, hal::DType::kQ8_0},
       {9, "q8_1", 32, 36, std::nullopt},
-      {10, "q2_k", 256, 84, std::nullopt},
-      {11, "q3_k", 256, 110, std::nullopt},
+      {10, "q2_k", 256, 84, hal::DType::kQ2_K},
+      {11, "q3_k", 256, 110, hal::DType::kQ3_K},
       {12, "q4_k", 256, 144, hal::DType::kQ4_K},
-      {13, "q5_k", 256, 176, std::nullopt},
+      {13, "q5_k", 256, 176, hal::DType::kQ5_K},
       {14, "q6_k", 256, 210, hal::DType::kQ6_K},
       {15, "q8_k", 256, 292, std::nullopt},
       {16, "iq2_xxs", 256, 66, std::nullopt},
@@ -330,6 +330,11 @@ std::uint32_t ggml_type_of(hal::DType t) {
     case hal::DType::kQ5_0: return 6;
     case hal::DType::kQ4_K: return 12;
     case hal::DType::kQ6_K: return 14;
+    case hal::DType::kQ4_1: return 3;
+    case hal::DType::kQ5_1: return 7;
+    case hal::DType::kQ2_K: return 10;
+    case hal::DType::kQ3_K: return 11;
+    case hal::DType::kQ5_K: return 13;
     case hal::DType::kAwqInt4:
     case hal::DType::kQ8_0R16: return kNoGgmlType;
   }

@@ -137,7 +137,7 @@ std::string ggml_type_name(std::uint32_t id);
 // What ggml_type_of returns for a HAL format GGUF cannot hold (AWQ int4); ggml_type_info() knows no
 // such id, so writing it fails with a clear error.
 inline constexpr std::uint32_t kNoGgmlType = 0xFFFFFFFFu;
-// The ggml type a HAL dtype is stored as (F32, F16, BF16, Q8_0, I32, Q4_0, Q5_0, Q4_K, Q6_K), or
+// The ggml type a HAL dtype is stored as (F32, F16, BF16, I32 and every GGML block format), or
 // kNoGgmlType.
 std::uint32_t ggml_type_of(hal::DType t);
 // Every known type, ascending id.

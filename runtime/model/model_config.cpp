@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "runtime/model/model_check.h"
+
 namespace sx::model {
 
 namespace {
@@ -236,57 +238,9 @@ Result<ModelConfig> model_config_from_gguf(const GgufFile& f) {
   return c;
 }
 
-Status check_model_tensors(const GgufFile& f, const ModelConfig& c) {
-  const ArchSpec* spec = find_arch_spec(c.architecture);
-  if (spec == nullptr) {
-    return unimplemented_error("{}: architecture '{}' is not supported (supported: {})", f.path(), c.architecture,
-                               supported_architectures());
-  }
-  const std::string summary =
-      fmt::format("{}: {} layers, hidden {}, {} heads x {} (kv {}), ffn {}, vocab {}{}{}", c.architecture, c.n_layers,
-                  c.hidden, c.n_heads, c.head_dim, c.n_kv_heads, c.ffn, c.vocab, c.qkv_bias ? ", qkv bias" : "",
-                  c.tied_embeddings ? ", tied embeddings" : "");
-  // Walk the expected tensors lazily, stopping at the first problem (a corrupt layer count must
-  // not make us build millions of names).
-  SX_RETURN_IF_ERROR(for_each_expected_tensor(c, [&](ExpectedTensor e) -> Status {
-    const TensorInfo* t = f.find_tensor(e.name);
-    if (t == nullptr) return not_found_error("{}: tensor '{}' is missing ({})", f.path(), e.name, summary);
-    if (t->dims != e.dims) {
-      return invalid_argument_error("{}: tensor '{}' has dims {} but the config expects {} ({})", f.path(), e.name,
-                                    t->dims_string(), dims_to_string(e.dims), summary);
-    }
-    return ok_status();
-  }));
-  // Every per-layer tensor in the file must be one of the expected ones.
-  auto is_expected_layer_tensor = [&](const LayerTensorName& n) {
-    if (n.layer >= c.n_layers) return false;
-    for (LayerTensor t : spec->layer_tensors) {
-      if (layer_tensor_suffix(t) == n.suffix) return true;
-    }
-    if (c.qkv_bias) {
-      for (LayerTensor t : spec->qkv_bias_tensors) {
-        if (layer_tensor_suffix(t) == n.suffix) return true;
-      }
-    }
-    return false;
-  };
-  for (const TensorInfo& t : f.tensors()) {
-    const auto layer = parse_layer_tensor_name(t.name);
-    if (!layer || is_expected_layer_tensor(*layer)) continue;
-    if (layer->layer >= c.n_layers) {
-      return invalid_argument_error("{}: tensor '{}' belongs to layer {} but the model has {} layers ({})", f.path(),
-                                    t.name, layer->layer, c.n_layers, summary);
-    }
-    return invalid_argument_error("{}: unexpected tensor '{}' ({} has no '{}' tensor{})", f.path(), t.name,
-                                  c.architecture, layer->suffix,
-                                  !c.qkv_bias && layer->suffix.ends_with(".bias")
-                                      ? " without a qkv bias, and blk.0.attn_q.bias is absent"
-                                      : "");
-  }
-  return ok_status();
-}
+Status check_model_tensors(const TensorSource& f, const ModelConfig& c) { return check_model(f, c).status(); }
 
-Status check_qwen2_tensors(const GgufFile& f, const ModelConfig& c) {
+Status check_qwen2_tensors(const TensorSource& f, const ModelConfig& c) {
   if (c.architecture != "qwen2") {
     return invalid_argument_error("{}: check_qwen2_tensors called for architecture '{}'", f.path(), c.architecture);
   }

@@ -83,9 +83,10 @@ Status validate_model_config(const ModelConfig& c, std::string_view where);
 // tied_embeddings from the absence of output.weight and qkv_bias from blk.0.attn_q.bias.
 Result<ModelConfig> model_config_from_gguf(const GgufFile& f);
 
-// Every expected tensor present with the expected dims; no per-layer tensor beyond them.
-Status check_model_tensors(const GgufFile& f, const ModelConfig& c);
-Status check_qwen2_tensors(const GgufFile& f, const ModelConfig& c);
+// check_model(f, c).status() (model_check.h): every expected tensor present with the expected dims
+// and a weight format; no per-layer tensor beyond them.
+Status check_model_tensors(const TensorSource& f, const ModelConfig& c);
+Status check_qwen2_tensors(const TensorSource& f, const ModelConfig& c);
 
 // Writes general.architecture / general.name and the "<arch>.*" hyper-parameter keys.
 void set_model_config_metadata(GgufWriter& w, const ModelConfig& c);

@@ -5,8 +5,11 @@
 #include <cctype>
 #include <cmath>
 #include <memory>
+#include <string>
 
 #include <fmt/format.h>
+
+#include "runtime/hal/quant.h"
 
 namespace sx::model {
 
@@ -108,11 +111,13 @@ Status validate_spec(const RandomModelSpec& spec) {
     return invalid_argument_error("random model spec: architecture '{}'; only qwen2 can be generated", c.architecture);
   }
   const hal::DType t = spec.weight_type;
-  if (t != hal::DType::kF32 && t != hal::DType::kF16 && t != hal::DType::kBF16 && t != hal::DType::kQ8_0) {
-    return invalid_argument_error("random model spec: weight type {} is not one of f32, f16, bf16, q8_0",
-                                  hal::dtype_name(t));
+  if (spec.mix == WeightMix::kUniform && !hal::can_quantize(t)) {
+    return invalid_argument_error(
+        "random model spec: weight type {} is not one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k",
+        hal::dtype_name(t));
   }
-  const int block = hal::dtype_info(t).block_elems;
+  // Mixes fall back to 32-element blocks (Q5_0, Q8_0) where rows are not whole 256-blocks.
+  const int block = spec.mix == WeightMix::kUniform ? hal::dtype_info(t).block_elems : 32;
   const std::pair<std::string_view, std::int64_t> inner[] = {{"hidden", c.hidden}, {"ffn", c.ffn}, {"q_dim", c.q_dim()}};
   for (const auto& [what, v] : inner) {
     if (v % block != 0) {
@@ -130,8 +135,31 @@ Status validate_spec(const RandomModelSpec& spec) {
   return ok_status();
 }
 
-std::uint32_t file_type_of(hal::DType t) {
-  switch (t) {
+// llama.cpp's use_more_bits(i_layer, n_layers).
+bool more_bits(std::int64_t layer, std::int64_t n_layers) {
+  return layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
+}
+
+// llama.cpp's fallback for a K-quant whose rows are not whole 256-blocks.
+hal::DType k_quant_or_fallback(hal::DType t, std::int64_t row_len) {
+  if (row_len % hal::kQK_K == 0) return t;
+  return t == hal::DType::kQ6_K ? hal::DType::kQ8_0 : hal::DType::kQ5_0;
+}
+
+std::uint32_t file_type_of(const RandomModelSpec& spec) {
+  if (spec.mix == WeightMix::kQ4_K_M) return 15;  // LLAMA_FTYPE_MOSTLY_Q4_K_M
+  if (spec.mix == WeightMix::kQ6_K) return 18;    // LLAMA_FTYPE_MOSTLY_Q6_K
+  switch (spec.weight_type) {
+    case hal::DType::kQ4_0: return 2;   // LLAMA_FTYPE_MOSTLY_Q4_0
+    case hal::DType::kQ4_1: return 3;   // LLAMA_FTYPE_MOSTLY_Q4_1
+    case hal::DType::kQ5_0: return 8;   // LLAMA_FTYPE_MOSTLY_Q5_0
+    case hal::DType::kQ5_1: return 9;   // LLAMA_FTYPE_MOSTLY_Q5_1
+    case hal::DType::kQ4_K: return 14;  // LLAMA_FTYPE_MOSTLY_Q4_K_S (all Q4_K)
+    case hal::DType::kQ5_K: return 16;  // LLAMA_FTYPE_MOSTLY_Q5_K_S
+    case hal::DType::kQ6_K: return 18;  // LLAMA_FTYPE_MOSTLY_Q6_K
+    default: break;
+  }
+  switch (spec.weight_type) {
     case hal::DType::kF16: return 1;    // LLAMA_FTYPE_MOSTLY_F16
     case hal::DType::kQ8_0: return 7;   // LLAMA_FTYPE_MOSTLY_Q8_0
     case hal::DType::kBF16: return 32;  // LLAMA_FTYPE_MOSTLY_BF16
@@ -300,6 +328,22 @@ void random_tensor_values(const RandomModelSpec& spec, std::string_view name, st
   }
 }
 
+hal::DType mixed_weight_type(const ModelConfig& c, WeightMix mix, hal::DType uniform, std::string_view name,
+                             std::int64_t row_len) {
+  switch (mix) {
+    case WeightMix::kUniform: return uniform;
+    case WeightMix::kQ6_K: return k_quant_or_fallback(hal::DType::kQ6_K, row_len);
+    case WeightMix::kQ4_K_M: break;
+  }
+  const bool head = name == "output.weight" || (c.tied_embeddings && name == "token_embd.weight");
+  if (head) return k_quant_or_fallback(hal::DType::kQ6_K, row_len);
+  if (name.starts_with("blk.") && (name.ends_with(".attn_v.weight") || name.ends_with(".ffn_down.weight"))) {
+    const std::int64_t layer = std::stoll(std::string(name.substr(4, name.find('.', 4) - 4)));
+    if (more_bits(layer, c.n_layers)) return k_quant_or_fallback(hal::DType::kQ6_K, row_len);
+  }
+  return k_quant_or_fallback(hal::DType::kQ4_K, row_len);
+}
+
 Status add_random_qwen2_model(const RandomModelSpec& spec_in, GgufWriter& w) {
   SX_RETURN_IF_ERROR(validate_spec(spec_in));
   auto spec = std::make_shared<RandomModelSpec>(spec_in);
@@ -308,13 +352,15 @@ Status add_random_qwen2_model(const RandomModelSpec& spec_in, GgufWriter& w) {
   }
   set_model_config_metadata(w, spec->config);
   w.set_uint32("general.quantization_version", 2);
-  w.set_uint32("general.file_type", file_type_of(spec->weight_type));
+  w.set_uint32("general.file_type", file_type_of(*spec));
   set_tokenizer_metadata(w, spec->tokenizer);
   spec->tokenizer = {};  // the producers need only the config, seed and std
 
   for (ExpectedTensor& e : expected_tensors(spec->config)) {
-    const hal::DType type = e.dims.size() == 1 ? hal::DType::kF32 : spec->weight_type;
     const std::int64_t row_len = e.dims[0];
+    const hal::DType type = e.dims.size() == 1 ? hal::DType::kF32
+                                               : mixed_weight_type(spec->config, spec->mix, spec->weight_type, e.name,
+                                                                   row_len);
     std::int64_t n_rows = 1;
     for (std::size_t i = 1; i < e.dims.size(); ++i) n_rows *= e.dims[i];
     std::string name = e.name;

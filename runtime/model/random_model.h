@@ -7,9 +7,18 @@
 // biases small noise). Writing streams row blocks straight into the file: memory use is a few MB
 // whatever the model size.
 //
-// Errors: INVALID_ARGUMENT for an inconsistent spec (bad config, weight_type not F32/F16/BF16/Q8_0,
-// a dimension not a multiple of the Q8_0 block, tokenizer larger than vocab or a synthesized vocab
-// under 259 tokens); write errors name the path. Threading: pure apart from the file written.
+// Weight formats: one format for every 2-D weight (F32, F16, BF16 or any GGML block format with a
+// quantiser: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K), or a llama.cpp-style mix (WeightMix):
+//   kQ4_K_M  llama.cpp's Q4_K_M (llama_tensor_get_type): Q4_K; Q6_K for the LM head (the token
+//            embedding when tied) and for attn_v / ffn_down of the layers with more bits
+//            (i < n/8 || i >= 7n/8 || (i - n/8) % 3 == 2); a tensor whose row length (inner dim) is
+//            not whole 256-blocks falls back as llama.cpp does: Q4_K -> Q5_0, Q6_K -> Q8_0.
+//   kQ6_K    llama.cpp's Q6_K: Q6_K everywhere, Q8_0 where rows are not whole 256-blocks.
+// The same rules as parallel::recipe_weight_types (q4_k_m), so `sextant plan` sizes these files.
+//
+// Errors: INVALID_ARGUMENT for an inconsistent spec (bad config, a weight_type without a
+// quantiser, a dimension not a multiple of the block, tokenizer larger than vocab or a synthesized
+// vocab under 259 tokens); write errors name the path. Threading: pure apart from the file written.
 #pragma once
 
 #include <cstdint>
@@ -25,9 +34,12 @@
 
 namespace sx::model {
 
+enum class WeightMix { kUniform, kQ4_K_M, kQ6_K };
+
 struct RandomModelSpec {
   ModelConfig config;
-  hal::DType weight_type = hal::DType::kF32;  // 2-D weights: F32, F16, BF16 or Q8_0
+  hal::DType weight_type = hal::DType::kF32;  // 2-D weights when mix is kUniform (see above)
+  WeightMix mix = WeightMix::kUniform;
   std::uint64_t seed = 0;
   float init_std = 0.02f;
   TokenizerMetadata tokenizer;  // tokens empty: synthesize_tokenizer(config.vocab)
@@ -55,6 +67,11 @@ const std::vector<std::string_view>& qwen3_sizes();
 // <|im_start|>, <|im_end|> as the last three ids (control). No merges; eos = <|im_end|>,
 // bos = pad = <|endoftext|>; a ChatML chat template. vocab must be >= 259.
 Result<TokenizerMetadata> synthesize_tokenizer(std::int64_t vocab);
+
+// The format of 2-D weight `name` (an expected_tensors name) with rows of `row_len` elements under
+// `mix` (`uniform` for kUniform).
+hal::DType mixed_weight_type(const ModelConfig& config, WeightMix mix, hal::DType uniform, std::string_view name,
+                             std::int64_t row_len);
 
 // Fills `w` with the metadata and (streamed) tensors of the model; nothing is generated until the
 // writer writes.

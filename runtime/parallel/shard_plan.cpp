@@ -202,12 +202,12 @@ WeightTypes uniform_weight_types(const model::ModelConfig& config, hal::DType ty
   return w;
 }
 
-Result<WeightTypes> weight_types_from_gguf(const model::GgufFile& file, const model::ModelConfig& config,
-                                           GgufTypeCheck check) {
+Result<WeightTypes> weight_types_from_source(const model::TensorSource& file, const model::ModelConfig& config,
+                                           WeightTypeCheck check) {
   auto type_of = [&](std::string_view name) -> Result<DType> {
     const model::TensorInfo* t = file.find_tensor(name);
     if (t == nullptr) return not_found_error("{}: tensor '{}' is missing", file.path(), name);
-    if (check == GgufTypeCheck::kLoadable) SX_RETURN_IF_ERROR(model::require_supported(*t));
+    if (check == WeightTypeCheck::kLoadable) SX_RETURN_IF_ERROR(model::require_supported(*t));
     if (!t->dtype.has_value() || *t->dtype == DType::kI32) {
       return unimplemented_error("{}: tensor '{}' has type {} (ggml type {}), which Sextant cannot plan for; known: "
                                  "f32, f16, bf16, q8_0, q4_0, q5_0, q4_k, q6_k",

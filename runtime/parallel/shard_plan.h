@@ -59,14 +59,14 @@ struct WeightTypes {
 // Every matrix (embeddings included) in `type`.
 WeightTypes uniform_weight_types(const model::ModelConfig& config, hal::DType type);
 
-// Which tensor formats weight_types_from_gguf accepts.
-enum class GgufTypeCheck {
+// Which tensor formats weight_types_from_source accepts.
+enum class WeightTypeCheck {
   kLoadable,  // only formats the loader has kernels for (model::require_supported)
   kSized,     // any format the HAL knows the size of (Q4_K, Q6_K, ... too): for planning
 };
-// The types of the tensors in a GGUF file (the file's config must already be checked).
-Result<WeightTypes> weight_types_from_gguf(const model::GgufFile& file, const model::ModelConfig& config,
-                                           GgufTypeCheck check = GgufTypeCheck::kLoadable);
+// The types of a model's weight tensors (its config must already be checked).
+Result<WeightTypes> weight_types_from_source(const model::TensorSource& file, const model::ModelConfig& config,
+                                             WeightTypeCheck check = WeightTypeCheck::kLoadable);
 
 // A half-open range [begin, end).
 struct Range {

@@ -312,6 +312,37 @@ void register_all() {
       }
     }
   }
+  // GGML block formats of a Q4_K_M file at the 0.5B shapes whose k fits their block: K-quants need k
+  // a multiple of 256 (only ffn_down, 896x4864), Q5_0 takes the 896-wide ones (llama.cpp's fallback).
+  const struct {
+    DType t;
+    Shape s;
+  } block_cases[] = {
+      {DType::kQ4_K, {"896x4864", 896, 4864}},   {DType::kQ6_K, {"896x4864", 896, 4864}},
+      {DType::kQ5_0, {"896x896", 896, 896}},     {DType::kQ5_0, {"4864x896", 4864, 896}},
+      {DType::kQ5_0, {"151936x896", 151936, 896}}, {DType::kQ4_0, {"4864x896", 4864, 896}},
+      {DType::kQ5_K, {"896x4864", 896, 4864}},
+  };
+  for (const auto& c : block_cases) {
+    for (int threads : {1, 2}) {
+      for (std::int64_t m : {1, 4}) {
+        if (m != 1 && threads == 1) continue;
+        const std::string name = std::string("gemv/") + std::string(sx::hal::dtype_name(c.t)) + "/" + c.s.name + "/m" +
+                                 std::to_string(m) + "/t" + std::to_string(threads);
+        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
+          run_matmul(st, c.t, m, c.s.n, c.s.k, threads, MatmulPath::kAuto, true);
+        })->UseRealTime()->MinTime(0.3);
+      }
+    }
+    if (c.s.n > 100000) continue;
+    for (int threads : {1, 2}) {
+      const std::string name = std::string("gemm/") + std::string(sx::hal::dtype_name(c.t)) + "/" + c.s.name +
+                               "/m512/t" + std::to_string(threads) + "/gemm_f32";
+      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
+        run_matmul(st, c.t, 512, c.s.n, c.s.k, threads, MatmulPath::kGemmF32, false);
+      })->UseRealTime()->MinTime(0.5);
+    }
+  }
   for (DType t : types) {
     const std::string name = std::string("prefill_model_0.5b/") + std::string(sx::hal::dtype_name(t)) + "/m512/t2";
     benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) { run_prefill_model(st, t, 512, 2); })

@@ -51,7 +51,7 @@ Loaded load(const std::string& file, std::int64_t ctx, int threads) {
   mo.kv.num_blocks = (ctx + 15) / 16 + 1;  // + the null block
   mo.max_batch_tokens = 64;  // several prefill chunks for long prompts
   mo.max_logit_rows = 1;
-  auto m = engine::Qwen2Model::load(*l.opened.file, l.opened.config, *l.device, mo);
+  auto m = engine::Qwen2Model::load(*l.opened.weights, l.opened.config, *l.device, mo);
   EXPECT_TRUE(m.ok()) << m.status().to_string();
   l.model = std::move(m).value();
   return l;
@@ -140,7 +140,7 @@ TEST_P(MemoriseParallel, GreedyReproducesTheText) {
   engine::ParallelOptions po;
   po.tp = pc.tp;
   po.pp = pc.pp;
-  auto m = engine::Qwen2Model::load(*opened->file, opened->config, backend, group->devices, po, mo);
+  auto m = engine::Qwen2Model::load(*opened->weights, opened->config, backend, group->devices, po, mo);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   engine::GenerateOptions g;
   g.sampling.temperature = 0.0f;
@@ -193,7 +193,7 @@ TEST(Memorise, F32EveryLayoutMatchesOneDevice) {
   std::vector<std::int32_t> ref_tokens;
   {
     auto g = engine::create_device_group(backend, 1, o);
-    auto m = engine::Qwen2Model::load(*opened->file, opened->config, *g->devices[0], mo);
+    auto m = engine::Qwen2Model::load(*opened->weights, opened->config, *g->devices[0], mo);
     ASSERT_TRUE(m.ok());
     greedy(**m, ref_logits, ref_tokens);
   }
@@ -207,7 +207,7 @@ TEST(Memorise, F32EveryLayoutMatchesOneDevice) {
     engine::ParallelOptions po;
     po.tp = tp;
     po.pp = pp;
-    auto m = engine::Qwen2Model::load(*opened->file, opened->config, backend, g->devices, po, mo);
+    auto m = engine::Qwen2Model::load(*opened->weights, opened->config, backend, g->devices, po, mo);
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     std::vector<std::vector<float>> got;
     std::vector<std::int32_t> toks;
@@ -236,7 +236,7 @@ TEST(Memorise, Q8_0AtTp6IsAClearPlannerError) {
   mo.kv.num_blocks = 4;
   engine::ParallelOptions po;
   po.tp = 6;
-  auto m = engine::Qwen2Model::load(*opened->file, opened->config, backend, group->devices, po, mo);
+  auto m = engine::Qwen2Model::load(*opened->weights, opened->config, backend, group->devices, po, mo);
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(m.status().message().find("Q8_0"), std::string::npos) << m.status().to_string();

@@ -120,6 +120,25 @@ void pack_w_panel(const std::byte* w, std::size_t row_bytes, std::int64_t row0, 
 using PackFn = void (*)(const std::byte*, std::size_t, std::int64_t, std::int64_t, std::int64_t,
                         std::int64_t, float*);
 
+// Any other block format (Q4_0 ... Q6_K, AWQ int4): each row's [pc, pc + kc) dequantised with the HAL
+// reference, then transposed into the panel. pc and kc fall on block boundaries (kc_step below is a
+// multiple of 32, and exactly 256 when k is a multiple of 256).
+template <hal::DType T>
+void pack_w_panel_dequant(const std::byte* w, std::size_t row_bytes, std::int64_t row0, std::int64_t n,
+                          std::int64_t pc, std::int64_t kc, float* dst) {
+  thread_local std::vector<float> tmp;
+  tmp.resize(static_cast<std::size_t>(kc));
+  const std::size_t off = hal::row_bytes(T, pc);
+  for (int r = 0; r < kNR; ++r) {
+    if (row0 + r < n) {
+      hal::dequantize_row(T, w + static_cast<std::size_t>(row0 + r) * row_bytes + off, tmp.data(), kc);
+      for (std::int64_t i = 0; i < kc; ++i) dst[i * kNR + r] = tmp[static_cast<std::size_t>(i)];
+    } else {
+      for (std::int64_t i = 0; i < kc; ++i) dst[i * kNR + r] = 0.0f;
+    }
+  }
+}
+
 PackFn pack_fn(hal::DType t) {
   switch (t) {
     case hal::DType::kF16:
@@ -128,6 +147,16 @@ PackFn pack_fn(hal::DType t) {
       return &pack_w_panel<RowBF16>;
     case hal::DType::kQ8_0:
       return &pack_w_panel<RowQ8_0>;
+    case hal::DType::kQ4_0: return &pack_w_panel_dequant<hal::DType::kQ4_0>;
+    case hal::DType::kQ4_1: return &pack_w_panel_dequant<hal::DType::kQ4_1>;
+    case hal::DType::kQ5_0: return &pack_w_panel_dequant<hal::DType::kQ5_0>;
+    case hal::DType::kQ5_1: return &pack_w_panel_dequant<hal::DType::kQ5_1>;
+    case hal::DType::kQ2_K: return &pack_w_panel_dequant<hal::DType::kQ2_K>;
+    case hal::DType::kQ3_K: return &pack_w_panel_dequant<hal::DType::kQ3_K>;
+    case hal::DType::kQ4_K: return &pack_w_panel_dequant<hal::DType::kQ4_K>;
+    case hal::DType::kQ5_K: return &pack_w_panel_dequant<hal::DType::kQ5_K>;
+    case hal::DType::kQ6_K: return &pack_w_panel_dequant<hal::DType::kQ6_K>;
+    case hal::DType::kAwqInt4: return &pack_w_panel_dequant<hal::DType::kAwqInt4>;
     default:
       return &pack_w_panel<RowF32>;
   }
@@ -246,6 +275,10 @@ void gemm_f32(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
   const std::int64_t k_blocks = ceil_div(k, kKC);
   std::int64_t kc_step = ceil_div(k, k_blocks);
   if (k % 32 == 0) kc_step = std::min<std::int64_t>(kKC, ceil_div(kc_step, 32) * 32);
+  // Block formats need whole blocks per k block (256-element blocks get kc_step = 256; AWQ's
+  // 128-element groups a multiple of 128).
+  const std::int64_t block = hal::dtype_info(p.w_type).block_elems;
+  if (block > 32 && k % block == 0) kc_step = std::min<std::int64_t>(kKC, ceil_div(kc_step, block) * block);
 
   const int threads = pool.size();
   auto* xp = static_cast<float*>(scratch.get(kSlotPackedX, static_cast<std::size_t>(x_panels * k * kMR) * sizeof(float)));

@@ -60,6 +60,8 @@ void matmul(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p, MatmulPa
     case MatmulPath::kGemv:
       if (q8) {
         detail::gemv_q8_0(pool, scratch, p);
+      } else if (hal::dtype_info(p.w_type).quantized) {
+        detail::gemv_quant(pool, scratch, p);
       } else {
         detail::gemv_float(pool, p);
       }

@@ -47,7 +47,7 @@ Loaded open(const std::string& path, std::int64_t blocks) {
   mo.kv.num_blocks = blocks;
   mo.max_batch_tokens = 256;
   mo.max_logit_rows = 16;
-  auto m = Qwen2Model::load(*s.opened.file, s.opened.config, *s.device, mo);
+  auto m = Qwen2Model::load(*s.opened.weights, s.opened.config, *s.device, mo);
   EXPECT_TRUE(m.ok()) << m.status().to_string();
   s.model = std::move(*m);
   return s;
@@ -247,7 +247,7 @@ TEST(Engine, ADeviceErrorFailsTheStepsRequestsAndKeepsCancelledOnesCancelled) {
   mo.kv.num_blocks = 9;
   mo.max_batch_tokens = 256;
   mo.max_logit_rows = 16;
-  auto m = Qwen2Model::load(*o->file, o->config, *device, mo);
+  auto m = Qwen2Model::load(*o->weights, o->config, *device, mo);
   ASSERT_TRUE(m.ok());
   auto engine = Engine::create(**m, *o->tokenizer, engine_config(4, true));
   ASSERT_TRUE(engine.ok());

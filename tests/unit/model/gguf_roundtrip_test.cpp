@@ -154,8 +154,10 @@ TEST_P(RoundTripTest, AllValueTypesAndTensors) {
   EXPECT_EQ(d->n_bytes, 68u);
   EXPECT_EQ(std::vector<std::uint8_t>(d->data.begin(), d->data.end()), q8);
   const TensorInfo* e = g.find_tensor("e.q4_k");
-  EXPECT_EQ(e->dtype, hal::DType::kQ4_K);  // known by size, but no kernels yet:
-  EXPECT_TRUE(fails_with(require_supported(*e), StatusCode::kUnimplemented, {"e.q4_k", "q4_k", "not supported yet"}));
+  EXPECT_EQ(e->dtype, hal::DType::kQ4_K);
+  EXPECT_TRUE(require_supported(*e).ok());
+  EXPECT_TRUE(fails_with(require_supported(*g.find_tensor("f.i32")), StatusCode::kUnimplemented,
+                         {"f.i32", "i32", "not supported yet"}));
   EXPECT_EQ(e->type_name, "q4_k");
   EXPECT_EQ(e->n_bytes, 432u);
   EXPECT_EQ(g.find_tensor("f.i32")->n_elements, 120);
@@ -387,7 +389,8 @@ TEST(GgmlTypes, TableMatchesGgml) {
       EXPECT_EQ(hal::dtype_info(*t.dtype).block_bytes, static_cast<int>(t.block_bytes));
     }
   }
-  EXPECT_EQ(with_dtype, (std::set<std::string_view>{"f32", "f16", "bf16", "q8_0", "q4_0", "q5_0", "q4_k", "q6_k"}));
+  EXPECT_EQ(with_dtype, (std::set<std::string_view>{"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1",
+                                                     "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"}));
   EXPECT_EQ(ggml_type_of(hal::DType::kAwqInt4), kNoGgmlType);  // not a GGUF format
   EXPECT_EQ(ggml_type_info(kNoGgmlType), nullptr);
   EXPECT_EQ(ggml_type_name(12), "q4_k");
@@ -396,15 +399,18 @@ TEST(GgmlTypes, TableMatchesGgml) {
 
 TEST(RequireSupported, NamesFileTensorAndType) {
   GgufWriter w;
-  ASSERT_TRUE(w.add_tensor("blk.0.ffn_down.weight", {256}, static_cast<std::uint32_t>(GgmlType::kQ6_K),
-                           std::vector<std::uint8_t>(210))
+  ASSERT_TRUE(w.add_tensor("blk.0.ffn_down.weight", {32}, static_cast<std::uint32_t>(GgmlType::kIQ4_NL),
+                           std::vector<std::uint8_t>(18))
+                  .ok());
+  ASSERT_TRUE(w.add_tensor("q6", {256}, static_cast<std::uint32_t>(GgmlType::kQ6_K), std::vector<std::uint8_t>(210))
                   .ok());
   ASSERT_TRUE(w.add_tensor("ok", {1}, hal::DType::kF32, bytes_of({1})).ok());
   auto bytes = w.to_bytes();
-  auto f = parse_bytes(*bytes, "q6.gguf");
+  auto f = parse_bytes(*bytes, "iq.gguf");
   ASSERT_TRUE(f.ok());
   EXPECT_TRUE(fails_with(require_supported(*(*f)->find_tensor("blk.0.ffn_down.weight")), StatusCode::kUnimplemented,
-                         {"q6.gguf", "blk.0.ffn_down.weight", "q6_k", "not supported yet"}));
+                         {"iq.gguf", "blk.0.ffn_down.weight", "iq4_nl", "not supported yet"}));
+  EXPECT_TRUE(require_supported(*(*f)->find_tensor("q6")).ok());  // every GGML block format loads
   EXPECT_TRUE(require_supported(*(*f)->find_tensor("ok")).ok());
 }
 

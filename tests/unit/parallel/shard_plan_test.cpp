@@ -522,7 +522,7 @@ TEST(ShardPlan, WeightTypesFromAGgufFileAndItsBytes) {
       ASSERT_TRUE(file.ok()) << file.status().to_string();
       auto config = model::model_config_from_gguf(**file);
       ASSERT_TRUE(config.ok());
-      auto types = weight_types_from_gguf(**file, *config);
+      auto types = weight_types_from_source(**file, *config);
       ASSERT_TRUE(types.ok()) << types.status().to_string();
       const WeightTypes want = uniform_weight_types(*config, t);
       EXPECT_EQ(types->token_embd, want.token_embd);
@@ -553,12 +553,12 @@ TEST(ShardPlan, WeightTypesFromGgufNameAMissingTensor) {
   ASSERT_TRUE(file.ok());
   ModelConfig more = spec.config;
   more.n_layers = 3;
-  EXPECT_TRUE(fails_with(weight_types_from_gguf(**file, more), StatusCode::kNotFound, {"blk.2.attn_q.weight"}));
+  EXPECT_TRUE(fails_with(weight_types_from_source(**file, more), StatusCode::kNotFound, {"blk.2.attn_q.weight"}));
 }
 
-// A file of llama.cpp K-quant tensors (Q4_K, Q6_K for ffn_down): `sextant plan` sizes it, the
-// loader's check still refuses it.
-TEST(ShardPlan, KQuantGgufIsSizedButNotLoadable) {
+// A file of llama.cpp K-quant tensors (Q4_K, Q6_K for ffn_down): `sextant plan` sizes it and the
+// loader's check accepts it (issue 6: every GGML block format loads).
+TEST(ShardPlan, KQuantGgufIsSizedAndLoadable) {
   ModelConfig c = model::testing::tiny_qwen2_config(320, false);
   c.hidden = 256;
   c.head_dim = 64;  // 4 heads x 64 = 256
@@ -583,9 +583,8 @@ TEST(ShardPlan, KQuantGgufIsSizedButNotLoadable) {
   auto config = model::model_config_from_gguf(**file);
   ASSERT_TRUE(config.ok()) << config.status().to_string();
   ASSERT_TRUE(model::check_model_tensors(**file, *config).ok());
-  EXPECT_TRUE(fails_with(weight_types_from_gguf(**file, *config), StatusCode::kUnimplemented,
-                         {"k.gguf", "token_embd.weight", "q4_k", "not supported yet"}));
-  auto types = weight_types_from_gguf(**file, *config, GgufTypeCheck::kSized);
+  EXPECT_TRUE(weight_types_from_source(**file, *config).ok());
+  auto types = weight_types_from_source(**file, *config, WeightTypeCheck::kSized);
   ASSERT_TRUE(types.ok()) << types.status().to_string();
   EXPECT_EQ(types->token_embd, DType::kQ4_K);
   EXPECT_EQ(types->layers[1].q, DType::kQ4_K);

@@ -1,0 +1,282 @@
+// Small-m matmul for the GGML block formats other than Q8_0 (Q4_0 ... Q6_K): W is streamed once,
+// each row against the m tokens while it is in L1.
+//
+// AVX2 kernels (int8 dot products, like llama.cpp's):
+//   Q4_K, Q6_K  x quantised per 256 (ActQ8K: one F32 scale, int8 values, int16 sums per 16), so a
+//               super-block's 8 (16) sub-block dot products are weighted by their integer scales
+//               in int32 and scaled once: y += d_w * d_x * sum_s sc_s * dot_s - dmin_w * d_x *
+//               sum_s m_s * xsum_s (Q4_K; Q6_K subtracts 32 * sum_s sc_s * xsum_s instead).
+//   Q5_0        x quantised per 32 (quantize_activations_q8, as the Q8_0 path): per block the
+//               exact int32 dot of (q - 16) and x, scaled by d_w * d_x.
+// Activation quantisation error per element is at most amax(block of x) / 254 (block = 256 for
+// Q4_K / Q6_K, 32 for Q5_0); every other step is exact integer arithmetic or F32 rounding.
+// Every other format (and every format without AVX2): the row is dequantised to F32 with
+// hal::dequantize_row and dotted in F32 (exact products of the dequantised weights).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "backends/cpu/kernels/matmul_internal.h"
+#include "backends/cpu/simd.h"
+#include "runtime/base/half.h"
+#include "runtime/hal/quant.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define SX_GEMV_QUANT_AVX2 1
+#include <immintrin.h>
+#endif
+
+namespace sx::cpu::detail {
+
+namespace {
+
+using hal::BlockQ4_K;
+using hal::BlockQ5_0;
+using hal::BlockQ6_K;
+using hal::kQK_K;
+
+// One super-block (256) of quantised activations.
+struct alignas(32) ActQ8K {
+  std::int8_t qs[kQK_K];
+  std::int16_t bsums[kQK_K / 16];  // sums of qs per 16
+  float d;
+};
+
+void quantize_act_q8k(const float* x, std::int64_t k, ActQ8K* out) {
+  for (std::int64_t b = 0; b < k / kQK_K; ++b) {
+    const float* xb = x + b * kQK_K;
+    float amax = 0.0f;
+    for (int j = 0; j < kQK_K; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    ActQ8K& a = out[b];
+    a.d = d;
+    for (int j = 0; j < kQK_K; ++j) a.qs[j] = static_cast<std::int8_t>(std::nearbyint(xb[j] * id));
+    for (int s = 0; s < kQK_K / 16; ++s) {
+      int sum = 0;
+      for (int j = 0; j < 16; ++j) sum += a.qs[16 * s + j];
+      a.bsums[s] = static_cast<std::int16_t>(sum);
+    }
+  }
+}
+
+#if SX_GEMV_QUANT_AVX2
+
+inline float f16(std::uint16_t h) { return _cvtsh_ss(h); }
+
+// Dot of one Q4_K row (nsb super-blocks) with one quantised token.
+float dot_q4_k(const BlockQ4_K* w, const ActQ8K* a, std::int64_t nsb) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m256 acc = _mm256_setzero_ps();
+  __m128 accm = _mm_setzero_ps();
+  for (std::int64_t i = 0; i < nsb; ++i) {
+    _mm_prefetch(reinterpret_cast<const char*>(w + i) + kGemvPrefetchBytes, _MM_HINT_T0);
+    const float d = a[i].d * f16(w[i].d);
+    const float dmin = a[i].d * f16(w[i].dmin);
+    std::uint32_t s[3];
+    std::memcpy(s, w[i].scales, 12);
+    // The 6-bit scales and mins of the 8 sub-blocks (hal::q4k_scale_min, four at a time).
+    const std::uint32_t sc_lo = s[0] & 0x3f3f3f3fu, m_lo = s[1] & 0x3f3f3f3fu;
+    const std::uint32_t sc_hi = (s[2] & 0x0f0f0f0fu) | ((s[0] >> 2) & 0x30303030u);
+    const std::uint32_t m_hi = ((s[2] >> 4) & 0x0f0f0f0fu) | ((s[1] >> 2) & 0x30303030u);
+    const __m256i sm = _mm256_cvtepu8_epi16(_mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi),
+                                                          static_cast<int>(m_lo), static_cast<int>(m_hi)));
+    // Mins: sum_s m_s * (sum of x over sub-block s).
+    const __m256i bs16 = _mm256_load_si256(reinterpret_cast<const __m256i*>(a[i].bsums));
+    const __m128i bs32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs16), _mm256_extracti128_si256(bs16, 1));
+    const __m128i mprod = _mm_madd_epi16(_mm256_extracti128_si256(sm, 1), bs32);
+    accm = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mprod), accm);
+    // Scales, broadcast per sub-block with byte shuffles (both lanes hold the 8 int16 scales).
+    const __m128i sc128 = _mm256_castsi256_si128(sm);
+    const __m256i scales = _mm256_set_m128i(sc128, sc128);
+    __m256i sumi = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      const __m256i sel0 = _mm256_set1_epi16(static_cast<short>(0x0100 + 0x0202 * (2 * c)));
+      const __m256i sel1 = _mm256_set1_epi16(static_cast<short>(0x0100 + 0x0202 * (2 * c + 1)));
+      const __m256i q4 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].qs + 32 * c));
+      const __m256i x0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(a[i].qs + 64 * c));
+      const __m256i x1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(a[i].qs + 64 * c + 32));
+      const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(q4, m4), x0),
+                                           _mm256_shuffle_epi8(scales, sel0));
+      const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q4, 4), m4), x1),
+                                           _mm256_shuffle_epi8(scales, sel1));
+      sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+  }
+  __m128 m = _mm_add_ps(accm, _mm_movehl_ps(accm, accm));
+  m = _mm_add_ss(m, _mm_movehdup_ps(m));
+  return hsum256(acc) - _mm_cvtss_f32(m);
+}
+
+// Dot of one Q6_K row with one quantised token.
+float dot_q6_k(const BlockQ6_K* w, const ActQ8K* a, std::int64_t nsb) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i m2 = _mm256_set1_epi8(0x30);
+  __m256 acc = _mm256_setzero_ps();
+  for (std::int64_t i = 0; i < nsb; ++i) {
+    _mm_prefetch(reinterpret_cast<const char*>(w + i) + kGemvPrefetchBytes, _MM_HINT_T0);
+    const float d = a[i].d * f16(w[i].d);
+    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[i].scales));
+    // The -32 offset: 32 * sum_s sc_s * (sum of x over sub-block s).
+    const __m256i bs16 = _mm256_load_si256(reinterpret_cast<const __m256i*>(a[i].bsums));
+    const __m256i off = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), bs16);
+    __m256i sumi = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      // Scales 8h .. 8h+7 as int16 in both lanes; group g takes 8h+2g (low lane) and 8h+2g+1 (high).
+      const __m128i s16 = _mm_cvtepi8_epi16(h == 0 ? sc8 : _mm_srli_si128(sc8, 8));
+      const __m256i scales = _mm256_set_m128i(s16, s16);
+      const std::uint8_t* ql = w[i].ql + 64 * h;
+      const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+      const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].qh + 32 * h));
+      const __m256i q[4] = {
+          _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2)),
+          _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m2)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                          _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2)),
+      };
+      for (int g = 0; g < 4; ++g) {
+        const short lo = static_cast<short>(0x0100 + 0x0202 * (2 * g));
+        const short hi = static_cast<short>(0x0100 + 0x0202 * (2 * g + 1));
+        const __m256i sel = _mm256_setr_epi16(lo, lo, lo, lo, lo, lo, lo, lo, hi, hi, hi, hi, hi, hi, hi, hi);
+        const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(a[i].qs + 128 * h + 32 * g));
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q[g], x), _mm256_shuffle_epi8(scales, sel));
+        sumi = _mm256_add_epi32(sumi, p);
+      }
+    }
+    sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(off, 5));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+  }
+  return hsum256(acc);
+}
+
+// Dot of one Q5_0 row (nb blocks) with one token quantised per 32 (xq values, xd scales).
+float dot_q5_0(const BlockQ5_0* w, const std::int8_t* xq, const float* xd, std::int64_t nb) {
+  const __m128i m4 = _mm_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  // Byte j of a vector gets byte j / 8 of qh; OR-ing every bit but j % 8 then comparing with
+  // all-ones tests bit j.
+  const __m256i spread = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202,
+                                            0x0303030303030303);
+  const __m256i bit_mask = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
+  const __m256i all = _mm256_set1_epi64x(-1);
+  const __m256i high = _mm256_set1_epi8(static_cast<char>(0xF0));
+  __m256 acc = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < nb; ++b) {
+    _mm_prefetch(reinterpret_cast<const char*>(w + b) + kGemvPrefetchBytes, _MM_HINT_T0);
+    const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
+    const __m256i nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), m4), _mm_and_si128(qs, m4));
+    std::uint32_t qh;
+    std::memcpy(&qh, w[b].qh, 4);
+    const __m256i bits = _mm256_cmpeq_epi8(
+        _mm256_or_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), spread), bit_mask), all);
+    // q - 16 as int8: the nibble when the fifth bit is set, else nibble | 0xF0 (nibble - 16).
+    const __m256i q = _mm256_or_si256(nib, _mm256_andnot_si256(bits, high));
+    const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(xq + 32 * b));
+    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(x, q)), ones);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(f16(w[b].d) * xd[b]), acc);
+  }
+  return hsum256(acc);
+}
+
+float dot_f32(const float* w, const float* x, std::int64_t k) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  std::int64_t i = 0;
+  for (; i + 16 <= k; i += 16) {
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+  }
+  float s = hsum256(_mm256_add_ps(a0, a1));
+  for (; i < k; ++i) s += w[i] * x[i];
+  return s;
+}
+#else
+float dot_f32(const float* w, const float* x, std::int64_t k) {
+  float s = 0.0f;
+  for (std::int64_t i = 0; i < k; ++i) s += w[i] * x[i];
+  return s;
+}
+#endif
+
+// Any dequantisable format: each row to F32, then F32 dots.
+void gemv_dequant(ThreadPool& pool, const MatmulProblem& p) {
+  const std::size_t rb = hal::row_bytes(p.w_type, p.k);
+  const auto* w = static_cast<const std::byte*>(p.w);
+  for_row_chunks(pool, p.n, [&](std::int64_t r0, std::int64_t r1) {
+    thread_local std::vector<float> row;
+    row.resize(static_cast<std::size_t>(p.k));
+    for (std::int64_t r = r0; r < r1; ++r) {
+      hal::dequantize_row(p.w_type, w + rb * static_cast<std::size_t>(r), row.data(), p.k);
+      for (std::int64_t t = 0; t < p.m; ++t) {
+        p.y[t * p.n + r] = dot_f32(row.data(), p.x + t * p.k, p.k) + (p.bias != nullptr ? p.bias[r] : 0.0f);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+bool has_quant_gemv_kernel(hal::DType t) {
+#if SX_GEMV_QUANT_AVX2
+  return t == hal::DType::kQ4_K || t == hal::DType::kQ6_K || t == hal::DType::kQ5_0;
+#else
+  (void)t;
+  return false;
+#endif
+}
+
+void gemv_quant(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
+#if SX_GEMV_QUANT_AVX2
+  const hal::DType t = p.w_type;
+  if (t == hal::DType::kQ4_K || t == hal::DType::kQ6_K) {
+    const std::int64_t nsb = p.k / kQK_K;
+    auto* act = static_cast<ActQ8K*>(scratch.get(kSlotActs, static_cast<std::size_t>(p.m * nsb) * sizeof(ActQ8K)));
+    if (p.m == 1) {
+      quantize_act_q8k(p.x, p.k, act);
+    } else {
+      pool.parallel_for(p.m, [&](std::int64_t r) { quantize_act_q8k(p.x + r * p.k, p.k, act + r * nsb); });
+    }
+    const std::size_t rb = hal::row_bytes(t, p.k);
+    const auto* w = static_cast<const std::byte*>(p.w);
+    for_row_chunks(pool, p.n, [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t r = r0; r < r1; ++r) {
+        const std::byte* row = w + rb * static_cast<std::size_t>(r);
+        const float bias = p.bias != nullptr ? p.bias[r] : 0.0f;
+        for (std::int64_t tk = 0; tk < p.m; ++tk) {
+          const float v = t == hal::DType::kQ4_K
+                              ? dot_q4_k(reinterpret_cast<const BlockQ4_K*>(row), act + tk * nsb, nsb)
+                              : dot_q6_k(reinterpret_cast<const BlockQ6_K*>(row), act + tk * nsb, nsb);
+          p.y[tk * p.n + r] = v + bias;
+        }
+      }
+    });
+    return;
+  }
+  if (t == hal::DType::kQ5_0) {
+    const std::int64_t nb = p.k / hal::kQK;
+    auto* xq = static_cast<std::int8_t*>(
+        scratch.get(kSlotActs, static_cast<std::size_t>(p.m * p.k) + static_cast<std::size_t>(p.m * nb) * sizeof(float)));
+    auto* xd = reinterpret_cast<float*>(xq + p.m * p.k);
+    quantize_rows_q8(p.x, 0, p.m, p.k, xq, xd);
+    const auto* w = static_cast<const BlockQ5_0*>(p.w);
+    for_row_chunks(pool, p.n, [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t r = r0; r < r1; ++r) {
+        const float bias = p.bias != nullptr ? p.bias[r] : 0.0f;
+        for (std::int64_t tk = 0; tk < p.m; ++tk) {
+          p.y[tk * p.n + r] = dot_q5_0(w + r * nb, xq + tk * p.k, xd + tk * nb, nb) + bias;
+        }
+      }
+    });
+    return;
+  }
+#else
+  (void)scratch;
+#endif
+  gemv_dequant(pool, p);
+}
+
+}  // namespace sx::cpu::detail

@@ -1,0 +1,37 @@
+// SHA-256 (FIPS 180-4), streaming, for checking model files against published checksums.
+// Threading: one Sha256 per thread; sha256_file reads the file sequentially.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+
+#include "runtime/base/status.h"
+
+namespace sx {
+
+class Sha256 {
+ public:
+  Sha256();
+  void update(std::span<const std::uint8_t> data);
+  // The digest; the object must not be updated afterwards.
+  std::array<std::uint8_t, 32> finish();
+  // finish() as 64 lowercase hex digits.
+  std::string finish_hex();
+
+ private:
+  void block(const std::uint8_t* p);
+  std::array<std::uint32_t, 8> h_;
+  std::array<std::uint8_t, 64> buf_{};
+  std::size_t used_ = 0;
+  std::uint64_t total_ = 0;
+};
+
+// Hex digest of a whole file; `progress(done, total)` is called after each chunk when set.
+// Errors name the path.
+Result<std::string> sha256_file(const std::string& path,
+                                const std::function<void(std::uint64_t, std::uint64_t)>& progress = {});
+
+}  // namespace sx

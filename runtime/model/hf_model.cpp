@@ -1,0 +1,387 @@
+// HfModel: a Hugging Face safetensors directory as a TensorSource (GGUF names, ne-order dims).
+#include "runtime/model/hf_model.h"
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "runtime/base/half.h"
+#include "runtime/base/json_depth.h"
+#include "runtime/base/mapped_file.h"
+#include "runtime/model/tensor_names.h"
+
+namespace sx::model {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr std::string_view kHfLayerPrefix = "model.layers.";
+
+struct SuffixPair {
+  std::string_view hf;
+  LayerTensor gguf;
+};
+constexpr std::array<SuffixPair, 14> kLayerSuffixes = {{
+    {"input_layernorm.weight", LayerTensor::kAttnNorm},
+    {"self_attn.q_proj.weight", LayerTensor::kAttnQ},
+    {"self_attn.q_proj.bias", LayerTensor::kAttnQBias},
+    {"self_attn.k_proj.weight", LayerTensor::kAttnK},
+    {"self_attn.k_proj.bias", LayerTensor::kAttnKBias},
+    {"self_attn.v_proj.weight", LayerTensor::kAttnV},
+    {"self_attn.v_proj.bias", LayerTensor::kAttnVBias},
+    {"self_attn.o_proj.weight", LayerTensor::kAttnOutput},
+    {"self_attn.q_norm.weight", LayerTensor::kAttnQNorm},
+    {"self_attn.k_norm.weight", LayerTensor::kAttnKNorm},
+    {"post_attention_layernorm.weight", LayerTensor::kFfnNorm},
+    {"mlp.gate_proj.weight", LayerTensor::kFfnGate},
+    {"mlp.up_proj.weight", LayerTensor::kFfnUp},
+    {"mlp.down_proj.weight", LayerTensor::kFfnDown},
+}};
+
+struct GlobalPair {
+  std::string_view hf;
+  std::string_view gguf;
+};
+constexpr std::array<GlobalPair, 3> kGlobals = {{
+    {"model.embed_tokens.weight", kTokenEmbdName},
+    {"model.norm.weight", kOutputNormName},
+    {"lm_head.weight", kOutputName},
+}};
+
+// "12.rest" -> {12, "rest"}: decimal digits without a leading zero (except "0"), then a dot.
+std::optional<std::pair<std::int64_t, std::string_view>> split_layer(std::string_view s) {
+  const std::size_t dot = s.find('.');
+  if (dot == 0 || dot == std::string_view::npos || dot > 9 || (dot > 1 && s[0] == '0') || s[0] < '0' || s[0] > '9') {
+    return std::nullopt;
+  }
+  std::int64_t layer = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + dot, layer);
+  if (ec != std::errc() || end != s.data() + dot) return std::nullopt;
+  return std::pair{layer, s.substr(dot + 1)};
+}
+
+std::string_view text_of(const MappedFile& f) {
+  const auto b = f.bytes();
+  return {reinterpret_cast<const char*>(b.data()), b.size()};
+}
+
+std::string_view json_kind(const json& v) {
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number_integer()) return "an integer";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_array()) return "an array";
+  return "an object";
+}
+
+// An id in 0..2^31-1.
+Result<std::int32_t> token_id(const json& v, std::string_view file, std::string_view key) {
+  if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<std::int64_t>() < 0) ||
+      v.get<std::uint64_t>() > static_cast<std::uint64_t>(INT32_MAX)) {
+    return invalid_argument_error("{}: '{}' has {} ({}); expected a token id (an integer in 0..{})", file, key,
+                                  json_kind(v), v.dump(), INT32_MAX);
+  }
+  return static_cast<std::int32_t>(v.get<std::int64_t>());
+}
+
+}  // namespace
+
+std::optional<std::string> hf_to_gguf_name(std::string_view name) {
+  for (const GlobalPair& g : kGlobals) {
+    if (g.hf == name) return std::string(g.gguf);
+  }
+  if (!name.starts_with(kHfLayerPrefix)) return std::nullopt;
+  const auto split = split_layer(name.substr(kHfLayerPrefix.size()));
+  if (!split) return std::nullopt;
+  for (const SuffixPair& p : kLayerSuffixes) {
+    if (p.hf == split->second) return layer_tensor_name(split->first, p.gguf);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> gguf_to_hf_name(std::string_view name) {
+  for (const GlobalPair& g : kGlobals) {
+    if (g.gguf == name) return std::string(g.hf);
+  }
+  const auto layer = parse_layer_tensor_name(name);
+  if (!layer) return std::nullopt;
+  for (const SuffixPair& p : kLayerSuffixes) {
+    if (layer_tensor_suffix(p.gguf) == layer->suffix) return fmt::format("{}{}.{}", kHfLayerPrefix, layer->layer, p.hf);
+  }
+  return std::nullopt;
+}
+
+Result<GenerationConfig> parse_generation_config(std::string_view text, std::string_view file) {
+  if (json_nesting_depth(text) > kMaxJsonDepth) {
+    return invalid_argument_error("{}: nests JSON arrays/objects more than {} levels deep", file, kMaxJsonDepth);
+  }
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    return invalid_argument_error("{}: not valid JSON ({})", file, e.what());
+  }
+  if (!j.is_object()) return invalid_argument_error("{}: expected a JSON object, found {}", file, json_kind(j));
+  GenerationConfig g;
+  g.present = true;
+  auto find = [&](std::string_view key) -> const json* {
+    auto it = j.find(key);
+    return it == j.end() || it->is_null() ? nullptr : &*it;
+  };
+  if (const json* e = find("eos_token_id")) {
+    if (e->is_array()) {
+      for (const json& v : *e) {
+        SX_ASSIGN_OR_RETURN(std::int32_t id, token_id(v, file, "eos_token_id"));
+        g.eos_ids.push_back(id);
+      }
+    } else {
+      SX_ASSIGN_OR_RETURN(std::int32_t id, token_id(*e, file, "eos_token_id"));
+      g.eos_ids.push_back(id);
+    }
+  }
+  if (const json* b = find("bos_token_id")) {
+    SX_ASSIGN_OR_RETURN(g.bos_id, token_id(*b, file, "bos_token_id"));
+  }
+  auto number = [&](std::string_view key, double lo, double hi) -> Result<std::optional<double>> {
+    const json* v = find(key);
+    if (v == nullptr) return std::optional<double>();
+    if (!v->is_number() || !std::isfinite(v->get<double>()) || v->get<double>() < lo || v->get<double>() > hi) {
+      return invalid_argument_error("{}: '{}' is {} ({}); expected a number in [{}, {}]", file, key, json_kind(*v),
+                                    v->dump(), lo, hi);
+    }
+    return std::optional<double>(v->get<double>());
+  };
+  SX_ASSIGN_OR_RETURN(g.temperature, number("temperature", 0, 1e6));
+  SX_ASSIGN_OR_RETURN(g.top_p, number("top_p", 0, 1));
+  SX_ASSIGN_OR_RETURN(g.repetition_penalty, number("repetition_penalty", 1e-6, 1e6));
+  if (const json* k = find("top_k")) {
+    if (!k->is_number_integer()) {
+      return invalid_argument_error("{}: 'top_k' is {} ({}); expected an integer", file, json_kind(*k), k->dump());
+    }
+    g.top_k = k->get<std::int64_t>();
+  }
+  return g;
+}
+
+Result<GenerationConfig> read_generation_config(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return GenerationConfig{};
+  SX_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> f, MappedFile::open(path));
+  return parse_generation_config(text_of(*f), path);
+}
+
+Result<std::unique_ptr<HfModel>> HfModel::open(const std::string& dir) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(dir, ec);
+  if (!fs::exists(st)) return not_found_error("{}: no such file or directory", dir);
+  if (!fs::is_directory(st)) {
+    return invalid_argument_error(
+        "{} is a file, not a Hugging Face model directory (give the directory that holds config.json and the "
+        ".safetensors files)",
+        dir);
+  }
+  std::unique_ptr<HfModel> m(new HfModel());
+  m->dir_ = dir;
+  const fs::path root(dir);
+  const std::string config_path = (root / kHfConfigFile).string();
+  if (!fs::exists(config_path, ec)) {
+    return not_found_error("{}: {} is missing; a Hugging Face model directory needs it for the hyper-parameters", dir,
+                           kHfConfigFile);
+  }
+  SX_ASSIGN_OR_RETURN(m->hf_, read_hf_config(config_path));
+  SX_ASSIGN_OR_RETURN(m->generation_, read_generation_config((root / kHfGenerationConfigFile).string()));
+  SX_ASSIGN_OR_RETURN(SafetensorsModel weights, open_safetensors_dir(dir));
+  m->weights_ = std::make_unique<SafetensorsModel>(std::move(weights));
+  m->warnings_ = m->weights_->warnings();
+
+  const bool awq = !m->hf_.quant_method.empty();
+  if (awq) SX_RETURN_IF_ERROR(m->check_quantization());
+  for (const SafetensorsTensor* t : m->weights_->tensors()) {
+    if (awq && (t->name.ends_with(".qzeros") || t->name.ends_with(".scales"))) continue;  // read with .qweight
+    if (awq && t->name.ends_with(".qweight")) {
+      const std::string base = t->name.substr(0, t->name.size() - std::string_view(".qweight").size());
+      std::optional<std::string> name = hf_to_gguf_name(base + ".weight");
+      if (!name) {
+        m->warnings_.push_back(fmt::format("{}: tensor '{}' in {} is not used by {}", dir, t->name,
+                                           fs::path(t->file).filename().string(), m->hf_.config.architecture));
+        continue;
+      }
+      SX_ASSIGN_OR_RETURN(TensorInfo info, m->repack_awq(base, *t, std::move(*name)));
+      m->hf_names_.push_back(t->name);
+      m->tensors_.push_back(std::move(info));
+      continue;
+    }
+    std::optional<std::string> name = hf_to_gguf_name(t->name);
+    if (!name) {
+      m->warnings_.push_back(fmt::format("{}: tensor '{}' in {} is not used by {}", dir, t->name,
+                                         fs::path(t->file).filename().string(), m->hf_.config.architecture));
+      continue;
+    }
+    if (*name == kOutputName && m->hf_.config.tied_embeddings) {
+      m->warnings_.push_back(fmt::format(
+          "{}: tensor 'lm_head.weight' is ignored: config.json says tie_word_embeddings, so the LM head is "
+          "model.embed_tokens.weight",
+          dir));
+      continue;
+    }
+    TensorInfo info;
+    info.name = std::move(*name);
+    info.dims.assign(t->shape.rbegin(), t->shape.rend());
+    info.type_name = t->dtype_name;
+    info.dtype = t->dtype;
+    info.ggml_type = UINT32_MAX;
+    info.offset = t->begin;
+    info.n_bytes = t->n_bytes();
+    info.n_elements = t->n_elements;
+    info.data = t->data;
+    info.file = t->file;
+    // The forward keeps 1-D tensors in F32.
+    if (info.dims.size() == 1 && (t->dtype == hal::DType::kF16 || t->dtype == hal::DType::kBF16)) {
+      std::vector<std::uint8_t>& wide = m->owned_.emplace_back(static_cast<std::size_t>(t->n_elements) * sizeof(float));
+      hal::dequantize_row(*t->dtype, t->data.data(), reinterpret_cast<float*>(wide.data()), t->n_elements);
+      info.dtype = hal::DType::kF32;
+      info.type_name = "F32";
+      info.n_bytes = wide.size();
+      info.data = wide;
+    }
+    m->hf_names_.push_back(t->name);
+    m->tensors_.push_back(std::move(info));
+  }
+  // Sort both by GGUF name for find_tensor.
+  std::vector<std::size_t> order(m->tensors_.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return m->tensors_[a].name < m->tensors_[b].name; });
+  std::vector<TensorInfo> tensors;
+  std::vector<std::string> names;
+  for (std::size_t i : order) {
+    tensors.push_back(std::move(m->tensors_[i]));
+    names.push_back(std::move(m->hf_names_[i]));
+  }
+  m->tensors_ = std::move(tensors);
+  m->hf_names_ = std::move(names);
+  return m;
+}
+
+Status HfModel::check_quantization() const {
+  const std::string where = (fs::path(dir_) / kHfConfigFile).string();
+  if (hf_.quant_method != "awq") {
+    return unimplemented_error("{}: quantization_config.quant_method '{}' is not supported (supported: awq)", where,
+                               hf_.quant_method);
+  }
+  if (hf_.quant_bits != 4 || hf_.quant_group_size != hal::kAwqInt4Group) {
+    return unimplemented_error("{}: AWQ with {} bits in groups of {} is not supported (supported: 4 bits, groups of {})",
+                               where, hf_.quant_bits, hf_.quant_group_size, hal::kAwqInt4Group);
+  }
+  return ok_status();
+}
+
+Result<TensorInfo> HfModel::repack_awq(const std::string& base, const SafetensorsTensor& qweight, std::string name) {
+  const std::string shard = fs::path(qweight.file).filename().string();
+  auto part = [&](std::string_view suffix, std::string_view dtype) -> Result<const SafetensorsTensor*> {
+    const std::string n = base + std::string(suffix);
+    const SafetensorsTensor* t = weights_->find(n);
+    if (t == nullptr) {
+      return not_found_error("{}: tensor '{}' is missing: AWQ stores '{}.qweight' with its .qzeros and .scales", dir_,
+                             n, base);
+    }
+    if (t->dtype_name != dtype) {
+      return invalid_argument_error("{}: AWQ tensor '{}' in {} has dtype {}; expected {}", dir_, n,
+                                    fs::path(t->file).filename().string(), t->dtype_name, dtype);
+    }
+    if (t->shape.size() != 2) {
+      return invalid_argument_error("{}: AWQ tensor '{}' has shape {}; expected 2 dimensions", dir_, n, t->shape_string());
+    }
+    return t;
+  };
+  SX_ASSIGN_OR_RETURN(const SafetensorsTensor* qw, part(".qweight", "I32"));
+  SX_ASSIGN_OR_RETURN(const SafetensorsTensor* qz, part(".qzeros", "I32"));
+  SX_ASSIGN_OR_RETURN(const SafetensorsTensor* sc, part(".scales", "F16"));
+  constexpr std::int64_t kGroup = hal::kAwqInt4Group;
+  const std::int64_t in = qw->shape[0], out = qw->shape[1] * 8;
+  if (in % kGroup != 0 || qz->shape != std::vector<std::int64_t>{in / kGroup, out / 8} ||
+      sc->shape != std::vector<std::int64_t>{in / kGroup, out}) {
+    return invalid_argument_error(
+        "{}: AWQ tensors of '{}' in {} do not agree: qweight {}, qzeros {}, scales {}; expected [in, out / 8], "
+        "[in / {}, out / 8], [in / {}, out] with in a multiple of {}",
+        dir_, base, shard, qw->shape_string(), qz->shape_string(), sc->shape_string(), kGroup, kGroup, kGroup);
+  }
+  // AutoAWQ packs columns (0, 2, 4, 6, 1, 3, 5, 7) into nibbles 0..7: column c sits in nibble kNibble[c].
+  static constexpr int kNibble[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+  auto nibble = [](const std::uint8_t* packed, std::int64_t row, std::int64_t cols8, std::int64_t col) {
+    std::uint32_t word;
+    std::memcpy(&word, packed + (static_cast<std::size_t>(row * cols8 + col / 8)) * 4, 4);
+    return static_cast<std::uint8_t>((word >> (4 * kNibble[col % 8])) & 15);
+  };
+  const std::int64_t groups = in / kGroup;
+  std::vector<std::uint8_t>& buf =
+      owned_.emplace_back(static_cast<std::size_t>(out * groups) * static_cast<std::size_t>(hal::kAwqInt4BlockBytes));
+  for (std::int64_t n = 0; n < out; ++n) {
+    for (std::int64_t g = 0; g < groups; ++g) {
+      std::uint8_t* b = buf.data() + static_cast<std::size_t>(n * groups + g) * hal::kAwqInt4BlockBytes;
+      for (std::int64_t j = 0; j < kGroup / 2; ++j) {
+        const std::int64_t k = g * kGroup + 2 * j;
+        b[j] = static_cast<std::uint8_t>(nibble(qw->data.data(), k, out / 8, n) |
+                                         (nibble(qw->data.data(), k + 1, out / 8, n) << 4));
+      }
+      const std::uint16_t zero = f32_to_f16(static_cast<float>(nibble(qz->data.data(), g, out / 8, n)));
+      std::memcpy(b + kGroup / 2, sc->data.data() + static_cast<std::size_t>(g * out + n) * 2, 2);
+      std::memcpy(b + kGroup / 2 + 2, &zero, 2);
+    }
+  }
+  TensorInfo info;
+  info.name = std::move(name);
+  info.dims = {in, out};
+  info.type_name = "AWQ";
+  info.dtype = hal::DType::kAwqInt4;
+  info.ggml_type = UINT32_MAX;
+  info.n_elements = in * out;
+  info.n_bytes = buf.size();
+  info.data = buf;
+  info.file = qweight.file;
+  return info;
+}
+
+const TensorInfo* HfModel::find_tensor(std::string_view name) const {
+  auto it = std::lower_bound(tensors_.begin(), tensors_.end(), name,
+                             [](const TensorInfo& t, std::string_view n) { return t.name < n; });
+  return it != tensors_.end() && it->name == name ? &*it : nullptr;
+}
+
+std::string HfModel::tensor_label(std::string_view name) const {
+  if (const TensorInfo* t = find_tensor(name)) {
+    const std::size_t i = static_cast<std::size_t>(t - tensors_.data());
+    return fmt::format("'{}' in {}", hf_names_[i], fs::path(t->file).filename().string());
+  }
+  return fmt::format("'{}'", gguf_to_hf_name(name).value_or(std::string(name)));
+}
+
+std::string HfModel::missing_detail(std::string_view) const {
+  if (weights_->index_path().empty()) return fmt::format("{} does not hold it", kSafetensorsSingleFile);
+  return fmt::format("{} does not name it and none of the {} shards holds it", kSafetensorsIndexFile,
+                     weights_->shards().size());
+}
+
+std::string HfModel::shape_label(std::span<const std::int64_t> dims) const {
+  std::vector<std::int64_t> reversed(dims.rbegin(), dims.rend());
+  return dims_to_string(reversed);
+}
+
+std::vector<std::string> HfModel::weight_files() const {
+  std::vector<std::string> files;
+  for (const SafetensorsFile& f : weights_->shards()) files.push_back(f.path());
+  return files;
+}
+
+std::string HfModel::tokenizer_path() const { return (fs::path(dir_) / kHfTokenizerFile).string(); }
+
+}  // namespace sx::model

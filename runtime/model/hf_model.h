@@ -1,0 +1,105 @@
+// HfModel: a Hugging Face model directory (config.json, generation_config.json, model.safetensors
+// or model.safetensors.index.json + shards) as a TensorSource the loader reads like a GGUF file.
+//
+// Tensor names are mapped to the GGUF convention (hf_to_gguf_name: model.embed_tokens.weight ->
+// token_embd.weight, model.layers.N.self_attn.q_proj.weight -> blk.N.attn_q.weight, ...) and
+// shapes reversed into ne order; the bytes are the same (a row-major [out, in] matrix is GGUF's
+// [in, out]), so F32 / F16 / BF16 matrices are used in place from the mapping (zero copy). 1-D
+// tensors (norm weights, biases) stored as F16 / BF16 are widened to F32 once at open, since the
+// forward keeps them in F32.
+//
+// AWQ checkpoints (quantization_config.quant_method "awq", 4 bits, group size 128; AutoAWQ's GEMM
+// packing: <proj>.qweight I32 [in, out / 8], <proj>.qzeros I32 [in / 128, out / 8], <proj>.scales
+// F16 [in / 128, out], nibble i of each int32 holding column (0, 2, 4, 6, 1, 3, 5, 7)[i]) are
+// repacked once at open into hal::DType::kAwqInt4 rows (w = (q - zero) * scale, exactly AWQ's
+// dequantisation); the other tensors are used as stored. GPTQ's packing is not read yet
+// (UNIMPLEMENTED, naming it).
+//
+// Findings that do not stop a load are warnings(): tensors whose names map to nothing Sextant
+// knows (e.g. rotary_emb.inv_freq), lm_head.weight in a model with tied embeddings (ignored),
+// and the safetensors reader's own (a shard tensor the index does not name).
+//
+// generation_config.json (optional): eos_token_id (an id or a list) and the default sampling
+// parameters. Messages name the file and the key.
+//
+// Errors: open() fails on anything structural (the directory's kind, config.json, the safetensors
+// reader's integrity checks; see safetensors.h and hf_config.h); the tensors are checked against
+// the config by check_model() (model_check.h), which reports them in safetensors terms
+// (tensor_label names the HF tensor and its shard, shape_label prints row-major shapes).
+// Threading: immutable after open(); safe to read from any number of threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/base/status.h"
+#include "runtime/model/hf_config.h"
+#include "runtime/model/safetensors.h"
+#include "runtime/model/tensor_source.h"
+
+namespace sx::model {
+
+inline constexpr std::string_view kHfConfigFile = "config.json";
+inline constexpr std::string_view kHfGenerationConfigFile = "generation_config.json";
+inline constexpr std::string_view kHfTokenizerFile = "tokenizer.json";
+
+// "model.layers.3.self_attn.q_proj.weight" -> "blk.3.attn_q.weight"; nullopt for names Sextant
+// does not use.
+std::optional<std::string> hf_to_gguf_name(std::string_view hf_name);
+// The inverse for every name the architectures use ("token_embd.weight" -> "model.embed_tokens.weight");
+// nullopt for names without an HF spelling.
+std::optional<std::string> gguf_to_hf_name(std::string_view gguf_name);
+
+struct GenerationConfig {
+  bool present = false;                 // the file exists
+  std::vector<std::int32_t> eos_ids;    // eos_token_id, as a list
+  std::optional<std::int32_t> bos_id;   // bos_token_id
+  std::optional<double> temperature, top_p, repetition_penalty;
+  std::optional<std::int64_t> top_k;
+};
+
+// Reads generation_config.json; a missing file gives present == false.
+Result<GenerationConfig> read_generation_config(const std::string& path);
+Result<GenerationConfig> parse_generation_config(std::string_view json_text, std::string_view display_name);
+
+class HfModel final : public TensorSource {
+ public:
+  static Result<std::unique_ptr<HfModel>> open(const std::string& dir);
+
+  const std::string& path() const override { return dir_; }
+  std::string_view format() const override { return "safetensors"; }
+  const std::vector<TensorInfo>& tensors() const override { return tensors_; }
+  const TensorInfo* find_tensor(std::string_view name) const override;
+  std::vector<std::string> weight_files() const override;
+  std::string tensor_label(std::string_view name) const override;
+  std::string missing_detail(std::string_view name) const override;
+  std::string shape_label(std::span<const std::int64_t> dims) const override;
+
+  const HfConfig& hf_config() const { return hf_; }
+  const ModelConfig& config() const { return hf_.config; }
+  const GenerationConfig& generation() const { return generation_; }
+  const SafetensorsModel& weights() const { return *weights_; }
+  const std::vector<std::string>& warnings() const { return warnings_; }
+  // dir/tokenizer.json (not opened here).
+  std::string tokenizer_path() const;
+
+ private:
+  HfModel() = default;
+  Status check_quantization() const;
+  Result<TensorInfo> repack_awq(const std::string& base, const SafetensorsTensor& qweight, std::string name);
+
+  std::string dir_;
+  HfConfig hf_;
+  GenerationConfig generation_;
+  std::unique_ptr<SafetensorsModel> weights_;
+  std::vector<TensorInfo> tensors_;                      // GGUF names, sorted by name
+  std::vector<std::string> hf_names_;                    // parallel to tensors_
+  std::vector<std::vector<std::uint8_t>> owned_;         // widened 1-D tensors, repacked AWQ matrices
+  std::vector<std::string> warnings_;
+};
+
+}  // namespace sx::model

@@ -1,0 +1,234 @@
+// write_hf_model(): a TensorSource as a (sharded) Hugging Face safetensors directory.
+#include "runtime/model/hf_writer.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "runtime/base/half.h"
+#include "runtime/model/hf_model.h"
+#include "runtime/model/safetensors.h"
+#include "runtime/model/safetensors_writer.h"
+
+namespace sx::model {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::ordered_json;
+
+std::string_view torch_dtype(hal::DType t) {
+  switch (t) {
+    case hal::DType::kF16: return "float16";
+    case hal::DType::kBF16: return "bfloat16";
+    default: return "float32";
+  }
+}
+
+Status write_text(const std::string& path, const std::string& text) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) return invalid_argument_error("{}: cannot create: {}", path, std::strerror(errno));
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0;
+  const int e = errno;
+  if (std::fclose(f) != 0 || !ok) return internal_error("{}: write failed: {}", path, std::strerror(e));
+  return ok_status();
+}
+
+// The tensor's bytes in `dtype`, via F32 row by row when the formats differ.
+Result<std::vector<std::uint8_t>> convert(const TensorInfo& t, hal::DType dtype, std::string_view where) {
+  if (t.dtype == dtype) return std::vector<std::uint8_t>(t.data.begin(), t.data.end());
+  if (!t.dtype.has_value() || !hal::can_dequantize(*t.dtype)) {
+    return invalid_argument_error("{}: tensor '{}' has type {}, which cannot be converted to {}", where, t.name,
+                                  t.type_name, hal::dtype_name(dtype));
+  }
+  const std::int64_t cols = t.dims.empty() ? 1 : t.dims[0];
+  const std::int64_t rows = cols == 0 ? 0 : t.n_elements / cols;
+  const std::size_t in_row = hal::row_bytes(*t.dtype, cols);
+  const std::size_t out_row = hal::row_bytes(dtype, cols);
+  std::vector<std::uint8_t> out(out_row * static_cast<std::size_t>(rows));
+  std::vector<float> row(static_cast<std::size_t>(cols));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    hal::dequantize_row(*t.dtype, t.data.data() + static_cast<std::size_t>(r) * in_row, row.data(), cols);
+    hal::quantize_row(dtype, row.data(), out.data() + static_cast<std::size_t>(r) * out_row, cols);
+  }
+  return out;
+}
+
+// AutoAWQ's packing of 8 nibbles per int32: nibble i holds column kOrder[i].
+constexpr int kOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+
+struct AwqTensors {
+  std::vector<std::uint8_t> qweight, qzeros, scales;
+};
+
+// W [out][in] (rows of t, via F32) -> AutoAWQ GEMM tensors.
+AwqTensors quantize_awq(const TensorInfo& t) {
+  constexpr std::int64_t kGroup = hal::kAwqInt4Group;
+  const std::int64_t in = t.dims[0], out = t.dims[1], groups = in / kGroup;
+  std::vector<std::uint32_t> qw(static_cast<std::size_t>(in * out / 8), 0), qz(static_cast<std::size_t>(groups * out / 8), 0);
+  std::vector<std::uint16_t> sc(static_cast<std::size_t>(groups * out));
+  std::vector<float> row(static_cast<std::size_t>(in));
+  const std::size_t rb = hal::row_bytes(*t.dtype, in);
+  int slot[8];
+  for (int i = 0; i < 8; ++i) slot[kOrder[i]] = i;
+  for (std::int64_t n = 0; n < out; ++n) {
+    hal::dequantize_row(*t.dtype, t.data.data() + static_cast<std::size_t>(n) * rb, row.data(), in);
+    const int shift = 4 * slot[n % 8];
+    for (std::int64_t g = 0; g < groups; ++g) {
+      const float* w = row.data() + g * kGroup;
+      float lo = w[0], hi = w[0];
+      for (std::int64_t i = 1; i < kGroup; ++i) lo = std::min(lo, w[i]), hi = std::max(hi, w[i]);
+      const std::uint16_t sh = f32_to_f16(std::max(hi - lo, 1e-5f) / 15.0f);
+      const float scale = f16_to_f32(sh);
+      const float zero = std::clamp(std::nearbyint(-lo / scale), 0.0f, 15.0f);
+      sc[static_cast<std::size_t>(g * out + n)] = sh;
+      qz[static_cast<std::size_t>(g * out / 8 + n / 8)] |= static_cast<std::uint32_t>(zero) << shift;
+      for (std::int64_t i = 0; i < kGroup; ++i) {
+        const float q = std::clamp(std::nearbyint(w[i] / scale) + zero, 0.0f, 15.0f);
+        qw[static_cast<std::size_t>((g * kGroup + i) * out / 8 + n / 8)] |= static_cast<std::uint32_t>(q) << shift;
+      }
+    }
+  }
+  auto bytes = [](const auto& v) {
+    const auto* p = reinterpret_cast<const std::uint8_t*>(v.data());
+    return std::vector<std::uint8_t>(p, p + v.size() * sizeof(v[0]));
+  };
+  return {bytes(qw), bytes(qz), bytes(sc)};
+}
+
+}  // namespace
+
+std::string hf_config_json(const ModelConfig& c, hal::DType dtype, bool awq) {
+  ordered_json j;
+  j["architectures"] = {"Qwen2ForCausalLM"};
+  j["model_type"] = "qwen2";
+  if (!c.name.empty()) j["_name_or_path"] = c.name;
+  j["hidden_act"] = "silu";
+  j["hidden_size"] = c.hidden;
+  j["intermediate_size"] = c.ffn;
+  j["max_position_embeddings"] = c.context_length;
+  j["num_attention_heads"] = c.n_heads;
+  j["num_hidden_layers"] = c.n_layers;
+  j["num_key_value_heads"] = c.n_kv_heads;
+  j["rms_norm_eps"] = c.rms_eps;
+  j["rope_theta"] = c.rope_theta;
+  j["tie_word_embeddings"] = c.tied_embeddings;
+  j["torch_dtype"] = torch_dtype(dtype);
+  if (awq) {
+    j["quantization_config"] = {{"bits", 4}, {"group_size", hal::kAwqInt4Group}, {"quant_method", "awq"},
+                                {"version", "gemm"}, {"zero_point", true}};
+  }
+  j["use_cache"] = true;
+  j["vocab_size"] = c.vocab;
+  return j.dump(2) + "\n";
+}
+
+Status write_hf_model(const TensorSource& src, const ModelConfig& c, const HfWriteOptions& o, const std::string& dir) {
+  if (c.architecture != "qwen2") {
+    return invalid_argument_error("{}: only qwen2 models can be written as safetensors, not '{}'", dir, c.architecture);
+  }
+  if (o.dtype != hal::DType::kF32 && o.dtype != hal::DType::kF16 && o.dtype != hal::DType::kBF16) {
+    return invalid_argument_error("safetensors weights must be f32, f16 or bf16, not {}", hal::dtype_name(o.dtype));
+  }
+  const std::vector<ExpectedTensor> expected = expected_tensors(c);
+  if (o.shards < 1 || static_cast<std::size_t>(o.shards) > expected.size()) {
+    return invalid_argument_error("--shards {} must be in 1..{} (the model's tensor count)", o.shards, expected.size());
+  }
+  if (o.awq && o.dtype != hal::DType::kF16) {
+    return invalid_argument_error("an AWQ checkpoint keeps its other tensors in f16, not {}", hal::dtype_name(o.dtype));
+  }
+  auto awq_matrix = [&](const TensorInfo& t) {
+    return o.awq && t.dims.size() == 2 && t.name != kTokenEmbdName && t.name != kOutputName;
+  };
+  std::vector<const TensorInfo*> tensors;
+  std::uint64_t total = 0;
+  for (const ExpectedTensor& e : expected) {
+    const TensorInfo* t = src.find_tensor(e.name);
+    if (t == nullptr) return not_found_error("{}: tensor {} is missing", src.path(), src.tensor_label(e.name));
+    tensors.push_back(t);
+    const std::uint64_t cols = static_cast<std::uint64_t>(t->dims[0]), rows = static_cast<std::uint64_t>(t->n_elements) / cols;
+    if (!awq_matrix(*t)) {
+      total += hal::row_bytes(o.dtype, t->dims[0]) * rows;
+    } else if (cols % hal::kAwqInt4Group != 0 || rows % 8 != 0) {
+      return invalid_argument_error("{}: tensor '{}' has {} inputs and {} outputs; AWQ needs inputs in whole groups of "
+                                    "{} and outputs in multiples of 8",
+                                    src.path(), t->name, cols, rows, hal::kAwqInt4Group);
+    } else {
+      const std::uint64_t groups = cols / hal::kAwqInt4Group;
+      total += cols * rows / 2 + groups * rows / 2 + groups * rows * 2;  // qweight, qzeros, scales
+    }
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return invalid_argument_error("{}: cannot create the directory: {}", dir, ec.message());
+  SX_RETURN_IF_ERROR(write_text((fs::path(dir) / kHfConfigFile).string(), hf_config_json(c, o.dtype, o.awq)));
+  ordered_json gen = ordered_json::object();
+  if (o.eos_ids.size() == 1) gen["eos_token_id"] = o.eos_ids[0];
+  if (o.eos_ids.size() > 1) gen["eos_token_id"] = o.eos_ids;
+  SX_RETURN_IF_ERROR(write_text((fs::path(dir) / kHfGenerationConfigFile).string(), gen.dump(2) + "\n"));
+  if (!o.tokenizer_json.empty()) {
+    SX_RETURN_IF_ERROR(write_text((fs::path(dir) / kHfTokenizerFile).string(), o.tokenizer_json));
+  }
+  if (!o.tokenizer_config_json.empty()) {
+    SX_RETURN_IF_ERROR(write_text((fs::path(dir) / "tokenizer_config.json").string(), o.tokenizer_config_json));
+  }
+  // Remove what an earlier write may have left, so the directory holds one consistent checkpoint.
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.ends_with(".safetensors") || name == kSafetensorsIndexFile) fs::remove(entry.path(), ec);
+  }
+
+  const int n = o.shards;
+  auto shard_name = [&](int i) {
+    return n == 1 ? std::string(kSafetensorsSingleFile) : fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, n);
+  };
+  ordered_json weight_map = ordered_json::object();
+  std::size_t next = 0;
+  std::uint64_t written = 0;
+  for (int s = 0; s < n; ++s) {
+    SafetensorsWriter w;
+    w.set_metadata("format", "pt");
+    // Take tensors until this shard reaches its share of the bytes, leaving one for each later shard.
+    const std::uint64_t target = total * static_cast<std::uint64_t>(s + 1) / static_cast<std::uint64_t>(n);
+    const std::size_t last = tensors.size() - static_cast<std::size_t>(n - 1 - s);
+    bool any = false;
+    while (next < last && (!any || written < target || s == n - 1)) {
+      const TensorInfo& t = *tensors[next];
+      const std::string hf = gguf_to_hf_name(t.name).value_or(t.name);
+      if (awq_matrix(t)) {
+        const AwqTensors a = quantize_awq(t);
+        const std::string base = hf.substr(0, hf.size() - std::string_view(".weight").size());
+        const std::int64_t in = t.dims[0], out = t.dims[1];
+        SX_RETURN_IF_ERROR(w.add_tensor(base + ".qweight", "I32", {in, out / 8}, a.qweight));
+        SX_RETURN_IF_ERROR(w.add_tensor(base + ".qzeros", "I32", {in / hal::kAwqInt4Group, out / 8}, a.qzeros));
+        SX_RETURN_IF_ERROR(w.add_tensor(base + ".scales", "F16", {in / hal::kAwqInt4Group, out}, a.scales));
+        for (const char* suffix : {".qweight", ".qzeros", ".scales"}) weight_map[base + suffix] = shard_name(s);
+        written += a.qweight.size() + a.qzeros.size() + a.scales.size();
+      } else {
+        SX_ASSIGN_OR_RETURN(std::vector<std::uint8_t> bytes, convert(t, o.dtype, src.path()));
+        std::vector<std::int64_t> shape(t.dims.rbegin(), t.dims.rend());
+        written += bytes.size();
+        SX_RETURN_IF_ERROR(w.add_tensor(hf, o.dtype, std::move(shape), bytes));
+        weight_map[hf] = shard_name(s);
+      }
+      any = true;
+      ++next;
+    }
+    SX_RETURN_IF_ERROR(w.write((fs::path(dir) / shard_name(s)).string()));
+  }
+  if (n > 1) {
+    ordered_json index;
+    index["metadata"] = {{"total_size", total}};
+    index["weight_map"] = std::move(weight_map);
+    SX_RETURN_IF_ERROR(write_text((fs::path(dir) / kSafetensorsIndexFile).string(), index.dump(2) + "\n"));
+  }
+  return ok_status();
+}
+
+}  // namespace sx::model

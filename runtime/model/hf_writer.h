@@ -1,0 +1,45 @@
+// Writes a model as a Hugging Face directory: config.json, generation_config.json, the tokenizer
+// files given as text, and the weights as model.safetensors or N shards with
+// model.safetensors.index.json (names model-0000i-of-0000N.safetensors, split by bytes in
+// checkpoint order). Tensors get their HF names (gguf_to_hf_name) and row-major shapes; every
+// tensor is stored in `dtype` (as Hugging Face checkpoints do, norms included), converted through
+// F32 when the source holds another format, so an F32 source written as F32 keeps every bit.
+//
+// Memory: one shard's tensors at a time. Errors: INVALID_ARGUMENT for options out of range (shards
+// outside 1..tensor count, a dtype other than F32/F16/BF16), the config's architecture not qwen2;
+// NOT_FOUND for a tensor the config needs that the source lacks; I/O errors name the path.
+// Threading: not thread-safe with respect to `dir`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/base/status.h"
+#include "runtime/hal/dtype.h"
+#include "runtime/model/model_config.h"
+#include "runtime/model/tensor_source.h"
+
+namespace sx::model {
+
+struct HfWriteOptions {
+  hal::DType dtype = hal::DType::kF32;  // F32, F16 or BF16
+  int shards = 1;
+  std::string tokenizer_json;            // written as is when not empty
+  std::string tokenizer_config_json;     // written as is when not empty
+  std::vector<std::int32_t> eos_ids;     // generation_config.json eos_token_id
+  // An AWQ checkpoint (4 bits, groups of 128, AutoAWQ's GEMM packing; see hf_model.h): every layer
+  // matrix as .qweight / .qzeros / .scales, quantized per group of 128 inputs with AutoAWQ's
+  // zero-point rule (scale = (max - min) / 15 in fp16, zero = clamp(round(-min / scale), 0, 15),
+  // q = clamp(round(w / scale) + zero, 0, 15)); the embedding, LM head, norms and biases in F16.
+  // Every layer matrix's input size must be a multiple of 128.
+  bool awq = false;
+};
+
+// config.json text for a Qwen2 config (torch_dtype from `dtype`; with awq, its quantization_config).
+std::string hf_config_json(const ModelConfig& c, hal::DType dtype, bool awq = false);
+
+Status write_hf_model(const TensorSource& source, const ModelConfig& c, const HfWriteOptions& options,
+                      const std::string& dir);
+
+}  // namespace sx::model

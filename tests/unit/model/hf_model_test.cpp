@@ -1,0 +1,404 @@
+// HfModel (a Hugging Face safetensors directory as a TensorSource), write_hf_model, the ModelCheck
+// report and the model-level corruption matrix: each case asserts the status code and the message,
+// which must name the file and the tensor or key at fault in Hugging Face terms.
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "runtime/base/sha256.h"
+#include "runtime/model/hf_model.h"
+#include "runtime/model/hf_writer.h"
+#include "runtime/model/model_check.h"
+#include "runtime/model/random_model.h"
+#include "runtime/model/safetensors_writer.h"
+#include "tests/unit/model/gguf_test_util.h"
+
+namespace sx::model {
+namespace {
+
+using testing::fails_with;
+using testing::TempDir;
+namespace fs = std::filesystem;
+
+void write_text(const std::string& path, const std::string& s) {
+  std::ofstream out(path, std::ios::binary);
+  out << s;
+}
+
+// A tiny random qwen2 model as an F32 GGUF file in `dir`.
+struct Source {
+  std::unique_ptr<GgufFile> gguf;
+  ModelConfig config;
+};
+
+Source make_source(const TempDir& dir, bool tied = false) {
+  RandomModelSpec spec;
+  spec.config = testing::tiny_qwen2_config(300, tied);
+  spec.weight_type = hal::DType::kF32;
+  spec.seed = 7;
+  const std::string path = dir.file("source.gguf");
+  EXPECT_TRUE(write_random_qwen2_gguf(spec, path).ok());
+  Source s;
+  s.gguf = std::move(GgufFile::open(path)).value();
+  s.config = model_config_from_gguf(*s.gguf).value();
+  return s;
+}
+
+// Writes `src` as dir/model.safetensors + config.json, letting `edit` rename, retype, reshape or
+// drop (return false) each tensor first.
+struct Entry {
+  std::string name;
+  std::string dtype;
+  std::vector<std::int64_t> shape;
+  std::vector<std::uint8_t> bytes;
+};
+void write_variant(const Source& src, const std::string& dir, const std::function<bool(Entry&)>& edit,
+                   std::vector<Entry> extra = {}) {
+  fs::create_directories(dir);
+  SafetensorsWriter w;
+  for (const ExpectedTensor& e : expected_tensors(src.config)) {
+    const TensorInfo* t = src.gguf->find_tensor(e.name);
+    Entry en{*gguf_to_hf_name(e.name), "F32", {t->dims.rbegin(), t->dims.rend()}, {t->data.begin(), t->data.end()}};
+    if (!edit(en)) continue;
+    ASSERT_TRUE(w.add_tensor(en.name, en.dtype, en.shape, en.bytes).ok()) << en.name;
+  }
+  for (Entry& en : extra) ASSERT_TRUE(w.add_tensor(en.name, en.dtype, en.shape, en.bytes).ok());
+  ASSERT_TRUE(w.write(dir + "/model.safetensors").ok());
+  write_text(dir + "/config.json", hf_config_json(src.config, hal::DType::kF32));
+}
+
+std::string messages(const ModelCheck& c) {
+  std::string s;
+  for (const CheckFinding& f : c.errors) s += f.message + "\n";
+  return s;
+}
+
+TEST(HfNames, MapBothWays) {
+  const ModelConfig c = testing::tiny_qwen2_config(300, false);
+  for (const ExpectedTensor& e : expected_tensors(c)) {
+    const auto hf = gguf_to_hf_name(e.name);
+    ASSERT_TRUE(hf.has_value()) << e.name;
+    EXPECT_EQ(hf_to_gguf_name(*hf), e.name);
+  }
+  EXPECT_EQ(hf_to_gguf_name("model.layers.12.self_attn.q_proj.weight"), "blk.12.attn_q.weight");
+  EXPECT_EQ(hf_to_gguf_name("model.layers.3.mlp.down_proj.weight"), "blk.3.ffn_down.weight");
+  EXPECT_EQ(hf_to_gguf_name("model.embed_tokens.weight"), "token_embd.weight");
+  EXPECT_EQ(hf_to_gguf_name("lm_head.weight"), "output.weight");
+  for (const char* bad : {"model.layers.01.mlp.up_proj.weight", "model.layers..mlp.up_proj.weight",
+                          "model.layers.3.rotary_emb.inv_freq", "model.layers.-1.mlp.up_proj.weight",
+                          "model.layers.99999999999.mlp.up_proj.weight", "embed_tokens.weight", ""}) {
+    EXPECT_FALSE(hf_to_gguf_name(bad).has_value()) << bad;
+  }
+}
+
+TEST(HfGenerationConfig, ReadsEosAndSampling) {
+  auto g = parse_generation_config(R"({"eos_token_id": [151645, 151643], "bos_token_id": 151643,
+      "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05})", "gen.json");
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  EXPECT_EQ(g->eos_ids, (std::vector<std::int32_t>{151645, 151643}));
+  EXPECT_EQ(g->bos_id, 151643);
+  EXPECT_DOUBLE_EQ(*g->temperature, 0.7);
+  EXPECT_EQ(*g->top_k, 20);
+  auto one = parse_generation_config(R"({"eos_token_id": 2})", "gen.json");
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->eos_ids, std::vector<std::int32_t>{2});
+  EXPECT_TRUE(fails_with(parse_generation_config(R"({"eos_token_id": "2"})", "gen.json"), StatusCode::kInvalidArgument,
+                         {"gen.json", "'eos_token_id'", "a string"}));
+  EXPECT_TRUE(fails_with(parse_generation_config(R"({"eos_token_id": [1, -3]})", "gen.json"),
+                         StatusCode::kInvalidArgument, {"gen.json", "'eos_token_id'", "-3"}));
+  EXPECT_TRUE(fails_with(parse_generation_config(R"({"top_p": 2})", "gen.json"), StatusCode::kInvalidArgument,
+                         {"gen.json", "'top_p'"}));
+  EXPECT_TRUE(fails_with(parse_generation_config("{", "gen.json"), StatusCode::kInvalidArgument, {"gen.json", "JSON"}));
+  TempDir dir;
+  auto absent = read_generation_config(dir.file("generation_config.json"));
+  ASSERT_TRUE(absent.ok());
+  EXPECT_FALSE(absent->present);
+}
+
+// The same bytes, names mapped and shapes reversed, for a single file and for 4 shards.
+TEST(HfModel, WrittenDirectoryHoldsTheGgufTensors) {
+  TempDir dir;
+  const Source src = make_source(dir);
+  for (int shards : {1, 4}) {
+    HfWriteOptions o;
+    o.shards = shards;
+    o.eos_ids = {299};
+    const std::string out = dir.file("hf" + std::to_string(shards));
+    ASSERT_TRUE(write_hf_model(*src.gguf, src.config, o, out).ok());
+    EXPECT_EQ(fs::exists(out + "/model.safetensors.index.json"), shards > 1);
+    auto m = HfModel::open(out);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    EXPECT_EQ((*m)->weight_files().size(), static_cast<std::size_t>(shards));
+    EXPECT_EQ((*m)->config(), src.config);
+    EXPECT_EQ((*m)->generation().eos_ids, std::vector<std::int32_t>{299});
+    EXPECT_EQ((*m)->tensors().size(), src.gguf->tensors().size());
+    for (const TensorInfo& t : src.gguf->tensors()) {
+      const TensorInfo* h = (*m)->find_tensor(t.name);
+      ASSERT_NE(h, nullptr) << t.name;
+      EXPECT_EQ(h->dims, t.dims) << t.name;
+      EXPECT_EQ(h->dtype, hal::DType::kF32);
+      ASSERT_EQ(h->n_bytes, t.n_bytes);
+      EXPECT_TRUE(std::equal(h->data.begin(), h->data.end(), t.data.begin())) << t.name;
+    }
+    const ModelCheck check = check_model(**m, (*m)->config());
+    EXPECT_TRUE(check.ok()) << messages(check);
+    EXPECT_TRUE((*m)->warnings().empty());
+  }
+}
+
+// BF16 checkpoints keep norms in BF16; the source widens them to F32 for the forward.
+TEST(HfModel, Bf16NormsAreWidened) {
+  TempDir dir;
+  const Source src = make_source(dir);
+  HfWriteOptions o;
+  o.dtype = hal::DType::kBF16;
+  ASSERT_TRUE(write_hf_model(*src.gguf, src.config, o, dir.file("bf16")).ok());
+  auto m = HfModel::open(dir.file("bf16"));
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const TensorInfo* q = (*m)->find_tensor("blk.0.attn_q.weight");
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(q->dtype, hal::DType::kBF16);
+  const TensorInfo* norm = (*m)->find_tensor("blk.1.ffn_norm.weight");
+  ASSERT_NE(norm, nullptr);
+  EXPECT_EQ(norm->dtype, hal::DType::kF32);
+  const TensorInfo* ref = src.gguf->find_tensor("blk.1.ffn_norm.weight");
+  const float* got = reinterpret_cast<const float*>(norm->data.data());
+  const float* want = reinterpret_cast<const float*>(ref->data.data());
+  for (std::int64_t i = 0; i < ref->n_elements; ++i) {
+    std::uint16_t b;
+    hal::quantize_row(hal::DType::kBF16, &want[i], &b, 1);
+    float back;
+    hal::dequantize_row(hal::DType::kBF16, &b, &back, 1);
+    EXPECT_EQ(got[i], back) << i;
+    EXPECT_NEAR(got[i], want[i], std::fabs(want[i]) / 128) << i;
+  }
+}
+
+// ---- the corruption matrix, at the level of a model directory ----
+
+TEST(HfModelCorruption, MissingTensorNamesItInHfTerms) {
+  TempDir dir;
+  const Source src = make_source(dir);
+  write_variant(src, dir.file("m"), [](Entry& e) { return e.name != "model.layers.1.mlp.up_proj.weight"; });
+  auto m = HfModel::open(dir.file("m"));
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const ModelCheck c = check_model(**m, (*m)->config());
+  EXPECT_TRUE(fails_with(c.status(), StatusCode::kNotFound,
+                         {dir.file("m"), "tensor 'model.layers.1.mlp.up_proj.weight' is missing",
+                          "model.safetensors does not hold it"}));
+}
+
+TEST(HfModelCorruption, MissingFromEveryShardNamesTheIndex) {
+  TempDir dir;
+  const Source src = make_source(dir);
+  HfWriteOptions o;
+  o.shards = 3;
+  const std::string out = dir.file("m");
+  ASSERT_TRUE(write_hf_model(*src.gguf, src.config, o, out).ok());
+  // Rewrite the last shard without model.norm.weight and drop it from the index.
+  nlohmann::json index = nlohmann::json::parse(std::ifstream(out + "/model.safetensors.index.json"));
+  const std::string shard = index["weight_map"]["model.norm.weight"];
+  index["weight_map"].erase("model.norm.weight");
+  write_text(out + "/model.safetensors.index.json", index.dump());
+  auto st = SafetensorsFile::open(out + "/" + shard);
+  ASSERT_TRUE(st.ok());
+  SafetensorsWriter w;
+  for (const SafetensorsTensor& t : st->tensors()) {
+    if (t.name != "model.norm.weight") ASSERT_TRUE(w.add_tensor(t.name, t.dtype_name, t.shape, t.data).ok());
+  }
+  std::vector<std::uint8_t> bytes = w.to_bytes();
+  st = Result<SafetensorsFile>(not_found_error("closed"));
+  write_text(out + "/" + shard, std::string(bytes.begin(), bytes.end()));
+  auto m = HfModel::open(out);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_TRUE(fails_with(check_model(**m, (*m)->config()).status(), StatusCode::kNotFound,
+                         {"tensor 'model.norm.weight' is missing",
+                          "model.safetensors.index.json does not name it and none of the 3 shards holds it"}));
+}
+
+TEST(HfModelCorruption, WrongShapeShowsRowMajorShapes) {
+  TempDir dir;
+  const Source src = make_source(dir);
+  write_variant(src, dir.file("m"), [](Entry& e) {
+    if (e.name == "model.layers.0.mlp.gate_proj.weight") std::swap(e.shape[0], e.shape[1]);  // [64, 96]
+    return true;
+  });
+  auto m = HfModel::open(dir.file("m"));
+  ASSERT_TRUE(m.ok());
+  EXPECT_TRUE(fails_with(check_model(**m, (*m)->config()).status(), StatusCode::kInvalidArgument,
+                         {"tensor 'model.layers.0.mlp.gate_proj.weight' in model.safetensors has shape [64, 96] but "
+                          "the config expects [96, 64]"}));
+}
+
+TEST(HfModelCorruption, WrongDtype) {
+  TempDir dir;
+  const Source src = make_source(dir);
+  write_variant(src, dir.file("m"), [](Entry& e) {
+    if (e.name == "model.layers.1.self_attn.o_proj.weight") e.dtype = "I32";  // same byte count as F32
+    return true;
+  });
+  auto m = HfModel::open(dir.file("m"));
+  ASSERT_TRUE(m.ok());
+  EXPECT_TRUE(fails_with(check_model(**m, (*m)->config()).status(), StatusCode::kInvalidArgument,
+                         {"tensor 'model.layers.1.self_attn.o_proj.weight' in model.safetensors has type I32"}));
+}
+
+TEST(HfModelCorruption, EveryProblemIsReportedAtOnce) {
+  TempDir dir;
+  const Source src = make_source(dir);
+  write_variant(
+      src, dir.file("m"),
+      [](Entry& e) {
+        if (e.name == "model.layers.0.self_attn.k_proj.bias") return false;
+        if (e.name == "model.layers.1.mlp.down_proj.weight") e.shape = {64, 95}, e.bytes.resize(64 * 95 * 4);
+        return true;
+      },
+      {Entry{"model.layers.2.mlp.up_proj.weight", "F32", {2}, std::vector<std::uint8_t>(8)},
+       Entry{"model.rotary_emb.inv_freq", "F32", {2}, std::vector<std::uint8_t>(8)}});
+  auto m = HfModel::open(dir.file("m"));
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const ModelCheck c = check_model(**m, (*m)->config());
+  ASSERT_EQ(c.errors.size(), 3u) << messages(c);
+  EXPECT_NE(c.errors[0].message.find("'model.layers.0.self_attn.k_proj.bias' is missing"), std::string::npos);
+  EXPECT_NE(c.errors[1].message.find("'model.layers.1.mlp.down_proj.weight' in model.safetensors has shape [64, 95]"),
+            std::string::npos);
+  EXPECT_NE(c.errors[2].message.find("belongs to layer 2 but the model has 2 layers"), std::string::npos);
+  EXPECT_NE(c.status().message().find("(and 2 more problems)"), std::string::npos);
+  ASSERT_EQ((*m)->warnings().size(), 1u);
+  EXPECT_NE((*m)->warnings()[0].find("'model.rotary_emb.inv_freq' in model.safetensors is not used"), std::string::npos);
+}
+
+TEST(HfModelCorruption, TiedModelWithLmHeadIsAWarning) {
+  TempDir dir;
+  const Source src = make_source(dir, /*tied=*/true);
+  const TensorInfo* embd = src.gguf->find_tensor("token_embd.weight");
+  write_variant(src, dir.file("m"), [](Entry&) { return true; },
+                {Entry{"lm_head.weight", "F32", {300, 64}, {embd->data.begin(), embd->data.end()}}});
+  auto m = HfModel::open(dir.file("m"));
+  ASSERT_TRUE(m.ok());
+  EXPECT_TRUE(check_model(**m, (*m)->config()).ok());
+  ASSERT_EQ((*m)->warnings().size(), 1u);
+  EXPECT_NE((*m)->warnings()[0].find("'lm_head.weight' is ignored"), std::string::npos);
+}
+
+TEST(HfModelCorruption, ConfigMissingAFieldOrAbsent) {
+  TempDir dir;
+  const Source src = make_source(dir);
+  write_variant(src, dir.file("m"), [](Entry&) { return true; });
+  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(dir.file("m/config.json")));
+  cfg.erase("intermediate_size");
+  write_text(dir.file("m/config.json"), cfg.dump());
+  EXPECT_TRUE(fails_with(HfModel::open(dir.file("m")), StatusCode::kNotFound,
+                         {"config.json", "'intermediate_size' is missing"}));
+  fs::remove(dir.file("m/config.json"));
+  EXPECT_TRUE(fails_with(HfModel::open(dir.file("m")), StatusCode::kNotFound, {dir.file("m"), "config.json is missing"}));
+}
+
+TEST(HfModelCorruption, FileGivenWhereADirectoryIsExpected) {
+  TempDir dir;
+  const Source src = make_source(dir);
+  EXPECT_TRUE(fails_with(HfModel::open(dir.file("source.gguf")), StatusCode::kInvalidArgument,
+                         {"source.gguf is a file, not a Hugging Face model directory"}));
+  EXPECT_TRUE(fails_with(HfModel::open(dir.file("nothing-here")), StatusCode::kNotFound, {"nothing-here"}));
+  // And a directory handed to the GGUF reader.
+  EXPECT_FALSE(GgufFile::open(dir.path().string()).ok());
+}
+
+TEST(HfModelCorruption, TruncatedShardIsCaughtAtOpen) {
+  TempDir dir;
+  const Source src = make_source(dir);
+  HfWriteOptions o;
+  o.shards = 2;
+  ASSERT_TRUE(write_hf_model(*src.gguf, src.config, o, dir.file("m")).ok());
+  const std::string shard = dir.file("m/model-00002-of-00002.safetensors");
+  const auto size = fs::file_size(shard);
+  fs::resize_file(shard, size - 1);
+  EXPECT_TRUE(fails_with(HfModel::open(dir.file("m")), StatusCode::kDataLoss,
+                         {"model-00002-of-00002.safetensors is truncated"}));
+  fs::resize_file(shard, size / 2);
+  EXPECT_TRUE(fails_with(HfModel::open(dir.file("m")), StatusCode::kDataLoss,
+                         {"model-00002-of-00002.safetensors is truncated"}));
+}
+
+TEST(ModelCheck, ChecksumsAndValueScan) {
+  TempDir dir;
+  const Source src = make_source(dir);
+  ASSERT_TRUE(write_hf_model(*src.gguf, src.config, HfWriteOptions{}, dir.file("m")).ok());
+  const std::string file = dir.file("m/model.safetensors");
+  auto digest = sha256_file(file);
+  ASSERT_TRUE(digest.ok());
+  {
+    auto m = HfModel::open(dir.file("m"));
+    ModelCheck c;
+    verify_checksums(**m, c);
+    EXPECT_TRUE(c.ok());
+    ASSERT_EQ(c.warnings.size(), 1u);  // nothing to compare with yet
+    EXPECT_NE(c.warnings[0].find("no checksum"), std::string::npos);
+    write_text(dir.file("m/SHA256SUMS"), *digest + "  model.safetensors\n");
+    ModelCheck good;
+    std::uint64_t seen = 0;
+    verify_checksums(**m, good, [&](const std::string&, std::uint64_t done, std::uint64_t) { seen = done; });
+    EXPECT_TRUE(good.ok()) << messages(good);
+    EXPECT_TRUE(good.warnings.empty());
+    EXPECT_EQ(seen, fs::file_size(file));
+  }
+  // One flipped bit in a weight: same size, same header, different digest.
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-3, std::ios::end);
+    const char x = 0x40;
+    f.write(&x, 1);
+  }
+  auto m = HfModel::open(dir.file("m"));
+  ASSERT_TRUE(m.ok());
+  ModelCheck bad;
+  verify_checksums(**m, bad);
+  EXPECT_TRUE(fails_with(bad.status(), StatusCode::kDataLoss, {"model.safetensors: SHA-256 is ", "SHA256SUMS says " + *digest}));
+  ModelCheck clean;
+  scan_values(**m, clean);
+  EXPECT_TRUE(clean.ok()) << messages(clean);
+  // A NaN in a norm weight.
+  write_variant(src, dir.file("nan"), [](Entry& e) {
+    if (e.name == "model.norm.weight") {
+      const float nan = std::nanf("");
+      std::memcpy(e.bytes.data() + 8, &nan, 4);
+    }
+    return true;
+  });
+  auto n = HfModel::open(dir.file("nan"));
+  ASSERT_TRUE(n.ok());
+  ModelCheck scanned;
+  scan_values(**n, scanned);
+  EXPECT_TRUE(fails_with(scanned.status(), StatusCode::kDataLoss,
+                         {"tensor 'model.norm.weight' in model.safetensors holds 1 NaN or Inf values (the first at "
+                          "element 2)"}));
+}
+
+TEST(Sha256, KnownDigests) {
+  auto hex = [](std::string_view s) {
+    Sha256 h;
+    h.update({reinterpret_cast<const std::uint8_t*>(s.data()), s.size()});
+    return h.finish_hex();
+  };
+  // FIPS 180-2 appendix B examples.
+  EXPECT_EQ(hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  // Split updates give the same digest as one.
+  std::string million(1000000, 'a');
+  Sha256 parts;
+  for (std::size_t i = 0; i < million.size(); i += 997) {
+    const std::size_t n = std::min<std::size_t>(997, million.size() - i);
+    parts.update({reinterpret_cast<const std::uint8_t*>(million.data()) + i, n});
+  }
+  EXPECT_EQ(parts.finish_hex(), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+}  // namespace
+}  // namespace sx::model
