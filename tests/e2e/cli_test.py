@@ -343,6 +343,76 @@ def plan_memory_usage_errors_and_bad_configs():
             p.stderr
 
 
+@case
+def safetensors_directory_inspect_convert_and_generate():
+    """make-model --format safetensors (4 shards) -> inspect (text and --json) -> generate -> convert
+    back to GGUF; then a truncated shard, a missing tensor and a bad checksum make inspect exit 1."""
+    with tempfile.TemporaryDirectory() as d:
+        st = os.path.join(d, "st")
+        run("make-model", "--format", "safetensors", "--from", model("f32"), "--type", "f32", "--shards", "4",
+            "--out", st)
+        shards = sorted(f for f in os.listdir(st) if f.endswith(".safetensors"))
+        assert shards == [f"model-0000{i}-of-00004.safetensors" for i in range(1, 5)], shards
+        p = run("inspect", st)
+        out = p.stdout.decode()
+        assert "format: safetensors (4 files)" in out and "verdict: can be served" in out, out
+        assert "model.layers.1.mlp.down_proj.weight" in out and "vocab 515" in out, out
+        j = json.loads(run("inspect", "--json", st).stdout)
+        assert j["servable"] is True and j["format"] == "safetensors" and len(j["files"]) == 4, j
+        assert j["config"]["n_layers"] == 2 and j["tokenizer"]["tokens"] == 515, j
+        assert sum(t["bytes"] for t in j["tensors"]) == j["weight_bytes"], j
+        ids = [int(x) for x in run("generate", "--model", st, "--prompt", REF["prompt_text"], "-n", "64", "--ids",
+                                   "--ignore-eos", "-t", "2").stdout.split()]
+        assert ids == REF["continuation_ids"][:64], ids
+        gguf = os.path.join(d, "back.gguf")
+        run("convert", st, "--type", "q8_0", "--out", gguf)
+        ids = [int(x) for x in run("generate", "--model", gguf, "--prompt", REF["prompt_text"], "-n", "64", "--ids",
+                                   "--ignore-eos", "-t", "2").stdout.split()]
+        assert ids == REF["continuation_ids"][:64], ids
+        assert json.loads(run("inspect", "--json", gguf).stdout)["servable"] is True
+
+        # Checksums: a SHA256SUMS that matches, then one that does not.
+        sums = run("inspect", "--verify-checksums", st)
+        assert "no checksum" in sums.stdout.decode(), sums.stdout
+        import hashlib
+        lines = [f"{hashlib.sha256(open(os.path.join(st, s), 'rb').read()).hexdigest()}  {s}" for s in shards]
+        open(os.path.join(st, "SHA256SUMS"), "w").write("\n".join(lines) + "\n")
+        assert "verdict: can be served" in run("inspect", "--verify-checksums", st).stdout.decode()
+        lines[1] = "0" * 64 + "  " + shards[1]
+        open(os.path.join(st, "SHA256SUMS"), "w").write("\n".join(lines) + "\n")
+        p = run("inspect", "--verify-checksums", st, check=False)
+        assert p.returncode == 1 and f"{shards[1]}: SHA-256 is".encode() in p.stdout, p.stdout
+        os.remove(os.path.join(st, "SHA256SUMS"))
+
+        # A shard one byte short: inspect, generate and serve-time loading all refuse it by name.
+        last = os.path.join(st, shards[3])
+        size = os.path.getsize(last)
+        os.truncate(last, size - 1)
+        p = run("inspect", st, check=False)
+        assert p.returncode == 1 and b"CANNOT be served" in p.stdout and shards[3].encode() in p.stdout \
+            and b"truncated" in p.stdout, p.stdout
+        p = run("generate", "--model", st, "--prompt", "x", check=False)
+        assert p.returncode == 1 and b"truncated" in p.stderr, p.stderr
+
+        # A directory with one tensor missing from an unsharded file: inspect lists it in HF terms.
+        one = os.path.join(d, "one")
+        run("make-model", "--format", "safetensors", "--from", model("f32"), "--type", "bf16", "--out", one)
+        idx_free = os.path.join(one, "model.safetensors")
+        raw = open(idx_free, "rb").read()
+        n = int.from_bytes(raw[:8], "little")
+        header = json.loads(raw[8:8 + n])
+        del header["model.layers.0.mlp.up_proj.weight"]
+        text = json.dumps(header).encode()
+        text += b" " * (-len(text) % 8)
+        open(idx_free, "wb").write(len(text).to_bytes(8, "little") + text + raw[8 + n:])
+        p = run("inspect", "--json", one, check=False)
+        j = json.loads(p.stdout)
+        assert p.returncode == 1 and j["servable"] is False, j
+        assert any("'model.layers.0.mlp.up_proj.weight' is missing" in e for e in j["errors"]), j["errors"]
+        p = run("inspect", os.path.join(d, "nothing"), check=False)
+        assert p.returncode == 1 and b"CANNOT be served" in p.stdout, p.stdout
+
+
 passed = sum(1 for _, e in results if e is None)
 failed = len(results) - passed
 print(f"{passed} passed, {failed} failed")
