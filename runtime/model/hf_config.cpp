@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/base/json_depth.h"
+#include "runtime/model/json_util.h"
 #include "runtime/base/mapped_file.h"
 
 namespace sx::model {
@@ -33,16 +34,6 @@ constexpr HfArch kArchs[] = {
 
 constexpr std::int64_t kMaxSize = std::numeric_limits<std::int32_t>::max();
 
-std::string_view type_name(const json& v) {
-  if (v.is_null()) return "null";
-  if (v.is_boolean()) return "a boolean";
-  if (v.is_number_integer()) return "an integer";
-  if (v.is_number()) return "a number";
-  if (v.is_string()) return "a string";
-  if (v.is_array()) return "an array";
-  return "an object";
-}
-
 // Reads keys of one JSON object, naming the file (and the parent key) in every message.
 class Reader {
  public:
@@ -57,7 +48,7 @@ class Reader {
   std::string where(std::string_view key) const { return fmt::format("{}: '{}{}'", file_, prefix_, key); }
 
   Status wrong_type(std::string_view key, const json& v, std::string_view expected) const {
-    return invalid_argument_error("{} is {} ({}); expected {}", where(key), type_name(v), v.dump(), expected);
+    return invalid_argument_error("{} is {} ({}); expected {}", where(key), json_type_name(v), v.dump(), expected);
   }
 
   // A positive integer in 1..2^31-1; required unless `fallback` is given.
@@ -163,7 +154,7 @@ Result<HfConfig> parse_hf_config(std::string_view json_text, std::string_view di
     return invalid_argument_error("{}: not valid JSON: {}", file, e.what());
   }
   if (!root.is_object()) {
-    return invalid_argument_error("{}: a config.json holds one JSON object; this holds {}", file, type_name(root));
+    return invalid_argument_error("{}: a config.json holds one JSON object; this holds {}", file, json_type_name(root));
   }
   const Reader r(root, file);
   SX_ASSIGN_OR_RETURN(const HfArch* arch, find_arch(r, file));

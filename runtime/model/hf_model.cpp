@@ -15,6 +15,7 @@
 #include "runtime/base/half.h"
 #include "runtime/base/json_depth.h"
 #include "runtime/base/mapped_file.h"
+#include "runtime/model/json_util.h"
 #include "runtime/model/tensor_names.h"
 
 namespace sx::model {
@@ -74,21 +75,12 @@ std::string_view text_of(const MappedFile& f) {
   return {reinterpret_cast<const char*>(b.data()), b.size()};
 }
 
-std::string_view json_kind(const json& v) {
-  if (v.is_boolean()) return "a boolean";
-  if (v.is_number_integer()) return "an integer";
-  if (v.is_number()) return "a number";
-  if (v.is_string()) return "a string";
-  if (v.is_array()) return "an array";
-  return "an object";
-}
-
 // An id in 0..2^31-1.
 Result<std::int32_t> token_id(const json& v, std::string_view file, std::string_view key) {
   if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<std::int64_t>() < 0) ||
       v.get<std::uint64_t>() > static_cast<std::uint64_t>(INT32_MAX)) {
     return invalid_argument_error("{}: '{}' has {} ({}); expected a token id (an integer in 0..{})", file, key,
-                                  json_kind(v), v.dump(), INT32_MAX);
+                                  json_type_name(v), v.dump(), INT32_MAX);
   }
   return static_cast<std::int32_t>(v.get<std::int64_t>());
 }
@@ -130,7 +122,7 @@ Result<GenerationConfig> parse_generation_config(std::string_view text, std::str
   } catch (const json::exception& e) {
     return invalid_argument_error("{}: not valid JSON ({})", file, e.what());
   }
-  if (!j.is_object()) return invalid_argument_error("{}: expected a JSON object, found {}", file, json_kind(j));
+  if (!j.is_object()) return invalid_argument_error("{}: expected a JSON object, found {}", file, json_type_name(j));
   GenerationConfig g;
   g.present = true;
   auto find = [&](std::string_view key) -> const json* {
@@ -155,7 +147,7 @@ Result<GenerationConfig> parse_generation_config(std::string_view text, std::str
     const json* v = find(key);
     if (v == nullptr) return std::optional<double>();
     if (!v->is_number() || !std::isfinite(v->get<double>()) || v->get<double>() < lo || v->get<double>() > hi) {
-      return invalid_argument_error("{}: '{}' is {} ({}); expected a number in [{}, {}]", file, key, json_kind(*v),
+      return invalid_argument_error("{}: '{}' is {} ({}); expected a number in [{}, {}]", file, key, json_type_name(*v),
                                     v->dump(), lo, hi);
     }
     return std::optional<double>(v->get<double>());
@@ -165,7 +157,7 @@ Result<GenerationConfig> parse_generation_config(std::string_view text, std::str
   SX_ASSIGN_OR_RETURN(g.repetition_penalty, number("repetition_penalty", 1e-6, 1e6));
   if (const json* k = find("top_k")) {
     if (!k->is_number_integer()) {
-      return invalid_argument_error("{}: 'top_k' is {} ({}); expected an integer", file, json_kind(*k), k->dump());
+      return invalid_argument_error("{}: 'top_k' is {} ({}); expected an integer", file, json_type_name(*k), k->dump());
     }
     g.top_k = k->get<std::int64_t>();
   }

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/base/json_depth.h"
+#include "runtime/model/json_util.h"
 
 namespace sx::model {
 
@@ -54,16 +55,6 @@ std::string known_dtypes() {
   return s;
 }
 
-std::string_view type_name(const json& v) {
-  if (v.is_null()) return "null";
-  if (v.is_boolean()) return "a boolean";
-  if (v.is_number_integer()) return "an integer";
-  if (v.is_number()) return "a number";
-  if (v.is_string()) return "a string";
-  if (v.is_array()) return "an array";
-  return "an object";
-}
-
 // Short JSON text of a value for messages (long values are cut).
 std::string excerpt(const json& v) {
   std::string s = v.dump();
@@ -82,7 +73,7 @@ std::optional<std::uint64_t> as_u64(const json& v) {
 
 Status wrong_field(std::string_view file, std::string_view tensor, std::string_view field, const json& v,
                    std::string_view expected) {
-  return data_loss_error("{}: tensor '{}': '{}' is {} ({}); expected {}", file, tensor, field, type_name(v),
+  return data_loss_error("{}: tensor '{}': '{}' is {} ({}); expected {}", file, tensor, field, json_type_name(v),
                          excerpt(v), expected);
 }
 
@@ -90,7 +81,7 @@ Status wrong_field(std::string_view file, std::string_view tensor, std::string_v
 Result<SafetensorsTensor> parse_entry(std::string_view file, const std::string& name, const json& e) {
   if (!e.is_object()) {
     return data_loss_error("{}: tensor '{}' is {} ({}); expected an object with dtype, shape and data_offsets", file,
-                           name, type_name(e), excerpt(e));
+                           name, json_type_name(e), excerpt(e));
   }
   SafetensorsTensor t;
   t.name = name;
@@ -235,12 +226,17 @@ Result<SafetensorsFile> SafetensorsFile::parse(std::span<const std::uint8_t> byt
     return data_loss_error("{}: the header nests JSON arrays/objects more than {} levels deep; corrupt or hostile",
                            file, kMaxJsonDepth);
   }
-  const json root = json::parse(text, text + n, nullptr, /*allow_exceptions=*/false);
+  std::string duplicate;
+  const json root = parse_json_unique_keys(std::string_view(text, n), &duplicate);
   if (root.is_discarded()) {
     return data_loss_error("{}: the {}-byte header is not valid JSON", file, n);
   }
+  if (!duplicate.empty()) {
+    return data_loss_error("{}: the header names '{}' twice (a duplicate tensor entry; which one is meant is unknown)",
+                           file, duplicate);
+  }
   if (!root.is_object()) {
-    return data_loss_error("{}: the header is {}, expected a JSON object", file, type_name(root));
+    return data_loss_error("{}: the header is {}, expected a JSON object", file, json_type_name(root));
   }
 
   SafetensorsFile f;
@@ -254,12 +250,12 @@ Result<SafetensorsFile> SafetensorsFile::parse(std::span<const std::uint8_t> byt
     if (it.key() == "__metadata__") {
       const json& m = it.value();
       if (!m.is_object()) {
-        return data_loss_error("{}: '__metadata__' is {}, expected an object of strings", file, type_name(m));
+        return data_loss_error("{}: '__metadata__' is {}, expected an object of strings", file, json_type_name(m));
       }
       for (auto mi = m.begin(); mi != m.end(); ++mi) {
         if (!mi.value().is_string()) {
           return data_loss_error("{}: '__metadata__.{}' is {} ({}), expected a string", file, mi.key(),
-                                 type_name(mi.value()), excerpt(mi.value()));
+                                 json_type_name(mi.value()), excerpt(mi.value()));
         }
         f.metadata_.emplace(mi.key(), mi.value().get<std::string>());
       }
@@ -352,13 +348,18 @@ Result<SafetensorsIndex> parse_safetensors_index(std::string_view text, std::str
   if (json_nesting_depth(text) > kMaxJsonDepth) {
     return invalid_argument_error("{}: nests JSON arrays/objects more than {} levels deep", path, kMaxJsonDepth);
   }
-  const json root = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  std::string duplicate;
+  const json root = parse_json_unique_keys(text, &duplicate);
   if (root.is_discarded()) return invalid_argument_error("{}: not valid JSON", path);
-  if (!root.is_object()) return invalid_argument_error("{}: holds {}, expected a JSON object", path, type_name(root));
+  if (!duplicate.empty()) {
+    return invalid_argument_error("{}: names '{}' twice (in weight_map: two shards claimed for one tensor)", path,
+                                  duplicate);
+  }
+  if (!root.is_object()) return invalid_argument_error("{}: holds {}, expected a JSON object", path, json_type_name(root));
   SafetensorsIndex idx;
   if (auto it = root.find("metadata"); it != root.end() && !it->is_null()) {
     if (!it->is_object()) {
-      return invalid_argument_error("{}: 'metadata' is {}, expected an object", path, type_name(*it));
+      return invalid_argument_error("{}: 'metadata' is {}, expected an object", path, json_type_name(*it));
     }
     for (auto mi = it->begin(); mi != it->end(); ++mi) {
       idx.metadata.emplace(mi.key(), mi.value().is_string() ? mi.value().get<std::string>() : mi.value().dump());
@@ -368,12 +369,12 @@ Result<SafetensorsIndex> parse_safetensors_index(std::string_view text, std::str
   if (wm == root.end()) return invalid_argument_error("{}: no 'weight_map'", path);
   if (!wm->is_object()) {
     return invalid_argument_error("{}: 'weight_map' is {}, expected an object of tensor -> shard file", path,
-                                  type_name(*wm));
+                                  json_type_name(*wm));
   }
   for (auto wi = wm->begin(); wi != wm->end(); ++wi) {
     if (!wi.value().is_string()) {
       return invalid_argument_error("{}: 'weight_map.{}' is {} ({}), expected a shard file name", path, wi.key(),
-                                    type_name(wi.value()), excerpt(wi.value()));
+                                    json_type_name(wi.value()), excerpt(wi.value()));
     }
     std::string shard = wi.value().get<std::string>();
     if (shard.empty() || shard == "." || shard == ".." || shard.find('/') != std::string::npos ||

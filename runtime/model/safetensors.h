@@ -10,7 +10,7 @@
 // Validation happens entirely in open()/parse(): after they succeed every SafetensorsTensor::data
 // span lies inside the file, holds exactly numel * dtype size bytes, and no two tensors overlap.
 // Holes between tensors and trailing bytes after the last one are tolerated (not checked).
-// Duplicate keys inside one JSON header are not detected (the last one wins).
+// A key named twice in one JSON object (header or index) is an error, not "the last one wins".
 //
 // A model directory (open_safetensors_dir) holds either model.safetensors or
 // model.safetensors.index.json ({"metadata": {...}, "weight_map": {tensor: shard file}}); with an
@@ -19,14 +19,16 @@
 // Error codes (messages always name the file, and the tensor / shard at fault):
 //   INVALID_ARGUMENT  the wrong kind of input: a GGUF file ("... is a GGUF file, not safetensors"),
 //                     a directory where a file is expected and vice versa; an index that is not
-//                     JSON (or nested more than 128 levels deep), not an object, lacks weight_map or
-//                     has values of the wrong type, or a shard name that is not a plain file name
+//                     JSON (or nested more than 128 levels deep), names a key twice, not an object,
+//                     lacks weight_map or has values of the wrong type, or a shard name that is not
+//                     a plain file name
 //   NOT_FOUND         the path does not exist; a directory with neither model.safetensors nor an
 //                     index; a shard the index names is missing (names the shard and a tensor)
 //   UNIMPLEMENTED     a dtype string that is not a safetensors dtype (lists the known ones)
 //   DATA_LOSS         everything structural in a file: shorter than 8 bytes, absurd header length
 //                     (more than the bytes that follow, or over kSafetensorsMaxHeader), header not
-//                     valid JSON / nested more than 128 levels / not an object, a tensor entry
+//                     valid JSON / nested more than 128 levels / not an object / naming a tensor
+//                     twice, a tensor entry
 //                     with missing or wrongly typed fields, a negative dim, numel or byte-size overflow, begin > end,
 //                     end - begin != numel * dtype size, data beyond the file ("... is truncated:
 //                     its header needs X bytes of data, the file has Y"), overlapping tensors;

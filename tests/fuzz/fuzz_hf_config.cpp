@@ -1,4 +1,5 @@
-// Fuzz target: the Hugging Face config.json reader (parse_hf_config). Invariants after a successful
+// Fuzz target: the Hugging Face config.json reader (parse_hf_config) and, on the same text, the
+// generation_config.json reader (ids in 0..2^31-1, top_p in [0, 1]). Invariants after a successful
 // parse (hf_config.h): a supported architecture, every size in 1..2^31-1, heads a multiple of KV
 // heads, an even head_dim, positive rope_theta and rms_eps; for qwen2 heads x head_dim = hidden.
 // (validate_model_config is not asked: it also requires a GGUF-loadable architecture, and qwen3
@@ -9,10 +10,16 @@
 #include <string_view>
 
 #include "runtime/model/hf_config.h"
+#include "runtime/model/hf_model.h"
 #include "tests/fuzz/fuzz_check.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
+  if (auto g = sx::model::parse_generation_config(text, "fuzz-generation_config.json"); g.ok()) {
+    for (std::int32_t id : g->eos_ids) FUZZ_CHECK(id >= 0);
+    if (g->bos_id) FUZZ_CHECK(*g->bos_id >= 0);
+    if (g->top_p) FUZZ_CHECK(*g->top_p >= 0 && *g->top_p <= 1);
+  }
   auto hf = sx::model::parse_hf_config(text, "fuzz-config.json");
   if (!hf.ok()) return 0;
   const sx::model::ModelConfig& c = hf->config;

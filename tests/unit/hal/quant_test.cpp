@@ -43,8 +43,27 @@ TEST(Quant, FormatTable) {
   EXPECT_FALSE(can_quantize(DType::kQ2_K));
   EXPECT_FALSE(can_quantize(DType::kQ3_K));
   EXPECT_TRUE(can_quantize(DType::kQ4_K));
-  EXPECT_FALSE(can_dequantize(DType::kAwqInt4));
+  EXPECT_TRUE(can_dequantize(DType::kAwqInt4));  // quantised by the AWQ checkpoint writer instead
+  EXPECT_FALSE(can_quantize(DType::kAwqInt4));
   EXPECT_FALSE(can_dequantize(DType::kQ8_0R16));
+}
+
+// Sextant's AWQ int4 block: byte j holds elements 2j (low nibble) and 2j + 1 (high), then the fp16
+// scale and zero point; w = (q - zero) * scale.
+TEST(Quant, AwqInt4HandBlock) {
+  std::uint8_t b[kAwqInt4BlockBytes] = {};
+  b[0] = 0xF0;  // element 0: q 0, element 1: q 15
+  b[63] = 0x38;  // element 126: q 8, element 127: q 3
+  const std::uint16_t scale = 0x3800, zero = 0x4200;  // 0.5, 3.0
+  std::memcpy(b + 64, &scale, 2);
+  std::memcpy(b + 66, &zero, 2);
+  float out[kAwqInt4Group];
+  dequantize_row(DType::kAwqInt4, b, out, kAwqInt4Group);
+  EXPECT_EQ(out[0], -1.5f);
+  EXPECT_EQ(out[1], 6.0f);
+  EXPECT_EQ(out[2], -1.5f);  // q 0 elsewhere
+  EXPECT_EQ(out[126], 2.5f);
+  EXPECT_EQ(out[127], 0.0f);
 }
 
 TEST(Quant, Q4_0HandBlocks) {

@@ -288,6 +288,15 @@ TEST(SafetensorsCorruption, InvalidJson) {
                          {"raw.safetensors: the header is an array, expected a JSON object"}));
 }
 
+// JSON lets an object name a key twice and nlohmann keeps the last; a header doing that is corrupt.
+TEST(SafetensorsCorruption, DuplicateTensorInOneHeader) {
+  std::vector<std::uint8_t> keep;
+  EXPECT_TRUE(fails_with(parse_raw(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                                   R"("w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                                   8, keep),
+                         StatusCode::kDataLoss, {"raw.safetensors: the header names 'w' twice"}));
+}
+
 TEST(SafetensorsCorruption, WrongFieldTypes) {
   std::vector<std::uint8_t> keep;
   EXPECT_TRUE(fails_with(parse_raw(R"({"w":{"dtype":"F32","shape":"4","data_offsets":[0,16]}})", 16, keep),
@@ -454,6 +463,10 @@ TEST(SafetensorsDirCorruption, BadIndex) {
                          {"model.safetensors.index.json: not valid JSON"}));
   write_text(dir.file(kSafetensorsIndexFile), R"({"metadata": {}})");
   EXPECT_TRUE(fails_with(open_safetensors_dir(root), StatusCode::kInvalidArgument, {"no 'weight_map'"}));
+  // The index naming one tensor twice (two shards claimed for it).
+  write_text(dir.file(kSafetensorsIndexFile), R"({"weight_map": {"w": "a.safetensors", "w": "b.safetensors"}})");
+  EXPECT_TRUE(fails_with(open_safetensors_dir(root), StatusCode::kInvalidArgument,
+                         {"model.safetensors.index.json: names 'w' twice"}));
   write_text(dir.file(kSafetensorsIndexFile), R"({"weight_map": {"w": 3}})");
   EXPECT_TRUE(fails_with(open_safetensors_dir(root), StatusCode::kInvalidArgument,
                          {"'weight_map.w' is an integer (3), expected a shard file name"}));
