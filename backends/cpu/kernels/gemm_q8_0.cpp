@@ -183,10 +183,9 @@ void kernel_small(std::int64_t nb, const std::int32_t* a, const float* adx, cons
   for (int t = 0; t < MR; ++t) store_row(c + t * ldc, nr, f[t][0], f[t][1], bias);
 }
 
-// Decode (one token, W streamed once): S panels in lockstep, block by block. S streams through W
-// keep more memory requests in flight than one, as the bandwidth measurement's four streams do
-// (measured on Zen 3, one thread: one stream reads W at ~10-14 GB/s of the ~20 the core can).
-// The arithmetic per panel is kernel_small<1>'s, so the result does not depend on S.
+// Decode (one token, W streamed once): S panels in lockstep, block by block, S streams through W
+// (for_row_streams). The arithmetic per panel is kernel_small<1>'s, so the result does not depend
+// on S.
 template <int S>
 void kernel_1xS(std::int64_t nb, const std::int32_t* a, const float* adx, const BlockQ8_0x16* const (&w)[S],
                 float* const (&c)[S], const int (&nr)[S], const float* const (&bias)[S]) {
@@ -298,9 +297,6 @@ void kernel(std::int64_t nb, const std::int32_t* a, const float* adx, const Bloc
 // while every x panel passes over them.
 constexpr std::int64_t kStreamingXPanels = 3;
 
-// W streams read in lockstep by a decode step (kernel_1xS).
-constexpr int kDecodeStreams = 4;
-
 // The driver shared by both weight layouts. `panels(thread, j0, j1, b0, nb)` returns the W panels
 // j0..j1-1 restricted to blocks [b0, b0 + nb): a pointer to panel j0 and the stride in blocks from
 // one panel to the next.
@@ -351,30 +347,26 @@ void run_gemm(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p, Panels
           kernel(nb, a, adx, w0 + (j - j0) * stride, p.y + i * kMR * n + j * kNR, n, mr, nr,
                  last && p.bias != nullptr ? p.bias + j * kNR : nullptr, pc > 0);
         };
-        if (streaming && m == 1) {
-          // Panels q, q + quarter, q + 2 quarter, q + 3 quarter of the task together (see kernel_1xS).
-          constexpr int kS = kDecodeStreams;
-          const std::int64_t quarter = ceil_div(j1 - j0, kS);
-          for (std::int64_t q = 0; q < quarter; ++q) {
-            if (j0 + (kS - 1) * quarter + q >= j1) {  // the ragged end: one panel at a time
-              for (std::int64_t j = j0 + q; j < j1; j += quarter) tile(0, j);
-              continue;
+        if (streaming && m == 1) {  // decode: W panels in lockstep streams (kernel_1xS)
+          for_row_streams(j0, j1, [&]<int S>(const std::int64_t (&js)[S]) {
+            if constexpr (S == 1) {
+              tile(0, js[0]);
+            } else {
+              const BlockQ8_0x16* ws[S];
+              float* cs[S];
+              int nrs[S];
+              const float* bs[S];
+              for (int s = 0; s < S; ++s) {
+                ws[s] = w0 + (js[s] - j0) * stride;
+                cs[s] = p.y + js[s] * kNR;
+                nrs[s] = static_cast<int>(std::min<std::int64_t>(kNR, n - js[s] * kNR));
+                bs[s] = p.bias != nullptr ? p.bias + js[s] * kNR : nullptr;
+              }
+              const auto* a = reinterpret_cast<const std::int32_t*>(xp);
+              const auto* adx = reinterpret_cast<const float*>(xp + static_cast<std::size_t>(k / 2) * kMR * 4);
+              kernel_1xS<S>(nb, a, adx, ws, cs, nrs, bs);
             }
-            const BlockQ8_0x16* ws[kS];
-            float* cs[kS];
-            int nrs[kS];
-            const float* bs[kS];
-            for (int s = 0; s < kS; ++s) {
-              const std::int64_t j = j0 + s * quarter + q;
-              ws[s] = w0 + (j - j0) * stride;
-              cs[s] = p.y + j * kNR;
-              nrs[s] = static_cast<int>(std::min<std::int64_t>(kNR, n - j * kNR));
-              bs[s] = p.bias != nullptr ? p.bias + j * kNR : nullptr;
-            }
-            const auto* a = reinterpret_cast<const std::int32_t*>(xp);
-            const auto* adx = reinterpret_cast<const float*>(xp + static_cast<std::size_t>(k / 2) * kMR * 4);
-            kernel_1xS<kS>(nb, a, adx, ws, cs, nrs, bs);
-          }
+          });
         } else if (streaming) {
           for (std::int64_t j = j0; j < j1; ++j)
             for (std::int64_t i = 0; i < x_panels; ++i) tile(i, j);

@@ -154,9 +154,14 @@ float dot_q6_k(const BlockQ6_K* w, const ActQ8K* a, std::int64_t nsb) {
   return hsum256(acc);
 }
 
-// Dot of one Q5_0 row (nb blocks) with one token quantised per 32 (xq values, xd scales).
-float dot_q5_0(const BlockQ5_0* w, const std::int8_t* xq, const float* xd, std::int64_t nb) {
-  const __m128i m4 = _mm_set1_epi8(0x0F);
+// Dots of R Q5_0 rows (nb blocks each) with one token quantised per 32 (xq values, xd scales,
+// xcorr = -16 * the sum of each block's xq). The 5-bit q (0..31) is the unsigned operand of
+// vpmaddubsw as it is (pairs stay below 2 * 31 * 127, no saturation), and the -16 offset joins
+// the exact int32 block sum as xcorr; R rows in lockstep are R streams through W (see for_row_streams).
+template <int R>
+void dot_q5_0(const BlockQ5_0* const (&w)[R], const std::int8_t* xq, const float* xd, const std::int32_t* xcorr,
+              std::int64_t nb, float (&out)[R]) {
+  static_assert(R <= 4);
   const __m256i ones = _mm256_set1_epi16(1);
   // Byte j of a vector gets byte j / 8 of qh; OR-ing every bit but j % 8 then comparing with
   // all-ones tests bit j.
@@ -164,23 +169,38 @@ float dot_q5_0(const BlockQ5_0* w, const std::int8_t* xq, const float* xd, std::
                                             0x0303030303030303);
   const __m256i bit_mask = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
   const __m256i all = _mm256_set1_epi64x(-1);
-  const __m256i high = _mm256_set1_epi8(static_cast<char>(0xF0));
-  __m256 acc = _mm256_setzero_ps();
+  const __m256i bit4 = _mm256_set1_epi8(0x10);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i nib_shift = _mm256_setr_epi64x(0, 0, 4, 4);  // low nibbles, then high nibbles
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (std::int64_t b = 0; b < nb; ++b) {
-    _mm_prefetch(reinterpret_cast<const char*>(w + b) + kGemvPrefetchBytes, _MM_HINT_T0);
-    const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
-    const __m256i nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), m4), _mm_and_si128(qs, m4));
-    std::uint32_t qh;
-    std::memcpy(&qh, w[b].qh, 4);
-    const __m256i bits = _mm256_cmpeq_epi8(
-        _mm256_or_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), spread), bit_mask), all);
-    // q - 16 as int8: the nibble when the fifth bit is set, else nibble | 0xF0 (nibble - 16).
-    const __m256i q = _mm256_or_si256(nib, _mm256_andnot_si256(bits, high));
     const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(xq + 32 * b));
-    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(x, q)), ones);
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(f16(w[b].d) * xd[b]), acc);
+    const __m256i corr = _mm256_zextsi128_si256(_mm_cvtsi32_si128(xcorr[b]));
+    // d_w * d_x of the R rows (F16C converts four scales at once).
+    alignas(16) float scale[4];
+    {
+      std::uint16_t dw[4] = {};
+      for (int r = 0; r < R; ++r) dw[r] = w[r][b].d;
+      std::uint64_t packed;
+      std::memcpy(&packed, dw, 8);
+      _mm_store_ps(scale, _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(packed))), _mm_set1_ps(xd[b])));
+    }
+    for (int r = 0; r < R; ++r) {
+      const BlockQ5_0& wb = w[r][b];
+      _mm_prefetch(reinterpret_cast<const char*>(&wb) + kGemvPrefetchBytes, _MM_HINT_T0);
+      const __m256i qs = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.qs)));
+      const __m256i nib = _mm256_and_si256(_mm256_srlv_epi64(qs, nib_shift), m4);
+      std::uint32_t qh;
+      std::memcpy(&qh, wb.qh, 4);
+      const __m256i bits = _mm256_cmpeq_epi8(
+          _mm256_or_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), spread), bit_mask), all);
+      const __m256i q = _mm256_or_si256(nib, _mm256_and_si256(bits, bit4));  // 0 .. 31
+      const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(q, x), ones), corr);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(scale[r]), acc[r]);
+    }
   }
-  return hsum256(acc);
+  for (int r = 0; r < R; ++r) out[r] = hsum256(acc[r]);
 }
 
 float dot_f32(const float* w, const float* x, std::int64_t k) {
@@ -258,18 +278,27 @@ void gemv_quant(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
   }
   if (t == hal::DType::kQ5_0) {
     const std::int64_t nb = p.k / hal::kQK;
-    auto* xq = static_cast<std::int8_t*>(
-        scratch.get(kSlotActs, static_cast<std::size_t>(p.m * p.k) + static_cast<std::size_t>(p.m * nb) * sizeof(float)));
+    auto* xq = static_cast<std::int8_t*>(scratch.get(
+        kSlotActs, static_cast<std::size_t>(p.m * p.k) + static_cast<std::size_t>(p.m * nb) * 2 * sizeof(float)));
     auto* xd = reinterpret_cast<float*>(xq + p.m * p.k);
+    auto* xcorr = reinterpret_cast<std::int32_t*>(xd + p.m * nb);
     quantize_rows_q8(p.x, 0, p.m, p.k, xq, xd);
+    for (std::int64_t i = 0; i < p.m * nb; ++i) {
+      std::int32_t sum = 0;
+      for (int j = 0; j < hal::kQK; ++j) sum += xq[i * hal::kQK + j];
+      xcorr[i] = -16 * sum;
+    }
     const auto* w = static_cast<const BlockQ5_0*>(p.w);
     for_row_chunks(pool, p.n, [&](std::int64_t r0, std::int64_t r1) {
-      for (std::int64_t r = r0; r < r1; ++r) {
-        const float bias = p.bias != nullptr ? p.bias[r] : 0.0f;
+      for_row_streams(r0, r1, [&]<int R>(const std::int64_t (&rows)[R]) {
+        const BlockQ5_0* wr[R];
+        for (int i = 0; i < R; ++i) wr[i] = w + rows[i] * nb;
         for (std::int64_t tk = 0; tk < p.m; ++tk) {
-          p.y[tk * p.n + r] = dot_q5_0(w + r * nb, xq + tk * p.k, xd + tk * nb, nb) + bias;
+          float v[R];
+          dot_q5_0<R>(wr, xq + tk * p.k, xd + tk * nb, xcorr + tk * nb, nb, v);
+          for (int i = 0; i < R; ++i) p.y[tk * p.n + rows[i]] = v[i] + (p.bias != nullptr ? p.bias[rows[i]] : 0.0f);
         }
-      }
+      });
     });
     return;
   }

@@ -193,14 +193,14 @@ TEST(CpuMatmul, OddShapesAllPathsAllFormats) {
 
 // The interleaved layout gives the same bits as plain Q8_0 for every batch size (each microkernel
 // width, partial W panels, the streaming and the k-blocked orders), and a token's row does not
-// depend on the batch: row t of a batch of m equals that token computed alone. n = 1000 gives each
-// of the 3 tasks 21 panels, so a decode step runs 4 W streams in lockstep (kernel_1xS) over a
-// partial last panel and then the ragged end one panel at a time.
+// depend on the batch: row t of a batch of m equals that token computed alone. A decode step runs
+// 4 W streams in lockstep (kernel_1xS, for_row_streams): with n = 952 each of the 3 tasks has 20
+// panels, all in streams, the partial last panel too; with n = 1000 a task has 21, one left over.
 TEST(CpuMatmul, Q8_0R16EqualsQ8_0AtEveryBatchSize) {
   ThreadPool pool(3);
   Scratch scratch;
   for (std::int64_t k : {64, 1088}) {
-    for (std::int64_t n : {40, 16, 1000}) {
+    for (std::int64_t n : {40, 16, 952, 1000}) {
       for (std::int64_t m = 1; m <= 25; m += (m < 20 ? 1 : 5)) {
         Case r16(DType::kQ8_0R16, m, n, k, true, 77);
         Case plain(DType::kQ8_0, m, n, k, true, 77);
