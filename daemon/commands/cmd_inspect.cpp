@@ -97,6 +97,13 @@ int inspect(const Args& args) {
     if (const model::HfModel* hf = m.hf()) {
       j["generation_config"] = {{"present", hf->generation().present}, {"eos_token_id", hf->generation().eos_ids}};
       j["torch_dtype"] = hf->hf_config().torch_dtype;
+      const model::HfConfig& q = hf->hf_config();
+      j["quantization"] = q.quant_method.empty()
+                              ? ordered_json(nullptr)
+                              : ordered_json{{"method", q.quant_method},
+                                             {"bits", q.quant_bits},
+                                             {"group_size", q.quant_group_size},
+                                             {"checkpoint_format", q.quant_checkpoint_format}};
     }
     ordered_json tensors = ordered_json::array();
     for (const Row& r : rows) {
@@ -127,6 +134,13 @@ int inspect(const Args& args) {
     out += fmt::format("generation_config.json: {}", g.present ? "" : "absent");
     if (g.present) out += fmt::format("eos_token_id {}", fmt::join(g.eos_ids, ", "));
     out += fmt::format("; torch_dtype {}\n", hf->hf_config().torch_dtype.empty() ? "unset" : hf->hf_config().torch_dtype);
+    const model::HfConfig& q = hf->hf_config();
+    if (!q.quant_method.empty()) {
+      const std::string format =
+          q.quant_checkpoint_format.empty() ? "" : fmt::format(" (checkpoint_format {})", q.quant_checkpoint_format);
+      out += fmt::format("quantization: {} {}-bit, groups of {}{}; layer matrices repacked to awq_int4 at load\n",
+                         q.quant_method, q.quant_bits, q.quant_group_size, format);
+    }
   }
   std::size_t wn = 4, wt = 4, ws = 5;
   for (const Row& r : rows) {

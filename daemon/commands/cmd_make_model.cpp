@@ -16,12 +16,15 @@ namespace sx::daemon {
 namespace {
 
 // A GGUF model (checked as a load would) -> a Hugging Face directory.
-Status write_safetensors(const std::string& gguf_path, const std::string& dir, hal::DType dtype, int shards, bool awq) {
+Status write_safetensors(const std::string& gguf_path, const std::string& dir, hal::DType dtype, int shards,
+                         model::Int4Checkpoint int4) {
   SX_ASSIGN_OR_RETURN(engine::OpenedModel m, engine::open_model(gguf_path));
-  SX_RETURN_IF_ERROR(engine::export_safetensors(m, dtype, shards, dir, awq));
-  std::printf("wrote %s: %s weights of %s in %d safetensors file%s\n", dir.c_str(),
-              awq ? "awq int4 (+ f16)" : std::string(hal::dtype_name(dtype)).c_str(), gguf_path.c_str(), shards,
-              shards == 1 ? "" : "s");
+  SX_RETURN_IF_ERROR(engine::export_safetensors(m, dtype, shards, dir, int4));
+  const std::string what = int4 == model::Int4Checkpoint::kAwq    ? "awq int4 (+ f16)"
+                           : int4 == model::Int4Checkpoint::kGptq ? "gptq int4 (+ f16)"
+                                                                  : std::string(hal::dtype_name(dtype));
+  std::printf("wrote %s: %s weights of %s in %d safetensors file%s\n", dir.c_str(), what.c_str(), gguf_path.c_str(),
+              shards, shards == 1 ? "" : "s");
   return ok_status();
 }
 
@@ -33,19 +36,23 @@ Status make_model(const Args& args) {
     return invalid_argument_error("--format must be gguf or safetensors, got '{}'", format);
   }
   SX_ASSIGN_OR_RETURN(std::int64_t shards, args.get_int("--shards", 1, 1, 99999));
-  if (format == "gguf" && (args.has("--shards") || args.has("--from") || args.has("--awq"))) {
-    return invalid_argument_error("--shards, --from and --awq go with --format safetensors");
+  if (format == "gguf" && (args.has("--shards") || args.has("--from") || args.has("--awq") || args.has("--gptq"))) {
+    return invalid_argument_error("--shards, --from, --awq and --gptq go with --format safetensors");
   }
-  const bool awq = args.has("--awq");
+  if (args.has("--awq") && args.has("--gptq")) return invalid_argument_error("--awq and --gptq exclude each other");
+  const model::Int4Checkpoint int4 = args.has("--awq")    ? model::Int4Checkpoint::kAwq
+                                     : args.has("--gptq") ? model::Int4Checkpoint::kGptq
+                                                          : model::Int4Checkpoint::kNone;
   hal::DType st_dtype = hal::DType::kBF16;
   if (format == "safetensors") {
-    SX_ASSIGN_OR_RETURN(std::string st_type, args.get_string("--type", awq ? "f16" : "bf16"));
+    const char* default_type = int4 != model::Int4Checkpoint::kNone ? "f16" : "bf16";
+    SX_ASSIGN_OR_RETURN(std::string st_type, args.get_string("--type", default_type));
     auto st = hal::dtype_from_name(st_type);
     if (!st || (*st != hal::DType::kF32 && *st != hal::DType::kF16 && *st != hal::DType::kBF16)) {
       return invalid_argument_error("--type must be f32, f16 or bf16 with --format safetensors, got '{}'", st_type);
     }
     st_dtype = *st;
-    if (auto from = args.get("--from")) return write_safetensors(*from, *out, st_dtype, static_cast<int>(shards), awq);
+    if (auto from = args.get("--from")) return write_safetensors(*from, *out, st_dtype, static_cast<int>(shards), int4);
   }
   SX_ASSIGN_OR_RETURN(std::string shape, args.get_string("--shape", "0.5b"));
   model::RandomModelSpec spec;
@@ -89,7 +96,7 @@ Status make_model(const Args& args) {
     spec.weight_type = hal::DType::kF32;
     const std::string tmp = *out + ".source.gguf";
     SX_RETURN_IF_ERROR(model::write_random_qwen2_gguf(spec, tmp));
-    const Status s = write_safetensors(tmp, *out, st_dtype, static_cast<int>(shards), awq);
+    const Status s = write_safetensors(tmp, *out, st_dtype, static_cast<int>(shards), int4);
     std::error_code ec;
     std::filesystem::remove(tmp, ec);
     return s;
@@ -115,6 +122,8 @@ int cmd_make_model(int argc, char** argv) {
                 {{"--from"}, true, false, "safetensors: write this GGUF model's weights and tokenizer", "FILE"},
                 {{"--awq"}, false, false,
                  "safetensors: an AWQ 4-bit checkpoint (groups of 128; layer matrices need inputs in whole groups)", ""},
+                {{"--gptq"}, false, false,
+                 "safetensors: a GPTQ 4-bit checkpoint (AutoGPTQ format, symmetric, groups of 128, no act-order)", ""},
                 {{"--shape"}, true, false, "Qwen2.5 size: 0.5b (default), 1.5b, 3b, 7b, 14b, 32b, 72b", "SIZE"},
                 {{"--type"}, true, false, "2-D weight format: f32, f16 (default), bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k; q6_k (Q8_0 where "
                  "rows are not whole 256-blocks) or q4_k_m (llama.cpp's mix); safetensors: f32, f16, bf16 (default)", "TYPE"},

@@ -95,9 +95,10 @@ Status convert_to_gguf(const OpenedModel& m, hal::DType type, const std::string&
   return w.write(out_path);
 }
 
-Status export_safetensors(const OpenedModel& m, hal::DType dtype, int shards, const std::string& dir, bool awq) {
+Status export_safetensors(const OpenedModel& m, hal::DType dtype, int shards, const std::string& dir,
+                          model::Int4Checkpoint int4) {
   model::HfWriteOptions o;
-  o.awq = awq;
+  o.int4 = int4;
   o.dtype = dtype;
   o.shards = shards;
   const tokenizer::TokenizerData& d = m.tokenizer->data();

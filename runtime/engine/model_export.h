@@ -18,6 +18,7 @@
 #include <string>
 
 #include "runtime/base/status.h"
+#include "runtime/model/hf_writer.h"
 #include "runtime/engine/model_loader.h"
 #include "runtime/hal/dtype.h"
 
@@ -31,7 +32,8 @@ hal::DType gguf_weight_type(hal::DType type, std::int64_t cols);
 
 Status convert_to_gguf(const OpenedModel& m, hal::DType type, const std::string& out_path);
 
-// awq: an AWQ checkpoint (HfWriteOptions::awq; dtype must then be F16).
-Status export_safetensors(const OpenedModel& m, hal::DType dtype, int shards, const std::string& dir, bool awq = false);
+// int4: an AWQ or GPTQ checkpoint (HfWriteOptions::int4; dtype must then be F16).
+Status export_safetensors(const OpenedModel& m, hal::DType dtype, int shards, const std::string& dir,
+                          model::Int4Checkpoint int4 = model::Int4Checkpoint::kNone);
 
 }  // namespace sx::engine

@@ -209,6 +209,9 @@ Result<HfConfig> parse_hf_config(std::string_view json_text, std::string_view di
     if (qr.find("bits") != nullptr) {
       SX_ASSIGN_OR_RETURN(out.quant_bits, qr.size("bits"));
     }
+    if (qr.find("checkpoint_format") != nullptr) {
+      SX_ASSIGN_OR_RETURN(out.quant_checkpoint_format, qr.string("checkpoint_format"));
+    }
     if (qr.find("group_size") != nullptr) {
       // GPTQ writes -1 for "one group per row".
       const json* g = qr.find("group_size");

@@ -17,7 +17,7 @@
 //   tied_embeddings <- tie_word_embeddings (absent: false)
 //   qkv_bias: true for qwen2, false for qwen3; name <- "_name_or_path" when present.
 // The checkpoint's storage format is reported too (HfConfig): torch_dtype and, for a quantized
-// checkpoint, quantization_config.{quant_method, bits, group_size}. rope_scaling is ignored: the
+// checkpoint, quantization_config.{quant_method, bits, group_size, checkpoint_format}. rope_scaling is ignored: the
 // context is max_position_embeddings.
 //
 // Errors (messages name the file and the key):
@@ -47,6 +47,7 @@ struct HfConfig {
   std::string quant_method;  // quantization_config.quant_method ("awq", "gptq", ...); empty: not quantized
   std::int64_t quant_bits = 0;        // quantization_config.bits (0: absent)
   std::int64_t quant_group_size = 0;  // quantization_config.group_size (0: absent)
+  std::string quant_checkpoint_format;  // quantization_config.checkpoint_format (GPTQ: "gptq", "gptq_v2"; empty: absent)
 };
 
 // Reads and checks a config.json.

@@ -195,11 +195,13 @@ Result<std::unique_ptr<HfModel>> HfModel::open(const std::string& dir) {
   m->weights_ = std::make_unique<SafetensorsModel>(std::move(weights));
   m->warnings_ = m->weights_->warnings();
 
-  const bool awq = !m->hf_.quant_method.empty();
-  if (awq) SX_RETURN_IF_ERROR(m->check_quantization());
+  const bool int4 = !m->hf_.quant_method.empty();
+  if (int4) SX_RETURN_IF_ERROR(m->check_quantization());
   for (const SafetensorsTensor* t : m->weights_->tensors()) {
-    if (awq && (t->name.ends_with(".qzeros") || t->name.ends_with(".scales"))) continue;  // read with .qweight
-    if (awq && t->name.ends_with(".qweight")) {
+    if (int4 && (t->name.ends_with(".qzeros") || t->name.ends_with(".scales") || t->name.ends_with(".g_idx"))) {
+      continue;  // read with .qweight
+    }
+    if (int4 && t->name.ends_with(".qweight")) {
       const std::string base = t->name.substr(0, t->name.size() - std::string_view(".qweight").size());
       std::optional<std::string> name = hf_to_gguf_name(base + ".weight");
       if (!name) {
@@ -207,7 +209,7 @@ Result<std::unique_ptr<HfModel>> HfModel::open(const std::string& dir) {
                                            fs::path(t->file).filename().string(), m->hf_.config.architecture));
         continue;
       }
-      SX_ASSIGN_OR_RETURN(TensorInfo info, m->repack_awq(base, *t, std::move(*name)));
+      SX_ASSIGN_OR_RETURN(TensorInfo info, m->repack_int4(base, *t, std::move(*name)));
       m->hf_names_.push_back(t->name);
       m->tensors_.push_back(std::move(info));
       continue;
@@ -266,54 +268,92 @@ Result<std::unique_ptr<HfModel>> HfModel::open(const std::string& dir) {
 
 Status HfModel::check_quantization() const {
   const std::string where = (fs::path(dir_) / kHfConfigFile).string();
-  if (hf_.quant_method != "awq") {
-    return unimplemented_error("{}: quantization_config.quant_method '{}' is not supported (supported: awq)", where,
-                               hf_.quant_method);
+  const std::string& method = hf_.quant_method;
+  if (method != "awq" && method != "gptq") {
+    return unimplemented_error("{}: quantization_config.quant_method '{}' is not supported (supported: awq, gptq)",
+                               where, method);
   }
+  const char* name = method == "awq" ? "AWQ" : "GPTQ";
   if (hf_.quant_bits != 4 || hf_.quant_group_size != hal::kAwqInt4Group) {
-    return unimplemented_error("{}: AWQ with {} bits in groups of {} is not supported (supported: 4 bits, groups of {})",
-                               where, hf_.quant_bits, hf_.quant_group_size, hal::kAwqInt4Group);
+    return unimplemented_error("{}: {} with {} bits in groups of {} is not supported (supported: 4 bits, groups of {})",
+                               where, name, hf_.quant_bits, hf_.quant_group_size, hal::kAwqInt4Group);
+  }
+  const std::string& format = hf_.quant_checkpoint_format;
+  if (method == "gptq" && !format.empty() && format != "gptq" && format != "gptq_v2") {
+    return unimplemented_error("{}: GPTQ quantization_config.checkpoint_format '{}' is not supported (supported: gptq, "
+                               "gptq_v2)",
+                               where, format);
   }
   return ok_status();
 }
 
-Result<TensorInfo> HfModel::repack_awq(const std::string& base, const SafetensorsTensor& qweight, std::string name) {
+Result<TensorInfo> HfModel::repack_int4(const std::string& base, const SafetensorsTensor& qweight, std::string name) {
+  const bool gptq = hf_.quant_method == "gptq";
+  const char* method = gptq ? "GPTQ" : "AWQ";
   const std::string shard = fs::path(qweight.file).filename().string();
-  auto part = [&](std::string_view suffix, std::string_view dtype) -> Result<const SafetensorsTensor*> {
+  auto part = [&](std::string_view suffix, std::string_view dtype, std::size_t dims) -> Result<const SafetensorsTensor*> {
     const std::string n = base + std::string(suffix);
     const SafetensorsTensor* t = weights_->find(n);
     if (t == nullptr) {
-      return not_found_error("{}: tensor '{}' is missing: AWQ stores '{}.qweight' with its .qzeros and .scales", dir_,
-                             n, base);
+      return not_found_error("{}: tensor '{}' is missing: {} stores '{}.qweight' with its .qzeros and .scales", dir_, n,
+                             method, base);
     }
     if (t->dtype_name != dtype) {
-      return invalid_argument_error("{}: AWQ tensor '{}' in {} has dtype {}; expected {}", dir_, n,
+      return invalid_argument_error("{}: {} tensor '{}' in {} has dtype {}; expected {}", dir_, method, n,
                                     fs::path(t->file).filename().string(), t->dtype_name, dtype);
     }
-    if (t->shape.size() != 2) {
-      return invalid_argument_error("{}: AWQ tensor '{}' has shape {}; expected 2 dimensions", dir_, n, t->shape_string());
+    if (t->shape.size() != dims) {
+      return invalid_argument_error("{}: {} tensor '{}' has shape {}; expected {} dimension{}", dir_, method, n,
+                                    t->shape_string(), dims, dims == 1 ? "" : "s");
     }
     return t;
   };
-  SX_ASSIGN_OR_RETURN(const SafetensorsTensor* qw, part(".qweight", "I32"));
-  SX_ASSIGN_OR_RETURN(const SafetensorsTensor* qz, part(".qzeros", "I32"));
-  SX_ASSIGN_OR_RETURN(const SafetensorsTensor* sc, part(".scales", "F16"));
+  SX_ASSIGN_OR_RETURN(const SafetensorsTensor* qw, part(".qweight", "I32", 2));
+  SX_ASSIGN_OR_RETURN(const SafetensorsTensor* qz, part(".qzeros", "I32", 2));
+  SX_ASSIGN_OR_RETURN(const SafetensorsTensor* sc, part(".scales", "F16", 2));
   constexpr std::int64_t kGroup = hal::kAwqInt4Group;
-  const std::int64_t in = qw->shape[0], out = qw->shape[1] * 8;
+  // AWQ: qweight [in, out / 8]; GPTQ: [in / 8, out].
+  const std::int64_t in = gptq ? qw->shape[0] * 8 : qw->shape[0];
+  const std::int64_t out = gptq ? qw->shape[1] : qw->shape[1] * 8;
   if (in % kGroup != 0 || qz->shape != std::vector<std::int64_t>{in / kGroup, out / 8} ||
       sc->shape != std::vector<std::int64_t>{in / kGroup, out}) {
     return invalid_argument_error(
-        "{}: AWQ tensors of '{}' in {} do not agree: qweight {}, qzeros {}, scales {}; expected [in, out / 8], "
+        "{}: {} tensors of '{}' in {} do not agree: qweight {}, qzeros {}, scales {}; expected {}, "
         "[in / {}, out / 8], [in / {}, out] with in a multiple of {}",
-        dir_, base, shard, qw->shape_string(), qz->shape_string(), sc->shape_string(), kGroup, kGroup, kGroup);
+        dir_, method, base, shard, qw->shape_string(), qz->shape_string(), sc->shape_string(),
+        gptq ? "[in / 8, out]" : "[in, out / 8]", kGroup, kGroup, kGroup);
   }
-  // AutoAWQ packs columns (0, 2, 4, 6, 1, 3, 5, 7) into nibbles 0..7: column c sits in nibble kNibble[c].
-  static constexpr int kNibble[8] = {0, 4, 1, 5, 2, 6, 3, 7};
-  auto nibble = [](const std::uint8_t* packed, std::int64_t row, std::int64_t cols8, std::int64_t col) {
-    std::uint32_t word;
-    std::memcpy(&word, packed + (static_cast<std::size_t>(row * cols8 + col / 8)) * 4, 4);
-    return static_cast<std::uint8_t>((word >> (4 * kNibble[col % 8])) & 15);
+  if (gptq && weights_->find(base + ".g_idx") != nullptr) {
+    // Act-order (desc_act) checkpoints map inputs to groups out of order; only the plain order is read.
+    SX_ASSIGN_OR_RETURN(const SafetensorsTensor* gi, part(".g_idx", "I32", 1));
+    if (gi->shape[0] != in) {
+      return invalid_argument_error("{}: GPTQ tensor '{}.g_idx' has shape {}; expected [{}] (one group per input)", dir_,
+                                    base, gi->shape_string(), in);
+    }
+    for (std::int64_t i = 0; i < in; ++i) {
+      std::int32_t g;
+      std::memcpy(&g, gi->data.data() + static_cast<std::size_t>(i) * 4, 4);
+      if (g != i / kGroup) {
+        return unimplemented_error(
+            "{}: GPTQ tensor '{}.g_idx' puts input {} in group {}, not {}: act-order (desc_act) checkpoints are not "
+            "supported; use one quantized with desc_act false",
+            dir_, base, i, g, i / kGroup);
+      }
+    }
+  }
+  // AutoAWQ packs columns (0, 2, 4, 6, 1, 3, 5, 7) into nibbles 0..7: column c sits in nibble kAwqNibble[c].
+  static constexpr int kAwqNibble[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+  auto word_nibble = [](const std::uint8_t* packed, std::int64_t word, int nibble) {
+    std::uint32_t w;
+    std::memcpy(&w, packed + static_cast<std::size_t>(word) * 4, 4);
+    return static_cast<std::uint8_t>((w >> (4 * nibble)) & 15);
   };
+  auto weight_q = [&](std::int64_t k, std::int64_t n) {  // the 4-bit value of input k, output n
+    return gptq ? word_nibble(qw->data.data(), (k / 8) * out + n, static_cast<int>(k % 8))
+                : word_nibble(qw->data.data(), k * (out / 8) + n / 8, kAwqNibble[n % 8]);
+  };
+  // GPTQ's v1 checkpoints store each zero minus one (AutoGPTQ's convention); gptq_v2 stores it as is.
+  const int zero_offset = gptq && hf_.quant_checkpoint_format != "gptq_v2" ? 1 : 0;
   const std::int64_t groups = in / kGroup;
   std::vector<std::uint8_t>& buf =
       owned_.emplace_back(static_cast<std::size_t>(out * groups) * static_cast<std::size_t>(hal::kAwqInt4BlockBytes));
@@ -322,10 +362,11 @@ Result<TensorInfo> HfModel::repack_awq(const std::string& base, const Safetensor
       std::uint8_t* b = buf.data() + static_cast<std::size_t>(n * groups + g) * hal::kAwqInt4BlockBytes;
       for (std::int64_t j = 0; j < kGroup / 2; ++j) {
         const std::int64_t k = g * kGroup + 2 * j;
-        b[j] = static_cast<std::uint8_t>(nibble(qw->data.data(), k, out / 8, n) |
-                                         (nibble(qw->data.data(), k + 1, out / 8, n) << 4));
+        b[j] = static_cast<std::uint8_t>(weight_q(k, n) | (weight_q(k + 1, n) << 4));
       }
-      const std::uint16_t zero = f32_to_f16(static_cast<float>(nibble(qz->data.data(), g, out / 8, n)));
+      const int zero_nibble = gptq ? static_cast<int>(n % 8) : kAwqNibble[n % 8];
+      const int stored = word_nibble(qz->data.data(), g * (out / 8) + n / 8, zero_nibble);
+      const std::uint16_t zero = f32_to_f16(static_cast<float>(stored + zero_offset));
       std::memcpy(b + kGroup / 2, sc->data.data() + static_cast<std::size_t>(g * out + n) * 2, 2);
       std::memcpy(b + kGroup / 2 + 2, &zero, 2);
     }
@@ -333,7 +374,7 @@ Result<TensorInfo> HfModel::repack_awq(const std::string& base, const Safetensor
   TensorInfo info;
   info.name = std::move(name);
   info.dims = {in, out};
-  info.type_name = "AWQ";
+  info.type_name = method;
   info.dtype = hal::DType::kAwqInt4;
   info.ggml_type = UINT32_MAX;
   info.n_elements = in * out;

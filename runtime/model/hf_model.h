@@ -12,8 +12,12 @@
 // packing: <proj>.qweight I32 [in, out / 8], <proj>.qzeros I32 [in / 128, out / 8], <proj>.scales
 // F16 [in / 128, out], nibble i of each int32 holding column (0, 2, 4, 6, 1, 3, 5, 7)[i]) are
 // repacked once at open into hal::DType::kAwqInt4 rows (w = (q - zero) * scale, exactly AWQ's
-// dequantisation); the other tensors are used as stored. GPTQ's packing is not read yet
-// (UNIMPLEMENTED, naming it).
+// dequantisation); the other tensors are used as stored. GPTQ checkpoints (quant_method "gptq", 4
+// bits, group size 128; AutoGPTQ's packing: <proj>.qweight I32 [in / 8, out] with input i in nibble
+// i % 8, .qzeros I32 [in / 128, out / 8] with column n in nibble n % 8, stored minus one unless
+// checkpoint_format is "gptq_v2", .scales F16 [in / 128, out], .g_idx I32 [in]) become the same
+// rows. Act-order checkpoints whose g_idx is not input / 128 are UNIMPLEMENTED (naming the tensor),
+// as are other bit widths and group sizes.
 //
 // Findings that do not stop a load are warnings(): tensors whose names map to nothing Sextant
 // knows (e.g. rotary_emb.inv_freq), lm_head.weight in a model with tied embeddings (ignored),
@@ -90,7 +94,7 @@ class HfModel final : public TensorSource {
  private:
   HfModel() = default;
   Status check_quantization() const;
-  Result<TensorInfo> repack_awq(const std::string& base, const SafetensorsTensor& qweight, std::string name);
+  Result<TensorInfo> repack_int4(const std::string& base, const SafetensorsTensor& qweight, std::string name);
 
   std::string dir_;
   HfConfig hf_;

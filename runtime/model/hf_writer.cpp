@@ -63,20 +63,30 @@ Result<std::vector<std::uint8_t>> convert(const TensorInfo& t, hal::DType dtype,
 // AutoAWQ's packing of 8 nibbles per int32: nibble i holds column kOrder[i].
 constexpr int kOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
 
-struct AwqTensors {
-  std::vector<std::uint8_t> qweight, qzeros, scales;
+struct Int4Tensors {
+  std::vector<std::uint8_t> qweight, qzeros, scales, g_idx;  // g_idx: GPTQ only
 };
 
-// W [out][in] (rows of t, via F32) -> AutoAWQ GEMM tensors.
-AwqTensors quantize_awq(const TensorInfo& t) {
+template <typename T>
+std::vector<std::uint8_t> as_bytes(const std::vector<T>& v) {
+  const auto* p = reinterpret_cast<const std::uint8_t*>(v.data());
+  return std::vector<std::uint8_t>(p, p + v.size() * sizeof(T));
+}
+
+// W [out][in] (rows of t, via F32) -> AutoAWQ GEMM or AutoGPTQ tensors (HfWriteOptions::int4).
+// AWQ: qweight [in][out / 8], column n of a word in nibble slot[n % 8]; GPTQ: qweight [in / 8][out],
+// input i in nibble i % 8. Both: qzeros [in / 128][out / 8] (AWQ's nibble order, GPTQ's plain one),
+// scales [in / 128][out].
+Int4Tensors quantize_int4(const TensorInfo& t, Int4Checkpoint format) {
   constexpr std::int64_t kGroup = hal::kAwqInt4Group;
+  const bool gptq = format == Int4Checkpoint::kGptq;
   const std::int64_t in = t.dims[0], out = t.dims[1], groups = in / kGroup;
   std::vector<std::uint32_t> qw(static_cast<std::size_t>(in * out / 8), 0), qz(static_cast<std::size_t>(groups * out / 8), 0);
   std::vector<std::uint16_t> sc(static_cast<std::size_t>(groups * out));
   std::vector<float> row(static_cast<std::size_t>(in));
   const std::size_t rb = hal::row_bytes(*t.dtype, in);
   int slot[8];
-  for (int i = 0; i < 8; ++i) slot[kOrder[i]] = i;
+  for (int i = 0; i < 8; ++i) slot[gptq ? i : kOrder[i]] = i;
   for (std::int64_t n = 0; n < out; ++n) {
     hal::dequantize_row(*t.dtype, t.data.data() + static_cast<std::size_t>(n) * rb, row.data(), in);
     const int shift = 4 * slot[n % 8];
@@ -84,27 +94,36 @@ AwqTensors quantize_awq(const TensorInfo& t) {
       const float* w = row.data() + g * kGroup;
       float lo = w[0], hi = w[0];
       for (std::int64_t i = 1; i < kGroup; ++i) lo = std::min(lo, w[i]), hi = std::max(hi, w[i]);
-      const std::uint16_t sh = f32_to_f16(std::max(hi - lo, 1e-5f) / 15.0f);
+      const float span = gptq ? 2.0f * std::max(std::fabs(lo), std::fabs(hi)) : hi - lo;
+      const std::uint16_t sh = f32_to_f16(std::max(span, 1e-5f) / 15.0f);
       const float scale = f16_to_f32(sh);
-      const float zero = std::clamp(std::nearbyint(-lo / scale), 0.0f, 15.0f);
+      const float zero = gptq ? 8.0f : std::clamp(std::nearbyint(-lo / scale), 0.0f, 15.0f);
       sc[static_cast<std::size_t>(g * out + n)] = sh;
-      qz[static_cast<std::size_t>(g * out / 8 + n / 8)] |= static_cast<std::uint32_t>(zero) << shift;
+      const auto stored_zero = static_cast<std::uint32_t>(gptq ? zero - 1.0f : zero);  // GPTQ v1: minus one
+      qz[static_cast<std::size_t>(g * out / 8 + n / 8)] |= stored_zero << shift;
       for (std::int64_t i = 0; i < kGroup; ++i) {
-        const float q = std::clamp(std::nearbyint(w[i] / scale) + zero, 0.0f, 15.0f);
-        qw[static_cast<std::size_t>((g * kGroup + i) * out / 8 + n / 8)] |= static_cast<std::uint32_t>(q) << shift;
+        const auto q = static_cast<std::uint32_t>(std::clamp(std::nearbyint(w[i] / scale) + zero, 0.0f, 15.0f));
+        const std::int64_t k = g * kGroup + i;
+        if (gptq) {
+          qw[static_cast<std::size_t>((k / 8) * out + n)] |= q << (4 * (k % 8));
+        } else {
+          qw[static_cast<std::size_t>(k * out / 8 + n / 8)] |= q << shift;
+        }
       }
     }
   }
-  auto bytes = [](const auto& v) {
-    const auto* p = reinterpret_cast<const std::uint8_t*>(v.data());
-    return std::vector<std::uint8_t>(p, p + v.size() * sizeof(v[0]));
-  };
-  return {bytes(qw), bytes(qz), bytes(sc)};
+  Int4Tensors r{as_bytes(qw), as_bytes(qz), as_bytes(sc), {}};
+  if (gptq) {
+    std::vector<std::int32_t> g_idx(static_cast<std::size_t>(in));
+    for (std::int64_t i = 0; i < in; ++i) g_idx[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i / kGroup);
+    r.g_idx = as_bytes(g_idx);
+  }
+  return r;
 }
 
 }  // namespace
 
-std::string hf_config_json(const ModelConfig& c, hal::DType dtype, bool awq) {
+std::string hf_config_json(const ModelConfig& c, hal::DType dtype, Int4Checkpoint int4) {
   ordered_json j;
   j["architectures"] = {"Qwen2ForCausalLM"};
   j["model_type"] = "qwen2";
@@ -120,9 +139,14 @@ std::string hf_config_json(const ModelConfig& c, hal::DType dtype, bool awq) {
   j["rope_theta"] = c.rope_theta;
   j["tie_word_embeddings"] = c.tied_embeddings;
   j["torch_dtype"] = torch_dtype(dtype);
-  if (awq) {
+  if (int4 == Int4Checkpoint::kAwq) {
     j["quantization_config"] = {{"bits", 4}, {"group_size", hal::kAwqInt4Group}, {"quant_method", "awq"},
                                 {"version", "gemm"}, {"zero_point", true}};
+  }
+  if (int4 == Int4Checkpoint::kGptq) {
+    j["quantization_config"] = {{"bits", 4},          {"checkpoint_format", "gptq"}, {"damp_percent", 0.01},
+                                {"desc_act", false},  {"group_size", hal::kAwqInt4Group}, {"quant_method", "gptq"},
+                                {"static_groups", false}, {"sym", true},           {"true_sequential", true}};
   }
   j["use_cache"] = true;
   j["vocab_size"] = c.vocab;
@@ -140,11 +164,15 @@ Status write_hf_model(const TensorSource& src, const ModelConfig& c, const HfWri
   if (o.shards < 1 || static_cast<std::size_t>(o.shards) > expected.size()) {
     return invalid_argument_error("--shards {} must be in 1..{} (the model's tensor count)", o.shards, expected.size());
   }
-  if (o.awq && o.dtype != hal::DType::kF16) {
-    return invalid_argument_error("an AWQ checkpoint keeps its other tensors in f16, not {}", hal::dtype_name(o.dtype));
+  const bool int4 = o.int4 != Int4Checkpoint::kNone;
+  const bool gptq = o.int4 == Int4Checkpoint::kGptq;
+  const char* int4_name = gptq ? "GPTQ" : "AWQ";
+  if (int4 && o.dtype != hal::DType::kF16) {
+    return invalid_argument_error("an {} checkpoint keeps its other tensors in f16, not {}", int4_name,
+                                  hal::dtype_name(o.dtype));
   }
-  auto awq_matrix = [&](const TensorInfo& t) {
-    return o.awq && t.dims.size() == 2 && t.name != kTokenEmbdName && t.name != kOutputName;
+  auto int4_matrix = [&](const TensorInfo& t) {
+    return int4 && t.dims.size() == 2 && t.name != kTokenEmbdName && t.name != kOutputName;
   };
   std::vector<const TensorInfo*> tensors;
   std::uint64_t total = 0;
@@ -153,21 +181,21 @@ Status write_hf_model(const TensorSource& src, const ModelConfig& c, const HfWri
     if (t == nullptr) return not_found_error("{}: tensor {} is missing", src.path(), src.tensor_label(e.name));
     tensors.push_back(t);
     const std::uint64_t cols = static_cast<std::uint64_t>(t->dims[0]), rows = static_cast<std::uint64_t>(t->n_elements) / cols;
-    if (!awq_matrix(*t)) {
+    if (!int4_matrix(*t)) {
       total += hal::row_bytes(o.dtype, t->dims[0]) * rows;
     } else if (cols % hal::kAwqInt4Group != 0 || rows % 8 != 0) {
-      return invalid_argument_error("{}: tensor '{}' has {} inputs and {} outputs; AWQ needs inputs in whole groups of "
+      return invalid_argument_error("{}: tensor '{}' has {} inputs and {} outputs; {} needs inputs in whole groups of "
                                     "{} and outputs in multiples of 8",
-                                    src.path(), t->name, cols, rows, hal::kAwqInt4Group);
+                                    src.path(), t->name, cols, rows, int4_name, hal::kAwqInt4Group);
     } else {
       const std::uint64_t groups = cols / hal::kAwqInt4Group;
-      total += cols * rows / 2 + groups * rows / 2 + groups * rows * 2;  // qweight, qzeros, scales
+      total += cols * rows / 2 + groups * rows / 2 + groups * rows * 2 + (gptq ? cols * 4 : 0);  // + g_idx
     }
   }
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return invalid_argument_error("{}: cannot create the directory: {}", dir, ec.message());
-  SX_RETURN_IF_ERROR(write_text((fs::path(dir) / kHfConfigFile).string(), hf_config_json(c, o.dtype, o.awq)));
+  SX_RETURN_IF_ERROR(write_text((fs::path(dir) / kHfConfigFile).string(), hf_config_json(c, o.dtype, o.int4)));
   ordered_json gen = ordered_json::object();
   if (o.eos_ids.size() == 1) gen["eos_token_id"] = o.eos_ids[0];
   if (o.eos_ids.size() > 1) gen["eos_token_id"] = o.eos_ids;
@@ -201,15 +229,20 @@ Status write_hf_model(const TensorSource& src, const ModelConfig& c, const HfWri
     while (next < last && (!any || written < target || s == n - 1)) {
       const TensorInfo& t = *tensors[next];
       const std::string hf = gguf_to_hf_name(t.name).value_or(t.name);
-      if (awq_matrix(t)) {
-        const AwqTensors a = quantize_awq(t);
+      if (int4_matrix(t)) {
+        const Int4Tensors a = quantize_int4(t, o.int4);
         const std::string base = hf.substr(0, hf.size() - std::string_view(".weight").size());
         const std::int64_t in = t.dims[0], out = t.dims[1];
-        SX_RETURN_IF_ERROR(w.add_tensor(base + ".qweight", "I32", {in, out / 8}, a.qweight));
+        const std::vector<std::int64_t> qweight_shape =
+            gptq ? std::vector<std::int64_t>{in / 8, out} : std::vector<std::int64_t>{in, out / 8};
+        SX_RETURN_IF_ERROR(w.add_tensor(base + ".qweight", "I32", qweight_shape, a.qweight));
         SX_RETURN_IF_ERROR(w.add_tensor(base + ".qzeros", "I32", {in / hal::kAwqInt4Group, out / 8}, a.qzeros));
         SX_RETURN_IF_ERROR(w.add_tensor(base + ".scales", "F16", {in / hal::kAwqInt4Group, out}, a.scales));
-        for (const char* suffix : {".qweight", ".qzeros", ".scales"}) weight_map[base + suffix] = shard_name(s);
-        written += a.qweight.size() + a.qzeros.size() + a.scales.size();
+        if (gptq) SX_RETURN_IF_ERROR(w.add_tensor(base + ".g_idx", "I32", {in}, a.g_idx));
+        for (const char* suffix : {".qweight", ".qzeros", ".scales", ".g_idx"}) {
+          if (gptq || std::string_view(suffix) != ".g_idx") weight_map[base + suffix] = shard_name(s);
+        }
+        written += a.qweight.size() + a.qzeros.size() + a.scales.size() + a.g_idx.size();
       } else {
         SX_ASSIGN_OR_RETURN(std::vector<std::uint8_t> bytes, convert(t, o.dtype, src.path()));
         std::vector<std::int64_t> shape(t.dims.rbegin(), t.dims.rend());

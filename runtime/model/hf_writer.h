@@ -22,22 +22,28 @@
 
 namespace sx::model {
 
+enum class Int4Checkpoint { kNone, kAwq, kGptq };
+
 struct HfWriteOptions {
   hal::DType dtype = hal::DType::kF32;  // F32, F16 or BF16
   int shards = 1;
   std::string tokenizer_json;            // written as is when not empty
   std::string tokenizer_config_json;     // written as is when not empty
   std::vector<std::int32_t> eos_ids;     // generation_config.json eos_token_id
-  // An AWQ checkpoint (4 bits, groups of 128, AutoAWQ's GEMM packing; see hf_model.h): every layer
-  // matrix as .qweight / .qzeros / .scales, quantized per group of 128 inputs with AutoAWQ's
-  // zero-point rule (scale = (max - min) / 15 in fp16, zero = clamp(round(-min / scale), 0, 15),
-  // q = clamp(round(w / scale) + zero, 0, 15)); the embedding, LM head, norms and biases in F16.
-  // Every layer matrix's input size must be a multiple of 128.
-  bool awq = false;
+  // A 4-bit checkpoint (groups of 128; see hf_model.h): every layer matrix as .qweight / .qzeros /
+  // .scales (GPTQ adds .g_idx), the embedding, LM head, norms and biases in F16. Every layer
+  // matrix's input size must be a multiple of 128.
+  //   kAwq:  AutoAWQ's GEMM packing and zero-point rule (scale = (max - min) / 15 in fp16,
+  //          zero = clamp(round(-min / scale), 0, 15), q = clamp(round(w / scale) + zero, 0, 15)).
+  //   kGptq: AutoGPTQ's packing (checkpoint_format "gptq": zeros stored minus one), symmetric
+  //          (sym = true, desc_act = false: scale = max |w| / 7.5 in fp16, zero 8,
+  //          q = clamp(round(w / scale) + 8, 0, 15)), g_idx = input / 128.
+  Int4Checkpoint int4 = Int4Checkpoint::kNone;
 };
 
-// config.json text for a Qwen2 config (torch_dtype from `dtype`; with awq, its quantization_config).
-std::string hf_config_json(const ModelConfig& c, hal::DType dtype, bool awq = false);
+// config.json text for a Qwen2 config (torch_dtype from `dtype`; for a 4-bit checkpoint, its
+// quantization_config).
+std::string hf_config_json(const ModelConfig& c, hal::DType dtype, Int4Checkpoint int4 = Int4Checkpoint::kNone);
 
 Status write_hf_model(const TensorSource& source, const ModelConfig& c, const HfWriteOptions& options,
                       const std::string& dir);

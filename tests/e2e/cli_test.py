@@ -413,6 +413,34 @@ def safetensors_directory_inspect_convert_and_generate():
         assert p.returncode == 1 and b"CANNOT be served" in p.stdout, p.stdout
 
 
+
+@case
+def int4_checkpoints_from_make_model_load_and_generate():
+    """make-model --awq / --gptq write 4-bit HF directories that inspect calls servable (naming the
+    quantization) and generate runs; the two flags exclude each other."""
+    with tempfile.TemporaryDirectory() as d:
+        shape = ("--layers", "2", "--heads", "4", "--kv-heads", "2", "--head-dim", "64", "--hidden", "256",
+                 "--ffn", "384", "--vocab", "512")
+        for flag, kind in (("--awq", "AWQ"), ("--gptq", "GPTQ")):
+            out = os.path.join(d, kind)
+            p = run("make-model", "--format", "safetensors", flag, *shape, "--out", out)
+            assert f"{kind.lower()} int4 (+ f16)".encode() in p.stdout, p.stdout
+            j = json.loads(run("inspect", "--json", out).stdout)
+            assert j["servable"] is True, j
+            assert j["quantization"]["method"] == kind.lower() and j["quantization"]["bits"] == 4 \
+                and j["quantization"]["group_size"] == 128, j["quantization"]
+            types = {t["name"]: t["type"] for t in j["tensors"]}
+            assert types["model.layers.1.mlp.down_proj.qweight"] == "I32", types
+            assert ("model.layers.1.mlp.down_proj.g_idx" in types) == (kind == "GPTQ"), types
+            assert types["model.embed_tokens.weight"] == "F16", types
+            text = run("inspect", out).stdout.decode()
+            assert f"quantization: {kind.lower()} 4-bit, groups of 128" in text, text
+            ids = run("generate", "--model", out, "--prompt", "hello", "-n", "8", "--ids", "--ignore-eos").stdout.split()
+            assert len(ids) == 8, ids
+        p = run("make-model", "--format", "safetensors", "--awq", "--gptq", *shape, "--out", os.path.join(d, "x"),
+                check=False)
+        assert p.returncode != 0 and b"--awq and --gptq exclude each other" in p.stderr, p.stderr
+
 passed = sum(1 for _, e in results if e is None)
 failed = len(results) - passed
 print(f"{passed} passed, {failed} failed")

@@ -125,10 +125,13 @@ TEST(MemoriseFormats, GreedyTextFromSafetensorsAndConvertedFiles) {
   }
 }
 
-// AWQ needs layer inputs in whole groups of 128, which the bundled model (224 / 608) does not have:
-// a random qwen2 of hidden 256 and FFN 384 written as an AWQ checkpoint, against its dequantised F32
-// twin (`convert --type f32` of the AWQ directory) and against the F32 model it was quantized from.
-TEST(MemoriseFormats, AwqCheckpointMatchesItsDequantisedTwin) {
+// AWQ and GPTQ need layer inputs in whole groups of 128, which the bundled model (224 / 608) does
+// not have: a random qwen2 of hidden 256 and FFN 384 written as a 4-bit checkpoint, against its
+// dequantised F32 twin (`convert --type f32` of the directory) and against the F32 model it was
+// quantized from.
+void check_int4_checkpoint(model::Int4Checkpoint format) {
+  const bool gptq = format == model::Int4Checkpoint::kGptq;
+  const std::string tag = gptq ? "gptq" : "awq";
   model::RandomModelSpec spec;
   spec.config = model::qwen2_5_config("0.5b");
   spec.config.n_layers = 2;
@@ -142,22 +145,23 @@ TEST(MemoriseFormats, AwqCheckpointMatchesItsDequantisedTwin) {
   spec.weight_type = hal::DType::kF32;
   spec.init_std = 0.08f;
   spec.seed = 3;
-  const std::string f32 = Variants::path("awq-source.gguf");
+  const std::string f32 = Variants::path(tag + "-source.gguf");
   ASSERT_TRUE(model::write_random_qwen2_gguf(spec, f32).ok());
   auto source = engine::open_model(f32);
   ASSERT_TRUE(source.ok()) << source.status().to_string();
-  const Status written = engine::export_safetensors(*source, hal::DType::kF16, 2, Variants::path("awq"), /*awq=*/true);
+  const Status written = engine::export_safetensors(*source, hal::DType::kF16, 2, Variants::path(tag), format);
   ASSERT_TRUE(written.ok()) << written.to_string();
-  auto awq = engine::open_model(Variants::path("awq"));
+  auto awq = engine::open_model(Variants::path(tag));
   ASSERT_TRUE(awq.ok()) << awq.status().to_string();
   const model::TensorInfo* q = awq->weights->find_tensor("blk.1.ffn_down.weight");
   ASSERT_NE(q, nullptr);
   EXPECT_EQ(q->dtype, hal::DType::kAwqInt4);
   EXPECT_EQ(q->dims, (std::vector<std::int64_t>{384, 256}));
   EXPECT_EQ(awq->weights->find_tensor("token_embd.weight")->dtype, hal::DType::kF16);
-  ASSERT_TRUE(engine::convert_to_gguf(*awq, hal::DType::kF32, Variants::path("awq-twin.gguf")).ok());
+  ASSERT_TRUE(engine::convert_to_gguf(*awq, hal::DType::kF32, Variants::path(tag + "-twin.gguf")).ok());
   // Every dequantised weight within one quantisation step of its source (half a step from rounding,
-  // up to a whole one where the zero point's rounding pushes the group's largest value past 15).
+  // up to a whole one where the zero point's rounding pushes the group's largest value past 15). The
+  // step: (max - min) / 15 for AWQ, 2 max |w| / 15 for symmetric GPTQ.
   for (const model::TensorInfo& t : awq->weights->tensors()) {
     if (t.dtype != hal::DType::kAwqInt4) continue;
     const model::TensorInfo* ref = source->weights->find_tensor(t.name);
@@ -169,7 +173,8 @@ TEST(MemoriseFormats, AwqCheckpointMatchesItsDequantisedTwin) {
       const float* want = reinterpret_cast<const float*>(ref->data.data()) + n * in;
       for (std::int64_t g = 0; g < in; g += 128) {
         const auto [lo, hi] = std::minmax_element(want + g, want + g + 128);
-        const double step = (*hi - *lo) / 15.0 * 1.001;
+        const double span = gptq ? 2.0 * std::max(std::fabs(*lo), std::fabs(*hi)) : *hi - *lo;
+        const double step = span / 15.0 * 1.001;
         for (std::int64_t i = g; i < g + 128; ++i) worst = std::max(worst, std::fabs(got[i] - want[i]) / step);
       }
     }
@@ -190,23 +195,27 @@ TEST(MemoriseFormats, AwqCheckpointMatchesItsDequantisedTwin) {
     EXPECT_TRUE((*model)->forward(engine::single_sequence_batch(prompt, 0, mo.kv.num_blocks), out).ok());
     return out;
   };
-  const std::vector<float> a = logits(Variants::path("awq"));
-  const std::vector<float> twin = logits(Variants::path("awq-twin.gguf"));
+  const std::vector<float> a = logits(Variants::path(tag));
+  const std::vector<float> twin = logits(Variants::path(tag + "-twin.gguf"));
   const std::vector<float> orig = logits(f32);
-  ASSERT_TRUE(engine::convert_to_gguf(*source, hal::DType::kQ4_1, Variants::path("awq-q4_1.gguf")).ok());
-  const std::vector<float> q4_1 = logits(Variants::path("awq-q4_1.gguf"));
+  ASSERT_TRUE(engine::convert_to_gguf(*source, hal::DType::kQ4_1, Variants::path(tag + "-q4_1.gguf")).ok());
+  const std::vector<float> q4_1 = logits(Variants::path(tag + "-q4_1.gguf"));
   ASSERT_EQ(a.size(), 512u);
   const double vs_twin = relative_diff(twin, a), vs_f32 = relative_diff(orig, a);
   const double q4_1_vs_f32 = relative_diff(orig, q4_1);
-  std::printf("awq: logits vs dequantised f32 twin %.3g, vs the unquantised f32 model %.3g; q4_1 (groups of 32) vs "
+  std::printf("%s: logits vs dequantised f32 twin %.3g, vs the unquantised f32 model %.3g; q4_1 (groups of 32) vs "
               "f32 %.3g (relative to max |logit|)\n",
-              vs_twin, vs_f32, q4_1_vs_f32);
+              tag.c_str(), vs_twin, vs_f32, q4_1_vs_f32);
   EXPECT_LE(vs_twin, 1e-5);   // same values; only the order of the sums differs
   // 4-bit quantisation of every layer matrix moves the logits of this random model about as much as
   // ggml's Q4_1 does (finer groups of 32 with an fp16 minimum: smaller steps).
   EXPECT_LE(vs_f32, 3 * q4_1_vs_f32);
   EXPECT_GT(vs_f32, vs_twin);
 }
+
+TEST(MemoriseFormats, AwqCheckpointMatchesItsDequantisedTwin) { check_int4_checkpoint(model::Int4Checkpoint::kAwq); }
+
+TEST(MemoriseFormats, GptqCheckpointMatchesItsDequantisedTwin) { check_int4_checkpoint(model::Int4Checkpoint::kGptq); }
 
 TEST(MemoriseFormats, WrongKindOfPathIsAClearError) {
   // A shard handed over as if it were a GGUF file, and a missing directory.

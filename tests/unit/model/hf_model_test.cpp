@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/base/half.h"
 #include "runtime/base/sha256.h"
 #include "runtime/model/hf_model.h"
 #include "runtime/model/hf_writer.h"
@@ -323,6 +324,136 @@ TEST(HfModelCorruption, TruncatedShardIsCaughtAtOpen) {
   fs::resize_file(shard, size / 2);
   EXPECT_TRUE(fails_with(HfModel::open(dir.file("m")), StatusCode::kDataLoss,
                          {"model-00002-of-00002.safetensors is truncated"}));
+}
+
+// A GPTQ checkpoint (write_hf_model's AutoGPTQ packing) of a model whose layer inputs are whole
+// groups of 128, read back: each repacked weight equals scale * (q - (zero + 1)) decoded straight
+// from the safetensors bytes in AutoGPTQ's layout; gptq_v2 drops the +1; what cannot be read
+// (act-order g_idx, other bit widths, unknown checkpoint formats) is UNIMPLEMENTED naming the cause.
+struct GptqCheckpoint {
+  TempDir dir;
+  Source src;
+  GptqCheckpoint() {
+    RandomModelSpec spec;
+    spec.config = testing::tiny_qwen2_config(300, false);
+    spec.config.hidden = 128;
+    spec.config.n_heads = 2;
+    spec.config.n_kv_heads = 1;
+    spec.config.head_dim = 64;
+    spec.config.ffn = 256;
+    spec.weight_type = hal::DType::kF32;
+    spec.seed = 11;
+    const std::string path = dir.file("source.gguf");
+    EXPECT_TRUE(write_random_qwen2_gguf(spec, path).ok());
+    src.gguf = std::move(GgufFile::open(path)).value();
+    src.config = model_config_from_gguf(*src.gguf).value();
+    HfWriteOptions o;
+    o.dtype = hal::DType::kF16;
+    o.int4 = Int4Checkpoint::kGptq;
+    EXPECT_TRUE(write_hf_model(*src.gguf, src.config, o, dir.file("m")).ok());
+  }
+  // Overwrites 32-bit word `index` of tensor `name` in m/model.safetensors.
+  void patch_u32(const std::string& name, std::uint64_t index, std::uint32_t value) const {
+    std::fstream f(dir.file("m/model.safetensors"), std::ios::in | std::ios::out | std::ios::binary);
+    std::uint64_t header_len = 0;
+    f.read(reinterpret_cast<char*>(&header_len), 8);
+    std::string header(header_len, '\0');
+    f.read(header.data(), static_cast<std::streamsize>(header_len));
+    const auto begin = nlohmann::json::parse(header)[name]["data_offsets"][0].get<std::uint64_t>();
+    f.seekp(static_cast<std::streamoff>(8 + header_len + begin + 4 * index));
+    f.write(reinterpret_cast<const char*>(&value), 4);
+  }
+  void edit_config(const std::function<void(nlohmann::json&)>& edit) const {
+    nlohmann::json cfg = nlohmann::json::parse(std::ifstream(dir.file("m/config.json")));
+    edit(cfg["quantization_config"]);
+    write_text(dir.file("m/config.json"), cfg.dump());
+  }
+};
+
+// Row n of a kAwqInt4 tensor as F32.
+std::vector<float> int4_row(const TensorInfo& t, std::int64_t n) {
+  std::vector<float> row(static_cast<std::size_t>(t.dims[0]));
+  hal::dequantize_row(hal::DType::kAwqInt4, t.data.data() + hal::row_bytes(hal::DType::kAwqInt4, t.dims[0]) * n,
+                      row.data(), t.dims[0]);
+  return row;
+}
+
+TEST(HfModelGptq, RepacksAutoGptqTensors) {
+  GptqCheckpoint c;
+  auto m = HfModel::open(c.dir.file("m"));
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_TRUE(check_model(**m, (*m)->config()).ok());
+  const TensorInfo* t = (*m)->find_tensor("blk.1.ffn_down.weight");  // in 256, out 128
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->dtype, hal::DType::kAwqInt4);
+  EXPECT_EQ(t->type_name, "GPTQ");
+  EXPECT_EQ(t->dims, (std::vector<std::int64_t>{256, 128}));
+  const SafetensorsModel& st = (*m)->weights();
+  const SafetensorsTensor* qw = st.find("model.layers.1.mlp.down_proj.qweight");
+  const SafetensorsTensor* qz = st.find("model.layers.1.mlp.down_proj.qzeros");
+  const SafetensorsTensor* sc = st.find("model.layers.1.mlp.down_proj.scales");
+  ASSERT_TRUE(qw && qz && sc && st.find("model.layers.1.mlp.down_proj.g_idx"));
+  EXPECT_EQ(qw->shape, (std::vector<std::int64_t>{32, 128}));  // [in / 8, out]
+  EXPECT_EQ(qz->shape, (std::vector<std::int64_t>{2, 16}));    // [in / 128, out / 8]
+  auto u32 = [](const std::vector<std::uint8_t>& bytes, std::int64_t i) {
+    std::uint32_t v;
+    std::memcpy(&v, bytes.data() + i * 4, 4);
+    return v;
+  };
+  const std::vector<std::uint8_t> qwb(qw->data.begin(), qw->data.end()), qzb(qz->data.begin(), qz->data.end());
+  for (std::int64_t n : {0, 5, 77, 127}) {
+    const std::vector<float> row = int4_row(*t, n);
+    for (std::int64_t k : {0, 1, 7, 8, 127, 128, 200, 255}) {
+      const std::int64_t g = k / 128;
+      const auto q = static_cast<int>((u32(qwb, (k / 8) * 128 + n) >> (4 * (k % 8))) & 15);
+      const auto z = static_cast<int>((u32(qzb, g * 16 + n / 8) >> (4 * (n % 8))) & 15) + 1;
+      std::uint16_t s;
+      std::memcpy(&s, sc->data.data() + (g * 128 + n) * 2, 2);
+      EXPECT_EQ(row[static_cast<std::size_t>(k)], f16_to_f32(s) * static_cast<float>(q - z)) << "k " << k << " n " << n;
+      EXPECT_EQ(z, 8);  // symmetric: the zero point is the middle of 0..15
+    }
+  }
+  // Column n of a qzeros word is nibble n % 8 (AutoGPTQ's plain order, unlike AWQ's): zeros 0..7
+  // (stored minus one) for columns 0..7 of group 0.
+  c.patch_u32("model.layers.1.mlp.down_proj.qzeros", 0, 0x76543210u);
+  auto patched = HfModel::open(c.dir.file("m"));
+  ASSERT_TRUE(patched.ok()) << patched.status().to_string();
+  for (std::int64_t n = 0; n < 8; ++n) {
+    const std::vector<float> was = int4_row(*t, n), now = int4_row(*(*patched)->find_tensor("blk.1.ffn_down.weight"), n);
+    std::uint16_t s;
+    std::memcpy(&s, sc->data.data() + n * 2, 2);
+    for (std::size_t k = 0; k < 128; ++k) {
+      EXPECT_EQ(now[k] - was[k], f16_to_f32(s) * static_cast<float>(8 - (n + 1))) << "n " << n << " k " << k;
+    }
+  }
+  // gptq_v2 stores the zeros as they are: every weight moves up by one step.
+  c.edit_config([](nlohmann::json& q) { q["checkpoint_format"] = "gptq_v2"; });
+  auto v2 = HfModel::open(c.dir.file("m"));
+  ASSERT_TRUE(v2.ok()) << v2.status().to_string();
+  const std::vector<float> a = int4_row(*t, 20), b = int4_row(*(*v2)->find_tensor("blk.1.ffn_down.weight"), 20);
+  std::uint16_t s;
+  std::memcpy(&s, sc->data.data() + 20 * 2, 2);  // column 20, group 0 (its zeros were not patched)
+  for (std::size_t k = 0; k < 128; ++k) EXPECT_EQ(b[k] - a[k], f16_to_f32(s)) << k;
+}
+
+TEST(HfModelGptq, WhatCannotBeReadIsUnimplemented) {
+  GptqCheckpoint c;
+  c.edit_config([](nlohmann::json& q) { q["checkpoint_format"] = "marlin"; });
+  EXPECT_TRUE(fails_with(HfModel::open(c.dir.file("m")), StatusCode::kUnimplemented,
+                         {"config.json", "checkpoint_format 'marlin' is not supported"}));
+  c.edit_config([](nlohmann::json& q) { q["checkpoint_format"] = "gptq", q["bits"] = 8; });
+  EXPECT_TRUE(fails_with(HfModel::open(c.dir.file("m")), StatusCode::kUnimplemented,
+                         {"GPTQ with 8 bits in groups of 128 is not supported"}));
+  c.edit_config([](nlohmann::json& q) { q["bits"] = 4, q["quant_method"] = "exl2"; });
+  EXPECT_TRUE(fails_with(HfModel::open(c.dir.file("m")), StatusCode::kUnimplemented,
+                         {"quant_method 'exl2' is not supported (supported: awq, gptq)"}));
+  c.edit_config([](nlohmann::json& q) { q["quant_method"] = "gptq"; });
+  ASSERT_TRUE(HfModel::open(c.dir.file("m")).ok());
+  // Act-order: input 5 of one projection moved to group 1.
+  c.patch_u32("model.layers.0.mlp.up_proj.g_idx", 5, 1);
+  EXPECT_TRUE(fails_with(HfModel::open(c.dir.file("m")), StatusCode::kUnimplemented,
+                         {"'model.layers.0.mlp.up_proj.g_idx' puts input 5 in group 1, not 0",
+                          "act-order (desc_act) checkpoints are not supported"}));
 }
 
 TEST(ModelCheck, ChecksumsAndValueScan) {
