@@ -199,7 +199,13 @@ Result<std::unique_ptr<HfModel>> HfModel::open(const std::string& dir) {
   if (int4) SX_RETURN_IF_ERROR(m->check_quantization());
   for (const SafetensorsTensor* t : m->weights_->tensors()) {
     if (int4 && (t->name.ends_with(".qzeros") || t->name.ends_with(".scales") || t->name.ends_with(".g_idx"))) {
-      continue;  // read with .qweight
+      // Read with its .qweight; one without a .qweight is left over from something else.
+      const std::string base = t->name.substr(0, t->name.rfind('.'));
+      if (m->weights_->find(base + ".qweight") == nullptr) {
+        m->warnings_.push_back(fmt::format("{}: tensor '{}' in {} is not used: there is no '{}.qweight' to go with it",
+                                           dir, t->name, fs::path(t->file).filename().string(), base));
+      }
+      continue;
     }
     if (int4 && t->name.ends_with(".qweight")) {
       const std::string base = t->name.substr(0, t->name.size() - std::string_view(".qweight").size());

@@ -370,6 +370,35 @@ struct GptqCheckpoint {
   }
 };
 
+TEST(HfModelGptq, ScalesWithoutQweightAreAWarning) {
+  GptqCheckpoint c;
+  // Rename one projection's qweight in the header (same length, so the offsets stay valid).
+  const std::string file = c.dir.file("m/model.safetensors");
+  std::string raw;
+  {
+    std::ifstream in(file, std::ios::binary);
+    raw.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const std::string from = "model.layers.0.self_attn.o_proj.qweight", to = "model.layers.0.self_attn.o_proj.qweigh_";
+  const std::size_t at = raw.find(from);
+  ASSERT_NE(at, std::string::npos);
+  raw.replace(at, from.size(), to);
+  write_text(file, raw);
+  auto m = HfModel::open(c.dir.file("m"));
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  std::string all;
+  for (const std::string& w : (*m)->warnings()) all += w + "\n";
+  for (const char* part : {"o_proj.qzeros", "o_proj.scales", "o_proj.g_idx"}) {
+    EXPECT_NE(all.find(std::string("tensor 'model.layers.0.self_attn.") + part +
+                       "' in model.safetensors is not used: there is no 'model.layers.0.self_attn.o_proj.qweight'"),
+              std::string::npos)
+        << all;
+  }
+  // And the check names the matrix that is now missing.
+  EXPECT_TRUE(fails_with(check_model(**m, (*m)->config()).status(), StatusCode::kNotFound,
+                         {"model.layers.0.self_attn.o_proj.weight"}));
+}
+
 // Row n of a kAwqInt4 tensor as F32.
 std::vector<float> int4_row(const TensorInfo& t, std::int64_t n) {
   std::vector<float> row(static_cast<std::size_t>(t.dims[0]));
@@ -448,7 +477,9 @@ TEST(HfModelGptq, WhatCannotBeReadIsUnimplemented) {
   EXPECT_TRUE(fails_with(HfModel::open(c.dir.file("m")), StatusCode::kUnimplemented,
                          {"quant_method 'exl2' is not supported (supported: awq, gptq)"}));
   c.edit_config([](nlohmann::json& q) { q["quant_method"] = "gptq"; });
-  ASSERT_TRUE(HfModel::open(c.dir.file("m")).ok());
+  auto ok = HfModel::open(c.dir.file("m"));
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_TRUE((*ok)->warnings().empty()) << (*ok)->warnings()[0];
   // Act-order: input 5 of one projection moved to group 1.
   c.patch_u32("model.layers.0.mlp.up_proj.g_idx", 5, 1);
   EXPECT_TRUE(fails_with(HfModel::open(c.dir.file("m")), StatusCode::kUnimplemented,
@@ -508,6 +539,50 @@ TEST(ModelCheck, ChecksumsAndValueScan) {
   EXPECT_TRUE(fails_with(scanned.status(), StatusCode::kDataLoss,
                          {"tensor 'model.norm.weight' in model.safetensors holds 1 NaN or Inf values (the first at "
                           "element 2)"}));
+}
+
+// A Hugging Face hub cache: snapshots/<revision>/model.safetensors is a relative symlink to
+// blobs/<sha256>, so the blob's name is the checksum (no SHA256SUMS needed).
+TEST(ModelCheck, HfCacheBlobNameIsTheChecksum) {
+  TempDir dir;
+  const Source src = make_source(dir);
+  ASSERT_TRUE(write_hf_model(*src.gguf, src.config, HfWriteOptions{}, dir.file("src")).ok());
+  auto digest = sha256_file(dir.file("src/model.safetensors"));
+  ASSERT_TRUE(digest.ok());
+  const fs::path cache = dir.file("models--tiny");
+  const fs::path snapshot = cache / "snapshots" / "0123abcd";
+  fs::create_directories(cache / "blobs");
+  fs::create_directories(snapshot);
+  for (const auto& entry : fs::directory_iterator(dir.file("src"))) {
+    const std::string name = entry.path().filename().string();
+    if (name == "model.safetensors") {
+      fs::rename(entry.path(), cache / "blobs" / *digest);
+      fs::create_symlink(fs::path("..") / ".." / "blobs" / *digest, snapshot / name);
+    } else {
+      fs::copy_file(entry.path(), snapshot / name);
+    }
+  }
+  {
+    auto m = HfModel::open(snapshot.string());
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    ModelCheck c;
+    verify_checksums(**m, c);
+    EXPECT_TRUE(c.ok()) << messages(c);
+    EXPECT_TRUE(c.warnings.empty()) << c.warnings[0];
+  }
+  {  // One flipped bit in the blob.
+    std::fstream f(cache / "blobs" / *digest, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-3, std::ios::end);
+    const char x = 0x40;
+    f.write(&x, 1);
+  }
+  auto m = HfModel::open(snapshot.string());
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  ModelCheck bad;
+  verify_checksums(**m, bad);
+  EXPECT_TRUE(fails_with(bad.status(), StatusCode::kDataLoss,
+                         {"model.safetensors: SHA-256 is ", "its Hugging Face cache blob name says " + *digest,
+                          "download it again"}));
 }
 
 TEST(Sha256, KnownDigests) {
