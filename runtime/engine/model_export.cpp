@@ -80,13 +80,11 @@ Status convert_to_gguf(const OpenedModel& m, hal::DType type, const std::string&
     const hal::DType from = *t->dtype;
     SX_RETURN_IF_ERROR(w.add_tensor_streamed(
         e.name, t->dims, model::ggml_type_of(to), [t, from, to, rows, cols](model::GgufByteSink& sink) -> Status {
-          const std::size_t in_row = hal::row_bytes(from, cols);
           if (from == to) return sink.write(t->data);
-          std::vector<float> row(static_cast<std::size_t>(cols));
+          const std::size_t in_row = hal::row_bytes(from, cols);
           std::vector<std::uint8_t> out(hal::row_bytes(to, cols));
-          for (std::int64_t r = 0; r < rows; ++r) {
-            hal::dequantize_row(from, t->data.data() + static_cast<std::size_t>(r) * in_row, row.data(), cols);
-            hal::quantize_row(to, row.data(), out.data(), cols);
+          for (std::int64_t r = 0; r < rows; ++r) {  // a row at a time: the tensor is never held converted
+            hal::convert_rows(from, t->data.data() + static_cast<std::size_t>(r) * in_row, to, out.data(), 1, cols);
             SX_RETURN_IF_ERROR(sink.write(out));
           }
           return ok_status();

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <iterator>
 #include <string>
+#include <vector>
 
 #include "runtime/base/half.h"
 #include "runtime/base/status.h"
@@ -156,6 +157,19 @@ bool can_dequantize(DType t) {
 
 bool can_quantize(DType t) {
   return can_dequantize(t) && t != DType::kQ2_K && t != DType::kQ3_K && t != DType::kAwqInt4;
+}
+
+void convert_rows(DType from, const void* src, DType to, void* dst, std::int64_t rows, std::int64_t cols) {
+  const std::size_t in_row = row_bytes(from, cols), out_row = row_bytes(to, cols);
+  if (from == to) {
+    std::memcpy(dst, src, in_row * static_cast<std::size_t>(rows));
+    return;
+  }
+  std::vector<float> row(static_cast<std::size_t>(cols));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    dequantize_row(from, static_cast<const std::byte*>(src) + in_row * static_cast<std::size_t>(r), row.data(), cols);
+    quantize_row(to, row.data(), static_cast<std::byte*>(dst) + out_row * static_cast<std::size_t>(r), cols);
+  }
 }
 
 std::size_t tensor_bytes(DType t, std::int64_t rows, std::int64_t cols) {

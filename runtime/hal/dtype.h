@@ -106,4 +106,9 @@ void quantize_row(DType t, const float* src, void* dst, std::int64_t n);
 bool can_dequantize(DType t);
 bool can_quantize(DType t);
 
+// `rows` rows of `cols` elements from `from` to `to` (contiguous rows of row_bytes each), each
+// through F32 (dequantize_row, then quantize_row); a plain copy when the types are equal. The
+// same preconditions as those two.
+void convert_rows(DType from, const void* src, DType to, void* dst, std::int64_t rows, std::int64_t cols);
+
 }  // namespace sx::hal

@@ -49,14 +49,8 @@ Result<std::vector<std::uint8_t>> convert(const TensorInfo& t, hal::DType dtype,
   }
   const std::int64_t cols = t.dims.empty() ? 1 : t.dims[0];
   const std::int64_t rows = cols == 0 ? 0 : t.n_elements / cols;
-  const std::size_t in_row = hal::row_bytes(*t.dtype, cols);
-  const std::size_t out_row = hal::row_bytes(dtype, cols);
-  std::vector<std::uint8_t> out(out_row * static_cast<std::size_t>(rows));
-  std::vector<float> row(static_cast<std::size_t>(cols));
-  for (std::int64_t r = 0; r < rows; ++r) {
-    hal::dequantize_row(*t.dtype, t.data.data() + static_cast<std::size_t>(r) * in_row, row.data(), cols);
-    hal::quantize_row(dtype, row.data(), out.data() + static_cast<std::size_t>(r) * out_row, cols);
-  }
+  std::vector<std::uint8_t> out(hal::row_bytes(dtype, cols) * static_cast<std::size_t>(rows));
+  hal::convert_rows(*t.dtype, t.data.data(), dtype, out.data(), rows, cols);
   return out;
 }
 

@@ -47,13 +47,8 @@ std::map<std::string, int> requantise(model::WeightMix mix, const std::string& o
     if (t.dims.size() == 2) {
       type = model::mixed_weight_type(opened->config, mix, hal::DType::kF32, t.name, t.dims[0]);
       const std::int64_t k = t.dims[0], rows = t.dims[1];
-      std::vector<float> row(static_cast<std::size_t>(k));
       bytes.assign(hal::row_bytes(type, k) * static_cast<std::size_t>(rows), 0);
-      for (std::int64_t r = 0; r < rows; ++r) {
-        hal::dequantize_row(*t.dtype, t.data.data() + hal::row_bytes(*t.dtype, k) * static_cast<std::size_t>(r),
-                            row.data(), k);
-        hal::quantize_row(type, row.data(), bytes.data() + hal::row_bytes(type, k) * static_cast<std::size_t>(r), k);
-      }
+      hal::convert_rows(*t.dtype, t.data.data(), type, bytes.data(), rows, k);
     }
     ++counts[std::string(hal::dtype_name(type))];
     EXPECT_TRUE(w.add_tensor(t.name, t.dims, model::ggml_type_of(type), std::move(bytes)).ok()) << t.name;

@@ -210,7 +210,9 @@ TEST(HfModelCorruption, MissingFromEveryShardNamesTheIndex) {
   ASSERT_TRUE(st.ok());
   SafetensorsWriter w;
   for (const SafetensorsTensor& t : st->tensors()) {
-    if (t.name != "model.norm.weight") ASSERT_TRUE(w.add_tensor(t.name, t.dtype_name, t.shape, t.data).ok());
+    if (t.name != "model.norm.weight") {
+      ASSERT_TRUE(w.add_tensor(t.name, t.dtype_name, t.shape, t.data).ok());
+    }
   }
   std::vector<std::uint8_t> bytes = w.to_bytes();
   st = Result<SafetensorsFile>(not_found_error("closed"));
