@@ -98,6 +98,13 @@ void pack_k_scale_min(const std::uint8_t ls[8], const std::uint8_t lm[8], std::u
   }
 }
 
+// The 5-bit values (0..31) of elements j and j + kQK / 2 of a Q5_0 / Q5_1 block: low nibbles
+// from qs[j], fifth bits from bits j and j + kQK / 2 of qh.
+void unpack_q5_pair(const std::uint8_t* qs, std::uint32_t qh, int j, int& x0, int& x1) {
+  x0 = (qs[j] & 0x0F) | static_cast<int>(((qh >> j) << 4) & 0x10);
+  x1 = (qs[j] >> 4) | static_cast<int>((qh >> (j + 12)) & 0x10);
+}
+
 }  // namespace
 
 void q3k_scales(const std::uint8_t* p, std::int8_t out[16]) {
@@ -144,12 +151,10 @@ void dequantize_row_q5_0(const BlockQ5_0* x, float* y, std::int64_t n) {
     std::uint32_t qh;
     std::memcpy(&qh, x[i].qh, sizeof(qh));
     for (int j = 0; j < kQK / 2; ++j) {
-      const int xh0 = static_cast<int>(((qh >> j) << 4) & 0x10);
-      const int xh1 = static_cast<int>((qh >> (j + 12)) & 0x10);
-      const int x0 = ((x[i].qs[j] & 0x0F) | xh0) - 16;
-      const int x1 = ((x[i].qs[j] >> 4) | xh1) - 16;
-      y[i * kQK + j] = static_cast<float>(x0) * d;
-      y[i * kQK + j + kQK / 2] = static_cast<float>(x1) * d;
+      int x0, x1;
+      unpack_q5_pair(x[i].qs, qh, j, x0, x1);
+      y[i * kQK + j] = static_cast<float>(x0 - 16) * d;
+      y[i * kQK + j + kQK / 2] = static_cast<float>(x1 - 16) * d;
     }
   }
 }
@@ -162,10 +167,8 @@ void dequantize_row_q5_1(const BlockQ5_1* x, float* y, std::int64_t n) {
     std::uint32_t qh;
     std::memcpy(&qh, x[i].qh, sizeof(qh));
     for (int j = 0; j < kQK / 2; ++j) {
-      const int xh0 = static_cast<int>(((qh >> j) << 4) & 0x10);
-      const int xh1 = static_cast<int>((qh >> (j + 12)) & 0x10);
-      const int x0 = (x[i].qs[j] & 0x0F) | xh0;
-      const int x1 = (x[i].qs[j] >> 4) | xh1;
+      int x0, x1;
+      unpack_q5_pair(x[i].qs, qh, j, x0, x1);
       y[i * kQK + j] = static_cast<float>(x0) * d + m;
       y[i * kQK + j + kQK / 2] = static_cast<float>(x1) * d + m;
     }
@@ -294,17 +297,45 @@ void dequantize_row_q6_k(const BlockQ6_K* x, float* y, std::int64_t n) {
 
 // ---- quantisation ----
 
+namespace {
+
+// The value of largest magnitude in a block of kQK, sign kept (the first on ties): the Q4_0 / Q5_0
+// scale's source in ggml's reference quantisers.
+float signed_absmax(const float* x) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < kQK; ++j) {
+    if (amax < std::fabs(x[j])) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  return max;
+}
+
+// The smallest and largest value of a block of kQK (Q4_1 / Q5_1).
+void block_min_max(const float* x, float& mn, float& mx) {
+  mn = x[0];
+  mx = x[0];
+  for (int j = 1; j < kQK; ++j) {
+    mn = std::min(mn, x[j]);
+    mx = std::max(mx, x[j]);
+  }
+}
+
+// Elements j and j + kQK / 2 of a Q5_0 / Q5_1 block: their low nibbles into qs[j], their fifth
+// bits into bits j and j + kQK / 2 of qh.
+void pack_q5_pair(int xi0, int xi1, int j, std::uint8_t* qs, std::uint32_t& qh) {
+  qs[j] = static_cast<std::uint8_t>((xi0 & 0x0F) | ((xi1 & 0x0F) << 4));
+  qh |= static_cast<std::uint32_t>((xi0 & 0x10) >> 4) << j;
+  qh |= static_cast<std::uint32_t>((xi1 & 0x10) >> 4) << (j + kQK / 2);
+}
+
+}  // namespace
+
 // ggml quantize_row_q4_0_ref: d = (value of largest magnitude) / -8, q = min(15, trunc(x / d + 8.5)).
 void quantize_row_q4_0(const float* x, BlockQ4_0* y, std::int64_t n) {
   for (std::int64_t i = 0; i < n / kQK; ++i, x += kQK) {
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < kQK; ++j) {
-      if (amax < std::fabs(x[j])) {
-        amax = std::fabs(x[j]);
-        max = x[j];
-      }
-    }
-    const float d = max / -8.0f;
+    const float d = signed_absmax(x) / -8.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[i].d = f32_to_f16(d);
     for (int j = 0; j < kQK / 2; ++j) {
@@ -318,11 +349,8 @@ void quantize_row_q4_0(const float* x, BlockQ4_0* y, std::int64_t n) {
 // ggml quantize_row_q4_1_ref: d = (max - min) / 15, m = min, q = min(15, trunc((x - min) / d + 0.5)).
 void quantize_row_q4_1(const float* x, BlockQ4_1* y, std::int64_t n) {
   for (std::int64_t i = 0; i < n / kQK; ++i, x += kQK) {
-    float mn = x[0], mx = x[0];
-    for (int j = 1; j < kQK; ++j) {
-      mn = std::min(mn, x[j]);
-      mx = std::max(mx, x[j]);
-    }
+    float mn, mx;
+    block_min_max(x, mn, mx);
     const float d = (mx - mn) / 15.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[i].d = f32_to_f16(d);
@@ -338,23 +366,14 @@ void quantize_row_q4_1(const float* x, BlockQ4_1* y, std::int64_t n) {
 // ggml quantize_row_q5_0_ref: d = (value of largest magnitude) / -16, q = min(31, trunc(x / d + 16.5)).
 void quantize_row_q5_0(const float* x, BlockQ5_0* y, std::int64_t n) {
   for (std::int64_t i = 0; i < n / kQK; ++i, x += kQK) {
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < kQK; ++j) {
-      if (amax < std::fabs(x[j])) {
-        amax = std::fabs(x[j]);
-        max = x[j];
-      }
-    }
-    const float d = max / -16.0f;
+    const float d = signed_absmax(x) / -16.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[i].d = f32_to_f16(d);
     std::uint32_t qh = 0;
     for (int j = 0; j < kQK / 2; ++j) {
       const int xi0 = std::min(31, static_cast<int>(static_cast<std::int8_t>(x[j] * id + 16.5f)));
       const int xi1 = std::min(31, static_cast<int>(static_cast<std::int8_t>(x[j + kQK / 2] * id + 16.5f)));
-      y[i].qs[j] = static_cast<std::uint8_t>((xi0 & 0x0F) | ((xi1 & 0x0F) << 4));
-      qh |= static_cast<std::uint32_t>((xi0 & 0x10) >> 4) << j;
-      qh |= static_cast<std::uint32_t>((xi1 & 0x10) >> 4) << (j + kQK / 2);
+      pack_q5_pair(xi0, xi1, j, y[i].qs, qh);
     }
     std::memcpy(y[i].qh, &qh, sizeof(qh));
   }
@@ -363,11 +382,8 @@ void quantize_row_q5_0(const float* x, BlockQ5_0* y, std::int64_t n) {
 // ggml quantize_row_q5_1_ref: d = (max - min) / 31, m = min, q = trunc((x - min) / d + 0.5).
 void quantize_row_q5_1(const float* x, BlockQ5_1* y, std::int64_t n) {
   for (std::int64_t i = 0; i < n / kQK; ++i, x += kQK) {
-    float mn = x[0], mx = x[0];
-    for (int j = 1; j < kQK; ++j) {
-      mn = std::min(mn, x[j]);
-      mx = std::max(mx, x[j]);
-    }
+    float mn, mx;
+    block_min_max(x, mn, mx);
     const float d = (mx - mn) / 31.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[i].d = f32_to_f16(d);
@@ -376,9 +392,7 @@ void quantize_row_q5_1(const float* x, BlockQ5_1* y, std::int64_t n) {
     for (int j = 0; j < kQK / 2; ++j) {
       const int xi0 = static_cast<int>(static_cast<std::uint8_t>((x[j] - mn) * id + 0.5f));
       const int xi1 = static_cast<int>(static_cast<std::uint8_t>((x[j + kQK / 2] - mn) * id + 0.5f));
-      y[i].qs[j] = static_cast<std::uint8_t>((xi0 & 0x0F) | ((xi1 & 0x0F) << 4));
-      qh |= static_cast<std::uint32_t>((xi0 & 0x10) >> 4) << j;
-      qh |= static_cast<std::uint32_t>((xi1 & 0x10) >> 4) << (j + kQK / 2);
+      pack_q5_pair(xi0, xi1, j, y[i].qs, qh);
     }
     std::memcpy(y[i].qh, &qh, sizeof(qh));
   }
