@@ -142,13 +142,16 @@ Result<std::unique_ptr<hal::Event>> CpuDevice::create_event() {
 }
 
 hal::DType CpuDevice::weight_layout(hal::DType stored) const {
-  return stored == hal::DType::kQ8_0 && cpu::kVectorQ8_0R16 ? hal::DType::kQ8_0R16 : stored;
+  if (!cpu::kVectorInterleaved) return stored;
+  if (stored == hal::DType::kQ8_0) return hal::DType::kQ8_0R16;
+  if (stored == hal::DType::kQ5_0) return hal::DType::kQ5_0R8;
+  return stored;
 }
 
 Status CpuDevice::supports(const hal::Op& op) const {
   auto weight_ok = [](hal::DType t) {
     // Every GGML block format (the CPU kernels dequantise what they have no int8 kernel for).
-    return t == hal::DType::kF32 || t == hal::DType::kF16 || t == hal::DType::kBF16 || t == hal::DType::kQ8_0R16 ||
+    return t == hal::DType::kF32 || t == hal::DType::kF16 || t == hal::DType::kBF16 || hal::interleaved_rows(t) > 1 ||
            (hal::dtype_info(t).quantized && hal::can_dequantize(t));
   };
   auto cache_ok = [](hal::DType t) { return t == hal::DType::kF32 || t == hal::DType::kF16 || t == hal::DType::kBF16; };

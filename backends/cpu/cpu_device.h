@@ -55,7 +55,8 @@ class CpuDevice final : public hal::Device {
   const hal::DeviceInfo& info() const override { return info_; }
   hal::MemoryInfo memory() const override;
   Status supports(const hal::Op& op) const override;
-  // Q8_0 -> kQ8_0R16 where the vector kernels for it are built (AVX2), else unchanged.
+  // Q8_0 -> kQ8_0R16 and Q5_0 -> kQ5_0R8 where the vector kernels for them are built (AVX2), else
+  // unchanged.
   hal::DType weight_layout(hal::DType stored) const override;
   Result<std::unique_ptr<hal::Buffer>> alloc(std::size_t bytes) override;
   Result<std::unique_ptr<hal::Stream>> create_stream() override;

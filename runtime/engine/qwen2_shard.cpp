@@ -78,14 +78,13 @@ class Uploader {
     const hal::DType layout = info->dims.size() >= 2 ? device_.weight_layout(t.type) : t.type;
     std::vector<std::byte> converted;
     if (layout != t.type) {
-      if (t.type != hal::DType::kQ8_0 || layout != hal::DType::kQ8_0R16) {
+      if (hal::interleaved_source(layout) != t.type) {
         return unimplemented_error("{}: '{}': {} asks for {} weights, and there is no conversion from {}",
                                    file_.path(), name, device_.info().name, hal::dtype_name(layout),
                                    hal::dtype_name(t.type));
       }
       converted.resize(hal::tensor_bytes(layout, rows, cols));
-      hal::repack_q8_0_r16(reinterpret_cast<const hal::BlockQ8_0*>(rows_data), rows, cols,
-                           reinterpret_cast<hal::BlockQ8_0x16*>(converted.data()));
+      hal::repack_rows(layout, rows_data, rows, cols, converted.data());
       t.type = layout;
       rows_data = converted.data();
     }

@@ -33,8 +33,9 @@ const DTypeInfo kInfos[] = {
     {"q2_k", kQK_K, static_cast<int>(sizeof(BlockQ2_K)), true},
     {"q3_k", kQK_K, static_cast<int>(sizeof(BlockQ3_K)), true},
     {"q5_k", kQK_K, static_cast<int>(sizeof(BlockQ5_K)), true},
+    {"q5_0_r8", kQK, static_cast<int>(sizeof(BlockQ5_0)), true},  // per row; see BlockQ5_0x8
 };
-static_assert(std::size(kInfos) == static_cast<std::size_t>(DType::kQ5_K) + 1, "one row per DType, in order");
+static_assert(std::size(kInfos) == static_cast<std::size_t>(DType::kQ5_0R8) + 1, "one row per DType, in order");
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ5_0) == 22 && sizeof(BlockQ4_K) == 144 &&
               sizeof(BlockQ6_K) == 210);
 }  // namespace
@@ -101,6 +102,7 @@ void dequantize_row(DType t, const void* src, float* dst, std::int64_t n) {
     }
     case DType::kI32:
     case DType::kQ8_0R16:
+    case DType::kQ5_0R8:
       break;
   }
   fatal("dequantize_row", std::string("unsupported type ") + std::string(dtype_name(t)));
@@ -144,6 +146,7 @@ void quantize_row(DType t, const float* src, void* dst, std::int64_t n) {
     case DType::kI32:
     case DType::kAwqInt4:
     case DType::kQ8_0R16:
+    case DType::kQ5_0R8:
     case DType::kQ2_K:
     case DType::kQ3_K:
       break;
@@ -152,7 +155,7 @@ void quantize_row(DType t, const float* src, void* dst, std::int64_t n) {
 }
 
 bool can_dequantize(DType t) {
-  return t != DType::kI32 && t != DType::kQ8_0R16;
+  return t != DType::kI32 && interleaved_rows(t) == 1;
 }
 
 bool can_quantize(DType t) {
@@ -173,8 +176,51 @@ void convert_rows(DType from, const void* src, DType to, void* dst, std::int64_t
 }
 
 std::size_t tensor_bytes(DType t, std::int64_t rows, std::int64_t cols) {
-  if (t == DType::kQ8_0R16) rows = (rows + kQ8_0R16Rows - 1) / kQ8_0R16Rows * kQ8_0R16Rows;
+  const int g = interleaved_rows(t);
+  rows = (rows + g - 1) / g * g;
   return row_bytes(t, cols) * static_cast<std::size_t>(rows);
+}
+
+DType interleaved_source(DType t) {
+  switch (t) {
+    case DType::kQ8_0R16: return DType::kQ8_0;
+    case DType::kQ5_0R8: return DType::kQ5_0;
+    default: return t;
+  }
+}
+
+int interleaved_rows(DType t) {
+  switch (t) {
+    case DType::kQ8_0R16: return kQ8_0R16Rows;
+    case DType::kQ5_0R8: return kQ5_0R8Rows;
+    default: return 1;
+  }
+}
+
+void repack_rows(DType layout, const void* src, std::int64_t rows, std::int64_t k, void* dst) {
+  switch (layout) {
+    case DType::kQ8_0R16:
+      repack_q8_0_r16(static_cast<const BlockQ8_0*>(src), rows, k, static_cast<BlockQ8_0x16*>(dst));
+      return;
+    case DType::kQ5_0R8:
+      repack_q5_0_r8(static_cast<const BlockQ5_0*>(src), rows, k, static_cast<BlockQ5_0x8*>(dst));
+      return;
+    default:
+      fatal("repack_rows", std::string(dtype_name(layout)) + " is not an interleaved layout");
+  }
+}
+
+void unpack_row(DType layout, const void* src, std::int64_t k, std::int64_t row, void* dst) {
+  switch (layout) {
+    case DType::kQ8_0R16:
+      unpack_row_q8_0_r16(static_cast<const BlockQ8_0x16*>(src), k, row, static_cast<BlockQ8_0*>(dst));
+      return;
+    case DType::kQ5_0R8:
+      unpack_row_q5_0_r8(static_cast<const BlockQ5_0x8*>(src), k, row, static_cast<BlockQ5_0*>(dst));
+      return;
+    default:
+      fatal("unpack_row", std::string(dtype_name(layout)) + " is not an interleaved layout");
+  }
 }
 
 void repack_q8_0_r16(const BlockQ8_0* src, std::int64_t rows, std::int64_t k, BlockQ8_0x16* dst) {

@@ -38,6 +38,7 @@ enum class DType : std::uint8_t {
   kQ2_K,     // GGML Q2_K: 256 weights = 16 bytes of 4-bit scales/mins + 64 bytes of 2-bit quants + fp16 d, dmin (84)
   kQ3_K,     // GGML Q3_K: 256 weights = 32 bytes hmask + 64 bytes 2-bit quants + 12 bytes scales + fp16 d (110)
   kQ5_K,     // GGML Q5_K: 256 weights = fp16 d, dmin + 12 bytes scales/mins + 32 bytes high bits + 128 bytes (176)
+  kQ5_0R8,   // Q5_0 with 8 rows interleaved (BlockQ5_0x8 in hal/quant.h): a device layout, never in a file
 };
 
 struct DTypeInfo {
@@ -52,15 +53,26 @@ std::string_view dtype_name(DType t);
 std::optional<DType> dtype_from_name(std::string_view name);  // "f32", "F16", "q8_0", "bf16", ...
 
 // Bytes of a row of n elements; n must be a multiple of the block size (checked by callers).
-// For kQ8_0R16 this is a row's share of its group of 16 (34 bytes per 32 elements).
+// For the interleaved layouts (kQ8_0R16, kQ5_0R8) this is a row's share of its group.
 inline std::size_t row_bytes(DType t, std::int64_t n) {
   const DTypeInfo& i = dtype_info(t);
   return static_cast<std::size_t>(n / i.block_elems) * static_cast<std::size_t>(i.block_bytes);
 }
 
-// Bytes of a [rows][cols] tensor: rows * row_bytes, except that kQ8_0R16 rounds rows up to a
-// multiple of 16 (the padding rows are zero).
+// Bytes of a [rows][cols] tensor: rows * row_bytes, except that the interleaved layouts round rows
+// up to a multiple of their group (the padding rows are zero).
 std::size_t tensor_bytes(DType t, std::int64_t rows, std::int64_t cols);
+
+// Device layouts that interleave the rows of a file format in groups (kQ8_0R16: Q8_0 by 16;
+// kQ5_0R8: Q5_0 by 8). interleaved_source is the format they hold (t itself for every other
+// type), interleaved_rows the rows per group (1 for every other type).
+DType interleaved_source(DType t);
+int interleaved_rows(DType t);
+// [rows][k] of interleaved_source(layout) -> layout (dst holds tensor_bytes(layout, rows, k)), and
+// row `row` of such a tensor back to its source blocks (dst holds row_bytes(source, k)). layout is
+// kQ8_0R16 or kQ5_0R8; k is a multiple of 32.
+void repack_rows(DType layout, const void* src, std::int64_t rows, std::int64_t k, void* dst);
+void unpack_row(DType layout, const void* src, std::int64_t k, std::int64_t row, void* dst);
 
 // GGML Q8_0: 32 values, fp16 scale d, q = round(x / d), d = max|x| / 127.
 inline constexpr int kQ8_0Block = 32;
@@ -98,7 +110,7 @@ inline constexpr int kAwqInt4BlockBytes = kAwqInt4Group / 2 + 2 + 2;
 // Q3_K, Q4_K, Q5_K, Q6_K), bit-identical to ggml's dequantisation; AWQ int4.
 // quantize_row: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (these five as ggml's reference
 // quantisers), Q4_K, Q5_K, Q6_K (see hal/quant.h).
-// Any other type (I32, kQ8_0R16 whose rows are not contiguous: unpack_row_q8_0_r16 first;
+// Any other type (I32, kQ8_0R16 and kQ5_0R8 whose rows are not contiguous: unpack_row first;
 // quantize_row of Q2_K / Q3_K / AWQ int4) is a programmer error (aborts).
 void dequantize_row(DType t, const void* src, float* dst, std::int64_t n);
 void quantize_row(DType t, const float* src, void* dst, std::int64_t n);

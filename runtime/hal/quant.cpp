@@ -459,4 +459,58 @@ void quantize_row_q6_k(const float* x, BlockQ6_K* y, std::int64_t n) {
   }
 }
 
+// Q5_0 <-> kQ5_0R8 (layout in quant.h), through each block's 32 values.
+void repack_q5_0_r8(const BlockQ5_0* src, std::int64_t rows, std::int64_t k, BlockQ5_0x8* dst) {
+  const std::int64_t nb = k / kQK;
+  const std::int64_t groups = (rows + kQ5_0R8Rows - 1) / kQ5_0R8Rows;
+  for (std::int64_t g = 0; g < groups; ++g) {
+    for (std::int64_t b = 0; b < nb; ++b) {
+      BlockQ5_0x8& out = dst[g * nb + b];
+      out = BlockQ5_0x8{};
+      for (int r = 0; r < kQ5_0R8Rows && g * kQ5_0R8Rows + r < rows; ++r) {
+        const BlockQ5_0& in = src[(g * kQ5_0R8Rows + r) * nb + b];
+        std::uint32_t qh;
+        std::memcpy(&qh, in.qh, 4);
+        int q[kQK];
+        for (int j = 0; j < kQK / 2; ++j) unpack_q5_pair(in.qs, qh, j, q[j], q[j + kQK / 2]);
+        out.d[r] = in.d;
+        for (int i = 0; i < 4; ++i) {
+          for (int e = 0; e < 4; ++e) {
+            out.qs[32 * i + 4 * r + e] = static_cast<std::uint8_t>((q[8 * i + e] & 0x0F) | (q[8 * i + 4 + e] & 0x0F) << 4);
+          }
+        }
+        for (int v = 0; v < 8; ++v) {
+          for (int e = 0; e < 4; ++e) out.qh[4 * r + e] |= static_cast<std::uint8_t>(((q[4 * v + e] >> 4) & 1) << v);
+        }
+      }
+    }
+  }
+}
+
+void unpack_row_q5_0_r8(const BlockQ5_0x8* src, std::int64_t k, std::int64_t row, BlockQ5_0* dst) {
+  const std::int64_t nb = k / kQK;
+  const std::int64_t g = row / kQ5_0R8Rows;
+  const int r = static_cast<int>(row % kQ5_0R8Rows);
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const BlockQ5_0x8& in = src[g * nb + b];
+    int q[kQK];
+    for (int i = 0; i < 4; ++i) {
+      for (int e = 0; e < 4; ++e) {
+        const int byte = in.qs[32 * i + 4 * r + e];
+        q[8 * i + e] = byte & 0x0F;
+        q[8 * i + 4 + e] = byte >> 4;
+      }
+    }
+    for (int v = 0; v < 8; ++v) {
+      for (int e = 0; e < 4; ++e) q[4 * v + e] |= ((in.qh[4 * r + e] >> v) & 1) << 4;
+    }
+    BlockQ5_0& out = dst[b];
+    out = BlockQ5_0{};
+    out.d = in.d[r];
+    std::uint32_t qh = 0;
+    for (int j = 0; j < kQK / 2; ++j) pack_q5_pair(q[j], q[j + kQK / 2], j, out.qs, qh);
+    std::memcpy(out.qh, &qh, 4);
+  }
+}
+
 }  // namespace sx::hal

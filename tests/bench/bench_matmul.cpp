@@ -104,17 +104,16 @@ const Weights& weights(DType t, std::int64_t n, std::int64_t k, bool cold) {
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0.0f, 0.05f);
   std::vector<float> row(static_cast<std::size_t>(k));
-  // kQ8_0R16 (the CPU device's layout of Q8_0 weights) is made from Q8_0 rows.
-  const DType plain = t == DType::kQ8_0R16 ? DType::kQ8_0 : t;
+  // The interleaved layouts (the CPU device's for Q8_0 and Q5_0 weights) are made from plain rows.
+  const DType plain = sx::hal::interleaved_source(t);
   const std::size_t rb = sx::hal::row_bytes(plain, k);
   std::vector<std::byte> rows(rb * static_cast<std::size_t>(n));
   for (std::int64_t j = 0; j < n; ++j) {
     for (float& v : row) v = nd(rng);
     sx::hal::quantize_row(plain, row.data(), rows.data() + rb * static_cast<std::size_t>(j), k);
   }
-  if (t == DType::kQ8_0R16) {
-    sx::hal::repack_q8_0_r16(reinterpret_cast<const sx::hal::BlockQ8_0*>(rows.data()), n, k,
-                             reinterpret_cast<sx::hal::BlockQ8_0x16*>(w->data.data()));
+  if (plain != t) {
+    sx::hal::repack_rows(t, rows.data(), n, k, w->data.data());
   } else {
     std::memcpy(w->data.data(), rows.data(), rows.size());
   }
@@ -320,7 +319,8 @@ void register_all() {
   } block_cases[] = {
       {DType::kQ4_K, {"896x4864", 896, 4864}},   {DType::kQ6_K, {"896x4864", 896, 4864}},
       {DType::kQ5_0, {"896x896", 896, 896}},     {DType::kQ5_0, {"4864x896", 4864, 896}},
-      {DType::kQ5_0, {"151936x896", 151936, 896}}, {DType::kQ4_0, {"4864x896", 4864, 896}},
+      {DType::kQ5_0, {"151936x896", 151936, 896}}, {DType::kQ5_0R8, {"896x896", 896, 896}},
+      {DType::kQ5_0R8, {"4864x896", 4864, 896}}, {DType::kQ4_0, {"4864x896", 4864, 896}},
       {DType::kQ5_K, {"896x4864", 896, 4864}},
   };
   for (const auto& c : block_cases) {

@@ -9,6 +9,7 @@
 
 #include "backends/cpu/kernels/matmul_internal.h"
 #include "runtime/base/half.h"
+#include "runtime/hal/quant.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define SX_GEMM_AVX2 1
@@ -139,6 +140,28 @@ void pack_w_panel_dequant(const std::byte* w, std::size_t row_bytes, std::int64_
   }
 }
 
+// kQ5_0R8 (the CPU device's layout of Q5_0): each row's blocks [pc, pc + kc) gathered from its
+// group of 8 back into Q5_0 blocks, then as Q5_0.
+void pack_w_panel_q5_0_r8(const std::byte* w, std::size_t row_bytes, std::int64_t row0, std::int64_t n,
+                          std::int64_t pc, std::int64_t kc, float* dst) {
+  thread_local std::vector<hal::BlockQ5_0> blocks;
+  thread_local std::vector<float> tmp;
+  blocks.resize(static_cast<std::size_t>(kc / hal::kQK));
+  tmp.resize(static_cast<std::size_t>(kc));
+  for (int r = 0; r < kNR; ++r) {
+    const std::int64_t row = row0 + r;
+    if (row < n) {
+      const auto* group = reinterpret_cast<const hal::BlockQ5_0x8*>(
+          w + static_cast<std::size_t>(row / hal::kQ5_0R8Rows * hal::kQ5_0R8Rows) * row_bytes);
+      hal::unpack_row_q5_0_r8(group + pc / hal::kQK, kc, row % hal::kQ5_0R8Rows, blocks.data());
+      hal::dequantize_row(hal::DType::kQ5_0, blocks.data(), tmp.data(), kc);
+      for (std::int64_t i = 0; i < kc; ++i) dst[i * kNR + r] = tmp[static_cast<std::size_t>(i)];
+    } else {
+      for (std::int64_t i = 0; i < kc; ++i) dst[i * kNR + r] = 0.0f;
+    }
+  }
+}
+
 PackFn pack_fn(hal::DType t) {
   switch (t) {
     case hal::DType::kF16:
@@ -150,6 +173,7 @@ PackFn pack_fn(hal::DType t) {
     case hal::DType::kQ4_0: return &pack_w_panel_dequant<hal::DType::kQ4_0>;
     case hal::DType::kQ4_1: return &pack_w_panel_dequant<hal::DType::kQ4_1>;
     case hal::DType::kQ5_0: return &pack_w_panel_dequant<hal::DType::kQ5_0>;
+    case hal::DType::kQ5_0R8: return &pack_w_panel_q5_0_r8;
     case hal::DType::kQ5_1: return &pack_w_panel_dequant<hal::DType::kQ5_1>;
     case hal::DType::kQ2_K: return &pack_w_panel_dequant<hal::DType::kQ2_K>;
     case hal::DType::kQ3_K: return &pack_w_panel_dequant<hal::DType::kQ3_K>;

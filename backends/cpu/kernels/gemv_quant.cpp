@@ -203,6 +203,75 @@ void dot_q5_0(const BlockQ5_0* const (&w)[R], const std::int8_t* xq, const float
   for (int r = 0; r < R; ++r) out[r] = hsum256(acc[r]);
 }
 
+// The fifth bits of elements 4v .. 4v + 3 of each row of a BlockQ5_0x8, at bit 4 of their bytes
+// (see the layout in hal/quant.h): qh shifted by 4 - v. Bits that cross into a neighbouring byte
+// land below bit 4 (left shifts of at most 4) or above it (right shifts of at most 3), so the mask
+// keeps only the wanted ones.
+template <int V>
+__m256i q5_r8_high(__m256i qh, __m256i bit4) {
+  if constexpr (V < 4) {
+    return _mm256_and_si256(_mm256_slli_epi16(qh, 4 - V), bit4);
+  } else if constexpr (V == 4) {
+    return _mm256_and_si256(qh, bit4);
+  } else {
+    return _mm256_and_si256(_mm256_srli_epi16(qh, V - 4), bit4);
+  }
+}
+
+// Sum over v in [V0, V0 + 4) of vpmaddubsw(q_v, x_v) for one BlockQ5_0x8: q_v (elements 4v .. 4v + 3
+// of each of the 8 rows, one row per 4-byte lane) against x_v (the token's elements 4v .. 4v + 3 in
+// every lane). Each vpmaddubsw pair is below 2 * 31 * 127 in magnitude, so four of them add up in
+// int16 without overflow.
+template <int V0>
+__m256i dot_q5_0_r8_half(const hal::BlockQ5_0x8& wb, __m256i qh, const std::int8_t* x) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i bit4 = _mm256_set1_epi8(0x10);
+  auto xv = [&](int v) {
+    std::int32_t xi;
+    std::memcpy(&xi, x + 4 * v, 4);
+    return _mm256_set1_epi32(xi);
+  };
+  const __m256i qs0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs + 32 * (V0 / 2)));
+  const __m256i qs1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs + 32 * (V0 / 2 + 1)));
+  const __m256i q0 = _mm256_or_si256(_mm256_and_si256(qs0, m4), q5_r8_high<V0>(qh, bit4));
+  const __m256i q1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qs0, 4), m4), q5_r8_high<V0 + 1>(qh, bit4));
+  const __m256i q2 = _mm256_or_si256(_mm256_and_si256(qs1, m4), q5_r8_high<V0 + 2>(qh, bit4));
+  const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qs1, 4), m4), q5_r8_high<V0 + 3>(qh, bit4));
+  const __m256i s01 = _mm256_add_epi16(_mm256_maddubs_epi16(q0, xv(V0)), _mm256_maddubs_epi16(q1, xv(V0 + 1)));
+  const __m256i s23 = _mm256_add_epi16(_mm256_maddubs_epi16(q2, xv(V0 + 2)), _mm256_maddubs_epi16(q3, xv(V0 + 3)));
+  return _mm256_add_epi16(s01, s23);
+}
+
+// One token against G groups of 8 kQ5_0R8 rows (nb blocks each) in lockstep, G streams through W:
+// out[g][r] = dot of row r of group g. The same arithmetic as dot_q5_0 per row and block (exact
+// int32 dot of q and x plus xcorr, then one FMA by d_w * d_x), with the 8 rows in the 8 lanes, so
+// no horizontal sums. No software prefetch: the G sequential streams are the hardware prefetcher's
+// case, and prefetching each block's 3 lines measured slower (bench_matmul, q5_0_r8/4864x896/m1/t1:
+// best 13.5 GB/s with, 16 without).
+template <int G>
+void dot_q5_0_r8(const hal::BlockQ5_0x8* const (&w)[G], const std::int8_t* xq, const float* xd,
+                 const std::int32_t* xcorr, std::int64_t nb, float (&out)[G][hal::kQ5_0R8Rows]) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[G];
+  for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const std::int8_t* x = xq + 32 * b;
+    const __m256i corr = _mm256_set1_epi32(xcorr[b]);
+    const __m256 dx = _mm256_set1_ps(xd[b]);
+    for (int g = 0; g < G; ++g) {
+      const hal::BlockQ5_0x8& wb = w[g][b];
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qh));
+      const __m256i lo = _mm256_madd_epi16(dot_q5_0_r8_half<0>(wb, qh, x), ones);
+      const __m256i hi = _mm256_madd_epi16(dot_q5_0_r8_half<4>(wb, qh, x), ones);
+      const __m256i p = _mm256_add_epi32(_mm256_add_epi32(lo, hi), corr);
+      const __m256 scale =
+          _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.d))), dx);
+      acc[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[g]);
+    }
+  }
+  for (int g = 0; g < G; ++g) _mm256_storeu_ps(out[g], acc[g]);
+}
+
 float dot_f32(const float* w, const float* x, std::int64_t k) {
   __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
   std::int64_t i = 0;
@@ -226,11 +295,19 @@ float dot_f32(const float* w, const float* x, std::int64_t k) {
 void gemv_dequant(ThreadPool& pool, const MatmulProblem& p) {
   const std::size_t rb = hal::row_bytes(p.w_type, p.k);
   const auto* w = static_cast<const std::byte*>(p.w);
+  const hal::DType source = hal::interleaved_source(p.w_type);
   for_row_chunks(pool, p.n, [&](std::int64_t r0, std::int64_t r1) {
     thread_local std::vector<float> row;
+    thread_local std::vector<std::byte> gathered;
     row.resize(static_cast<std::size_t>(p.k));
     for (std::int64_t r = r0; r < r1; ++r) {
-      hal::dequantize_row(p.w_type, w + rb * static_cast<std::size_t>(r), row.data(), p.k);
+      if (source != p.w_type) {  // an interleaved layout: the row gathered from its group first
+        gathered.resize(hal::row_bytes(source, p.k));
+        hal::unpack_row(p.w_type, p.w, p.k, r, gathered.data());
+        hal::dequantize_row(source, gathered.data(), row.data(), p.k);
+      } else {
+        hal::dequantize_row(p.w_type, w + rb * static_cast<std::size_t>(r), row.data(), p.k);
+      }
       for (std::int64_t t = 0; t < p.m; ++t) {
         p.y[t * p.n + r] = dot_f32(row.data(), p.x + t * p.k, p.k) + (p.bias != nullptr ? p.bias[r] : 0.0f);
       }
@@ -242,7 +319,7 @@ void gemv_dequant(ThreadPool& pool, const MatmulProblem& p) {
 
 bool has_quant_gemv_kernel(hal::DType t) {
 #if SX_GEMV_QUANT_AVX2
-  return t == hal::DType::kQ4_K || t == hal::DType::kQ6_K || t == hal::DType::kQ5_0;
+  return t == hal::DType::kQ4_K || t == hal::DType::kQ6_K || t == hal::DType::kQ5_0 || t == hal::DType::kQ5_0R8;
 #else
   (void)t;
   return false;
@@ -276,7 +353,7 @@ void gemv_quant(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
     });
     return;
   }
-  if (t == hal::DType::kQ5_0) {
+  if (t == hal::DType::kQ5_0 || t == hal::DType::kQ5_0R8) {
     const std::int64_t nb = p.k / hal::kQK;
     auto* xq = static_cast<std::int8_t*>(scratch.get(
         kSlotActs, static_cast<std::size_t>(p.m * p.k) + static_cast<std::size_t>(p.m * nb) * 2 * sizeof(float)));
@@ -287,6 +364,27 @@ void gemv_quant(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
       std::int32_t sum = 0;
       for (int j = 0; j < hal::kQK; ++j) sum += xq[i * hal::kQK + j];
       xcorr[i] = -16 * sum;
+    }
+    if (t == hal::DType::kQ5_0R8) {
+      constexpr int kRows = hal::kQ5_0R8Rows;
+      const auto* w = static_cast<const hal::BlockQ5_0x8*>(p.w);
+      for_row_chunks(pool, ceil_div(p.n, kRows), [&](std::int64_t g0, std::int64_t g1) {
+        for_row_streams(g0, g1, [&]<int G>(const std::int64_t (&groups)[G]) {
+          const hal::BlockQ5_0x8* wg[G];
+          for (int i = 0; i < G; ++i) wg[i] = w + groups[i] * nb;
+          for (std::int64_t tk = 0; tk < p.m; ++tk) {
+            float v[G][kRows];
+            dot_q5_0_r8<G>(wg, xq + tk * p.k, xd + tk * nb, xcorr + tk * nb, nb, v);
+            for (int i = 0; i < G; ++i) {
+              for (int r = 0; r < kRows && groups[i] * kRows + r < p.n; ++r) {
+                const std::int64_t row = groups[i] * kRows + r;
+                p.y[tk * p.n + row] = v[i][r] + (p.bias != nullptr ? p.bias[row] : 0.0f);
+              }
+            }
+          }
+        });
+      });
+      return;
     }
     const auto* w = static_cast<const BlockQ5_0*>(p.w);
     for_row_chunks(pool, p.n, [&](std::int64_t r0, std::int64_t r1) {

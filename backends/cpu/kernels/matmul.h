@@ -36,19 +36,20 @@ class Scratch {
   std::vector<Slot> slots_;
 };
 
-// True where the vector kernels for kQ8_0R16 are built (AVX2 + FMA + F16C); elsewhere kQ8_0R16
-// works through the scalar reference, so the CPU device keeps Q8_0 weights as they are.
+// True where the vector kernels for the interleaved layouts (kQ8_0R16, kQ5_0R8) are built (AVX2 +
+// FMA + F16C); elsewhere they work through scalar code only, so the CPU device keeps Q8_0 and Q5_0
+// weights as they are.
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-inline constexpr bool kVectorQ8_0R16 = true;
+inline constexpr bool kVectorInterleaved = true;
 #else
-inline constexpr bool kVectorQ8_0R16 = false;
+inline constexpr bool kVectorInterleaved = false;
 #endif
 
 // Supported formats: F32, F16, BF16, Q8_0 and kQ8_0R16 (k a multiple of 32 for the last two), and
 // every other GGML block format (Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K; k a multiple
-// of the block). Small m (kGemv) runs int8 kernels for Q4_K, Q6_K and Q5_0 (gemv_quant.cpp has
-// their error bound: activation quantisation per 256 / 32 elements) and dequantises rows to F32 for
-// the others; large m packs W panels dequantised to F32 (kGemmF32).
+// of the block), Q5_0 also as kQ5_0R8. Small m (kGemv) runs int8 kernels for Q4_K, Q6_K, Q5_0 and
+// kQ5_0R8 (gemv_quant.cpp has their error bound: activation quantisation per 256 / 32 elements) and
+// dequantises rows to F32 for the others; large m packs W panels dequantised to F32 (kGemmF32).
 // Inputs are validated by the caller (shapes, k % 32 == 0 for Q8_0, non-null pointers); x rows,
 // y rows and W rows need no particular alignment.
 //

@@ -7,11 +7,12 @@ namespace sx::cpu {
 
 void embedding(ThreadPool& pool, const void* table, hal::DType type, const std::int32_t* ids, float* out,
                std::int64_t n_tokens, std::int64_t dim) {
-  if (type == hal::DType::kQ8_0R16) {  // a row is spread over its group of 16: gather it first
+  if (hal::interleaved_rows(type) > 1) {  // a row is spread over its group: gather it first
+    const hal::DType source = hal::interleaved_source(type);
     pool.parallel_for(n_tokens, [&](std::int64_t t) {
-      std::vector<hal::BlockQ8_0> row(static_cast<std::size_t>(dim / hal::kQ8_0Block));
-      hal::unpack_row_q8_0_r16(static_cast<const hal::BlockQ8_0x16*>(table), dim, ids[t], row.data());
-      hal::dequantize_row(hal::DType::kQ8_0, row.data(), out + t * dim, dim);
+      std::vector<std::byte> row(hal::row_bytes(source, dim));
+      hal::unpack_row(type, table, dim, ids[t], row.data());
+      hal::dequantize_row(source, row.data(), out + t * dim, dim);
     });
     return;
   }

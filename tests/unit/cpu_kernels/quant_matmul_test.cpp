@@ -2,7 +2,8 @@
 // dequantised with hal::dequantize_row, dotted in double. Weights both quantised from Gaussian
 // values and random bytes (every scale, min and quant pattern, finite fp16 scales), on the GEMV
 // (int8 kernels for Q4_K, Q6_K, Q5_0; dequantising for the rest) and GEMM paths, several thread
-// counts, odd m, n and k.
+// counts, odd m, n and k. Q5_0 also as kQ5_0R8, the CPU device's interleaved layout of it (the
+// reference dequantises the plain rows the layout was made from).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -45,7 +46,7 @@ std::vector<int> f16_fields(DType t) {
 int act_block(DType t, MatmulPath path) {
   if (path != MatmulPath::kGemv) return 0;
   if (t == DType::kQ4_K || t == DType::kQ6_K) return 256;
-  if (t == DType::kQ5_0) return 32;
+  if (t == DType::kQ5_0 || t == DType::kQ5_0R8) return 32;
   return 0;
 }
 
@@ -54,6 +55,7 @@ struct Case {
   std::int64_t m, n, k;
   std::vector<float> x, bias, y_store;
   std::vector<std::byte> w_store;
+  std::vector<std::byte> w_plain;  // the rows in interleaved_source(t) (the weights themselves otherwise)
   MatmulProblem p;
 
   Case(DType type, std::int64_t m_, std::int64_t n_, std::int64_t k_, bool random_bytes, std::uint32_t seed)
@@ -63,16 +65,17 @@ struct Case {
     x.resize(static_cast<std::size_t>(m * k));
     for (float& v : x) v = nd(rng);
     for (std::int64_t i = 0; i < m; ++i) x[static_cast<std::size_t>(i * k + (i * 13) % k)] *= 30.0f;  // outliers
-    const std::size_t rb = hal::row_bytes(t, k);
-    w_store.resize(rb * static_cast<std::size_t>(n) + 2);
-    std::byte* w = w_store.data() + 2;  // unaligned, as a view into a file may be
+    const DType plain = hal::interleaved_source(t);
+    const std::size_t rb = hal::row_bytes(plain, k);
+    w_plain.resize(rb * static_cast<std::size_t>(n));
+    std::byte* w = w_plain.data();
     if (random_bytes) {
       std::uniform_int_distribution<int> byte(0, 255);
       for (std::size_t i = 0; i < rb * static_cast<std::size_t>(n); ++i) w[i] = static_cast<std::byte>(byte(rng));
-      const int bb = hal::dtype_info(t).block_bytes;
+      const int bb = hal::dtype_info(plain).block_bytes;
       std::uniform_real_distribution<float> mag(-14.0f, -6.0f);
       for (std::size_t b = 0; b < rb * static_cast<std::size_t>(n) / static_cast<std::size_t>(bb); ++b) {
-        for (int off : f16_fields(t)) {
+        for (int off : f16_fields(plain)) {
           const float v = std::exp2(mag(rng)) * (byte(rng) & 1 ? -1.0f : 1.0f);
           const std::uint16_t h = f32_to_f16(v);
           std::memcpy(w + b * static_cast<std::size_t>(bb) + static_cast<std::size_t>(off), &h, 2);
@@ -82,13 +85,20 @@ struct Case {
       std::vector<float> row(static_cast<std::size_t>(k));
       for (std::int64_t j = 0; j < n; ++j) {
         for (float& v : row) v = 0.05f * nd(rng) + 0.01f;
-        hal::quantize_row(t, row.data(), w + rb * static_cast<std::size_t>(j), k);
+        hal::quantize_row(plain, row.data(), w + rb * static_cast<std::size_t>(j), k);
       }
+    }
+    // At a 2-byte offset, as a view into a file may be; an interleaved layout as the device keeps it.
+    w_store.resize(hal::tensor_bytes(t, n, k) + 2);
+    if (plain != t) {
+      hal::repack_rows(t, w_plain.data(), n, k, w_store.data() + 2);
+    } else {
+      std::memcpy(w_store.data() + 2, w_plain.data(), w_plain.size());
     }
     bias.resize(static_cast<std::size_t>(n));
     for (float& v : bias) v = nd(rng);
     y_store.assign(static_cast<std::size_t>(m * n + 2 * kGuardElems), kGuard);
-    p = MatmulProblem{w, t, x.data(), bias.data(), y_store.data() + kGuardElems, m, n, k};
+    p = MatmulProblem{w_store.data() + 2, t, x.data(), bias.data(), y_store.data() + kGuardElems, m, n, k};
   }
 
   void check(ThreadPool& pool, Scratch& scratch, MatmulPath path) {
@@ -101,9 +111,10 @@ struct Case {
     const MatmulPath actual = path == MatmulPath::kAuto ? select_matmul_path(p) : path;
     const int ab = act_block(t, actual);
     std::vector<float> w(static_cast<std::size_t>(k));
-    const std::size_t rb = hal::row_bytes(t, k);
+    const DType plain = hal::interleaved_source(t);
+    const std::size_t rb = hal::row_bytes(plain, k);
     for (std::int64_t j = 0; j < n; ++j) {
-      hal::dequantize_row(t, static_cast<const std::byte*>(p.w) + rb * static_cast<std::size_t>(j), w.data(), k);
+      hal::dequantize_row(plain, w_plain.data() + rb * static_cast<std::size_t>(j), w.data(), k);
       for (std::int64_t i = 0; i < m; ++i) {
         const float* xi = x.data() + i * k;
         double ref = bias[static_cast<std::size_t>(j)], scale = std::fabs(ref), qbound = 0;
@@ -128,8 +139,8 @@ struct Case {
   }
 };
 
-const DType kBlockTypes[] = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K,
-                             DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kAwqInt4};
+const DType kBlockTypes[] = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K,  DType::kQ3_K,
+                             DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kAwqInt4, DType::kQ5_0R8};
 
 TEST(CpuQuantMatmul, EveryFormatPathAndShape) {
   Scratch scratch;
@@ -144,7 +155,7 @@ TEST(CpuQuantMatmul, EveryFormatPathAndShape) {
         for (std::int64_t m : {1, 2, 5, 9}) {
           for (std::int64_t n : {1, 7, 37}) {
             for (bool random_bytes : {false, true}) {
-              if (!random_bytes && !hal::can_quantize(t)) continue;  // Q2_K, Q3_K, AWQ: random bytes only
+              if (!random_bytes && !hal::can_quantize(hal::interleaved_source(t))) continue;  // Q2_K, Q3_K, AWQ: random bytes only
               Case c(t, m, n, k, random_bytes,
                      static_cast<std::uint32_t>(threads * 7 + m * 1000003 + n * 101 + k + (random_bytes ? 5 : 0)));
               for (MatmulPath path : {MatmulPath::kAuto, MatmulPath::kGemv, MatmulPath::kGemmF32}) {
@@ -162,12 +173,15 @@ TEST(CpuQuantMatmul, EveryFormatPathAndShape) {
   }
 }
 
-// Real 0.5B decode shapes on the int8 kernels, many rows per thread (the row chunking).
+// Real 0.5B decode shapes on the int8 kernels, many rows per thread (the row chunking; for
+// kQ5_0R8 the 4 lockstep group streams and the groups left over: 1001 rows are 126 groups, the
+// last one partial, in tasks of 16 groups, the last of 14: 3 lockstep steps and 2 groups alone).
 TEST(CpuQuantMatmul, DecodeShapes) {
   Scratch scratch;
   ThreadPool pool(2);
   for (auto [t, n, k] : {std::tuple{DType::kQ4_K, 896, 4864}, std::tuple{DType::kQ6_K, 896, 4864},
-                         std::tuple{DType::kQ5_0, 4864, 896}, std::tuple{DType::kQ4_K, 1000, 1024}}) {
+                         std::tuple{DType::kQ5_0, 4864, 896}, std::tuple{DType::kQ4_K, 1000, 1024},
+                         std::tuple{DType::kQ5_0R8, 4864, 896}, std::tuple{DType::kQ5_0R8, 1001, 4864}}) {
     for (bool random_bytes : {false, true}) {
       Case c(t, 1, n, k, random_bytes, 99);
       SCOPED_TRACE(std::string(hal::dtype_name(t)) + " " + std::to_string(n) + "x" + std::to_string(k));

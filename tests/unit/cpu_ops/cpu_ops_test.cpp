@@ -106,40 +106,41 @@ TEST_F(CpuOps, EmbeddingAllFormats) {
       for (int j = 0; j < dim; ++j) ASSERT_EQ(out[i * dim + j], expect[j]) << hal::dtype_name(t);
     }
   }
-  // The interleaved Q8_0 layout (the CPU device keeps Q8_0 weights so; tied embeddings are read from
-  // it) gives the rows of the plain table, also for a vocab shard (ids outside it are zero rows).
-  std::vector<std::uint8_t> plain(hal::row_bytes(hal::DType::kQ8_0, dim) * vocab);
-  for (int r = 0; r < vocab; ++r) {
-    hal::quantize_row(hal::DType::kQ8_0, &table[r * dim], &plain[hal::row_bytes(hal::DType::kQ8_0, dim) * r], dim);
-  }
-  std::vector<std::uint8_t> r16(hal::tensor_bytes(hal::DType::kQ8_0R16, vocab, dim));
-  hal::repack_q8_0_r16(reinterpret_cast<const hal::BlockQ8_0*>(plain.data()), vocab, dim,
-                       reinterpret_cast<hal::BlockQ8_0x16*>(r16.data()));
-  auto bt = buf(r16), bi = buf(ids), bo = buf(std::vector<float>(ids.size() * dim));
-  hal::EmbeddingArgs e{V(bt), hal::DType::kQ8_0R16, V(bi), V(bo), 4, dim, vocab};
-  ASSERT_TRUE(stream_->run(e).ok());
-  auto out = read<float>(*bo, ids.size() * dim);
-  std::vector<float> expect(dim);
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    hal::dequantize_row(hal::DType::kQ8_0, &plain[hal::row_bytes(hal::DType::kQ8_0, dim) * ids[i]], expect.data(), dim);
-    for (int j = 0; j < dim; ++j) ASSERT_EQ(out[i * dim + j], expect[j]) << "q8_0_r16 id " << ids[i];
-  }
-  e.shard = true;
-  e.vocab_offset = 2;
-  e.vocab = 3;  // rows 2..4 of the table: ids 3 -> local 1, others outside
-  std::vector<std::uint8_t> shard(hal::tensor_bytes(hal::DType::kQ8_0R16, 3, dim));
-  hal::repack_q8_0_r16(reinterpret_cast<const hal::BlockQ8_0*>(plain.data() + hal::row_bytes(hal::DType::kQ8_0, dim) * 2),
-                       3, dim, reinterpret_cast<hal::BlockQ8_0x16*>(shard.data()));
-  auto bs = buf(shard);
-  e.table = V(bs);
-  ASSERT_TRUE(stream_->run(e).ok());
-  out = read<float>(*bo, ids.size() * dim);
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    const bool inside = ids[i] >= 2 && ids[i] < 5;
-    if (inside) {
-      hal::dequantize_row(hal::DType::kQ8_0, &plain[hal::row_bytes(hal::DType::kQ8_0, dim) * ids[i]], expect.data(), dim);
+  // The interleaved layouts (the CPU device keeps Q8_0 and Q5_0 weights so; tied embeddings are
+  // read from them) give the rows of the plain table, also for a vocab shard (ids outside it are
+  // zero rows).
+  for (hal::DType layout : {hal::DType::kQ8_0R16, hal::DType::kQ5_0R8}) {
+    const hal::DType source = hal::interleaved_source(layout);
+    const std::size_t rb = hal::row_bytes(source, dim);
+    std::vector<std::uint8_t> plain(rb * vocab);
+    for (int r = 0; r < vocab; ++r) hal::quantize_row(source, &table[r * dim], &plain[rb * r], dim);
+    std::vector<std::uint8_t> packed(hal::tensor_bytes(layout, vocab, dim));
+    hal::repack_rows(layout, plain.data(), vocab, dim, packed.data());
+    auto bt = buf(packed), bi = buf(ids), bo = buf(std::vector<float>(ids.size() * dim));
+    hal::EmbeddingArgs e{V(bt), layout, V(bi), V(bo), 4, dim, vocab};
+    ASSERT_TRUE(stream_->run(e).ok());
+    auto out = read<float>(*bo, ids.size() * dim);
+    std::vector<float> expect(dim);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      hal::dequantize_row(source, &plain[rb * ids[i]], expect.data(), dim);
+      for (int j = 0; j < dim; ++j) ASSERT_EQ(out[i * dim + j], expect[j]) << hal::dtype_name(layout) << " id " << ids[i];
     }
-    for (int j = 0; j < dim; ++j) ASSERT_EQ(out[i * dim + j], inside ? expect[j] : 0.0f) << "shard id " << ids[i];
+    e.shard = true;
+    e.vocab_offset = 2;
+    e.vocab = 3;  // rows 2..4 of the table: ids 3 -> local 1, others outside
+    std::vector<std::uint8_t> shard(hal::tensor_bytes(layout, 3, dim));
+    hal::repack_rows(layout, plain.data() + rb * 2, 3, dim, shard.data());
+    auto bs = buf(shard);
+    e.table = V(bs);
+    ASSERT_TRUE(stream_->run(e).ok());
+    out = read<float>(*bo, ids.size() * dim);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const bool inside = ids[i] >= 2 && ids[i] < 5;
+      if (inside) hal::dequantize_row(source, &plain[rb * ids[i]], expect.data(), dim);
+      for (int j = 0; j < dim; ++j) {
+        ASSERT_EQ(out[i * dim + j], inside ? expect[j] : 0.0f) << hal::dtype_name(layout) << " shard id " << ids[i];
+      }
+    }
   }
 }
 

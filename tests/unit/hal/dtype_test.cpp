@@ -2,12 +2,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string_view>
 #include <vector>
 
 #include "runtime/base/half.h"
 #include "runtime/hal/dtype.h"
+#include "runtime/hal/quant.h"
 
 namespace sx::hal {
 namespace {
@@ -115,6 +117,50 @@ TEST(DType, Q8_0R16RepackRoundTrip) {
       const BlockQ8_0 want = i < rows ? plain[static_cast<std::size_t>(i * nb + j)] : BlockQ8_0{};
       ASSERT_EQ(row[static_cast<std::size_t>(j)].d, want.d) << i << " " << j;
       for (int c = 0; c < kQ8_0Block; ++c) ASSERT_EQ(row[static_cast<std::size_t>(j)].qs[c], want.qs[c]) << i;
+    }
+  }
+}
+
+// kQ5_0R8 holds the same scales and 5-bit values as Q5_0, 8 rows interleaved as hal/quant.h
+// documents; padding rows are zero. Random bytes cover every nibble and high-bit pattern.
+TEST(DType, Q5_0R8RepackRoundTrip) {
+  const std::int64_t rows = 19, k = 96, nb = k / kQK;
+  EXPECT_EQ(tensor_bytes(DType::kQ5_0R8, rows, k), 24u * nb * sizeof(BlockQ5_0));  // 19 -> 24 rows
+  EXPECT_EQ(interleaved_source(DType::kQ5_0R8), DType::kQ5_0);
+  EXPECT_EQ(interleaved_rows(DType::kQ5_0R8), kQ5_0R8Rows);
+  EXPECT_EQ(interleaved_source(DType::kQ4_K), DType::kQ4_K);
+  EXPECT_EQ(interleaved_rows(DType::kQ4_K), 1);
+  std::mt19937 rng(7);
+  std::vector<BlockQ5_0> plain(static_cast<std::size_t>(rows * nb));
+  for (BlockQ5_0& b : plain) {
+    b.d = static_cast<std::uint16_t>(rng());
+    for (std::uint8_t& q : b.qh) q = static_cast<std::uint8_t>(rng());
+    for (std::uint8_t& q : b.qs) q = static_cast<std::uint8_t>(rng());
+  }
+  std::vector<BlockQ5_0x8> packed(tensor_bytes(DType::kQ5_0R8, rows, k) / sizeof(BlockQ5_0x8));
+  repack_rows(DType::kQ5_0R8, plain.data(), rows, k, packed.data());
+  // The documented positions, for every element of one block: q(j) = low nibble of qs[j] (j < 16) or
+  // high nibble of qs[j - 16], plus bit j of qh as bit 4.
+  const std::int64_t r = 13, b = 1;
+  const BlockQ5_0& src = plain[static_cast<std::size_t>(r * nb + b)];
+  const BlockQ5_0x8& g = packed[static_cast<std::size_t>((r / 8) * nb + b)];
+  const int lane = static_cast<int>(r % 8);
+  EXPECT_EQ(g.d[lane], src.d);
+  std::uint32_t qh;
+  std::memcpy(&qh, src.qh, 4);
+  for (int j = 0; j < kQK; ++j) {
+    const int want = (j < 16 ? src.qs[j] & 15 : src.qs[j - 16] >> 4) | static_cast<int>(((qh >> j) & 1) << 4);
+    const int i = j / 8, e = j % 4;
+    const int nibble = j % 8 < 4 ? g.qs[32 * i + 4 * lane + e] & 15 : g.qs[32 * i + 4 * lane + e] >> 4;
+    const int high = (g.qh[4 * lane + j % 4] >> (j / 4)) & 1;
+    ASSERT_EQ(nibble | high << 4, want) << "element " << j;
+  }
+  std::vector<BlockQ5_0> row(static_cast<std::size_t>(nb));
+  for (std::int64_t i = 0; i < 24; ++i) {
+    unpack_row(DType::kQ5_0R8, packed.data(), k, i, row.data());
+    for (std::int64_t j = 0; j < nb; ++j) {
+      const BlockQ5_0 want = i < rows ? plain[static_cast<std::size_t>(i * nb + j)] : BlockQ5_0{};
+      ASSERT_EQ(std::memcmp(&row[static_cast<std::size_t>(j)], &want, sizeof(BlockQ5_0)), 0) << i << " " << j;
     }
   }
 }
