@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <map>
@@ -22,6 +23,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include <sys/mman.h>
 
 #include "backends/cpu/kernels/matmul.h"
 #include "runtime/base/membw.h"
@@ -81,12 +84,24 @@ sx::ThreadPool& pool_for(int threads) {
   return *p;
 }
 
-// Weights for one shape/format: `copies` identical copies laid end to end.
+// Weights for one shape/format: `copies` identical copies laid end to end, in memory like the CPU
+// device's weight buffers (2 MiB-aligned, transparent huge pages asked for with madvise): how W is
+// paged changes how the hardware prefetchers follow the streams.
 struct Weights {
-  std::vector<std::byte> data;
+  struct Free {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
+  std::unique_ptr<std::byte, Free> data;
   std::size_t bytes = 0;
   int copies = 1;
-  const void* copy(int i) const { return data.data() + bytes * static_cast<std::size_t>(i % copies); }
+  void allocate(std::size_t total) {
+    constexpr std::size_t kHuge = std::size_t{2} << 20;
+    const std::size_t rounded = (total + kHuge - 1) / kHuge * kHuge;
+    data.reset(static_cast<std::byte*>(std::aligned_alloc(kHuge, rounded)));
+    if (!data) std::abort();
+    madvise(data.get(), rounded, MADV_HUGEPAGE);  // a hint, as in CpuDevice::alloc
+  }
+  const void* copy(int i) const { return data.get() + bytes * static_cast<std::size_t>(i % copies); }
 };
 
 const Weights& weights(DType t, std::int64_t n, std::int64_t k, bool cold) {
@@ -100,7 +115,7 @@ const Weights& weights(DType t, std::int64_t n, std::int64_t k, bool cold) {
   w = std::make_unique<Weights>();
   w->bytes = sx::hal::tensor_bytes(t, n, k);
   w->copies = cold ? static_cast<int>(std::max<std::size_t>(1, (kColdBytes + w->bytes - 1) / w->bytes)) : 1;
-  w->data.resize(w->bytes * static_cast<std::size_t>(w->copies));
+  w->allocate(w->bytes * static_cast<std::size_t>(w->copies));
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0.0f, 0.05f);
   std::vector<float> row(static_cast<std::size_t>(k));
@@ -113,11 +128,11 @@ const Weights& weights(DType t, std::int64_t n, std::int64_t k, bool cold) {
     sx::hal::quantize_row(plain, row.data(), rows.data() + rb * static_cast<std::size_t>(j), k);
   }
   if (plain != t) {
-    sx::hal::repack_rows(t, rows.data(), n, k, w->data.data());
+    sx::hal::repack_rows(t, rows.data(), n, k, w->data.get());
   } else {
-    std::memcpy(w->data.data(), rows.data(), rows.size());
+    std::memcpy(w->data.get(), rows.data(), rows.size());
   }
-  for (int c = 1; c < w->copies; ++c) std::memcpy(w->data.data() + w->bytes * c, w->data.data(), w->bytes);
+  for (int c = 1; c < w->copies; ++c) std::memcpy(w->data.get() + w->bytes * c, w->data.get(), w->bytes);
   return *w;
 }
 
@@ -201,7 +216,7 @@ void run_prefill_model(benchmark::State& state, DType t, std::int64_t m, int thr
   for (const Shape& s : kLayer) {
     Prepared pr{std::vector<std::byte>(sx::hal::tensor_bytes(t, s.n, s.k)), s};
     const Weights& w = weights(t, s.n, s.k, false);
-    std::memcpy(pr.w.data(), w.data.data(), pr.w.size());
+    std::memcpy(pr.w.data(), w.data.get(), pr.w.size());
     mats.push_back(std::move(pr));
   }
   const Weights& head_w = weights(t, kLmHead.n, kLmHead.k, false);  // generated before timing
@@ -220,7 +235,7 @@ void run_prefill_model(benchmark::State& state, DType t, std::int64_t m, int thr
   };
   auto run_head = [&] {
     sx::cpu::MatmulProblem p;
-    p.w = head_w.data.data();
+    p.w = head_w.data.get();
     p.w_type = t;
     p.x = x.data();
     p.y = y.data();

@@ -72,7 +72,6 @@ float dot_q4_k(const BlockQ4_K* w, const ActQ8K* a, std::int64_t nsb) {
   __m256 acc = _mm256_setzero_ps();
   __m128 accm = _mm_setzero_ps();
   for (std::int64_t i = 0; i < nsb; ++i) {
-    _mm_prefetch(reinterpret_cast<const char*>(w + i) + kGemvPrefetchBytes, _MM_HINT_T0);
     const float d = a[i].d * f16(w[i].d);
     const float dmin = a[i].d * f16(w[i].dmin);
     std::uint32_t s[3];
@@ -117,7 +116,6 @@ float dot_q6_k(const BlockQ6_K* w, const ActQ8K* a, std::int64_t nsb) {
   const __m256i m2 = _mm256_set1_epi8(0x30);
   __m256 acc = _mm256_setzero_ps();
   for (std::int64_t i = 0; i < nsb; ++i) {
-    _mm_prefetch(reinterpret_cast<const char*>(w + i) + kGemvPrefetchBytes, _MM_HINT_T0);
     const float d = a[i].d * f16(w[i].d);
     const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[i].scales));
     // The -32 offset: 32 * sum_s sc_s * (sum of x over sub-block s).
