@@ -62,7 +62,7 @@ model::ModelConfig shape_config(const Shape& s, std::int64_t head_dim = kHeadDim
   return c;
 }
 
-struct Run {
+struct GreedyRun {
   std::vector<std::vector<float>> logits;  // per step
   std::vector<std::int32_t> tokens;        // greedy choices
 };
@@ -77,8 +77,8 @@ ModelOptions model_options() {
 
 // Prefill a fixed prompt, then kSteps greedy decode steps (or, with `forced`, decode steps that
 // feed forced[step] whatever the logits say).
-Result<Run> run_greedy(Qwen2Model& m, const std::vector<std::int32_t>& forced = {}) {
-  Run run;
+Result<GreedyRun> run_greedy(Qwen2Model& m, const std::vector<std::int32_t>& forced = {}) {
+  GreedyRun run;
   std::vector<std::int32_t> prompt;
   for (int i = 0; i < 20; ++i) prompt.push_back((i * 37 + 11) % 509);
   std::vector<float> logits;
@@ -93,6 +93,54 @@ Result<Run> run_greedy(Qwen2Model& m, const std::vector<std::int32_t>& forced = 
     SX_RETURN_IF_ERROR(m.forward(single_sequence_batch(one, pos++, m.options().kv.num_blocks), logits));
   }
   return run;
+}
+
+// Largest |a - b| over a step's logits, relative to the largest |b|, over all steps.
+double max_relative_diff(const GreedyRun& a, const GreedyRun& b) {
+  double worst = 0;
+  for (std::size_t step = 0; step < b.logits.size(); ++step) {
+    float scale = 0;
+    for (float v : b.logits[step]) scale = std::max(scale, std::fabs(v));
+    for (std::size_t i = 0; i < b.logits[step].size(); ++i) {
+      worst = std::max(worst, std::fabs(double(a.logits[step][i]) - b.logits[step][i]) / scale);
+    }
+  }
+  return worst;
+}
+
+// Every TP in first_tp..8, then TP x PP in {2x2, 3x2, 2x3}.
+std::vector<Layout> layouts_from(int first_tp) {
+  std::vector<Layout> layouts;
+  for (int tp = first_tp; tp <= 8; ++tp) layouts.push_back({tp, 1});
+  for (Layout l : {Layout{2, 2}, Layout{3, 2}, Layout{2, 3}}) layouts.push_back(l);
+  return layouts;
+}
+
+// `file` on one CPU device (the single-device loader, the reference), run as run_greedy does.
+Result<GreedyRun> run_one_device(const model::GgufFile& file, const model::ModelConfig& config,
+                                 const std::vector<std::int32_t>& forced = {}) {
+  hal::Backend& backend = **backends::default_registry().find("cpu");
+  hal::DeviceOptions strict;
+  strict.strict = true;
+  strict.threads = 1;
+  SX_ASSIGN_OR_RETURN(auto one, create_device_group(backend, 1, strict));
+  SX_ASSIGN_OR_RETURN(auto m, Qwen2Model::load(file, config, *one.devices[0], model_options()));
+  return run_greedy(*m, forced);
+}
+
+// `file` on a fresh group of CPU devices in `lay`, run as run_greedy does.
+Result<GreedyRun> run_layout(const model::GgufFile& file, const model::ModelConfig& config, const Layout& lay,
+                             const std::vector<std::int32_t>& forced = {}) {
+  hal::Backend& backend = **backends::default_registry().find("cpu");
+  hal::DeviceOptions strict;
+  strict.strict = true;
+  strict.threads = 1;
+  SX_ASSIGN_OR_RETURN(auto group, create_device_group(backend, lay.tp * lay.pp, strict));
+  ParallelOptions po;
+  po.tp = lay.tp;
+  po.pp = lay.pp;
+  SX_ASSIGN_OR_RETURN(auto m, Qwen2Model::load(file, config, backend, group.devices, po, model_options()));
+  return run_greedy(*m, forced);
 }
 
 class ParallelForward : public ::testing::TestWithParam<Shape> {
@@ -115,59 +163,22 @@ TEST_P(ParallelForward, EveryLayoutMatchesOneDevice) {
   ASSERT_TRUE(file.ok()) << file.status().to_string();
   auto config = model::model_config_from_gguf(**file);
   ASSERT_TRUE(config.ok()) << config.status().to_string();
-  hal::Backend& backend = **backends::default_registry().find("cpu");
-  hal::DeviceOptions strict;
-  strict.strict = true;
-  strict.threads = 1;
-
-  auto one = create_device_group(backend, 1, strict);
-  ASSERT_TRUE(one.ok());
-  auto ref_model = Qwen2Model::load(**file, *config, *one->devices[0], model_options());
-  ASSERT_TRUE(ref_model.ok()) << ref_model.status().to_string();
-  auto ref = run_greedy(**ref_model);
+  auto ref = run_one_device(**file, *config);
   ASSERT_TRUE(ref.ok()) << ref.status().to_string();
 
-  std::vector<Layout> layouts;
-  for (int tp = 1; tp <= 8; ++tp) layouts.push_back({tp, 1});
-  for (Layout l : {Layout{2, 2}, Layout{3, 2}, Layout{2, 3}}) layouts.push_back(l);
-  for (const Layout& lay : layouts) {
+  for (const Layout& lay : layouts_from(1)) {
     SCOPED_TRACE(::testing::Message() << shape.name << " tp " << lay.tp << " pp " << lay.pp);
-    auto group = create_device_group(backend, lay.tp * lay.pp, strict);
-    ASSERT_TRUE(group.ok()) << group.status().to_string();
-    ParallelOptions po;
-    po.tp = lay.tp;
-    po.pp = lay.pp;
-    auto m = Qwen2Model::load(**file, *config, backend, group->devices, po, model_options());
-    ASSERT_TRUE(m.ok()) << m.status().to_string();
-    auto got = run_greedy(**m);
+    auto got = run_layout(**file, *config, lay);
     ASSERT_TRUE(got.ok()) << got.status().to_string();
-    double worst = 0;
-    for (int step = 0; step < kSteps; ++step) {
-      const auto& a = got->logits[static_cast<std::size_t>(step)];
-      const auto& b = ref->logits[static_cast<std::size_t>(step)];
-      ASSERT_EQ(a.size(), b.size());
-      float scale = 0;
-      for (float v : b) scale = std::max(scale, std::fabs(v));
-      for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(double(a[i]) - b[i]) / scale);
+    for (std::size_t step = 0; step < ref->logits.size(); ++step) {
+      ASSERT_EQ(got->logits[step].size(), ref->logits[step].size());
     }
+    const double worst = max_relative_diff(*got, *ref);
     EXPECT_LE(worst, 1e-4);
     EXPECT_EQ(got->tokens, ref->tokens);
     std::printf("%s tp %d pp %d: %d greedy tokens identical: %s; max relative logit diff %.2g\n", shape.name, lay.tp,
                 lay.pp, kSteps, got->tokens == ref->tokens ? "yes" : "NO", worst);
   }
-}
-
-// Largest |a - b| over a step's logits, relative to the largest |b|, over all steps.
-double max_relative_diff(const Run& a, const Run& b) {
-  double worst = 0;
-  for (std::size_t step = 0; step < b.logits.size(); ++step) {
-    float scale = 0;
-    for (float v : b.logits[step]) scale = std::max(scale, std::fabs(v));
-    for (std::size_t i = 0; i < b.logits[step].size(); ++i) {
-      worst = std::max(worst, std::fabs(double(a.logits[step][i]) - b.logits[step][i]) / scale);
-    }
-  }
-  return worst;
 }
 
 // Quantised weights, with the real head_dim 64 so that o splits on 32-column blocks: the 0.5B
@@ -191,12 +202,6 @@ TEST(ParallelForwardQuantized, EveryLayoutStaysWithinTheQuantisationError) {
     spec.config = shape_config(shape, 64);
     spec.seed = 11;
     spec.init_std = 0.05f;
-    hal::Backend& backend = **backends::default_registry().find("cpu");
-    hal::DeviceOptions strict;
-    strict.strict = true;
-    strict.threads = 1;
-    auto one = create_device_group(backend, 1, strict);
-    ASSERT_TRUE(one.ok());
     const std::string f32_path = model_path(shape) + ".f32.gguf", q_path = model_path(shape) + ".q.gguf";
     ASSERT_TRUE(model::write_random_qwen2_gguf(spec, f32_path).ok());
     if (mixed) {
@@ -211,38 +216,16 @@ TEST(ParallelForwardQuantized, EveryLayoutStaysWithinTheQuantisationError) {
     auto config = model::model_config_from_gguf(**q_file);
     ASSERT_TRUE(config.ok()) << config.status().to_string();
     // The F32 twin's greedy path is the token sequence every run is fed.
-    engine::Run twin;
-    {
-      auto m = Qwen2Model::load(**f32_file, *config, *one->devices[0], model_options());
-      ASSERT_TRUE(m.ok()) << m.status().to_string();
-      auto r = run_greedy(**m);
-      ASSERT_TRUE(r.ok()) << r.status().to_string();
-      twin = std::move(*r);
-    }
-    engine::Run ref;
-    {
-      auto m = Qwen2Model::load(**q_file, *config, *one->devices[0], model_options());
-      ASSERT_TRUE(m.ok()) << m.status().to_string();
-      auto r = run_greedy(**m, twin.tokens);
-      ASSERT_TRUE(r.ok()) << r.status().to_string();
-      ref = std::move(*r);
-    }
-    const double quant_error = max_relative_diff(ref, twin);
-    std::vector<Layout> layouts;
-    for (int tp = 2; tp <= 8; ++tp) layouts.push_back({tp, 1});
-    for (Layout l : {Layout{2, 2}, Layout{3, 2}, Layout{2, 3}}) layouts.push_back(l);
-    for (const Layout& lay : layouts) {
+    auto twin = run_one_device(**f32_file, *config);
+    ASSERT_TRUE(twin.ok()) << twin.status().to_string();
+    auto ref = run_one_device(**q_file, *config, twin->tokens);
+    ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+    const double quant_error = max_relative_diff(*ref, *twin);
+    for (const Layout& lay : layouts_from(2)) {
       SCOPED_TRACE(::testing::Message() << "tp " << lay.tp << " pp " << lay.pp);
-      auto group = create_device_group(backend, lay.tp * lay.pp, strict);
-      ASSERT_TRUE(group.ok()) << group.status().to_string();
-      ParallelOptions po;
-      po.tp = lay.tp;
-      po.pp = lay.pp;
-      auto m = Qwen2Model::load(**q_file, *config, backend, group->devices, po, model_options());
-      ASSERT_TRUE(m.ok()) << m.status().to_string();
-      auto got = run_greedy(**m, twin.tokens);
+      auto got = run_layout(**q_file, *config, lay, twin->tokens);
       ASSERT_TRUE(got.ok()) << got.status().to_string();
-      const double d = max_relative_diff(*got, ref);
+      const double d = max_relative_diff(*got, *ref);
       EXPECT_LE(d, quant_error / 10);
       std::printf("%s %s tp %d pp %d: %d forced steps, max relative logit diff %.2g vs one device "
                   "(quantisation: %.2g vs f32)\n",
