@@ -487,6 +487,25 @@ void repack_q5_0_r8(const BlockQ5_0* src, std::int64_t rows, std::int64_t k, Blo
   }
 }
 
+// y = (q - 16) * d, as dequantize_row_q5_0.
+void dequantize_lane_q5_0_r8(const BlockQ5_0x8* src, int lane, std::int64_t nb, float* y) {
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const BlockQ5_0x8& in = src[b];
+    const float d = f16_to_f32(in.d[lane]);
+    float* out = y + b * kQK;
+    for (int i = 0; i < 4; ++i) {
+      for (int e = 0; e < 4; ++e) {
+        const int byte = in.qs[32 * i + 4 * lane + e];
+        const int high = in.qh[4 * lane + e];
+        const int lo = (byte & 0x0F) | ((high >> (2 * i)) & 1) << 4;  // element 8i + e: v = 2i
+        const int hi = (byte >> 4) | ((high >> (2 * i + 1)) & 1) << 4;  // element 8i + 4 + e: v = 2i + 1
+        out[8 * i + e] = static_cast<float>(lo - 16) * d;
+        out[8 * i + 4 + e] = static_cast<float>(hi - 16) * d;
+      }
+    }
+  }
+}
+
 void unpack_row_q5_0_r8(const BlockQ5_0x8* src, std::int64_t k, std::int64_t row, BlockQ5_0* dst) {
   const std::int64_t nb = k / kQK;
   const std::int64_t g = row / kQ5_0R8Rows;

@@ -105,6 +105,9 @@ static_assert(sizeof(BlockQ5_0x8) == kQ5_0R8Rows * sizeof(BlockQ5_0));
 // (dst holds k / 32 blocks). k is a multiple of 32.
 void repack_q5_0_r8(const BlockQ5_0* src, std::int64_t rows, std::int64_t k, BlockQ5_0x8* dst);
 void unpack_row_q5_0_r8(const BlockQ5_0x8* src, std::int64_t k, std::int64_t row, BlockQ5_0* dst);
+// Row `lane` (0..7) of nb consecutive BlockQ5_0x8 blocks, dequantised straight from the layout:
+// bit-identical to unpack_row_q5_0_r8 followed by dequantize_row_q5_0.
+void dequantize_lane_q5_0_r8(const BlockQ5_0x8* src, int lane, std::int64_t nb, float* y);
 
 // The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K super-block (ggml's get_scale_min_k4).
 inline void q4k_scale_min(int j, const std::uint8_t* s, std::uint8_t* sc, std::uint8_t* m) {

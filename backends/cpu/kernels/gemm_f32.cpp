@@ -140,21 +140,19 @@ void pack_w_panel_dequant(const std::byte* w, std::size_t row_bytes, std::int64_
   }
 }
 
-// kQ5_0R8 (the CPU device's layout of Q5_0): each row's blocks [pc, pc + kc) gathered from its
-// group of 8 back into Q5_0 blocks, then as Q5_0.
+// kQ5_0R8 (the CPU device's layout of Q5_0): each row's blocks [pc, pc + kc) dequantised straight
+// from its group of 8 (the same values as Q5_0's dequantisation).
 void pack_w_panel_q5_0_r8(const std::byte* w, std::size_t row_bytes, std::int64_t row0, std::int64_t n,
                           std::int64_t pc, std::int64_t kc, float* dst) {
-  thread_local std::vector<hal::BlockQ5_0> blocks;
   thread_local std::vector<float> tmp;
-  blocks.resize(static_cast<std::size_t>(kc / hal::kQK));
   tmp.resize(static_cast<std::size_t>(kc));
   for (int r = 0; r < kNR; ++r) {
     const std::int64_t row = row0 + r;
     if (row < n) {
       const auto* group = reinterpret_cast<const hal::BlockQ5_0x8*>(
           w + static_cast<std::size_t>(row / hal::kQ5_0R8Rows * hal::kQ5_0R8Rows) * row_bytes);
-      hal::unpack_row_q5_0_r8(group + pc / hal::kQK, kc, row % hal::kQ5_0R8Rows, blocks.data());
-      hal::dequantize_row(hal::DType::kQ5_0, blocks.data(), tmp.data(), kc);
+      hal::dequantize_lane_q5_0_r8(group + pc / hal::kQK, static_cast<int>(row % hal::kQ5_0R8Rows), kc / hal::kQK,
+                                   tmp.data());
       for (std::int64_t i = 0; i < kc; ++i) dst[i * kNR + r] = tmp[static_cast<std::size_t>(i)];
     } else {
       for (std::int64_t i = 0; i < kc; ++i) dst[i * kNR + r] = 0.0f;

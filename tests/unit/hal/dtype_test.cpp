@@ -156,12 +156,17 @@ TEST(DType, Q5_0R8RepackRoundTrip) {
     ASSERT_EQ(nibble | high << 4, want) << "element " << j;
   }
   std::vector<BlockQ5_0> row(static_cast<std::size_t>(nb));
+  std::vector<float> want_f(static_cast<std::size_t>(k)), got_f(static_cast<std::size_t>(k));
   for (std::int64_t i = 0; i < 24; ++i) {
     unpack_row(DType::kQ5_0R8, packed.data(), k, i, row.data());
     for (std::int64_t j = 0; j < nb; ++j) {
       const BlockQ5_0 want = i < rows ? plain[static_cast<std::size_t>(i * nb + j)] : BlockQ5_0{};
       ASSERT_EQ(std::memcmp(&row[static_cast<std::size_t>(j)], &want, sizeof(BlockQ5_0)), 0) << i << " " << j;
     }
+    // Straight from the layout: the same floats as the plain row's dequantisation (NaN scales included).
+    dequantize_row(DType::kQ5_0, row.data(), want_f.data(), k);
+    dequantize_lane_q5_0_r8(&packed[static_cast<std::size_t>((i / 8) * nb)], static_cast<int>(i % 8), nb, got_f.data());
+    ASSERT_EQ(std::memcmp(want_f.data(), got_f.data(), want_f.size() * sizeof(float)), 0) << "row " << i;
   }
 }
 
