@@ -487,22 +487,31 @@ void repack_q5_0_r8(const BlockQ5_0* src, std::int64_t rows, std::int64_t k, Blo
   }
 }
 
+namespace {
+
+// The 32 five-bit values (0..31) of row `lane` of a BlockQ5_0x8 (layout in quant.h).
+void lane_values_q5_0_r8(const BlockQ5_0x8& in, int lane, int (&q)[kQK]) {
+  for (int i = 0; i < 4; ++i) {
+    for (int e = 0; e < 4; ++e) {
+      const int byte = in.qs[32 * i + 4 * lane + e];
+      q[8 * i + e] = byte & 0x0F;
+      q[8 * i + 4 + e] = byte >> 4;
+    }
+  }
+  for (int v = 0; v < 8; ++v) {
+    for (int e = 0; e < 4; ++e) q[4 * v + e] |= ((in.qh[4 * lane + e] >> v) & 1) << 4;
+  }
+}
+
+}  // namespace
+
 // y = (q - 16) * d, as dequantize_row_q5_0.
 void dequantize_lane_q5_0_r8(const BlockQ5_0x8* src, int lane, std::int64_t nb, float* y) {
   for (std::int64_t b = 0; b < nb; ++b) {
-    const BlockQ5_0x8& in = src[b];
-    const float d = f16_to_f32(in.d[lane]);
-    float* out = y + b * kQK;
-    for (int i = 0; i < 4; ++i) {
-      for (int e = 0; e < 4; ++e) {
-        const int byte = in.qs[32 * i + 4 * lane + e];
-        const int high = in.qh[4 * lane + e];
-        const int lo = (byte & 0x0F) | ((high >> (2 * i)) & 1) << 4;  // element 8i + e: v = 2i
-        const int hi = (byte >> 4) | ((high >> (2 * i + 1)) & 1) << 4;  // element 8i + 4 + e: v = 2i + 1
-        out[8 * i + e] = static_cast<float>(lo - 16) * d;
-        out[8 * i + 4 + e] = static_cast<float>(hi - 16) * d;
-      }
-    }
+    const float d = f16_to_f32(src[b].d[lane]);
+    int q[kQK];
+    lane_values_q5_0_r8(src[b], lane, q);
+    for (int j = 0; j < kQK; ++j) y[b * kQK + j] = static_cast<float>(q[j] - 16) * d;
   }
 }
 
@@ -513,16 +522,7 @@ void unpack_row_q5_0_r8(const BlockQ5_0x8* src, std::int64_t k, std::int64_t row
   for (std::int64_t b = 0; b < nb; ++b) {
     const BlockQ5_0x8& in = src[g * nb + b];
     int q[kQK];
-    for (int i = 0; i < 4; ++i) {
-      for (int e = 0; e < 4; ++e) {
-        const int byte = in.qs[32 * i + 4 * r + e];
-        q[8 * i + e] = byte & 0x0F;
-        q[8 * i + 4 + e] = byte >> 4;
-      }
-    }
-    for (int v = 0; v < 8; ++v) {
-      for (int e = 0; e < 4; ++e) q[4 * v + e] |= ((in.qh[4 * r + e] >> v) & 1) << 4;
-    }
+    lane_values_q5_0_r8(in, r, q);
     BlockQ5_0& out = dst[b];
     out = BlockQ5_0{};
     out.d = in.d[r];
