@@ -210,6 +210,18 @@ void repack_rows(DType layout, const void* src, std::int64_t rows, std::int64_t 
   }
 }
 
+void dequantize_tensor_row(DType t, const void* tensor, std::int64_t k, std::int64_t row, float* dst) {
+  const DType source = interleaved_source(t);
+  if (source == t) {
+    dequantize_row(t, static_cast<const std::byte*>(tensor) + row_bytes(t, k) * static_cast<std::size_t>(row), dst, k);
+    return;
+  }
+  thread_local std::vector<std::byte> gathered;
+  gathered.resize(row_bytes(source, k));
+  unpack_row(t, tensor, k, row, gathered.data());
+  dequantize_row(source, gathered.data(), dst, k);
+}
+
 void unpack_row(DType layout, const void* src, std::int64_t k, std::int64_t row, void* dst) {
   switch (layout) {
     case DType::kQ8_0R16:

@@ -73,6 +73,10 @@ int interleaved_rows(DType t);
 // kQ8_0R16 or kQ5_0R8; k is a multiple of 32.
 void repack_rows(DType layout, const void* src, std::int64_t rows, std::int64_t k, void* dst);
 void unpack_row(DType layout, const void* src, std::int64_t k, std::int64_t row, void* dst);
+// Row `row` of a [rows][k] tensor of type t as F32: dequantize_row on the row, or, for an
+// interleaved layout, on the row gathered from its group first. Any t that dequantize_row takes,
+// plus the interleaved layouts.
+void dequantize_tensor_row(DType t, const void* tensor, std::int64_t k, std::int64_t row, float* dst);
 
 // GGML Q8_0: 32 values, fp16 scale d, q = round(x / d), d = max|x| / 127.
 inline constexpr int kQ8_0Block = 32;

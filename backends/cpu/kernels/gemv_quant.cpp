@@ -291,21 +291,11 @@ float dot_f32(const float* w, const float* x, std::int64_t k) {
 
 // Any dequantisable format: each row to F32, then F32 dots.
 void gemv_dequant(ThreadPool& pool, const MatmulProblem& p) {
-  const std::size_t rb = hal::row_bytes(p.w_type, p.k);
-  const auto* w = static_cast<const std::byte*>(p.w);
-  const hal::DType source = hal::interleaved_source(p.w_type);
   for_row_chunks(pool, p.n, [&](std::int64_t r0, std::int64_t r1) {
     thread_local std::vector<float> row;
-    thread_local std::vector<std::byte> gathered;
     row.resize(static_cast<std::size_t>(p.k));
     for (std::int64_t r = r0; r < r1; ++r) {
-      if (source != p.w_type) {  // an interleaved layout: the row gathered from its group first
-        gathered.resize(hal::row_bytes(source, p.k));
-        hal::unpack_row(p.w_type, p.w, p.k, r, gathered.data());
-        hal::dequantize_row(source, gathered.data(), row.data(), p.k);
-      } else {
-        hal::dequantize_row(p.w_type, w + rb * static_cast<std::size_t>(r), row.data(), p.k);
-      }
+      hal::dequantize_tensor_row(p.w_type, p.w, p.k, r, row.data());
       for (std::int64_t t = 0; t < p.m; ++t) {
         p.y[t * p.n + r] = dot_f32(row.data(), p.x + t * p.k, p.k) + (p.bias != nullptr ? p.bias[r] : 0.0f);
       }

@@ -98,16 +98,8 @@ const hal::BlockQ8_0* q8_row(const MatmulProblem& p, std::int64_t j, std::vector
 
 void matmul_reference(const MatmulProblem& p) {
   std::vector<float> w(static_cast<std::size_t>(p.k));
-  const hal::DType source = hal::interleaved_source(p.w_type);
-  std::vector<std::byte> tmp(hal::row_bytes(source, p.k));
-  const std::size_t rb = hal::row_bytes(p.w_type, p.k);
   for (std::int64_t j = 0; j < p.n; ++j) {
-    if (source != p.w_type) {  // an interleaved layout: row j gathered from its group first
-      hal::unpack_row(p.w_type, p.w, p.k, j, tmp.data());
-      hal::dequantize_row(source, tmp.data(), w.data(), p.k);
-    } else {
-      hal::dequantize_row(p.w_type, static_cast<const std::byte*>(p.w) + rb * j, w.data(), p.k);
-    }
+    hal::dequantize_tensor_row(p.w_type, p.w, p.k, j, w.data());
     for (std::int64_t i = 0; i < p.m; ++i) {
       const float* x = p.x + i * p.k;
       double acc = p.bias != nullptr ? p.bias[j] : 0.0;

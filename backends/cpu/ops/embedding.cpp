@@ -7,13 +7,9 @@ namespace sx::cpu {
 
 void embedding(ThreadPool& pool, const void* table, hal::DType type, const std::int32_t* ids, float* out,
                std::int64_t n_tokens, std::int64_t dim) {
-  if (hal::interleaved_rows(type) > 1) {  // a row is spread over its group: gather it first
-    const hal::DType source = hal::interleaved_source(type);
-    pool.parallel_for(n_tokens, [&](std::int64_t t) {
-      std::vector<std::byte> row(hal::row_bytes(source, dim));
-      hal::unpack_row(type, table, dim, ids[t], row.data());
-      hal::dequantize_row(source, row.data(), out + t * dim, dim);
-    });
+  if (hal::interleaved_rows(type) > 1) {  // a row is spread over its group
+    pool.parallel_for(n_tokens,
+                      [&](std::int64_t t) { hal::dequantize_tensor_row(type, table, dim, ids[t], out + t * dim); });
     return;
   }
   const std::size_t row = hal::row_bytes(type, dim);
