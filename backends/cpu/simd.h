@@ -18,5 +18,12 @@ inline float hsum256(__m256 v) {
 // with 4 streams).
 inline constexpr int kGemvPrefetchBytes = 512;
 
+// Software prefetch (into L1) of the cache lines of [p, p + Bytes): one block of a weight stream,
+// some distance ahead of the block being read.
+template <int Bytes>
+inline void prefetch_block(const void* p) {
+  for (int o = 0; o < Bytes; o += 64) _mm_prefetch(static_cast<const char*>(p) + o, _MM_HINT_T0);
+}
+
 }  // namespace sx::cpu
 #endif

@@ -66,12 +66,20 @@ void quantize_act_q8k(const float* x, std::int64_t k, ActQ8K* out) {
 
 inline float f16(std::uint16_t h) { return _cvtsh_ss(h); }
 
+// How far ahead the K-quant row dots prefetch W. A row is one stream, read in order, and the
+// kernels do enough arithmetic per line that the hardware prefetchers alone fall behind: with
+// 2 KiB of lead, the K-quant GEMVs' share of a one-thread Q4_K_M decode profile fell by a fifth
+// against the unchanged Q8_0 LM head (k/q8 0.77-0.82 -> 0.62-0.65 in 3 interleaved runs each;
+// 512 bytes gave 0.69-0.73, 1.5-3 KiB all 0.60-0.67).
+constexpr int kKQuantPrefetchBytes = 2048;
+
 // Dot of one Q4_K row (nsb super-blocks) with one quantised token.
 float dot_q4_k(const BlockQ4_K* w, const ActQ8K* a, std::int64_t nsb) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   __m256 acc = _mm256_setzero_ps();
   __m128 accm = _mm_setzero_ps();
   for (std::int64_t i = 0; i < nsb; ++i) {
+    prefetch_block<sizeof(BlockQ4_K)>(reinterpret_cast<const char*>(w + i) + kKQuantPrefetchBytes);
     const float d = a[i].d * f16(w[i].d);
     const float dmin = a[i].d * f16(w[i].dmin);
     std::uint32_t s[3];
@@ -116,6 +124,7 @@ float dot_q6_k(const BlockQ6_K* w, const ActQ8K* a, std::int64_t nsb) {
   const __m256i m2 = _mm256_set1_epi8(0x30);
   __m256 acc = _mm256_setzero_ps();
   for (std::int64_t i = 0; i < nsb; ++i) {
+    prefetch_block<sizeof(BlockQ6_K)>(reinterpret_cast<const char*>(w + i) + kKQuantPrefetchBytes);
     const float d = a[i].d * f16(w[i].d);
     const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[i].scales));
     // The -32 offset: 32 * sum_s sc_s * (sum of x over sub-block s).
@@ -243,9 +252,11 @@ __m256i dot_q5_0_r8_half(const hal::BlockQ5_0x8& wb, __m256i qh, const std::int8
 // One token against G groups of 8 kQ5_0R8 rows (nb blocks each) in lockstep, G streams through W:
 // out[g][r] = dot of row r of group g. The same arithmetic as dot_q5_0 per row and block (exact
 // int32 dot of q and x plus xcorr, then one FMA by d_w * d_x), with the 8 rows in the 8 lanes, so
-// no horizontal sums. No software prefetch: the G sequential streams are the hardware prefetcher's
-// case, and prefetching each block's 3 lines measured slower (bench_matmul, q5_0_r8/4864x896/m1/t1:
-// best 13.5 GB/s with, 16 without).
+// no horizontal sums. Each stream prefetches kQ5R8PrefetchBlocks blocks ahead: in the one-thread
+// Q4_K_M decode profile this kernel's share against the unchanged Q8_0 LM head fell from
+// 1.38-1.43 to 1.32-1.37 with 2-4 blocks (6 interleaved runs each); 8 blocks was worse than none.
+constexpr int kQ5R8PrefetchBlocks = 4;
+
 template <int G>
 void dot_q5_0_r8(const hal::BlockQ5_0x8* const (&w)[G], const std::int8_t* xq, const float* xd,
                  const std::int32_t* xcorr, std::int64_t nb, float (&out)[G][hal::kQ5_0R8Rows]) {
@@ -258,6 +269,7 @@ void dot_q5_0_r8(const hal::BlockQ5_0x8* const (&w)[G], const std::int8_t* xq, c
     const __m256 dx = _mm256_set1_ps(xd[b]);
     for (int g = 0; g < G; ++g) {
       const hal::BlockQ5_0x8& wb = w[g][b];
+      prefetch_block<sizeof(hal::BlockQ5_0x8)>(&wb + kQ5R8PrefetchBlocks);
       const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qh));
       const __m256i lo = _mm256_madd_epi16(dot_q5_0_r8_half<0>(wb, qh, x), ones);
       const __m256i hi = _mm256_madd_epi16(dot_q5_0_r8_half<4>(wb, qh, x), ones);
