@@ -48,7 +48,7 @@ std::uint64_t read_slice(const std::uint64_t* p, std::size_t n) {
 
 }  // namespace
 
-double measure_read_bandwidth(ThreadPool& pool, std::size_t bytes, int reps) {
+ReadBandwidth measure_read_bandwidth_rounds(ThreadPool& pool, std::size_t bytes, int reps) {
   constexpr std::size_t kChunkWords = 32;                  // four streams of whole lines
   constexpr std::size_t kSegmentWords = (4u << 20) / 8;    // 4 MiB per thread and round
   const std::size_t n_threads = static_cast<std::size_t>(pool.size());
@@ -73,7 +73,7 @@ double measure_read_bandwidth(ThreadPool& pool, std::size_t bytes, int reps) {
 
   std::vector<std::uint64_t> sums(n_threads * 8, 0);  // one cache line per thread
   std::atomic<std::uint64_t> sink{0};
-  double best = 0.0;
+  std::vector<double> rates;  // bytes/s of each round
   for (int rep = 0; rep < std::max(reps, 1); ++rep) {
     for (std::size_t r = 0; r < rounds; ++r) {
       const std::uint64_t* round_base = base + r * n_threads * seg;
@@ -85,10 +85,19 @@ double measure_read_bandwidth(ThreadPool& pool, std::size_t bytes, int reps) {
       std::uint64_t total = 0;
       for (std::size_t t = 0; t < n_threads; ++t) total += sums[t * 8];
       sink.fetch_add(total, std::memory_order_relaxed);  // consumed: the reads cannot be elided
-      if (s > 0) best = std::max(best, static_cast<double>(seg * n_threads * sizeof(std::uint64_t)) / s);
+      if (s > 0) rates.push_back(static_cast<double>(seg * n_threads * sizeof(std::uint64_t)) / s);
     }
   }
-  return best;
+  ReadBandwidth out;
+  if (rates.empty()) return out;
+  std::sort(rates.begin(), rates.end());
+  out.best = rates.back();
+  out.median = rates[rates.size() / 2];
+  return out;
+}
+
+double measure_read_bandwidth(ThreadPool& pool, std::size_t bytes, int reps) {
+  return measure_read_bandwidth_rounds(pool, bytes, reps).best;
 }
 
 }  // namespace sx

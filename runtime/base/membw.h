@@ -7,7 +7,9 @@
 // nothing is optimised away), and the round is timed. The
 // result is the fastest round: rounds are short (~0.1-0.3 ms), so on a shared machine some run
 // undisturbed by time-slicing, while one long timed pass would count the time other processes
-// held the cores. Kernel benchmarks compare against it with the same best-of rule.
+// held the cores. Kernel benchmarks compare against it with the same best-of rule;
+// measure_read_bandwidth_rounds also gives the median round, for a yardstick that meets the same
+// disturbances as a longer run (sextant bench pairs each decode run with one).
 //
 // Threading: uses `pool` (one job at a time per pool, like every kernel); blocks for about
 // (reps + 1) * bytes / bandwidth seconds. Errors: none (allocation failure aborts, as std::vector
@@ -24,5 +26,14 @@ namespace sx {
 inline constexpr std::size_t kMembwDefaultBytes = std::size_t{1} << 30;
 
 double measure_read_bandwidth(ThreadPool& pool, std::size_t bytes = kMembwDefaultBytes, int reps = 3);
+
+// The same measurement, with the median round next to the fastest (bytes/s; both 0 if no round
+// could be timed). The median is the machine as a longer kernel run meets it, time-slicing and
+// other tenants' memory traffic included; the fastest is the machine undisturbed.
+struct ReadBandwidth {
+  double best = 0.0;
+  double median = 0.0;
+};
+ReadBandwidth measure_read_bandwidth_rounds(ThreadPool& pool, std::size_t bytes = kMembwDefaultBytes, int reps = 3);
 
 }  // namespace sx

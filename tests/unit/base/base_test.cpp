@@ -9,6 +9,7 @@
 
 #include "runtime/base/half.h"
 #include "runtime/base/mapped_file.h"
+#include "runtime/base/membw.h"
 #include "runtime/base/status.h"
 #include "runtime/base/thread_pool.h"
 
@@ -89,6 +90,14 @@ TEST(ThreadPool, RunOnAllRunsEachThreadOnce) {
     hits[static_cast<std::size_t>(t)].fetch_add(1);
   });
   for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+}
+
+TEST(ReadBandwidth, MedianRoundIsAtMostTheFastestAndBothAreMeasured) {
+  sx::ThreadPool pool(2);
+  const sx::ReadBandwidth bw = sx::measure_read_bandwidth_rounds(pool, std::size_t{64} << 20, 1);
+  EXPECT_GT(bw.median, 1e8);  // any machine reads more than 100 MB/s
+  EXPECT_LE(bw.median, bw.best);
+  EXPECT_GT(sx::measure_read_bandwidth(pool, std::size_t{64} << 20, 1), 1e8);
 }
 
 TEST(MappedFile, ReadsAndReportsMissingFiles) {
