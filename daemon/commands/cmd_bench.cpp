@@ -31,10 +31,6 @@ Spread spread_of(std::vector<double> v) {
   return s;
 }
 
-// Read per bandwidth measurement after each decode run: large enough to leave the last-level cache
-// behind, small enough (~0.1 s) not to dominate a short bench.
-constexpr std::size_t kPairedBandwidthBytes = std::size_t{512} << 20;
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -155,7 +151,7 @@ int cmd_bench(int argc, char** argv) {
           total += dt;
           min_step = std::min(min_step, dt);
         }
-        const ReadBandwidth bw = measure_read_bandwidth_rounds(pool, kPairedBandwidthBytes, 2);
+        const ReadBandwidth bw = measure_read_bandwidth_rounds(pool);
         rates.push_back(static_cast<double>(n_gen) / total);
         fastest.push_back(1.0 / min_step);
         bw_median.push_back(bw.median);
