@@ -82,6 +82,7 @@ Status make_model(const Args& args) {
   spec.weight_type = *type;
   SX_ASSIGN_OR_RETURN(std::int64_t seed, args.get_int("--seed", 0, 0, INT64_MAX));
   spec.seed = static_cast<std::uint64_t>(seed);
+  SX_ASSIGN_OR_RETURN(c.vocab, args.get_int("--vocab", c.vocab, 1, 1 << 24));
   if (auto tok_path = args.get("--tokenizer")) {
     SX_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::from_hf_json(*tok_path));
     SX_ASSIGN_OR_RETURN(spec.tokenizer, engine::tokenizer_metadata_from_data(tok->data()));
@@ -90,7 +91,6 @@ Status make_model(const Args& args) {
       return invalid_argument_error("the tokenizer has {} tokens but the shape's vocabulary is {}", t.tokens.size(), c.vocab);
     }
   }
-  SX_ASSIGN_OR_RETURN(c.vocab, args.get_int("--vocab", c.vocab, 1, 1 << 24));
   if (format == "safetensors") {
     // The random weights in F32 first, then converted: the same values as an F32 GGUF of this seed.
     spec.weight_type = hal::DType::kF32;

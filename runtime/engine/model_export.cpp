@@ -66,7 +66,7 @@ Status convert_to_gguf(const OpenedModel& m, hal::DType type, const std::string&
   model::set_model_config_metadata(w, c);
   if (auto ft = file_type_of(type)) w.set_uint32("general.file_type", *ft);
   SX_ASSIGN_OR_RETURN(model::TokenizerMetadata tok, tokenizer_metadata_from_data(m.tokenizer->data()));
-  model::set_tokenizer_metadata(w, tok);
+  model::set_tokenizer_metadata(w, tok, c.vocab);
   for (const model::ExpectedTensor& e : model::expected_tensors(c)) {
     const model::TensorInfo* t = m.weights->find_tensor(e.name);
     if (t == nullptr) return not_found_error("{}: tensor {} is missing", m.weights->path(), m.weights->tensor_label(e.name));

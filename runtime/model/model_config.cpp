@@ -311,12 +311,17 @@ Result<TokenizerMetadata> tokenizer_metadata_from_gguf(const GgufFile& f) {
   return t;
 }
 
-void set_tokenizer_metadata(GgufWriter& w, const TokenizerMetadata& t) {
+void set_tokenizer_metadata(GgufWriter& w, const TokenizerMetadata& t, std::int64_t vocab_rows) {
   w.set_string("tokenizer.ggml.model", t.model);
   w.set_string("tokenizer.ggml.pre", t.pre);
-  w.set_string_array("tokenizer.ggml.tokens", t.tokens);
+  std::vector<std::string> tokens = t.tokens;
   std::vector<std::int32_t> types = t.token_types;
   if (types.empty()) types.assign(t.tokens.size(), kTokenNormal);
+  for (auto id = static_cast<std::int64_t>(tokens.size()); id < vocab_rows; ++id) {
+    tokens.push_back(fmt::format("[PAD{}]", id));
+    types.push_back(kTokenUnused);
+  }
+  w.set_string_array("tokenizer.ggml.tokens", tokens);
   w.set_int32_array("tokenizer.ggml.token_type", types);
   w.set_string_array("tokenizer.ggml.merges", t.merges);  // llama.cpp requires the key, even empty
   if (t.eos_id >= 0) w.set_uint32("tokenizer.ggml.eos_token_id", static_cast<std::uint32_t>(t.eos_id));

@@ -121,6 +121,11 @@ struct TokenizerMetadata {
 // Reads tokenizer.ggml.* (tokens required; the rest optional). Ids are checked against the token
 // count and token_types must match it in length.
 Result<TokenizerMetadata> tokenizer_metadata_from_gguf(const GgufFile& f);
-void set_tokenizer_metadata(GgufWriter& w, const TokenizerMetadata& t);
+// Writes tokenizer.ggml.*. The token list is padded to `vocab_rows` (the rows of token_embd.weight)
+// with unused "[PAD<id>]" entries, as llama.cpp's convert_hf_to_gguf.py does: llama.cpp takes its
+// vocabulary size from the token list and refuses a file whose embedding has more rows (Qwen2.5's
+// tokenizer has 151665 tokens, its embedding 151936 rows). Ids past the list decode to nothing
+// either way.
+void set_tokenizer_metadata(GgufWriter& w, const TokenizerMetadata& t, std::int64_t vocab_rows);
 
 }  // namespace sx::model

@@ -353,7 +353,7 @@ Status add_random_qwen2_model(const RandomModelSpec& spec_in, GgufWriter& w) {
   set_model_config_metadata(w, spec->config);
   w.set_uint32("general.quantization_version", 2);
   w.set_uint32("general.file_type", file_type_of(*spec));
-  set_tokenizer_metadata(w, spec->tokenizer);
+  set_tokenizer_metadata(w, spec->tokenizer, spec->config.vocab);
   spec->tokenizer = {};  // the producers need only the config, seed and std
 
   for (ExpectedTensor& e : expected_tensors(spec->config)) {

@@ -26,7 +26,7 @@ std::vector<std::uint8_t> model_bytes(const ModelConfig& c,
   set_model_config_metadata(w, c);
   auto tok = synthesize_tokenizer(c.vocab);
   EXPECT_TRUE(tok.ok());
-  set_tokenizer_metadata(w, *tok);
+  set_tokenizer_metadata(w, *tok, static_cast<std::int64_t>(tok->tokens.size()));
   if (edit_meta) edit_meta(w);
   std::vector<ExpectedTensor> tensors = expected_tensors(c);
   if (edit_tensors) edit_tensors(tensors);
@@ -322,7 +322,7 @@ TEST(TokenizerMetadata, RoundTrip) {
   auto tok = synthesize_tokenizer(300);
   ASSERT_TRUE(tok.ok());
   GgufWriter w;
-  set_tokenizer_metadata(w, *tok);
+  set_tokenizer_metadata(w, *tok, static_cast<std::int64_t>(tok->tokens.size()));
   auto bytes = w.to_bytes();
   auto f = GgufFile::parse(*bytes, kFile);
   ASSERT_TRUE(f.ok());
@@ -334,7 +334,7 @@ TEST(TokenizerMetadata, RoundTrip) {
 TEST(TokenizerMetadata, BadIdsAndLengths) {
   auto tok = synthesize_tokenizer(300);
   GgufWriter w;
-  set_tokenizer_metadata(w, *tok);
+  set_tokenizer_metadata(w, *tok, static_cast<std::int64_t>(tok->tokens.size()));
   w.set_uint32("tokenizer.ggml.eos_token_id", 300);
   auto bytes = w.to_bytes();  // parse() borrows: keep the bytes alive
   auto f = GgufFile::parse(*bytes, kFile);
@@ -342,7 +342,7 @@ TEST(TokenizerMetadata, BadIdsAndLengths) {
   EXPECT_TRUE(fails_with(tokenizer_metadata_from_gguf(**f), StatusCode::kInvalidArgument,
                          {kFile, "tokenizer.ggml.eos_token_id", "300"}));
   GgufWriter w2;
-  set_tokenizer_metadata(w2, *tok);
+  set_tokenizer_metadata(w2, *tok, static_cast<std::int64_t>(tok->tokens.size()));
   w2.set_int32_array("tokenizer.ggml.token_type", {1, 1});
   auto bytes2 = w2.to_bytes();
   auto f2 = GgufFile::parse(*bytes2, kFile);

@@ -5,6 +5,7 @@
 #include <set>
 #include <filesystem>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "runtime/model/gguf.h"
@@ -157,9 +158,19 @@ TEST(RandomModel, CustomTokenizerIsWritten) {
   ASSERT_TRUE(f.ok());
   auto tok = tokenizer_metadata_from_gguf(**f);
   ASSERT_TRUE(tok.ok());
-  EXPECT_EQ(tok->tokens, spec.tokenizer.tokens);
   EXPECT_EQ(tok->merges, spec.tokenizer.merges);
   EXPECT_EQ(tok->eos_id, 2);
+  // The list is padded to the embedding's rows with unused entries (llama.cpp takes its vocabulary
+  // size from the list and refuses a file whose token_embd.weight has more rows).
+  ASSERT_EQ(static_cast<std::int64_t>(tok->tokens.size()), spec.config.vocab);
+  ASSERT_EQ(tok->token_types.size(), tok->tokens.size());
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(tok->tokens[i], spec.tokenizer.tokens[i]);
+    EXPECT_EQ(tok->token_types[i], kTokenNormal);
+  }
+  EXPECT_EQ(tok->tokens[3], "[PAD3]");
+  EXPECT_EQ(tok->tokens.back(), fmt::format("[PAD{}]", spec.config.vocab - 1));
+  for (std::size_t i = 3; i < tok->tokens.size(); ++i) EXPECT_EQ(tok->token_types[i], kTokenUnused) << i;
 }
 
 TEST(RandomModel, SpecValidation) {
