@@ -10,7 +10,9 @@
 // measured streaming read bandwidth with the same thread count), GFLOP_s_best, peak_frac
 // (GFLOP_s_best / (threads x 32 flop/cycle x clock), the clock from a dependent-FMA loop); and
 // *_cpu: from the call with the least process CPU time per thread (immune to time-slicing by other
-// processes; our own spin-waits count, so it errs low).
+// processes; our own spin-waits count, so it errs low); for the int8 GEMMs l1_frac (GFLOP_s_best
+// against the same microkernel run on panels that stay in L1, printed at the start with the floor
+// of its arithmetic: what is lost to memory, packing and threads rather than to the instructions).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -33,7 +35,7 @@
 #include "runtime/base/thread_pool.h"
 #include "runtime/hal/dtype.h"
 
-#if defined(__FMA__)
+#if defined(__FMA__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -50,6 +52,7 @@ bool cold_gemv() {
 
 std::map<int, double> g_bandwidth;  // threads -> bytes/s
 double g_clock_hz = 0;
+double g_q8_l1_flops = 0;  // the int8 microkernel on L1-resident panels, one thread, flop/s (best)
 
 // Clock from a chain of dependent FMAs (latency 4 cycles on Zen 2/3/4 and recent Intel cores):
 // the best of many short runs, so time-slicing on a shared machine does not lower it.
@@ -151,6 +154,59 @@ std::vector<float> random_x(std::int64_t m, std::int64_t k) {
   return x;
 }
 
+// The int8 GEMM microkernel with its panels in L1 (best of many short runs): what the kernel does
+// when memory never waits, the yardstick of the kGemmQ8 cases' l1_frac.
+double measure_q8_microkernel_l1_flops() {
+  double best = 0;
+  for (int rep = 0; rep < 200; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::int64_t macs = sx::cpu::run_q8_microkernel_in_l1(2000);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (macs == 0) return 0;
+    best = std::max(best, 2.0 * static_cast<double>(macs) / s);
+  }
+  return best;
+}
+
+// The floor of that kernel's arithmetic on AVX2 without VNNI: one k-pair of 6 tokens x 16 rows is
+// 12 vpmaddwd (16 multiply-adds each) and 12 vpaddd; here they run on registers alone, no loads,
+// no widening, no broadcasts. Cycles per k-pair (192 multiply-adds), best of many short runs.
+double measure_madd_add_floor_cycles() {
+#if defined(__AVX2__)
+  if (g_clock_hz <= 0) return 0;
+  double best = 1e30;
+  constexpr long kIters = 20000;
+  for (int rep = 0; rep < 200; ++rep) {
+    __m256i a0 = _mm256_set1_epi32(rep), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0,
+            a9 = a0, a10 = a0, a11 = a0, w0 = _mm256_set1_epi16(3), w1 = _mm256_set1_epi16(5), t0, t1;
+    const auto start = std::chrono::steady_clock::now();
+    for (long i = 0; i < kIters; ++i) {
+#define SX_MADD_ADD(A, B)                         \
+  "vpmaddwd %[w1], %[w0], %[t0]\n\t"              \
+  "vpmaddwd %[w0], %[w1], %[t1]\n\t"              \
+  "vpaddd %[t0], %[" A "], %[" A "]\n\t"           \
+  "vpaddd %[t1], %[" B "], %[" B "]\n\t"
+      __asm__ volatile(SX_MADD_ADD("a0", "a1") SX_MADD_ADD("a2", "a3") SX_MADD_ADD("a4", "a5")
+                           SX_MADD_ADD("a6", "a7") SX_MADD_ADD("a8", "a9") SX_MADD_ADD("a10", "a11")
+                       : [a0] "+x"(a0), [a1] "+x"(a1), [a2] "+x"(a2), [a3] "+x"(a3), [a4] "+x"(a4), [a5] "+x"(a5),
+                         [a6] "+x"(a6), [a7] "+x"(a7), [a8] "+x"(a8), [a9] "+x"(a9), [a10] "+x"(a10),
+                         [a11] "+x"(a11), [t0] "=&x"(t0), [t1] "=&x"(t1)
+                       : [w0] "x"(w0), [w1] "x"(w1));
+#undef SX_MADD_ADD
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best = std::min(best, s * g_clock_hz / kIters);
+    __m256i sum = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3)),
+                                   _mm256_add_epi32(_mm256_add_epi32(a4, a5), _mm256_add_epi32(a6, a7)));
+    sum = _mm256_add_epi32(sum, _mm256_add_epi32(_mm256_add_epi32(a8, a9), _mm256_add_epi32(a10, a11)));
+    benchmark::DoNotOptimize(sum);
+  }
+  return best;
+#else
+  return 0;
+#endif
+}
+
 void run_matmul(benchmark::State& state, DType t, std::int64_t m, std::int64_t n, std::int64_t k, int threads,
                 sx::cpu::MatmulPath path, bool cold) {
   sx::ThreadPool& pool = pool_for(threads);
@@ -196,6 +252,8 @@ void run_matmul(benchmark::State& state, DType t, std::int64_t m, std::int64_t n
     state.counters["GFLOP_s_cpu"] = flops / best_cpu / 1e9;
     if (g_clock_hz > 0) state.counters["peak_frac_cpu"] = flops / best_cpu / (threads * 32.0 * g_clock_hz);
     if (g_clock_hz > 0) state.counters["peak_frac"] = flops / best / (threads * 32.0 * g_clock_hz);
+    const bool int8 = t == DType::kQ8_0R16 || (t == DType::kQ8_0 && path == sx::cpu::MatmulPath::kGemmQ8);
+    if (int8 && g_q8_l1_flops > 0) state.counters["l1_frac"] = flops / best / (threads * g_q8_l1_flops);
   }
 }
 
@@ -381,6 +439,15 @@ int main(int argc, char** argv) {
   for (int threads : {1, 2}) g_bandwidth[threads] = sx::measure_read_bandwidth(pool_for(threads), std::size_t{1} << 30, 5);
   std::printf("clock (dependent FMA): %.2f GHz; FMA peak: %.1f GFLOP/s per thread\n", g_clock_hz / 1e9, 32.0 * g_clock_hz / 1e9);
   for (auto& [t, bw] : g_bandwidth) std::printf("read bandwidth, %d thread(s): %.2f GB/s\n", t, bw / 1e9);
+  g_q8_l1_flops = measure_q8_microkernel_l1_flops();
+  if (g_q8_l1_flops > 0 && g_clock_hz > 0) {
+    const double floor = measure_madd_add_floor_cycles();
+    const double cycles = 192.0 * 2.0 / (g_q8_l1_flops / g_clock_hz);  // per k-pair of 6 tokens x 16 rows
+    std::printf("int8 microkernel, panels in L1, 1 thread: %.1f GFLOP/s, %.2f cycles per 192 multiply-adds "
+                "(its vpmaddwd + vpaddd alone, on registers: %.2f cycles); the kGemmQ8 cases' l1_frac is "
+                "GFLOP_s_best / (threads x this)\n",
+                g_q8_l1_flops / 1e9, cycles, floor);
+  }
   register_all();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

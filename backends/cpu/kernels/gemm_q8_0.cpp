@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "backends/cpu/kernels/matmul_internal.h"
@@ -431,7 +432,33 @@ void matmul_q8_0_r16(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p)
   });
 }
 
+std::int64_t microkernel_in_l1(std::int64_t calls) {
+  constexpr std::int64_t k = 256, nb = k / kB;
+  alignas(64) static BlockQ8_0x16 w[nb];
+  alignas(64) static std::byte xp[(k / 2 * kMR * 4 + nb * kMR * 4 + 63) / 64 * 64];
+  alignas(64) static float c[kMR * kNR];
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (std::int64_t b = 0; b < nb; ++b) {
+      for (int r = 0; r < kNR; ++r) w[b].d[r] = f32_to_f16(0.01f * static_cast<float>(r + 1));
+      for (int i = 0; i < kB * kNR; ++i) w[b].qs[i] = static_cast<std::int8_t>((i * 37 + b * 11) % 255 - 127);
+    }
+    std::vector<float> x(kMR * k);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(static_cast<int>(i * 53 % 201) - 100) / 50.0f;
+    std::vector<std::int8_t> xq(kMR * k);
+    std::vector<float> xd(kMR * nb);
+    quantize_rows_q8(x.data(), 0, kMR, k, xq.data(), xd.data());
+    pack_x_panel(xq.data(), xd.data(), kMR, k, 0, xp);
+  });
+  const auto* a = reinterpret_cast<const std::int32_t*>(xp);
+  const auto* adx = reinterpret_cast<const float*>(xp + k / 2 * kMR * 4);
+  for (std::int64_t i = 0; i < calls; ++i) kernel_6(nb, a, adx, w, c, kNR, kMR, kNR, nullptr, i > 0);
+  return calls * kMR * kNR * k;
+}
+
 #else  // portable build: the GEMV int8 kernels compute the same thing (tokens tiled in registers)
+
+std::int64_t microkernel_in_l1(std::int64_t) { return 0; }
 
 void gemm_q8_0(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) { gemv_q8_0(pool, scratch, p); }
 
@@ -440,3 +467,9 @@ void matmul_q8_0_r16(ThreadPool&, Scratch&, const MatmulProblem& p) { matmul_ref
 #endif
 
 }  // namespace sx::cpu::detail
+
+namespace sx::cpu {
+
+std::int64_t run_q8_microkernel_in_l1(std::int64_t calls) { return detail::microkernel_in_l1(calls); }
+
+}  // namespace sx::cpu

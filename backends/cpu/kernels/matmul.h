@@ -89,4 +89,10 @@ void matmul_reference_q8_activations(const MatmulProblem& p);
 // (q = 0 when d == 0). Vector and scalar builds give identical results.
 void quantize_activations_q8(const float* x, std::int64_t k, std::int8_t* qs, float* d);
 
+// For bench_matmul: the int8 GEMM microkernel (6 tokens x 16 rows of Q8_0, k = 256 per call, its
+// F32 epilogue included) run `calls` times on one x panel and one W panel that stay in L1: no
+// packing, no threads, no memory waits. Returns the multiply-adds done (0 where the AVX2 kernels
+// are not built).
+std::int64_t run_q8_microkernel_in_l1(std::int64_t calls);
+
 }  // namespace sx::cpu
