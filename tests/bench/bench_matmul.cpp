@@ -12,7 +12,8 @@
 // *_cpu: from the call with the least process CPU time per thread (immune to time-slicing by other
 // processes; our own spin-waits count, so it errs low); for the int8 GEMMs l1_frac (GFLOP_s_best
 // against the same microkernel run on panels that stay in L1, printed at the start with the floor
-// of its arithmetic: what is lost to memory, packing and threads rather than to the instructions).
+// of its arithmetic; the yardstick is re-measured right before each call, so both bests come from
+// the same minutes: what is lost to memory, packing and threads rather than to the instructions).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -52,7 +53,6 @@ bool cold_gemv() {
 
 std::map<int, double> g_bandwidth;  // threads -> bytes/s
 double g_clock_hz = 0;
-double g_q8_l1_flops = 0;  // the int8 microkernel on L1-resident panels, one thread, flop/s (best)
 
 // Clock from a chain of dependent FMAs (latency 4 cycles on Zen 2/3/4 and recent Intel cores):
 // the best of many short runs, so time-slicing on a shared machine does not lower it.
@@ -155,7 +155,7 @@ std::vector<float> random_x(std::int64_t m, std::int64_t k) {
 }
 
 // The int8 GEMM microkernel with its panels in L1 (best of many short runs): what the kernel does
-// when memory never waits, the yardstick of the kGemmQ8 cases' l1_frac.
+// when memory never waits (printed at the start; l1_frac re-measures it next to each call).
 double measure_q8_microkernel_l1_flops() {
   double best = 0;
   for (int rep = 0; rep < 200; ++rep) {
@@ -225,7 +225,17 @@ void run_matmul(benchmark::State& state, DType t, std::int64_t m, std::int64_t n
   p.k = k;
   int i = 0;
   double seconds = 0, best = 1e30, best_cpu = 1e30;
+  const bool int8 = t == DType::kQ8_0R16 || (t == DType::kQ8_0 && path == sx::cpu::MatmulPath::kGemmQ8);
+  double l1_flops = 0;  // the microkernel in L1 just before each call: the best, paired with `best`
   for (auto _ : state) {
+    if (int8 && m > 16) {
+      state.PauseTiming();
+      const auto l0 = std::chrono::steady_clock::now();
+      const std::int64_t macs = sx::cpu::run_q8_microkernel_in_l1(300);
+      const double ls = std::chrono::duration<double>(std::chrono::steady_clock::now() - l0).count();
+      l1_flops = std::max(l1_flops, 2.0 * static_cast<double>(macs) / ls);
+      state.ResumeTiming();
+    }
     p.w = w.copy(i++);
     const double c0 = process_cpu_seconds();
     const auto t0 = std::chrono::steady_clock::now();
@@ -252,8 +262,7 @@ void run_matmul(benchmark::State& state, DType t, std::int64_t m, std::int64_t n
     state.counters["GFLOP_s_cpu"] = flops / best_cpu / 1e9;
     if (g_clock_hz > 0) state.counters["peak_frac_cpu"] = flops / best_cpu / (threads * 32.0 * g_clock_hz);
     if (g_clock_hz > 0) state.counters["peak_frac"] = flops / best / (threads * 32.0 * g_clock_hz);
-    const bool int8 = t == DType::kQ8_0R16 || (t == DType::kQ8_0 && path == sx::cpu::MatmulPath::kGemmQ8);
-    if (int8 && g_q8_l1_flops > 0) state.counters["l1_frac"] = flops / best / (threads * g_q8_l1_flops);
+    if (l1_flops > 0) state.counters["l1_frac"] = flops / best / (threads * l1_flops);
   }
 }
 
@@ -439,14 +448,12 @@ int main(int argc, char** argv) {
   for (int threads : {1, 2}) g_bandwidth[threads] = sx::measure_read_bandwidth(pool_for(threads), std::size_t{1} << 30, 5);
   std::printf("clock (dependent FMA): %.2f GHz; FMA peak: %.1f GFLOP/s per thread\n", g_clock_hz / 1e9, 32.0 * g_clock_hz / 1e9);
   for (auto& [t, bw] : g_bandwidth) std::printf("read bandwidth, %d thread(s): %.2f GB/s\n", t, bw / 1e9);
-  g_q8_l1_flops = measure_q8_microkernel_l1_flops();
-  if (g_q8_l1_flops > 0 && g_clock_hz > 0) {
+  if (const double l1 = measure_q8_microkernel_l1_flops(); l1 > 0 && g_clock_hz > 0) {
     const double floor = measure_madd_add_floor_cycles();
-    const double cycles = 192.0 * 2.0 / (g_q8_l1_flops / g_clock_hz);  // per k-pair of 6 tokens x 16 rows
+    const double cycles = 192.0 * 2.0 / (l1 / g_clock_hz);  // per k-pair of 6 tokens x 16 rows
     std::printf("int8 microkernel, panels in L1, 1 thread: %.1f GFLOP/s, %.2f cycles per 192 multiply-adds "
-                "(its vpmaddwd + vpaddd alone, on registers: %.2f cycles); the kGemmQ8 cases' l1_frac is "
-                "GFLOP_s_best / (threads x this)\n",
-                g_q8_l1_flops / 1e9, cycles, floor);
+                "(its vpmaddwd + vpaddd alone, on registers: %.2f cycles)\n",
+                l1 / 1e9, cycles, floor);
   }
   register_all();
   benchmark::RunSpecifiedBenchmarks();
