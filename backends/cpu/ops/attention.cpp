@@ -56,18 +56,38 @@ inline void dot8(const float* q, const float* const* rows, std::int64_t hd, floa
   _mm256_storeu_ps(scores, _mm256_mul_ps(_mm256_add_ps(lo, hi), _mm256_set1_ps(scale)));
 }
 
-// out = sum_i w[i] * rows[i] with the hd-wide accumulator held in NV registers.
+// acc += sum_i w[i] * rows[i], rows in order, with the hd-wide accumulator (in memory between
+// calls, so the sum can be taken a run of rows at a time) held in NV registers.
 template <int NV>
-void weighted_sum(const float* w, const float* const* rows, std::int64_t n, float inv_sum, float* out) {
+void weighted_sum_part(const float* w, const float* const* rows, std::int64_t n, float* acc_io) {
   __m256 acc[NV];
-  for (int v = 0; v < NV; ++v) acc[v] = _mm256_setzero_ps();
+  for (int v = 0; v < NV; ++v) acc[v] = _mm256_loadu_ps(acc_io + 8 * v);
   for (std::int64_t i = 0; i < n; ++i) {
     const __m256 wi = _mm256_set1_ps(w[i]);
     const float* r = rows[i];
     for (int v = 0; v < NV; ++v) acc[v] = _mm256_fmadd_ps(wi, _mm256_loadu_ps(r + 8 * v), acc[v]);
   }
+  for (int v = 0; v < NV; ++v) _mm256_storeu_ps(acc_io + 8 * v, acc[v]);
+}
+
+// out = sum_i w[i] * rows[i] * inv_sum.
+template <int NV>
+void weighted_sum(const float* w, const float* const* rows, std::int64_t n, float inv_sum, float* out) {
+  alignas(32) float acc[8 * NV] = {};
+  weighted_sum_part<NV>(w, rows, n, acc);
   const __m256 is = _mm256_set1_ps(inv_sum);
-  for (int v = 0; v < NV; ++v) _mm256_storeu_ps(out + 8 * v, _mm256_mul_ps(acc[v], is));
+  for (int v = 0; v < NV; ++v) _mm256_storeu_ps(out + 8 * v, _mm256_mul_ps(_mm256_load_ps(acc + 8 * v), is));
+}
+
+using WeightedSumPart = void (*)(const float*, const float* const*, std::int64_t, float*);
+WeightedSumPart weighted_sum_part_for(std::int64_t hd) {
+  switch (hd) {
+    case 16: return weighted_sum_part<2>;
+    case 32: return weighted_sum_part<4>;
+    case 64: return weighted_sum_part<8>;
+    case 128: return weighted_sum_part<16>;
+    default: return nullptr;
+  }
 }
 #endif
 
@@ -123,16 +143,23 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
     const std::int64_t g = (s.q_head_offset + h) / s.heads_per_kv - s.kv_head_offset;
     group[static_cast<std::size_t>(g)].push_back(h);
   }
+  std::int64_t max_group = 0;
+  for (const auto& heads : group) max_group = std::max<std::int64_t>(max_group, static_cast<std::int64_t>(heads.size()));
+#if defined(__AVX2__) && defined(__FMA__)
+  const WeightedSumPart sum_part = weighted_sum_part_for(hd);
+#endif
   pool.run_on_all([&](int thread, int n_thr) {
-    // Per-thread scratch: row pointers, rows converted from a 16-bit cache, scores, one accumulator.
+    // Per-thread scratch: scores and an accumulator per head of a group, rows converted from a
+    // 16-bit cache, row pointers.
     std::vector<float>& buf = scratch[static_cast<std::size_t>(thread)];
     const bool convert = s.cache_type != hal::DType::kF32;
-    buf.resize(static_cast<std::size_t>((convert ? 2 * max_ctx * hd : 0) + max_ctx + hd));
+    buf.resize(static_cast<std::size_t>((convert ? 2 * max_ctx * hd : 0) + max_group * (max_ctx + hd)));
     float* scores = buf.data();
-    float* acc = scores + max_ctx;
-    float* kconv = acc + hd;
+    float* acc = scores + max_group * max_ctx;
+    float* kconv = acc + max_group * hd;
     float* vconv = kconv + max_ctx * hd;
     std::vector<const float*> krows(static_cast<std::size_t>(max_ctx)), vrows(static_cast<std::size_t>(max_ctx));
+    std::vector<float> inv_sum(static_cast<std::size_t>(max_group));
     const std::int64_t n_tasks = s.n_tokens * n_local_kv;
     for (std::int64_t task = thread; task < n_tasks; task += n_thr) {
       const std::int64_t t = task / n_local_kv;
@@ -142,8 +169,12 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
       const SeqToken st = tokens[static_cast<std::size_t>(t)];
       const std::int32_t* bt = p.block_table + st.seq * s.max_blocks_per_seq;
       const std::int64_t n_ctx = st.pos + 1;
+      std::int64_t slot_prev = 0;
       for (std::int64_t c = 0; c < n_ctx; ++c) {
-        const std::int64_t slot = static_cast<std::int64_t>(bt[c / s.block_size]) * s.block_size + c % s.block_size;
+        const std::int64_t in_block = c % s.block_size;  // a block's rows are consecutive slots
+        const std::int64_t slot = in_block == 0 ? static_cast<std::int64_t>(bt[c / s.block_size]) * s.block_size
+                                                : slot_prev + 1;
+        slot_prev = slot;
         const std::int64_t off = (slot * kv_row + g * hd) * static_cast<std::int64_t>(elem);
         const std::byte* kp = static_cast<const std::byte*>(p.k_cache) + off;
         const std::byte* vp = static_cast<const std::byte*>(p.v_cache) + off;
@@ -157,6 +188,39 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
           vrows[static_cast<std::size_t>(c)] = reinterpret_cast<const float*>(vp);
         }
       }
+#if defined(__AVX2__) && defined(__FMA__)
+      if (sum_part != nullptr) {
+        // Every head of the group over the same rows while they are in L1: K 8 rows at a time, V
+        // kRowsPerPass rows at a time. Each head's arithmetic (and so its result) is the same as
+        // one head at a time over all rows: scores_any's, then accumulation in row order.
+        constexpr std::int64_t kRowsPerPass = 32;
+        const auto nh = static_cast<std::int64_t>(heads.size());
+        std::int64_t c = 0;
+        for (; c + 8 <= n_ctx; c += 8) {
+          for (std::int64_t i = 0; i < nh; ++i) {
+            dot8(p.q + (t * s.n_heads + heads[static_cast<std::size_t>(i)]) * hd, krows.data() + c, hd, s.scale,
+                 scores + i * max_ctx + c);
+          }
+        }
+        for (std::int64_t i = 0; i < nh; ++i) {
+          const float* qv = p.q + (t * s.n_heads + heads[static_cast<std::size_t>(i)]) * hd;
+          float* sc = scores + i * max_ctx;
+          for (std::int64_t r = c; r < n_ctx; ++r) sc[r] = dot_f32(qv, krows[static_cast<std::size_t>(r)], hd) * s.scale;
+          const float mx = *std::max_element(sc, sc + n_ctx);
+          inv_sum[static_cast<std::size_t>(i)] = 1.0f / exp_shifted_sum(sc, n_ctx, mx);
+        }
+        std::fill(acc, acc + nh * hd, 0.0f);
+        for (std::int64_t r0 = 0; r0 < n_ctx; r0 += kRowsPerPass) {
+          const std::int64_t n = std::min(kRowsPerPass, n_ctx - r0);
+          for (std::int64_t i = 0; i < nh; ++i) sum_part(scores + i * max_ctx + r0, vrows.data() + r0, n, acc + i * hd);
+        }
+        for (std::int64_t i = 0; i < nh; ++i) {
+          float* out = p.out + (t * s.n_heads + heads[static_cast<std::size_t>(i)]) * hd;
+          for (std::int64_t j = 0; j < hd; ++j) out[j] = acc[i * hd + j] * inv_sum[static_cast<std::size_t>(i)];
+        }
+        continue;
+      }
+#endif
       for (const std::int64_t h : heads) {
         const float* qv = p.q + (t * s.n_heads + h) * hd;
         scores_any(qv, krows.data(), n_ctx, hd, s.scale, scores);

@@ -175,17 +175,18 @@ std::vector<float> naive_attention(const std::vector<float>& q, const std::vecto
 }
 
 TEST_F(CpuOps, PagedAttentionMixedBatchMatchesNaive) {
-  // Two sequences: one prefill chunk of 5 tokens continuing a context of 20, one decode token at 37.
+  // Three sequences: one prefill chunk of 5 tokens continuing a context of 20, one decode token at
+  // 37, and a chunk of 3 tokens at 147-149 (the V rows are summed in several passes of 32).
   // Head sizes cover the register-blocked paths (16, 64, 128) and the generic one (24).
   for (const int hd : {16, 24, 64, 128}) {
   SCOPED_TRACE(hd);
-  const int heads = 14, kv_heads = 2, block = 4, n_blocks = 32, max_blocks = 12;
+  const int heads = 14, kv_heads = 2, block = 4, n_blocks = 64, max_blocks = 40;
   const int n_slots = n_blocks * block;
   struct Seq { int ctx, n_new; std::vector<std::int32_t> blocks; };
   std::vector<int> perm(n_blocks);
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), rng_);
-  std::vector<Seq> seqs = {{25, 5, {}}, {38, 1, {}}};
+  std::vector<Seq> seqs = {{25, 5, {}}, {38, 1, {}}, {150, 3, {}}};
   int next_block = 0;
   for (auto& s : seqs) {
     for (int b = 0; b < (s.ctx + block - 1) / block; ++b) s.blocks.push_back(perm[next_block++]);
@@ -223,7 +224,7 @@ TEST_F(CpuOps, PagedAttentionMixedBatchMatchesNaive) {
     hal::AttentionArgs a;
     a.q = V(bq); a.k_cache = V(bk); a.v_cache = V(bv); a.cache_type = cache_type; a.out = V(bo);
     a.seq_token_start = V(bs); a.seq_context_len = V(bc); a.block_table = V(bt);
-    a.n_seqs = 2; a.n_tokens = T; a.n_heads = heads; a.n_kv_heads = kv_heads; a.head_dim = hd;
+    a.n_seqs = static_cast<std::int64_t>(seqs.size()); a.n_tokens = T; a.n_heads = heads; a.n_kv_heads = kv_heads; a.head_dim = hd;
     a.block_size = block; a.max_blocks_per_seq = max_blocks; a.n_slots = n_slots;
     a.heads_per_kv = heads / kv_heads; a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
     ASSERT_TRUE(stream_->run(a).ok());
