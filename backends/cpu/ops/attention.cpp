@@ -70,15 +70,6 @@ void weighted_sum_part(const float* w, const float* const* rows, std::int64_t n,
   for (int v = 0; v < NV; ++v) _mm256_storeu_ps(acc_io + 8 * v, acc[v]);
 }
 
-// out = sum_i w[i] * rows[i] * inv_sum.
-template <int NV>
-void weighted_sum(const float* w, const float* const* rows, std::int64_t n, float inv_sum, float* out) {
-  alignas(32) float acc[8 * NV] = {};
-  weighted_sum_part<NV>(w, rows, n, acc);
-  const __m256 is = _mm256_set1_ps(inv_sum);
-  for (int v = 0; v < NV; ++v) _mm256_storeu_ps(out + 8 * v, _mm256_mul_ps(_mm256_load_ps(acc + 8 * v), is));
-}
-
 using WeightedSumPart = void (*)(const float*, const float* const*, std::int64_t, float*);
 WeightedSumPart weighted_sum_part_for(std::int64_t hd) {
   switch (hd) {
@@ -91,17 +82,9 @@ WeightedSumPart weighted_sum_part_for(std::int64_t hd) {
 }
 #endif
 
+// out = sum_i w[i] * rows[i] * inv_sum, any hd (the register-blocked sizes take weighted_sum_part).
 void weighted_sum_any(const float* w, const float* const* rows, std::int64_t n, std::int64_t hd, float inv_sum,
                       float* acc, float* out) {
-#if defined(__AVX2__) && defined(__FMA__)
-  switch (hd) {
-    case 16: return weighted_sum<2>(w, rows, n, inv_sum, out);
-    case 32: return weighted_sum<4>(w, rows, n, inv_sum, out);
-    case 64: return weighted_sum<8>(w, rows, n, inv_sum, out);
-    case 128: return weighted_sum<16>(w, rows, n, inv_sum, out);
-    default: break;
-  }
-#endif
   std::fill(acc, acc + hd, 0.0f);
   for (std::int64_t i = 0; i < n; ++i) axpy_f32(w[i], rows[i], acc, hd);
   for (std::int64_t i = 0; i < hd; ++i) out[i] = acc[i] * inv_sum;
@@ -191,8 +174,9 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
 #if defined(__AVX2__) && defined(__FMA__)
       if (sum_part != nullptr) {
         // Every head of the group over the same rows while they are in L1: K 8 rows at a time, V
-        // kRowsPerPass rows at a time. Each head's arithmetic (and so its result) is the same as
-        // one head at a time over all rows: scores_any's, then accumulation in row order.
+        // kRowsPerPass rows at a time. A head's arithmetic is the same whatever the passes (its
+        // scores as scores_any computes them, then the V rows accumulated in order), so its
+        // result does not depend on the heads it shares them with.
         constexpr std::int64_t kRowsPerPass = 32;
         const auto nh = static_cast<std::int64_t>(heads.size());
         std::int64_t c = 0;
