@@ -154,17 +154,19 @@ std::vector<float> random_x(std::int64_t m, std::int64_t k) {
   return x;
 }
 
-// The int8 GEMM microkernel with its panels in L1 (best of many short runs): what the kernel does
-// when memory never waits (printed at the start; l1_frac re-measures it next to each call).
+// The int8 GEMM microkernel with its panels in L1, `calls` calls timed: flop/s (0 where it is
+// not built). What the kernel does when memory never waits.
+double q8_microkernel_l1_flops(std::int64_t calls) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::int64_t macs = sx::cpu::run_q8_microkernel_in_l1(calls);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return macs > 0 && s > 0 ? 2.0 * static_cast<double>(macs) / s : 0.0;
+}
+
+// Its best of many short runs (printed at the start; l1_frac re-measures it next to each call).
 double measure_q8_microkernel_l1_flops() {
   double best = 0;
-  for (int rep = 0; rep < 200; ++rep) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const std::int64_t macs = sx::cpu::run_q8_microkernel_in_l1(2000);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (macs == 0) return 0;
-    best = std::max(best, 2.0 * static_cast<double>(macs) / s);
-  }
+  for (int rep = 0; rep < 200; ++rep) best = std::max(best, q8_microkernel_l1_flops(2000));
   return best;
 }
 
@@ -230,10 +232,7 @@ void run_matmul(benchmark::State& state, DType t, std::int64_t m, std::int64_t n
   for (auto _ : state) {
     if (int8 && m > 16) {
       state.PauseTiming();
-      const auto l0 = std::chrono::steady_clock::now();
-      const std::int64_t macs = sx::cpu::run_q8_microkernel_in_l1(300);
-      const double ls = std::chrono::duration<double>(std::chrono::steady_clock::now() - l0).count();
-      l1_flops = std::max(l1_flops, 2.0 * static_cast<double>(macs) / ls);
+      l1_flops = std::max(l1_flops, q8_microkernel_l1_flops(300));
       state.ResumeTiming();
     }
     p.w = w.copy(i++);

@@ -175,21 +175,19 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
       if (sum_part != nullptr) {
         // Every head of the group over the same rows while they are in L1: K 8 rows at a time, V
         // kRowsPerPass rows at a time. A head's arithmetic is the same whatever the passes (its
-        // scores as scores_any computes them, then the V rows accumulated in order), so its
+        // scores by scores_any, 8 rows per call, then the V rows accumulated in order), so its
         // result does not depend on the heads it shares them with.
         constexpr std::int64_t kRowsPerPass = 32;
         const auto nh = static_cast<std::int64_t>(heads.size());
+        // Offset of head i of the group in q and out ([token][head][hd]).
+        auto at = [&](std::int64_t i) { return (t * s.n_heads + heads[static_cast<std::size_t>(i)]) * hd; };
         std::int64_t c = 0;
         for (; c + 8 <= n_ctx; c += 8) {
-          for (std::int64_t i = 0; i < nh; ++i) {
-            dot8(p.q + (t * s.n_heads + heads[static_cast<std::size_t>(i)]) * hd, krows.data() + c, hd, s.scale,
-                 scores + i * max_ctx + c);
-          }
+          for (std::int64_t i = 0; i < nh; ++i) scores_any(p.q + at(i), krows.data() + c, 8, hd, s.scale, scores + i * max_ctx + c);
         }
         for (std::int64_t i = 0; i < nh; ++i) {
-          const float* qv = p.q + (t * s.n_heads + heads[static_cast<std::size_t>(i)]) * hd;
           float* sc = scores + i * max_ctx;
-          for (std::int64_t r = c; r < n_ctx; ++r) sc[r] = dot_f32(qv, krows[static_cast<std::size_t>(r)], hd) * s.scale;
+          scores_any(p.q + at(i), krows.data() + c, n_ctx - c, hd, s.scale, sc + c);  // the last < 8 rows
           const float mx = *std::max_element(sc, sc + n_ctx);
           inv_sum[static_cast<std::size_t>(i)] = 1.0f / exp_shifted_sum(sc, n_ctx, mx);
         }
@@ -199,7 +197,7 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
           for (std::int64_t i = 0; i < nh; ++i) sum_part(scores + i * max_ctx + r0, vrows.data() + r0, n, acc + i * hd);
         }
         for (std::int64_t i = 0; i < nh; ++i) {
-          float* out = p.out + (t * s.n_heads + heads[static_cast<std::size_t>(i)]) * hd;
+          float* out = p.out + at(i);
           for (std::int64_t j = 0; j < hd; ++j) out[j] = acc[i * hd + j] * inv_sum[static_cast<std::size_t>(i)];
         }
         continue;
