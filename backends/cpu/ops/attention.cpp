@@ -59,7 +59,7 @@ inline void dot8(const float* q, const float* const* rows, std::int64_t hd, floa
 // acc += sum_i w[i] * rows[i], rows in order, with the hd-wide accumulator (in memory between
 // calls, so the sum can be taken a run of rows at a time) held in NV registers.
 template <int NV>
-void weighted_sum_part(const float* w, const float* const* rows, std::int64_t n, float* acc_io) {
+void weighted_sum_part(const float* w, const float* const* rows, std::int64_t n, std::int64_t /*hd*/, float* acc_io) {
   __m256 acc[NV];
   for (int v = 0; v < NV; ++v) acc[v] = _mm256_loadu_ps(acc_io + 8 * v);
   for (std::int64_t i = 0; i < n; ++i) {
@@ -69,25 +69,25 @@ void weighted_sum_part(const float* w, const float* const* rows, std::int64_t n,
   }
   for (int v = 0; v < NV; ++v) _mm256_storeu_ps(acc_io + 8 * v, acc[v]);
 }
+#endif
 
-using WeightedSumPart = void (*)(const float*, const float* const*, std::int64_t, float*);
-WeightedSumPart weighted_sum_part_for(std::int64_t hd) {
+// acc += sum_i w[i] * rows[i], rows in order, any hd.
+void weighted_sum_part_any(const float* w, const float* const* rows, std::int64_t n, std::int64_t hd, float* acc) {
+  for (std::int64_t i = 0; i < n; ++i) axpy_f32(w[i], rows[i], acc, hd);
+}
+
+using WeightedSumPart = void (*)(const float*, const float* const*, std::int64_t, std::int64_t, float*);
+WeightedSumPart weighted_sum_part_for([[maybe_unused]] std::int64_t hd) {
+#if defined(__AVX2__) && defined(__FMA__)
   switch (hd) {
     case 16: return weighted_sum_part<2>;
     case 32: return weighted_sum_part<4>;
     case 64: return weighted_sum_part<8>;
     case 128: return weighted_sum_part<16>;
-    default: return nullptr;
+    default: break;
   }
-}
 #endif
-
-// out = sum_i w[i] * rows[i] * inv_sum, any hd (the register-blocked sizes take weighted_sum_part).
-void weighted_sum_any(const float* w, const float* const* rows, std::int64_t n, std::int64_t hd, float inv_sum,
-                      float* acc, float* out) {
-  std::fill(acc, acc + hd, 0.0f);
-  for (std::int64_t i = 0; i < n; ++i) axpy_f32(w[i], rows[i], acc, hd);
-  for (std::int64_t i = 0; i < hd; ++i) out[i] = acc[i] * inv_sum;
+  return weighted_sum_part_any;
 }
 
 void scores_any(const float* q, const float* const* rows, std::int64_t n, std::int64_t hd, float scale, float* out) {
@@ -128,9 +128,7 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
   }
   std::int64_t max_group = 0;
   for (const auto& heads : group) max_group = std::max<std::int64_t>(max_group, static_cast<std::int64_t>(heads.size()));
-#if defined(__AVX2__) && defined(__FMA__)
   const WeightedSumPart sum_part = weighted_sum_part_for(hd);
-#endif
   pool.run_on_all([&](int thread, int n_thr) {
     // Per-thread scratch: scores and an accumulator per head of a group, rows converted from a
     // 16-bit cache, row pointers.
@@ -171,44 +169,32 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
           vrows[static_cast<std::size_t>(c)] = reinterpret_cast<const float*>(vp);
         }
       }
-#if defined(__AVX2__) && defined(__FMA__)
-      if (sum_part != nullptr) {
-        // Every head of the group over the same rows while they are in L1: K 8 rows at a time, V
-        // kRowsPerPass rows at a time. A head's arithmetic is the same whatever the passes (its
-        // scores by scores_any, 8 rows per call, then the V rows accumulated in order), so its
-        // result does not depend on the heads it shares them with.
-        constexpr std::int64_t kRowsPerPass = 32;
-        const auto nh = static_cast<std::int64_t>(heads.size());
-        // Offset of head i of the group in q and out ([token][head][hd]).
-        auto at = [&](std::int64_t i) { return (t * s.n_heads + heads[static_cast<std::size_t>(i)]) * hd; };
-        std::int64_t c = 0;
-        for (; c + 8 <= n_ctx; c += 8) {
-          for (std::int64_t i = 0; i < nh; ++i) scores_any(p.q + at(i), krows.data() + c, 8, hd, s.scale, scores + i * max_ctx + c);
-        }
-        for (std::int64_t i = 0; i < nh; ++i) {
-          float* sc = scores + i * max_ctx;
-          scores_any(p.q + at(i), krows.data() + c, n_ctx - c, hd, s.scale, sc + c);  // the last < 8 rows
-          const float mx = *std::max_element(sc, sc + n_ctx);
-          inv_sum[static_cast<std::size_t>(i)] = 1.0f / exp_shifted_sum(sc, n_ctx, mx);
-        }
-        std::fill(acc, acc + nh * hd, 0.0f);
-        for (std::int64_t r0 = 0; r0 < n_ctx; r0 += kRowsPerPass) {
-          const std::int64_t n = std::min(kRowsPerPass, n_ctx - r0);
-          for (std::int64_t i = 0; i < nh; ++i) sum_part(scores + i * max_ctx + r0, vrows.data() + r0, n, acc + i * hd);
-        }
-        for (std::int64_t i = 0; i < nh; ++i) {
-          float* out = p.out + at(i);
-          for (std::int64_t j = 0; j < hd; ++j) out[j] = acc[i * hd + j] * inv_sum[static_cast<std::size_t>(i)];
-        }
-        continue;
+      // Every head of the group over the same rows while they are in L1: K 8 rows at a time, V
+      // kRowsPerPass rows at a time. A head's arithmetic is the same whatever the passes (its
+      // scores by scores_any, 8 rows per call, then the V rows accumulated in order), so its
+      // result does not depend on the heads it shares them with.
+      constexpr std::int64_t kRowsPerPass = 32;
+      const auto nh = static_cast<std::int64_t>(heads.size());
+      // Offset of head i of the group in q and out ([token][head][hd]).
+      auto at = [&](std::int64_t i) { return (t * s.n_heads + heads[static_cast<std::size_t>(i)]) * hd; };
+      std::int64_t c = 0;
+      for (; c + 8 <= n_ctx; c += 8) {
+        for (std::int64_t i = 0; i < nh; ++i) scores_any(p.q + at(i), krows.data() + c, 8, hd, s.scale, scores + i * max_ctx + c);
       }
-#endif
-      for (const std::int64_t h : heads) {
-        const float* qv = p.q + (t * s.n_heads + h) * hd;
-        scores_any(qv, krows.data(), n_ctx, hd, s.scale, scores);
-        const float mx = *std::max_element(scores, scores + n_ctx);
-        const float sum = exp_shifted_sum(scores, n_ctx, mx);
-        weighted_sum_any(scores, vrows.data(), n_ctx, hd, 1.0f / sum, acc, p.out + (t * s.n_heads + h) * hd);
+      for (std::int64_t i = 0; i < nh; ++i) {
+        float* sc = scores + i * max_ctx;
+        scores_any(p.q + at(i), krows.data() + c, n_ctx - c, hd, s.scale, sc + c);  // the last < 8 rows
+        const float mx = *std::max_element(sc, sc + n_ctx);
+        inv_sum[static_cast<std::size_t>(i)] = 1.0f / exp_shifted_sum(sc, n_ctx, mx);
+      }
+      std::fill(acc, acc + nh * hd, 0.0f);
+      for (std::int64_t r0 = 0; r0 < n_ctx; r0 += kRowsPerPass) {
+        const std::int64_t n = std::min(kRowsPerPass, n_ctx - r0);
+        for (std::int64_t i = 0; i < nh; ++i) sum_part(scores + i * max_ctx + r0, vrows.data() + r0, n, hd, acc + i * hd);
+      }
+      for (std::int64_t i = 0; i < nh; ++i) {
+        float* out = p.out + at(i);
+        for (std::int64_t j = 0; j < hd; ++j) out[j] = acc[i * hd + j] * inv_sum[static_cast<std::size_t>(i)];
       }
     }
   });
