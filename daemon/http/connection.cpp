@@ -20,8 +20,9 @@ constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
 constexpr size_t kMaxBufferedInput = 64 * 1024;
 // Response bytes queued beyond which the next pipelined request waits for the client to read.
 constexpr size_t kWriteHighWater = 1024 * 1024;
-
-Connection* from_parser(llhttp_t* parser) { return static_cast<Connection*>(parser->data); }
+// probe_peer(): the first interim response at once, then at doubling intervals up to the last.
+constexpr uint64_t kFirstProbeMs = 100;
+constexpr uint64_t kMaxProbeMs = 5000;
 
 std::string peer_name(uv_tcp_t* tcp) {
   sockaddr_storage addr{};
@@ -144,9 +145,11 @@ bool Connection::open(uv_stream_t* listener) {
   // uv_timer_init cannot fail; count the handles before anything can close them.
   uv_timer_init(ctx_.loop, &timer_);
   uv_timer_init(ctx_.loop, &resume_timer_);
+  uv_timer_init(ctx_.loop, &probe_timer_);
   timer_.data = this;
   resume_timer_.data = this;
-  open_handles_ = 2;
+  probe_timer_.data = this;
+  open_handles_ = 3;
   int rc = uv_tcp_init(ctx_.loop, &tcp_);
   if (rc == 0) {
     tcp_open_ = true;
@@ -162,8 +165,9 @@ bool Connection::open(uv_stream_t* listener) {
   uv_tcp_nodelay(&tcp_, 1);
   peer_ = peer_name(&tcp_);
   shutdown_req_.data = this;
-  llhttp_init(&parser_, HTTP_REQUEST, parser_settings());
-  parser_.data = this;
+  parser_ = std::make_unique<RequestParser>(
+      RequestParser::Limits{ctx_.options.max_header_bytes, ctx_.options.max_body_bytes},
+      static_cast<RequestParser::Listener*>(this));
   return true;
 }
 
@@ -207,8 +211,10 @@ void Connection::close_now() {
   }
   uv_timer_stop(&timer_);
   uv_timer_stop(&resume_timer_);
+  uv_timer_stop(&probe_timer_);
   uv_close(reinterpret_cast<uv_handle_t*>(&timer_), &Connection::on_handle_closed);
   uv_close(reinterpret_cast<uv_handle_t*>(&resume_timer_), &Connection::on_handle_closed);
+  uv_close(reinterpret_cast<uv_handle_t*>(&probe_timer_), &Connection::on_handle_closed);
   if (tcp_open_) uv_close(reinterpret_cast<uv_handle_t*>(&tcp_), &Connection::on_handle_closed);
 }
 
@@ -277,18 +283,42 @@ void Connection::on_peer_eof(bool clean) {
     close_now();  // reset or error: nothing more can be delivered
     return;
   }
-  // A half-close: the client sends nothing more. While a response is in progress this counts as
-  // a disconnect (it cancels the work); otherwise bytes already queued are still delivered.
+  // A half-close: the client sends nothing more but may still read. The request in progress is
+  // answered (finish_response() continues from here); complete pipelined requests too.
   if (draining_) {
     if (shutdown_done_ || queued_bytes_ == 0) close_now();  // else on_shutdown closes
     return;
   }
-  if (phase_ == Phase::kHandling || queued_bytes_ == 0) {
-    close_now();
+  if (phase_ == Phase::kHandling) {
+    if (!response_.http10 && responder_ && responder_->state_ == Responder::State::kNew) {
+      probe_interval_ms_ = kFirstProbeMs;
+      probe_peer();
+    }
     return;
   }
-  begin_drain();
+  if (!processing_ && !blocked_on_writes_) end_after_eof();
 }
+
+void Connection::end_after_eof() {
+  // Everything complete that the client sent was answered; a partial request never completes.
+  if (queued_bytes_ == 0) {
+    close_now();
+  } else {
+    begin_drain();  // deliver what is queued, then close
+  }
+}
+
+void Connection::probe_peer() {
+  if (closing_ || draining_ || phase_ != Phase::kHandling || !responder_ ||
+      responder_->state_ != Responder::State::kNew) {
+    return;
+  }
+  if (!queue_write({std::string("HTTP/1.1 100 Continue\r\n\r\n")})) return;  // a failure closes
+  uv_timer_start(&probe_timer_, &Connection::on_probe, probe_interval_ms_, 0);
+  probe_interval_ms_ = std::min(probe_interval_ms_ * 2, kMaxProbeMs);
+}
+
+void Connection::on_probe(uv_timer_t* timer) { static_cast<Connection*>(timer->data)->probe_peer(); }
 
 void Connection::update_reading() {
   if (closing_ || peer_eof_) return;
@@ -319,24 +349,17 @@ void Connection::process_input() {
       blocked_on_writes_ = true;  // on_write resumes
       break;
     }
-    const char* data = input_.data() + input_pos_;
-    size_t len = input_.size() - input_pos_;
-    llhttp_errno_t err = llhttp_execute(&parser_, data, len);
+    size_t used = 0;
+    const RequestParser::Result r = parser_->feed(input_.data() + input_pos_, input_.size() - input_pos_, &used);
     if (closing_) break;  // a write inside a parser callback failed
-    if (err == HPE_OK) {
-      input_pos_ = input_.size();
-      break;
-    }
-    if (err == HPE_PAUSED && message_complete_) {
-      input_pos_ += static_cast<size_t>(llhttp_get_error_pos(&parser_) - data);
-      llhttp_resume(&parser_);
-      message_complete_ = false;
+    input_pos_ += used;
+    if (r == RequestParser::Result::kNeedMore) break;
+    if (r == RequestParser::Result::kComplete) {
       dispatch();  // the response may finish synchronously: then the loop goes on
       continue;
     }
-    log_debug("http: {}: parse error {} ({})", peer_, llhttp_errno_name(err),
-              llhttp_get_error_reason(&parser_) ? llhttp_get_error_reason(&parser_) : "");
-    fail_request(reject_status_ != 0 ? reject_status_ : 400);
+    log_debug("http: {}: bad request ({}): {}", peer_, parser_->error_status(), parser_->error_reason());
+    fail_request(parser_->error_status());
     break;
   }
   if (input_pos_ >= input_.size()) {
@@ -344,6 +367,10 @@ void Connection::process_input() {
     input_pos_ = 0;
   }
   processing_ = false;
+  if (peer_eof_ && !closing_ && !draining_ && phase_ != Phase::kHandling && !blocked_on_writes_) {
+    end_after_eof();
+    return;
+  }
   update_reading();
   rearm_timer();
 }
@@ -441,8 +468,7 @@ void Connection::on_timer(uv_timer_t* timer) {
 void Connection::dispatch() {
   phase_ = Phase::kHandling;
   ctx_.stats.requests.fetch_add(1, std::memory_order_relaxed);
-  Request request = std::move(request_);
-  request_ = Request{};
+  Request request = parser_->take();
   request.peer = peer_;
   response_ = ResponseState{};
   response_.head_only = request.method == "HEAD";
@@ -476,6 +502,7 @@ bool Connection::keep_alive_after_response() const {
 }
 
 bool Connection::send_response(int status, Headers headers, std::string body) {
+  uv_timer_stop(&probe_timer_);
   if (headers.has_token("Connection", "close")) close_after_response_ = true;
   bool no_body = status_has_no_body(status);
   HeadFraming framing;
@@ -494,6 +521,7 @@ bool Connection::send_response(int status, Headers headers, std::string body) {
 }
 
 bool Connection::send_stream_head(int status, Headers headers) {
+  uv_timer_stop(&probe_timer_);
   if (headers.has_token("Connection", "close")) close_after_response_ = true;
   // HTTP/1.0 has no chunked encoding: the body ends when the connection closes.
   if (response_.http10) close_after_response_ = true;
@@ -530,6 +558,10 @@ void Connection::finish_response() {
   }
   phase_ = Phase::kIdle;
   deadline_ = now() + ctx_.options.keepalive_timeout_ms;
+  if (peer_eof_ && !processing_ && input_pos_ >= input_.size()) {
+    end_after_eof();  // a half-closed client with nothing more to answer
+    return;
+  }
   // Inside process_input() (a synchronous answer) the parse loop continues by itself; otherwise
   // parse buffered pipelined requests from the loop, not from inside the handler's call.
   if (!processing_) uv_timer_start(&resume_timer_, &Connection::on_resume, 0, 0);
@@ -537,125 +569,22 @@ void Connection::finish_response() {
   rearm_timer();
 }
 
-// ---- parser callbacks ----
+// ---- the parser's phases ----
 
-const llhttp_settings_t* Connection::parser_settings() {
-  static const llhttp_settings_t settings = [] {
-    llhttp_settings_t s;
-    llhttp_settings_init(&s);
-    s.on_message_begin = &Connection::on_message_begin;
-    s.on_method = &Connection::on_method;
-    s.on_url = &Connection::on_url;
-    s.on_version = &Connection::on_version;
-    s.on_header_field = &Connection::on_header_field;
-    s.on_header_value = &Connection::on_header_value;
-    s.on_header_value_complete = &Connection::on_header_value_complete;
-    s.on_headers_complete = &Connection::on_headers_complete;
-    s.on_body = &Connection::on_body;
-    s.on_message_complete = &Connection::on_message_complete;
-    return s;
-  }();
-  return &settings;
-}
-
-int Connection::count_header_bytes(size_t n) {
-  header_bytes_ += n;
-  if (header_bytes_ > ctx_.options.max_header_bytes) {
-    reject_status_ = 431;
-    return -1;
-  }
-  return 0;
-}
-
-int Connection::on_message_begin(llhttp_t* parser) {
-  Connection* c = from_parser(parser);
-  c->phase_ = Phase::kHeaders;
-  c->request_ = Request{};
-  c->field_.clear();
-  c->value_.clear();
-  c->header_bytes_ = 0;
-  c->reject_status_ = 0;
-  c->message_complete_ = false;
+void Connection::on_request_begin() {
+  phase_ = Phase::kHeaders;
   // The first request's header deadline runs from accept; later ones from their first byte.
-  if (c->messages_begun_++ > 0) c->deadline_ = c->now() + c->ctx_.options.header_timeout_ms;
-  c->rearm_timer();
-  return 0;
+  if (messages_begun_++ > 0) deadline_ = now() + ctx_.options.header_timeout_ms;
+  rearm_timer();
 }
 
-int Connection::on_method(llhttp_t* parser, const char*, size_t length) {
-  return from_parser(parser)->count_header_bytes(length);
-}
-
-int Connection::on_url(llhttp_t* parser, const char* at, size_t length) {
-  Connection* c = from_parser(parser);
-  c->request_.target.append(at, length);
-  return c->count_header_bytes(length);
-}
-
-int Connection::on_version(llhttp_t* parser, const char*, size_t length) {
-  return from_parser(parser)->count_header_bytes(length + 4);  // spaces and CRLF
-}
-
-int Connection::on_header_field(llhttp_t* parser, const char* at, size_t length) {
-  Connection* c = from_parser(parser);
-  c->field_.append(at, length);
-  return c->count_header_bytes(length);
-}
-
-int Connection::on_header_value(llhttp_t* parser, const char* at, size_t length) {
-  Connection* c = from_parser(parser);
-  c->value_.append(at, length);
-  return c->count_header_bytes(length);
-}
-
-int Connection::on_header_value_complete(llhttp_t* parser) {
-  Connection* c = from_parser(parser);
-  c->request_.headers.add(std::move(c->field_), std::move(c->value_));
-  c->field_.clear();
-  c->value_.clear();
-  return c->count_header_bytes(4);  // ": " and CRLF
-}
-
-int Connection::on_headers_complete(llhttp_t* parser) {
-  Connection* c = from_parser(parser);
-  Request& r = c->request_;
-  r.method = llhttp_method_name(static_cast<llhttp_method_t>(llhttp_get_method(parser)));
-  r.http_major = llhttp_get_http_major(parser);
-  r.http_minor = llhttp_get_http_minor(parser);
-  size_t q = r.target.find('?');
-  r.path = r.target.substr(0, q);
-  r.query = q == std::string::npos ? std::string() : r.target.substr(q + 1);
-  bool has_length = (parser->flags & F_CONTENT_LENGTH) != 0;
-  // A body announced larger than allowed is refused before any of it is read.
-  if (has_length && parser->content_length > c->ctx_.options.max_body_bytes) {
-    c->reject_status_ = 413;
-    return -1;
+void Connection::on_request_head(const Request& request, bool expects_body) {
+  phase_ = Phase::kBody;
+  deadline_ = now() + ctx_.options.body_timeout_ms;
+  rearm_timer();
+  if (expects_body && request.http_minor >= 1 && request.headers.has_token("Expect", "100-continue")) {
+    queue_write({std::string("HTTP/1.1 100 Continue\r\n\r\n")});
   }
-  c->phase_ = Phase::kBody;
-  c->deadline_ = c->now() + c->ctx_.options.body_timeout_ms;
-  c->rearm_timer();
-  bool expects_body = (parser->flags & F_CHUNKED) != 0 || (has_length && parser->content_length > 0);
-  if (expects_body && r.http_minor >= 1 && r.headers.has_token("Expect", "100-continue")) {
-    c->queue_write({std::string("HTTP/1.1 100 Continue\r\n\r\n")});
-  }
-  return 0;
-}
-
-int Connection::on_body(llhttp_t* parser, const char* at, size_t length) {
-  Connection* c = from_parser(parser);
-  if (c->request_.body.size() + length > c->ctx_.options.max_body_bytes) {
-    c->reject_status_ = 413;  // chunked bodies are only known to be too large while reading
-    return -1;
-  }
-  c->request_.body.append(at, length);
-  return 0;
-}
-
-int Connection::on_message_complete(llhttp_t* parser) {
-  Connection* c = from_parser(parser);
-  c->request_.keep_alive = llhttp_should_keep_alive(parser) != 0 && parser->upgrade == 0;
-  c->message_complete_ = true;
-  return HPE_PAUSED;  // dispatch outside the parser; later bytes wait for the response
 }
 
 }  // namespace sx::daemon::http

@@ -1,12 +1,18 @@
 // Connection: one accepted TCP connection of the HTTP/1.1 server (internal to daemon/http).
 //
-// Owns a uv_tcp_t, a deadline timer, a zero-delay "resume" timer and an llhttp parser. Requests
-// are parsed one at a time: when a request is complete the parser pauses and the request is
-// dispatched to the router; bytes of pipelined requests that arrive meanwhile are buffered (up to
-// a cap, then reading pauses) and parsed only after the response finished, so responses go out in
-// request order. Reading continues while a response is in progress so that a client disconnect
-// (EOF or error) is noticed at once and cancels the response (Responder::on_close). An EOF while
-// no response is in progress is a half-close: bytes already queued are still delivered.
+// Owns a uv_tcp_t, a deadline timer, a zero-delay "resume" timer, a probe timer and a
+// RequestParser. Requests are parsed one at a time: when a request is complete the parser stops
+// and the request is dispatched to the router; bytes of pipelined requests that arrive meanwhile
+// are buffered (up to a cap, then reading pauses) and parsed only after the response finished, so
+// responses go out in request order. Reading continues while a response is in progress so that a
+// client that goes away is noticed at once: a reset or read error closes the connection and
+// cancels the response (Responder::on_close).
+//
+// A clean EOF is a half-close (RFC 9112 §9.6: the client sends nothing more, and may still read):
+// the request in progress is answered, bytes already queued are delivered, then the connection
+// closes. Whether the client closed entirely shows only when bytes reach it: the next write of a
+// stream fails, and a response not begun yet is preceded by interim "100 Continue" probes (HTTP/1.1
+// clients) whose reset cancels it.
 //
 // Phases: kIdle (between requests) -> kHeaders -> kBody -> kHandling (router called, response not
 // finished) -> kIdle again, or kDraining: the last response is queued, the write side is shut
@@ -26,10 +32,10 @@
 #include <string>
 #include <vector>
 
-#include <llhttp.h>
 #include <uv.h>
 
 #include "daemon/http/request.h"
+#include "daemon/http/request_parser.h"
 #include "daemon/http/responder.h"
 #include "daemon/http/router.h"
 #include "daemon/http/server_options.h"
@@ -87,7 +93,7 @@ struct ServerContext {
   std::string date_;
 };
 
-class Connection {
+class Connection final : private RequestParser::Listener {
  public:
   // `rejected`: accepted over capacity; only reject() or close_now() follow open().
   Connection(ServerContext& ctx, bool rejected);
@@ -129,23 +135,16 @@ class Connection {
     bool chunked = false;    // the stream uses chunked encoding
   };
 
-  static const llhttp_settings_t* parser_settings();
-  static int on_message_begin(llhttp_t* parser);
-  static int on_method(llhttp_t* parser, const char* at, size_t length);
-  static int on_url(llhttp_t* parser, const char* at, size_t length);
-  static int on_version(llhttp_t* parser, const char* at, size_t length);
-  static int on_header_field(llhttp_t* parser, const char* at, size_t length);
-  static int on_header_value(llhttp_t* parser, const char* at, size_t length);
-  static int on_header_value_complete(llhttp_t* parser);
-  static int on_headers_complete(llhttp_t* parser);
-  static int on_body(llhttp_t* parser, const char* at, size_t length);
-  static int on_message_complete(llhttp_t* parser);
+  // RequestParser::Listener
+  void on_request_begin() override;
+  void on_request_head(const Request& request, bool expects_body) override;
 
   static void on_alloc(uv_handle_t* handle, size_t suggested, uv_buf_t* buf);
   static void on_read(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf);
   static void on_write(uv_write_t* req, int status);
   static void on_shutdown(uv_shutdown_t* req, int status);
   static void on_timer(uv_timer_t* timer);
+  static void on_probe(uv_timer_t* timer);
   static void on_resume(uv_timer_t* timer);
   static void on_handle_closed(uv_handle_t* handle);
 
@@ -153,7 +152,8 @@ class Connection {
   uint64_t now() const { return uv_now(ctx_.loop); }
 
   void on_peer_eof(bool clean);
-  int count_header_bytes(size_t n);
+  // The client half-closed and nothing it sent is left to answer: flush, then close.
+  void end_after_eof();
   void process_input();
   void dispatch();
   void handler_failed(const char* what);
@@ -164,16 +164,22 @@ class Connection {
   bool keep_alive_after_response() const;
   void update_reading();
   void rearm_timer();
+  // After a half-close while a response is being prepared: an interim "100 Continue" now and
+  // then (allowed before any final response, RFC 9110 §15.2) makes a peer that closed entirely
+  // answer with a reset, so its request is cancelled instead of computed for nobody.
+  void probe_peer();
 
   ServerContext& ctx_;
   uv_tcp_t tcp_{};
   uv_timer_t timer_{};         // read / write / linger deadlines
   uv_timer_t resume_timer_{};  // parses buffered input after an asynchronous response finished
+  uv_timer_t probe_timer_{};   // probe_peer() while a half-closed client waits for its response
+  uint64_t probe_interval_ms_ = 0;
   uv_shutdown_t shutdown_req_{};
   int open_handles_ = 0;
   bool tcp_open_ = false;
 
-  llhttp_t parser_{};
+  std::unique_ptr<RequestParser> parser_;
   Phase phase_ = Phase::kIdle;
   bool closing_ = false;   // uv_close called
   bool draining_ = false;  // last response queued; shutting down
@@ -190,13 +196,6 @@ class Connection {
   std::string input_;
   size_t input_pos_ = 0;
 
-  // The request being parsed.
-  Request request_;
-  std::string field_;
-  std::string value_;
-  size_t header_bytes_ = 0;
-  int reject_status_ = 0;  // set by a parser callback before it fails the parse
-  bool message_complete_ = false;
   uint64_t messages_begun_ = 0;
 
   // Deadlines in uv_now() milliseconds.

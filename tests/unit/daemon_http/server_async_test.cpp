@@ -1,6 +1,8 @@
 // daemon/http Server with handlers that answer later: results from another thread through
 // loop::AsyncQueue, streamed (chunked / SSE) responses, client disconnects mid-stream, and 200
 // concurrent keep-alive connections.
+#include <sys/socket.h>
+
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -203,8 +205,14 @@ TEST_F(ServerAsyncTest, ClientDisconnectMidStreamFiresOnCloseOnceAndLaterWritesA
     ASSERT_TRUE(c.read_head());
     ASSERT_TRUE(c.read_chunk());
   }  // the client goes away mid-stream
-  // Noticed without any write from the server (reading continues during a response).
-  ASSERT_TRUE(wait_until([&] { return h_.call([closes] { return *closes; }) == 1; }));
+  // A FIN alone could be a half-close (the client may still read): the next writes of the stream
+  // meet the client's reset, and that is the disconnect.
+  ASSERT_TRUE(wait_until([&] {
+    return h_.call([held, closes] {
+      if (*closes == 0) (*held)->write_chunk("data: more\n\n");
+      return *closes;
+    }) == 1;
+  }));
   bool closed_seen_from_other_thread = false;
   ResponderPtr copy = h_.call([held] { return *held; });
   closed_seen_from_other_thread = copy->closed();  // closed() is atomic: any thread
@@ -264,6 +272,101 @@ TEST_F(ServerAsyncTest, TwoHundredConcurrentKeepAliveConnections) {
   EXPECT_EQ(s.accepted_connections, static_cast<uint64_t>(kClients));
   EXPECT_EQ(s.requests, 2u * kClients);
   EXPECT_EQ(s.rejected_over_capacity, 0u);
+}
+
+// A route whose handler keeps the responder: the test answers it later from the loop thread.
+Router held_router(std::shared_ptr<ResponderPtr> held, std::shared_ptr<int> closes) {
+  Router router;
+  EXPECT_TRUE(router.post("/later", [held, closes](Request, ResponderPtr res) {
+                      res->on_close([closes] { ++*closes; });
+                      *held = std::move(res);
+                    }).ok());
+  return router;
+}
+
+TEST_F(ServerAsyncTest, HalfCloseBeforeAnAnswerGivenLaterStillGetsTheAnswer) {
+  auto held = std::make_shared<ResponderPtr>();
+  auto closes = std::make_shared<int>(0);
+  ASSERT_TRUE(h_.start_server(ServerOptions{}, held_router(held, closes)));
+  h_.run();
+  for (bool stream : {false, true}) {
+    TestClient c(h_.port());
+    ASSERT_TRUE(c.send(make_request("POST", "/later", "{}")));
+    ASSERT_EQ(::shutdown(c.fd(), SHUT_WR), 0);  // the client says it sends nothing more
+    ASSERT_TRUE(wait_until([&] { return h_.call([held] { return *held != nullptr; }); }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));  // the EOF has arrived; probes went out
+    h_.call([held, stream] {
+      ResponderPtr r = std::move(*held);
+      EXPECT_FALSE(r->closed()) << "a half-close is not a disconnect";
+      if (!stream) {
+        EXPECT_TRUE(r->respond(200, {}, "answer"));
+        return;
+      }
+      EXPECT_TRUE(r->start_stream(200, {}));
+      for (int i = 0; i < 3; ++i) EXPECT_TRUE(r->write_chunk("part" + std::to_string(i)));
+      EXPECT_TRUE(r->end_stream());
+    });
+    if (!stream) {
+      auto resp = c.read_response();  // interim 100 Continue responses come first and are skipped
+      ASSERT_TRUE(resp);
+      EXPECT_EQ(resp->status, 200);
+      EXPECT_EQ(resp->body, "answer");
+    } else {
+      auto head = c.read_head();
+      ASSERT_TRUE(head);
+      EXPECT_EQ(head->status, 200);
+      for (int i = 0; i < 3; ++i) EXPECT_EQ(c.read_chunk(), "part" + std::to_string(i));
+      EXPECT_EQ(c.read_chunk(), "");
+    }
+    EXPECT_TRUE(c.wait_closed(3000)) << "the server closes once the half-closed client has its answer";
+  }
+  EXPECT_EQ(h_.call([closes] { return *closes; }), 0);
+}
+
+TEST_F(ServerAsyncTest, HalfCloseMidStreamStillReceivesTheRest) {
+  auto held = std::make_shared<ResponderPtr>();
+  Router router;
+  ASSERT_TRUE(router.get("/stream", [held](Request, ResponderPtr res) {
+                      res->start_stream(200, {});
+                      res->write_chunk("first");
+                      *held = std::move(res);
+                    }).ok());
+  ASSERT_TRUE(h_.start_server(ServerOptions{}, std::move(router)));
+  h_.run();
+  TestClient c(h_.port());
+  ASSERT_TRUE(c.send(make_request("GET", "/stream")));
+  ASSERT_TRUE(c.read_head());
+  EXPECT_EQ(c.read_chunk(), "first");
+  ASSERT_EQ(::shutdown(c.fd(), SHUT_WR), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  h_.call([held] {
+    ResponderPtr r = std::move(*held);
+    EXPECT_FALSE(r->closed());
+    EXPECT_TRUE(r->write_chunk("second"));
+    EXPECT_TRUE(r->end_stream());
+  });
+  EXPECT_EQ(c.read_chunk(), "second");
+  EXPECT_EQ(c.read_chunk(), "");
+  EXPECT_TRUE(c.wait_closed(3000));
+}
+
+TEST_F(ServerAsyncTest, AClientGoneBeforeItsAnswerBeganIsNoticedByTheInterimProbes) {
+  auto held = std::make_shared<ResponderPtr>();
+  auto closes = std::make_shared<int>(0);
+  ASSERT_TRUE(h_.start_server(ServerOptions{}, held_router(held, closes)));
+  h_.run();
+  {
+    TestClient c(h_.port());
+    ASSERT_TRUE(c.send(make_request("POST", "/later", "{}")));
+    ASSERT_TRUE(wait_until([&] { return h_.call([held] { return *held != nullptr; }); }));
+  }  // closed entirely, with nothing unread: a FIN, as a half-close would send
+  // No write from the handler: the connection's own "100 Continue" meets the reset.
+  ASSERT_TRUE(wait_until([&] { return h_.call([closes] { return *closes; }) == 1; }, 3000));
+  h_.call([held] {
+    EXPECT_TRUE((*held)->closed());
+    held->reset();
+  });
+  EXPECT_EQ(h_.stats().client_disconnects, 1u);
 }
 
 }  // namespace
