@@ -101,10 +101,33 @@ Status wait_for(int fd, short events, const Deadline& deadline, const std::strin
   }
 }
 
+// The uid of the process listening on the connected socket `fd`.
+Result<uint32_t> peer_uid(int fd, const std::string& path) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || len != sizeof(cred)) {
+    return unavailable_error("cannot tell who listens on the admin socket {} (SO_PEERCRED: {})", path,
+                             std::strerror(errno));
+  }
+  return static_cast<uint32_t>(cred.uid);
+}
+
 }  // namespace
 
+Status check_daemon_uid(const std::string& socket_path, uint32_t peer, uint32_t own_uid,
+                        std::optional<uint32_t> daemon_uid) {
+  if (peer == own_uid || peer == 0 || (daemon_uid && peer == *daemon_uid)) return ok_status();
+  std::string trusted = own_uid == 0 ? "root (your uid)" : fmt::format("your uid {} or root", own_uid);
+  if (daemon_uid) trusted = fmt::format("uid {} (--daemon-uid), {}", *daemon_uid, trusted);
+  return Status(StatusCode::kPermissionDenied,
+                fmt::format("refusing the admin socket {}: the process listening on it runs as uid {}, not as {}, "
+                            "so it is not your sextant daemon and its answers are not trusted (if it is a daemon "
+                            "run by that user, pass --daemon-uid {})",
+                            socket_path, peer, trusted, peer));
+}
+
 Result<nlohmann::json> admin_call(const std::string& socket_path, const nlohmann::json& request,
-                                  int timeout_ms) {
+                                  int timeout_ms, std::optional<uint32_t> daemon_uid) {
   const std::string& path = socket_path;
   sockaddr_un addr{};
   if (path.empty()) return invalid_argument_error("the admin socket path is empty");
@@ -136,6 +159,10 @@ Result<nlohmann::json> admin_call(const std::string& socket_path, const nlohmann
     if (deadline.passed()) return timeout_error(path, timeout_ms, "the daemon's accept queue is full");
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+
+  // Nothing is sent to, or read from, a listener of another user.
+  SX_ASSIGN_OR_RETURN(uint32_t peer, peer_uid(fd.get(), path));
+  SX_RETURN_IF_ERROR(check_daemon_uid(path, peer, static_cast<uint32_t>(::geteuid()), daemon_uid));
 
   // The daemon may answer at once without reading (a refused peer): a failed write is then not the
   // end; the answer is read below.

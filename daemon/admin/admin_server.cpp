@@ -1,6 +1,7 @@
 // AdminServer: the Unix-socket admin API of `sextant serve`.
 #include "daemon/admin/admin_server.h"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -53,31 +54,77 @@ Status another_daemon_error(const std::string& path) {
       "another sextant daemon is listening on {} (stop it first, or set admin.socket to another path)", path);
 }
 
+// The directory part of a socket path: "." for a bare name, "/" for a name right under the root.
+std::string socket_directory(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+Status directory_refused(const std::string& dir, std::string_view why, uint32_t euid) {
+  return failed_precondition_error(
+      "refusing the admin socket directory {}: {}; another user could put their own socket there and answer "
+      "`sextant ctl`. remove it, or set admin.socket (or XDG_RUNTIME_DIR) to a path in a directory that only "
+      "uid {}{} can write",
+      dir, why, euid, euid == 0 ? "" : " (or root)");
+}
+
 // Creates the missing directories above `path` with mode 0700 (umask notwithstanding).
-Status ensure_parent_directory(const std::string& path) {
-  size_t slash = path.rfind('/');
-  if (slash == std::string::npos || slash == 0) return ok_status();  // the working or root directory
-  const std::string dir = path.substr(0, slash);
+Status create_missing_directories(const std::string& dir) {
   struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0) {
-    if (errno != ENOENT) return errno_status(errno, fmt::format("admin socket directory {}", dir));
-    for (size_t pos = 1;; ++pos) {
-      pos = dir.find('/', pos);
-      const std::string prefix = dir.substr(0, pos);
-      if (::mkdir(prefix.c_str(), 0700) == 0) {
-        if (::chmod(prefix.c_str(), 0700) != 0) {
-          return errno_status(errno, fmt::format("chmod 0700 the admin socket directory {}", prefix));
-        }
-        log_info("admin: created the socket directory {} (mode 0700)", prefix);
-      } else if (errno != EEXIST) {
-        return errno_status(errno, fmt::format("create the admin socket directory {}", prefix));
+  if (::lstat(dir.c_str(), &st) == 0 || errno != ENOENT) return ok_status();  // verified below
+  for (size_t pos = 1;; ++pos) {
+    pos = dir.find('/', pos);
+    const std::string prefix = dir.substr(0, pos);
+    if (::mkdir(prefix.c_str(), 0700) == 0) {
+      if (::chmod(prefix.c_str(), 0700) != 0) {
+        return errno_status(errno, fmt::format("chmod 0700 the admin socket directory {}", prefix));
       }
-      if (pos == std::string::npos) break;
+      log_info("admin: created the socket directory {} (mode 0700)", prefix);
+    } else if (errno != EEXIST) {
+      return errno_status(errno, fmt::format("create the admin socket directory {}", prefix));
     }
-    if (::stat(dir.c_str(), &st) != 0) return errno_status(errno, fmt::format("admin socket directory {}", dir));
+    if (pos == std::string::npos) break;
   }
-  if (!S_ISDIR(st.st_mode)) {
-    return failed_precondition_error("{} (the directory of the admin socket {}) is not a directory", dir, path);
+  return ok_status();
+}
+
+// The directory that holds the socket must be a directory (the last component not a symlink),
+// owned by the daemon's euid or root, and not writable by group or others: otherwise someone else
+// could have made it, or could add or rename entries in it, and put their own socket where
+// `sextant ctl` looks. Checked on the opened directory (O_NOFOLLOW, fstat), not on the name.
+Status verify_socket_directory(const std::string& dir, const std::string& path, uint32_t euid) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    struct stat lst {};
+    if ((err == ELOOP || err == ENOTDIR) && ::lstat(dir.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode)) {
+      char target[4096];
+      const ssize_t n = ::readlink(dir.c_str(), target, sizeof(target) - 1);
+      const std::string to = n > 0 ? std::string(target, static_cast<size_t>(n)) : std::string("?");
+      return directory_refused(dir, fmt::format("it is a symlink (to {})", to), euid);
+    }
+    if (err == ENOTDIR) {
+      return failed_precondition_error("{} (the directory of the admin socket {}) is not a directory", dir, path);
+    }
+    return errno_status(err, fmt::format("admin socket directory {}", dir));
+  }
+  struct stat st {};
+  const int rc = ::fstat(fd, &st);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) return errno_status(err, fmt::format("admin socket directory {}", dir));
+  if (st.st_uid != euid && st.st_uid != 0) {
+    const std::string why = fmt::format("it is owned by uid {}, not by the daemon's uid {}{}", st.st_uid, euid,
+                                        euid == 0 ? "" : " or root");
+    return directory_refused(dir, why, euid);
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return directory_refused(dir,
+                             fmt::format("it has mode {:04o} (writable by {})", st.st_mode & 07777,
+                                         (st.st_mode & S_IWOTH) != 0 ? "others" : "its group"),
+                             euid);
   }
   return ok_status();
 }
@@ -146,7 +193,9 @@ class AdminServer::Impl final : public ConnectionOwner {
 
   Status listen() {
     const std::string& path = ctx_.options.socket_path;
-    SX_RETURN_IF_ERROR(ensure_parent_directory(path));
+    const std::string dir = socket_directory(path);
+    SX_RETURN_IF_ERROR(create_missing_directories(dir));
+    SX_RETURN_IF_ERROR(verify_socket_directory(dir, path, euid_));
     SX_RETURN_IF_ERROR(clear_stale_socket(path));
     SX_RETURN_IF_ERROR(loop::uv_status(uv_pipe_init(ctx_.loop, &listener_, 0), "uv_pipe_init"));
     listener_.data = this;

@@ -17,9 +17,17 @@
 // max_connections get one RESOURCE_EXHAUSTED line and are closed. A connection with no request in
 // progress that stays silent for idle_timeout_ms is closed without a response.
 //
-// Lifetime: start() creates the socket's parent directory if missing (mode 0700), refuses to run
-// when another process is listening on the path, removes a stale socket file, binds, chmods and
-// listens; the returned AdminServer owns every handle. stop() closes the listener and unlinks the
+// Socket directory: start() creates the socket's directory if missing (each missing level mode
+// 0700, umask notwithstanding). The directory (created or found) is then opened with O_NOFOLLOW and
+// checked with fstat: it must not be a symlink, must be owned by the daemon's euid or by root, and
+// must not be writable by group or others (sticky or not: /tmp itself is refused), so nobody else
+// can have made it or add their own socket to it; a mode like 0755 is fine (others need search
+// permission to reach a socket opened to them with admin.mode and admin.allowed_uids). Only that
+// directory is checked, not the ones above it. This is what makes the default /tmp/sextant-<uid>
+// safe: if another user made it first, start() refuses.
+//
+// Lifetime: start() prepares the directory (above), refuses to run when another process is
+// listening on the path, removes a stale socket file, binds, chmods and listens; the returned AdminServer owns every handle. stop() closes the listener and unlinks the
 // socket file at once, answers a request still in progress with UNAVAILABLE ("the daemon is
 // stopping"), lets queued response bytes flush (bounded), and runs `on_stopped` on the loop thread
 // once every handle is closed, so uv_loop_close() can succeed after it (the AdminServer may be
@@ -34,7 +42,10 @@
 //
 // Errors: start() returns INVALID_ARGUMENT for unusable options, FAILED_PRECONDITION naming the
 // path when another daemon listens there ("another sextant daemon is listening on PATH") or the
-// path is not a socket, and the system error (directory creation, bind, chmod, listen) otherwise;
+// path is not a socket, FAILED_PRECONDITION "refusing the admin socket directory DIR: it is owned
+// by uid X, not by the daemon's uid Y ... | it has mode 0777 (writable by others) ... | it is a
+// symlink (to T) ...; remove it, or set admin.socket (or XDG_RUNTIME_DIR) to ..." for a directory
+// that fails the check above, and the system error (directory creation, bind, chmod, listen) otherwise;
 // on failure the handles already opened are closed asynchronously (run the loop before
 // uv_loop_close()). Request errors are answered on the wire and counted in AdminStats.
 #pragma once

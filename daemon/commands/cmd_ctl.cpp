@@ -2,7 +2,9 @@
 // the result (daemon/admin/admin_client.h; the formatting is in ctl_format.h).
 // Exit code: 0 ok, 1 the daemon (or the connection) reported an error, 2 usage errors.
 #include <climits>
+#include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -49,6 +51,10 @@ int cmd_ctl(int argc, char** argv) {
                 {{"--json"}, false, false, "print the result as JSON (pretty, 2 spaces)", ""},
                 {{"--timeout-ms"}, true, false,
                  "give up waiting for the answer after N ms (default 30000; 0: wait forever)", "N"},
+                {{"--daemon-uid"}, true, false,
+                 "also trust a daemon running as UID (by default only your own uid and root are; a socket "
+                 "another user listens on is refused)",
+                 "UID"},
             },
             "<command> [key=value ...]");
   if (Status s = args.parse(argc, argv); !s.ok()) return usage_error(s.message());
@@ -63,6 +69,12 @@ int cmd_ctl(int argc, char** argv) {
   if (socket->empty()) return usage_error("--socket: empty path");
   Result<std::int64_t> timeout = args.get_int("--timeout-ms", admin::kDefaultAdminTimeoutMs, 0, INT_MAX);
   if (!timeout.ok()) return usage_error(timeout.status().message());
+  std::optional<std::uint32_t> daemon_uid;
+  if (args.has("--daemon-uid")) {
+    Result<std::int64_t> uid = args.get_int("--daemon-uid", 0, 0, UINT32_MAX - 1);
+    if (!uid.ok()) return usage_error(uid.status().message());
+    daemon_uid = static_cast<std::uint32_t>(*uid);
+  }
 
   const std::vector<std::string>& words = args.positional();
   const std::string& command = words[0];
@@ -77,7 +89,7 @@ int cmd_ctl(int argc, char** argv) {
     request[field->first] = std::move(field->second);
   }
 
-  Result<nlohmann::json> result = admin::admin_call(*socket, request, static_cast<int>(*timeout));
+  Result<nlohmann::json> result = admin::admin_call(*socket, request, static_cast<int>(*timeout), daemon_uid);
   if (!result.ok()) {
     std::fprintf(stderr, "sextant ctl: %s\n", result.status().message().c_str());
     return 1;

@@ -34,7 +34,10 @@ inline constexpr std::string_view kRedactedKey = "***";
 
 // "$XDG_RUNTIME_DIR/sextant/admin.sock", or "/tmp/sextant-<uid>/admin.sock" when XDG_RUNTIME_DIR
 // is unset or empty. The first form reads the environment and getuid() (so a default-constructed
-// ServeConfig depends on them); the second is the pure rule.
+// ServeConfig depends on them); the second is the pure rule. The fallback lies in the shared /tmp,
+// so the daemon trusts its directory only after checking it (created 0700, or owned by the daemon's
+// uid and not writable by others: daemon/admin/admin_server.h), and `sextant ctl` checks that the
+// process answering on it runs as its own uid or root (daemon/admin/admin_client.h).
 std::string default_admin_socket_path();
 std::string default_admin_socket_path(const char* xdg_runtime_dir, std::uint32_t uid);
 

@@ -1,6 +1,14 @@
 // daemon/admin admin_call and `sextant ctl` against a server on a loop thread: results, daemon
-// errors mapped back to StatusCodes, a missing or stale socket, a timeout, and cmd_ctl's exit
-// codes, request fields and output.
+// errors mapped back to StatusCodes, a missing or stale socket, a timeout, cmd_ctl's exit codes,
+// request fields and output, and (root only) a listener of another uid that is not trusted.
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <cstring>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -163,6 +171,114 @@ TEST_F(AdminClientTest, CtlExitCodes) {
   EXPECT_EQ(ctl({"--help"}), 0);
   std::string out = ::testing::internal::GetCapturedStdout();
   EXPECT_NE(out.find("usage: sextant ctl"), std::string::npos) << out;
+}
+
+// ---- who answers ----
+
+TEST(AdminClientTrustTest, OwnUidRootAndTheGivenDaemonUidAreTrusted) {
+  const std::string path = "/tmp/sextant-1000/admin.sock";
+  EXPECT_TRUE(check_daemon_uid(path, 1000, 1000, std::nullopt).ok());
+  EXPECT_TRUE(check_daemon_uid(path, 0, 1000, std::nullopt).ok());
+  EXPECT_TRUE(check_daemon_uid(path, 0, 0, std::nullopt).ok());
+  EXPECT_TRUE(check_daemon_uid(path, 999, 1000, 999u).ok());
+
+  Status other = check_daemon_uid(path, 1001, 1000, std::nullopt);
+  EXPECT_EQ(other.code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(other.message(),
+            "refusing the admin socket /tmp/sextant-1000/admin.sock: the process listening on it runs as uid 1001, "
+            "not as your uid 1000 or root, so it is not your sextant daemon and its answers are not trusted (if it "
+            "is a daemon run by that user, pass --daemon-uid 1001)");
+  Status not_the_given = check_daemon_uid(path, 1001, 1000, 999u);
+  EXPECT_EQ(not_the_given.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(not_the_given.message().find("runs as uid 1001, not as uid 999 (--daemon-uid), your uid 1000 or root"),
+            std::string::npos)
+      << not_the_given.message();
+  EXPECT_NE(check_daemon_uid(path, 65534, 0, std::nullopt).message().find("not as root (your uid)"),
+            std::string::npos);
+}
+
+// ---- who answers (root only: a forked child of uid 65534 listens) ----
+
+// A forked child that drops to uid/gid 65534, listens on `path`, and answers the first connection
+// with a forged success line (what another local user could do on a socket path they control).
+class ForgedServer {
+ public:
+  explicit ForgedServer(const std::string& path) {
+    int ready[2];
+    if (::pipe(ready) != 0) return;
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::close(ready[0]);
+      ::alarm(10);  // never outlives the test
+      if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(10);
+      int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+      if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) ::_exit(11);
+      ::chmod(addr.sun_path, 0666);
+      if (::listen(fd, 4) != 0) ::_exit(12);
+      (void)::write(ready[1], "r", 1);
+      int c = ::accept(fd, nullptr, nullptr);
+      if (c < 0) ::_exit(13);
+      static const char kForged[] = "{\"ok\": true, \"result\": \"forged\"}\n";
+      (void)::send(c, kForged, sizeof(kForged) - 1, MSG_NOSIGNAL);
+      char buf[256];
+      (void)::read(c, buf, sizeof(buf));
+      ::_exit(0);
+    }
+    ::close(ready[1]);
+    pollfd p{ready[0], POLLIN, 0};
+    char byte = 0;
+    ready_ = pid_ > 0 && ::poll(&p, 1, 5000) == 1 && ::read(ready[0], &byte, 1) == 1;
+    ::close(ready[0]);
+  }
+  ~ForgedServer() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+  }
+  bool ready() const { return ready_; }
+
+ private:
+  pid_t pid_ = -1;
+  bool ready_ = false;
+};
+
+TEST(AdminClientPeerTest, AnswerFromAnotherUidIsNotTrusted) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to fork a listener with another uid (setuid 65534)";
+  TempDir dir;
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0755), 0);
+  const std::string theirs = dir.file("theirs");  // a directory the other user owns
+  ASSERT_EQ(::mkdir(theirs.c_str(), 0755), 0);
+  ASSERT_EQ(::chown(theirs.c_str(), 65534, 65534), 0);
+  const std::string path = theirs + "/admin.sock";
+  ForgedServer server(path);
+  ASSERT_TRUE(server.ready());
+  auto r = admin_call(path, json{{"cmd", "status"}}, 5000);
+  ASSERT_FALSE(r.ok()) << "trusted the answer " << r->dump() << " of a process of uid 65534";
+  EXPECT_EQ(r.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(r.status().message().rfind("refusing the admin socket " + path +
+                                           ": the process listening on it runs as uid 65534, not as",
+                                       0),
+            0u)
+      << r.status().message();
+}
+
+TEST(AdminClientPeerTest, DaemonUidTrustsThatUser) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to fork a listener with another uid (setuid 65534)";
+  TempDir dir;
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0755), 0);
+  const std::string theirs = dir.file("theirs");
+  ASSERT_EQ(::mkdir(theirs.c_str(), 0755), 0);
+  ASSERT_EQ(::chown(theirs.c_str(), 65534, 65534), 0);
+  const std::string path = theirs + "/admin.sock";
+  ForgedServer server(path);
+  ASSERT_TRUE(server.ready());
+  auto r = admin_call(path, json{{"cmd", "status"}}, 5000, 65534u);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(*r, "forged");
 }
 
 TEST(AdminProtocolTest, CodeNamesRoundTrip) {

@@ -181,6 +181,74 @@ TEST(AdminSocketTest, DestroyingWithoutStopClosesAndUnlinks) {
   h.shutdown();
 }
 
+// ---- the socket's directory: created private, or verified ----
+
+// start() on `path` must fail with FAILED_PRECONDITION naming `dir` and saying `why` and what to do.
+void expect_directory_refused(const std::string& path, const std::string& dir, const std::string& why) {
+  AdminHarness h;
+  AdminOptions o;
+  o.socket_path = path;
+  auto started = h.try_start(o, echo_handler());
+  ASSERT_FALSE(started.ok()) << "started on " << path << " in " << dir;
+  EXPECT_EQ(started.status().code(), StatusCode::kFailedPrecondition);
+  const std::string& m = started.status().message();
+  EXPECT_EQ(m.rfind("refusing the admin socket directory " + dir + ": " + why, 0), 0u) << m;
+  EXPECT_NE(m.find("remove it, or set admin.socket (or XDG_RUNTIME_DIR)"), std::string::npos) << m;
+  EXPECT_FALSE(exists(path));  // nothing was bound there
+  h.shutdown();
+}
+
+TEST(AdminSocketDirectoryTest, DirectoryWritableByOthersIsRefused) {
+  TempDir dir;
+  const std::string sub = dir.file("sextant-0");
+  ASSERT_EQ(::mkdir(sub.c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(sub.c_str(), 0777), 0);
+  expect_directory_refused(sub + "/admin.sock", sub, "it has mode 0777 (writable by others)");
+  ASSERT_EQ(::chmod(sub.c_str(), 0770), 0);
+  expect_directory_refused(sub + "/admin.sock", sub, "it has mode 0770 (writable by its group)");
+  ASSERT_EQ(::chmod(sub.c_str(), 01777), 0);  // sticky like /tmp: still others can add names
+  expect_directory_refused(sub + "/admin.sock", sub, "it has mode 1777 (writable by others)");
+}
+
+TEST(AdminSocketDirectoryTest, SymlinkAsTheDirectoryIsRefused) {
+  TempDir dir;
+  const std::string real = dir.file("real");
+  ASSERT_EQ(::mkdir(real.c_str(), 0700), 0);
+  const std::string link = dir.file("sextant-0");
+  ASSERT_EQ(::symlink(real.c_str(), link.c_str()), 0);
+  expect_directory_refused(link + "/admin.sock", link, "it is a symlink (to " + real + ")");
+  EXPECT_FALSE(exists(real + "/admin.sock"));
+}
+
+TEST(AdminSocketDirectoryTest, DirectoryOwnedByAnotherUidIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to chown a directory to another uid";
+  // What another local user can do first: mkdir /tmp/sextant-<uid> with mode 0777.
+  TempDir dir;
+  const std::string sub = dir.file("sextant-0");
+  ASSERT_EQ(::mkdir(sub.c_str(), 0700), 0);
+  ASSERT_EQ(::chown(sub.c_str(), 12345, 12345), 0);
+  expect_directory_refused(sub + "/admin.sock", sub, "it is owned by uid 12345, not by the daemon's uid 0");
+  ASSERT_EQ(::chmod(sub.c_str(), 0777), 0);
+  expect_directory_refused(sub + "/admin.sock", sub, "it is owned by uid 12345, not by the daemon's uid 0");
+}
+
+TEST(AdminSocketDirectoryTest, OwnPrivateAndRootReadableDirectoriesAreAccepted) {
+  TempDir dir;
+  for (mode_t mode : {0700, 0750, 0755, 0711}) {
+    SCOPED_TRACE(mode);
+    const std::string sub = dir.file("d" + std::to_string(mode));
+    ASSERT_EQ(::mkdir(sub.c_str(), 0700), 0);
+    ASSERT_EQ(::chmod(sub.c_str(), mode), 0);
+    AdminHarness h;
+    AdminOptions o;
+    o.socket_path = sub + "/admin.sock";
+    ASSERT_TRUE(h.start(o, echo_handler()));
+    h.run();
+    EXPECT_TRUE(answers_echo(o.socket_path));
+    h.shutdown();
+  }
+}
+
 // ---- peer credentials (root only) ----
 
 struct ChildResult {
