@@ -3,16 +3,15 @@
 #include "daemon/config/yaml_io.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
+#include <cstdint>
+#include <limits>
 #include <map>
-#include <memory>
 
 #include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
 #include "daemon/config/fields.h"
+#include "runtime/base/regular_file.h"
 
 namespace sx::daemon::config {
 namespace {
@@ -183,22 +182,10 @@ Result<ServeConfig> load_config_string(std::string_view text, std::string_view s
 }
 
 Result<ServeConfig> load_config_file(const std::string& path) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
-  auto failure = [&path](int err) {
-    const std::string message = fmt::format("cannot read config file '{}': {}", path, std::strerror(err));
-    if (err == ENOENT) return Status(StatusCode::kNotFound, message);
-    if (err == EACCES || err == EPERM) return Status(StatusCode::kPermissionDenied, message);
-    return Status(StatusCode::kInvalidArgument, message);
-  };
-  if (!file) return failure(errno);
-  std::string text;
-  char buffer[65536];
-  while (true) {
-    const std::size_t n = std::fread(buffer, 1, sizeof(buffer), file.get());
-    text.append(buffer, n);
-    if (n < sizeof(buffer)) break;
-  }
-  if (std::ferror(file.get())) return failure(errno != 0 ? errno : EIO);
+  // A FIFO, a device or a directory is refused before anything blocks on it or reads it.
+  SX_ASSIGN_OR_RETURN(std::string text,
+                      read_regular_file(path, std::numeric_limits<std::uint64_t>::max(),
+                                        fmt::format("cannot read config file '{}'", path)));
   return load_config_string(text, path);
 }
 

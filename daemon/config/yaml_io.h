@@ -6,8 +6,10 @@
 // Problems: YAML syntax, a top level that is not a map, unknown sections and keys (with a
 // did-you-mean), duplicate keys, wrong shapes (a list where a number goes) and values that a
 // field's validator refuses. A file that cannot be read is NOT_FOUND / PERMISSION_DENIED /
-// INVALID_ARGUMENT naming the path and the system's reason. yaml-cpp exceptions are caught here
-// and never leave this module.
+// INVALID_ARGUMENT "cannot read config file '<path>': <reason>"; a path that is not a regular file
+// is refused at once, without blocking: "...: not a regular file (a FIFO)" (a directory, a
+// character device such as /dev/zero, ...; runtime/base/regular_file.h). yaml-cpp exceptions are
+// caught here and never leave this module.
 //
 // Threading: the functions are reentrant; they share no state.
 #pragma once

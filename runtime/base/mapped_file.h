@@ -2,7 +2,9 @@
 //
 // Lifetime: the mapping lives as long as the MappedFile; spans from bytes() die with it.
 // Threading: immutable after open(); safe to read from any thread.
-// Errors: open() reports NOT_FOUND / PERMISSION_DENIED / INVALID_ARGUMENT naming the path.
+// Errors: open() reports NOT_FOUND / PERMISSION_DENIED / INVALID_ARGUMENT naming the path; a path
+// that is not a regular file (a FIFO, a directory, a device, a socket) is INVALID_ARGUMENT
+// "<path>: not a regular file (a FIFO)" at once, without blocking (runtime/base/regular_file.h).
 #pragma once
 
 #include <cstddef>

@@ -1,11 +1,14 @@
 // SHA-256 as FIPS 180-4 specifies it.
 #include "runtime/base/sha256.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <vector>
+
+#include "runtime/base/regular_file.h"
 
 namespace sx {
 
@@ -103,24 +106,19 @@ std::string Sha256::finish_hex() {
 }
 
 Result<std::string> sha256_file(const std::string& path, const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return not_found_error("{}: cannot open: {}", path, std::strerror(errno));
-  std::fseek(f, 0, SEEK_END);
-  const long size = std::ftell(f);
-  std::fseek(f, 0, SEEK_SET);
+  SX_ASSIGN_OR_RETURN(RegularFile file, open_regular_file(path));
   Sha256 sha;
   std::vector<std::uint8_t> chunk(1 << 20);
   std::uint64_t done = 0;
   for (;;) {
-    const std::size_t n = std::fread(chunk.data(), 1, chunk.size(), f);
+    const ssize_t n = ::read(file.fd.get(), chunk.data(), chunk.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return data_loss_error("{}: read error after {} bytes: {}", path, done, std::strerror(errno));
     if (n == 0) break;
-    sha.update({chunk.data(), n});
-    done += n;
-    if (progress) progress(done, size < 0 ? 0 : static_cast<std::uint64_t>(size));
+    sha.update({chunk.data(), static_cast<std::size_t>(n)});
+    done += static_cast<std::uint64_t>(n);
+    if (progress) progress(done, file.size);
   }
-  const bool failed = std::ferror(f) != 0;
-  std::fclose(f);
-  if (failed) return data_loss_error("{}: read error after {} bytes", path, done);
   return sha.finish_hex();
 }
 

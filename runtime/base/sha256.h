@@ -30,7 +30,8 @@ class Sha256 {
 };
 
 // Hex digest of a whole file; `progress(done, total)` is called after each chunk when set.
-// Errors name the path.
+// Errors name the path: open_regular_file's (a FIFO or other non-regular file is refused without
+// blocking, runtime/base/regular_file.h), DATA_LOSS for a read error.
 Result<std::string> sha256_file(const std::string& path,
                                 const std::function<void(std::uint64_t, std::uint64_t)>& progress = {});
 

@@ -3,11 +3,12 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <map>
+#include <sstream>
 
 #include <fmt/format.h>
 
+#include "runtime/base/regular_file.h"
 #include "runtime/base/sha256.h"
 
 namespace sx::model {
@@ -112,10 +113,19 @@ bool is_hex64(std::string_view s) {
   return true;
 }
 
-// name -> digest from dir/SHA256SUMS ("digest  name" or "digest *name").
+// The most a SHA256SUMS file may have (one line per file of a model: far below this).
+constexpr std::uint64_t kMaxSumsBytes = 16u << 20;
+
+// name -> digest from dir/SHA256SUMS ("digest  name" or "digest *name"). A file that cannot be
+// read (not a regular file, too large, unreadable) is a warning and gives no digests.
 std::map<std::string, std::string> read_sums(const fs::path& file, std::vector<std::string>& warnings) {
   std::map<std::string, std::string> sums;
-  std::ifstream in(file);
+  Result<std::string> text = read_regular_file(file.string(), kMaxSumsBytes);
+  if (!text.ok()) {
+    warnings.push_back(fmt::format("{}; no checksums were read from it", text.status().message()));
+    return sums;
+  }
+  std::istringstream in(*text);
   std::string line;
   int n = 0;
   while (std::getline(in, line)) {

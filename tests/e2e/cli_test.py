@@ -21,6 +21,9 @@ def run(*args, check=True):
 
 
 def case(fn):
+    only = os.environ.get("SX_CLI_CASES")  # comma-separated case names: run only those
+    if only and fn.__name__ not in only.split(","):
+        return fn
     try:
         fn()
         results.append((fn.__name__, None))
@@ -440,6 +443,51 @@ def int4_checkpoints_from_make_model_load_and_generate():
         p = run("make-model", "--format", "safetensors", "--awq", "--gptq", *shape, "--out", os.path.join(d, "x"),
                 check=False)
         assert p.returncode != 0 and b"--awq and --gptq exclude each other" in p.stderr, p.stderr
+
+
+def run_limited(*args, limit=20):
+    """sextant with a time limit: a run still going after `limit` s (blocked opening a FIFO) fails."""
+    try:
+        return subprocess.run([SEXTANT, *args], capture_output=True, timeout=limit)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"sextant {' '.join(args)} still running after {limit} s (blocked in open()?)") from None
+
+
+@case
+def fifos_and_other_non_regular_files_are_refused_at_once():
+    """A FIFO as the model file, a shard, config.json, tokenizer.json, SHA256SUMS or the serve config
+    makes the command exit non-zero within seconds, naming the file and its kind (it used to block in
+    open() forever)."""
+    with tempfile.TemporaryDirectory() as d:
+        fifo = os.path.join(d, "model.gguf")
+        os.mkfifo(fifo)
+        for cmd in (("inspect", fifo), ("generate", "--model", fifo, "--prompt", "x")):
+            p = run_limited(*cmd)
+            out = p.stdout + p.stderr
+            assert p.returncode != 0 and f"{fifo}: not a regular file (a FIFO)".encode() in out, (cmd, out)
+        p = run_limited("serve", "--config", fifo)
+        assert p.returncode != 0 and f"'{fifo}': not a regular file (a FIFO)".encode() in p.stderr, p.stderr
+
+        st = os.path.join(d, "st")
+        run("make-model", "--format", "safetensors", "--layers", "1", "--heads", "2", "--kv-heads", "1",
+            "--head-dim", "32", "--hidden", "64", "--ffn", "96", "--vocab", "300", "--shards", "2", "--out", st)
+        shard = sorted(f for f in os.listdir(st) if f.endswith(".safetensors"))[1]
+        for name in ("config.json", "tokenizer.json", shard):
+            path = os.path.join(st, name)
+            saved = path + ".saved"
+            os.rename(path, saved)
+            os.mkfifo(path)
+            p = run_limited("inspect", st)
+            out = p.stdout + p.stderr
+            os.remove(path)
+            os.rename(saved, path)
+            assert p.returncode != 0 and f"{name}: not a regular file (a FIFO)".encode() in out, (name, out)
+        assert run_limited("inspect", st).returncode == 0
+        os.mkfifo(os.path.join(st, "SHA256SUMS"))
+        p = run_limited("inspect", "--verify-checksums", st)
+        out = (p.stdout + p.stderr).decode()
+        assert "SHA256SUMS: not a regular file (a FIFO)" in out, out
+
 
 passed = sum(1 for _, e in results if e is None)
 failed = len(results) - passed
