@@ -3,6 +3,8 @@
 
 #include <exception>
 
+#include "runtime/base/json_depth.h"
+
 namespace sx::daemon::admin {
 
 namespace {
@@ -61,6 +63,9 @@ std::string encode_response(const Result<nlohmann::json>& result) {
 
 Result<nlohmann::json> decode_response(std::string_view line) {
   line = trim_line(line);
+  if (json_nesting_depth(line) > kMaxJsonDepth) {
+    return data_loss_error("the admin socket answered a line nested deeper than {} levels", kMaxJsonDepth);
+  }
   nlohmann::json parsed = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded() || !parsed.is_object() || !parsed.contains("ok") || !parsed["ok"].is_boolean()) {
     return data_loss_error("the admin socket answered something that is not a response line: '{}'",
@@ -86,6 +91,10 @@ Result<nlohmann::json> decode_response(std::string_view line) {
 
 Result<nlohmann::json> decode_request(std::string_view line) {
   line = trim_line(line);
+  if (const std::size_t depth = json_nesting_depth(line); depth > kMaxJsonDepth) {
+    return invalid_argument_error("the request nests JSON {} levels deep; at most {} are accepted", depth,
+                                  kMaxJsonDepth);
+  }
   nlohmann::json request;
   try {
     request = nlohmann::json::parse(line);

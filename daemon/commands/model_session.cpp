@@ -81,6 +81,7 @@ Result<ModelSession> open_session(const SessionOptions& o, engine::OpenedModel o
   phase("devices", s.devices_summary());
 
   engine::ModelOptions mo;
+  mo.cancel = o.cancel;
   mo.max_batch_tokens = o.max_batch_tokens;
   mo.kv.dtype = o.kv_dtype;
   mo.kv.block_size = o.block_size;

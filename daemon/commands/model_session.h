@@ -2,6 +2,8 @@
 // the steps that open the model (checked before any device memory), create the device and load it.
 #pragma once
 
+#include <atomic>
+
 #include <functional>
 #include <string>
 #include <string_view>
@@ -35,6 +37,8 @@ struct SessionOptions {
   double memory_utilization = 0.9;
   std::uint64_t memory_budget = 0;  // CPU: bytes the devices may use (0: system memory)
   bool verbose = false;             // print the memory plan per device and layer
+  // When set and true, open_session stops with CANCELLED at its next step (see ModelOptions).
+  const std::atomic<bool>* cancel = nullptr;
   // Called as each step of open_session succeeds: ("devices", "cpu:0 (2 threads)"), ("plan", the
   // one-line summary), ("load", ...). Unset: the plan summary goes to stderr.
   std::function<void(std::string_view phase, const std::string& detail)> on_phase;

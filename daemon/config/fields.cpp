@@ -351,6 +351,9 @@ std::vector<Field> build_fields() {
   v.push_back(int_field("http.header_timeout_ms", SX_AT(http.header_timeout_ms), 1, kMaxInt));
   v.push_back(int_field("http.body_timeout_ms", SX_AT(http.body_timeout_ms), 1, kMaxInt));
   v.push_back(int_field("http.keepalive_timeout_ms", SX_AT(http.keepalive_timeout_ms), 1, kMaxInt));
+  v.push_back(int_field("http.write_timeout_ms", SX_AT(http.write_timeout_ms), 1, kMaxInt));
+  v.push_back(bytes_field("http.max_unsent_stream_bytes", SX_AT(http.max_unsent_stream_bytes), 1024,
+                          std::uint64_t{1} << 30));
   v.push_back(int_field("http.max_queued_requests", SX_AT(http.max_queued_requests), 1, 1 << 20));
   v.push_back(int_field("http.drain_timeout_ms", SX_AT(http.drain_timeout_ms), 0, kMaxInt));
   // admin

@@ -73,6 +73,8 @@ struct HttpSection {
   std::int64_t header_timeout_ms = 10000;       // time to receive the whole request head
   std::int64_t body_timeout_ms = 30000;         // time to receive the whole body
   std::int64_t keepalive_timeout_ms = 60000;    // idle time between requests on one connection
+  std::int64_t write_timeout_ms = 60000;        // a client that accepts no response byte for this long is closed
+  std::uint64_t max_unsent_stream_bytes = 4u << 20;  // a stream with more waiting unread is ended and cancelled
   std::int64_t drain_timeout_ms = 60000;        // shutdown: in-flight requests get this long, then 503 / an error event
   std::int64_t max_queued_requests = 1024;      // requests waiting beyond max_num_seqs before 429s
   bool operator==(const HttpSection&) const = default;

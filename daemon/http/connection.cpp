@@ -166,7 +166,8 @@ bool Connection::open(uv_stream_t* listener) {
   peer_ = peer_name(&tcp_);
   shutdown_req_.data = this;
   parser_ = std::make_unique<RequestParser>(
-      RequestParser::Limits{ctx_.options.max_header_bytes, ctx_.options.max_body_bytes},
+      RequestParser::Limits{ctx_.options.max_header_bytes, ctx_.options.max_body_bytes, ctx_.options.max_json_depth,
+                            ctx_.options.max_json_values},
       static_cast<RequestParser::Listener*>(this));
   return true;
 }
@@ -359,7 +360,7 @@ void Connection::process_input() {
       continue;
     }
     log_debug("http: {}: bad request ({}): {}", peer_, parser_->error_status(), parser_->error_reason());
-    fail_request(parser_->error_status());
+    fail_request(parser_->error_status(), parser_->error_reason());
     break;
   }
   if (input_pos_ >= input_.size()) {
@@ -375,14 +376,15 @@ void Connection::process_input() {
   rearm_timer();
 }
 
-void Connection::fail_request(int status) {
+void Connection::fail_request(int status, const std::string& reason) {
   switch (status) {
     case 400: ctx_.stats.rejected_bad_request.fetch_add(1, std::memory_order_relaxed); break;
     case 413: ctx_.stats.rejected_body_too_large.fetch_add(1, std::memory_order_relaxed); break;
     case 431: ctx_.stats.rejected_header_too_large.fetch_add(1, std::memory_order_relaxed); break;
     default: break;
   }
-  std::string body = fmt::format("{} {}\n", status, status_reason(status));
+  std::string body = reason.empty() ? fmt::format("{} {}\n", status, status_reason(status))
+                                    : fmt::format("{} {}: {}\n", status, status_reason(status), reason);
   HeadFraming framing;
   framing.content_length = body.size();
   framing.keep_alive = false;

@@ -157,7 +157,8 @@ class Connection final : private RequestParser::Listener {
   void process_input();
   void dispatch();
   void handler_failed(const char* what);
-  void fail_request(int status);
+  // Answers `status` (with `reason` in the body when given) and closes after it.
+  void fail_request(int status, const std::string& reason = {});
   void finish_response();
   void begin_drain();
   bool queue_write(std::vector<std::string> pieces);

@@ -1,6 +1,10 @@
 // RequestParser: HTTP/1.1 request framing on llhttp with the server's limits and RFC 9112's rules.
 #include "daemon/http/request_parser.h"
 
+#include <fmt/format.h>
+
+#include <optional>
+#include <utility>
 #include <string_view>
 #include <vector>
 
@@ -53,7 +57,7 @@ RequestParser::Result RequestParser::feed(const char* data, size_t len, size_t* 
   } else {
     failed_ = true;
     error_status_ = reject_status_ != 0 ? reject_status_ : 400;
-    if (reject_reason_ != nullptr) {
+    if (!reject_reason_.empty()) {
       error_reason_ = reject_reason_;
     } else {
       const char* reason = llhttp_get_error_reason(&parser_);
@@ -113,15 +117,17 @@ const llhttp_settings_t* RequestParser::settings() {
   return &settings;
 }
 
-int RequestParser::reject(int status, const char* reason) {
+int RequestParser::reject(int status, std::string reason) {
   reject_status_ = status;
-  reject_reason_ = reason;
+  reject_reason_ = std::move(reason);
   return -1;
 }
 
 int RequestParser::count_header_bytes(size_t n) {
   header_bytes_ += n;
-  if (header_bytes_ > limits_.max_header_bytes) return reject(431, "request line and headers over max_header_bytes");
+  if (header_bytes_ > limits_.max_header_bytes) {
+    return reject(431, fmt::format("the request line and headers are larger than {} bytes", limits_.max_header_bytes));
+  }
   return 0;
 }
 
@@ -133,7 +139,7 @@ int RequestParser::on_message_begin(llhttp_t* parser) {
   p->value_started_ = false;
   p->header_bytes_ = 0;
   p->reject_status_ = 0;
-  p->reject_reason_ = nullptr;
+  p->reject_reason_.clear();
   p->message_complete_ = false;
   p->in_request_ = true;
   p->listener_->on_request_begin();
@@ -210,9 +216,13 @@ int RequestParser::on_headers_complete(llhttp_t* parser) {
   const bool has_length = (parser->flags & F_CONTENT_LENGTH) != 0;
   // A body announced larger than allowed is refused before any of it is read.
   if (has_length && parser->content_length > p->limits_.max_body_bytes) {
-    return p->reject(413, "Content-Length over max_body_bytes");
+    return p->reject(413, fmt::format("the body is larger than {} bytes", p->limits_.max_body_bytes));
   }
   const bool expects_body = (parser->flags & F_CHUNKED) != 0 || (has_length && parser->content_length > 0);
+  const std::optional<std::string_view> type = r.headers.get("Content-Type");
+  p->json_body_ = (p->limits_.max_json_depth > 0 || p->limits_.max_json_values > 0) &&
+                  (!type || type->find("json") != std::string_view::npos);
+  p->json_ = JsonShapeScanner{};
   p->listener_->on_request_head(r, expects_body);
   return 0;
 }
@@ -220,9 +230,20 @@ int RequestParser::on_headers_complete(llhttp_t* parser) {
 int RequestParser::on_body(llhttp_t* parser, const char* at, size_t length) {
   RequestParser* p = from(parser);
   if (p->request_.body.size() + length > p->limits_.max_body_bytes) {
-    return p->reject(413, "body over max_body_bytes");  // chunked bodies are only known while reading
+    // Chunked bodies are only known to be too large while reading.
+    return p->reject(413, fmt::format("the body is larger than {} bytes", p->limits_.max_body_bytes));
   }
   p->request_.body.append(at, length);
+  if (p->json_body_) {
+    p->json_.feed(std::string_view(at, length));
+    const JsonShape shape = p->json_.shape();
+    if (p->limits_.max_json_depth > 0 && shape.depth > p->limits_.max_json_depth) {
+      return p->reject(400, fmt::format("the JSON body nests more than {} levels deep", p->limits_.max_json_depth));
+    }
+    if (p->limits_.max_json_values > 0 && shape.values > p->limits_.max_json_values) {
+      return p->reject(400, fmt::format("the JSON body holds more than {} values", p->limits_.max_json_values));
+    }
+  }
   return 0;
 }
 

@@ -6,7 +6,7 @@
 // stops (kComplete) and reports how many bytes it used; take() hands out the request and the
 // parser is ready for the next one. A request that breaks a rule stops with kError and the status
 // to answer (the connection then closes):
-//   400  malformed (llhttp), an HTTP/1.1 request without exactly one Host (RFC 9112 §3.2), a header
+//   400  malformed (llhttp), a JSON body beyond Limits' JSON bounds, an HTTP/1.1 request without exactly one Host (RFC 9112 §3.2), a header
 //        value folded over several lines (obs-fold, §5.2), a Transfer-Encoding whose last coding
 //        is not chunked or that appears in an HTTP/1.0 request (§6.1, §6.3)
 //   413  a body larger than max_body_bytes (announced by Content-Length, or while reading chunks)
@@ -25,6 +25,7 @@
 #include <llhttp.h>
 
 #include "daemon/http/request.h"
+#include "runtime/base/json_depth.h"
 
 namespace sx::daemon::http {
 
@@ -33,6 +34,11 @@ class RequestParser {
   struct Limits {
     size_t max_header_bytes = 16 * 1024;
     size_t max_body_bytes = 16 * 1024 * 1024;
+    // Bounds on a JSON body (Content-Type application/json or any +json type, or none), checked
+    // as its bytes arrive, so that a body nested thousands of levels deep or holding millions of
+    // values is refused after its first bytes instead of being stored and parsed; 0: no bound.
+    size_t max_json_depth = 0;
+    size_t max_json_values = 0;
   };
 
   class Listener {
@@ -60,7 +66,7 @@ class RequestParser {
   Request take();
   // The status to answer after kError (400, 413, 431 or 501).
   int error_status() const { return error_status_; }
-  // llhttp's reason, or the rule broken, after kError (for logs).
+  // The rule broken, or llhttp's reason, after kError (for the response body and logs).
   const std::string& error_reason() const { return error_reason_; }
   // A request has begun and is not complete yet.
   bool in_request() const { return in_request_; }
@@ -83,7 +89,7 @@ class RequestParser {
   // bytes of the previous one; '\0' beyond that).
   char byte_before(const char* at, size_t back) const;
   int count_header_bytes(size_t n);
-  int reject(int status, const char* reason);
+  int reject(int status, std::string reason);
   // The RFC 9112 rules on a complete head; 0 or the status to answer.
   int check_head();
 
@@ -97,8 +103,10 @@ class RequestParser {
   const char* feed_begin_ = nullptr;
   char tail_[2] = {'\0', '\0'};
   size_t header_bytes_ = 0;
+  bool json_body_ = false;  // the body is checked against the JSON bounds
+  JsonShapeScanner json_;
   int reject_status_ = 0;  // set by a callback before it fails the parse
-  const char* reject_reason_ = nullptr;
+  std::string reject_reason_;
   bool message_complete_ = false;
   bool in_request_ = false;
   bool failed_ = false;

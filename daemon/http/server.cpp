@@ -145,7 +145,8 @@ class Server::Impl final : public ConnectionOwner {
       return;
     }
     ctx_.stats.rejected_over_capacity.fetch_add(1, std::memory_order_relaxed);
-    if (rejecting_ > std::max<size_t>(16, ctx_.options.max_connections)) {
+    if (rejecting_ > std::max<size_t>(16, ctx_.options.max_connections) ||
+        active_ + rejecting_ > ctx_.options.max_sockets) {
       c->close_now();  // a flood: do not spend buffers and time on 503s
     } else {
       c->reject(503);

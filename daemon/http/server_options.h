@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "runtime/base/status.h"
@@ -33,8 +34,16 @@ struct ServerOptions {
   uint16_t port = 0;               // 0: an ephemeral port, see Server::bound_port()
   int backlog = 511;
   size_t max_connections = 1024;       // more: the excess gets 503 and is closed
+  // Sockets the server may hold at once, served and refused together: beyond it a new connection
+  // is closed at once without a 503, so the process keeps descriptors for everything else (the
+  // admin socket, files) however many clients connect. The daemon derives it from RLIMIT_NOFILE.
+  size_t max_sockets = SIZE_MAX;
   size_t max_header_bytes = 16 * 1024;  // request line + headers; more: 431
   size_t max_body_bytes = 16 * 1024 * 1024;  // more (announced or received): 413
+  // A JSON body (RequestParser::Limits) nested deeper or holding more values: 400 as soon as the
+  // bytes that cross the bound arrive. 0: no bound.
+  size_t max_json_depth = 0;
+  size_t max_json_values = 0;
   uint64_t header_timeout_ms = 10'000;
   uint64_t body_timeout_ms = 60'000;
   uint64_t keepalive_timeout_ms = 30'000;

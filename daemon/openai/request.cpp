@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/base/json_depth.h"
+
 namespace sx::daemon::openai {
 
 namespace {
@@ -225,6 +227,17 @@ bool known_field(Endpoint endpoint, std::string_view key) {
 std::optional<GenerateRequest> parse_request(Endpoint endpoint, std::string_view body, const ParseLimits& limits,
                                              ApiError* error) {
   Parser ps{error};
+  const JsonShape shape = json_shape(body);
+  if (shape.depth > limits.max_json_depth) {
+    ps.fail("", fmt::format("the request body nests JSON {} levels deep; at most {} are accepted", shape.depth,
+                            limits.max_json_depth));
+    return std::nullopt;
+  }
+  if (shape.values > limits.max_json_values) {
+    ps.fail("", fmt::format("the request body holds {} JSON values; at most {} are accepted", shape.values,
+                            limits.max_json_values));
+    return std::nullopt;
+  }
   json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) {
     ps.fail("", "the request body is not valid JSON");

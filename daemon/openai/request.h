@@ -51,10 +51,16 @@ struct ApiError {
   std::string message;
 };
 
-// Parses a body. limits: the most stop strings and choices (n) a request may ask for.
+// Parses a body. limits: the most stop strings and choices (n) a request may ask for, and the
+// size of the JSON tree a body may have (checked in one pass over the bytes before the body is
+// parsed, so a hostile body costs neither memory nor time in proportion to its nesting): no
+// OpenAI request nests more than a few levels, and a prompt of token ids longer than any context
+// is useless.
 struct ParseLimits {
   std::int64_t max_stop_strings = 16;
   std::int64_t max_n = 8;
+  std::size_t max_json_depth = 32;
+  std::size_t max_json_values = std::size_t{1} << 20;
 };
 std::optional<GenerateRequest> parse_request(Endpoint endpoint, std::string_view body, const ParseLimits& limits,
                                              ApiError* error);

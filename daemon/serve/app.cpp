@@ -1,9 +1,13 @@
 // The `sextant serve` daemon: start-up phases, the OpenAI routes, engine events, drain and shutdown.
 #include "daemon/serve/app.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
 #include <uv.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -41,9 +45,6 @@ namespace {
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
-
-// Stream bytes a client may leave unread before its request is cancelled.
-constexpr std::size_t kMaxStreamQueuedBytes = 4u << 20;
 
 enum class State { kLoading, kReady, kDraining, kStopping };
 
@@ -115,15 +116,76 @@ bool constant_time_equal(std::string_view given, std::string_view key) {
   return diff == 0;
 }
 
+// An IPv6 literal in a URL goes in brackets (RFC 3986 §3.2.2).
+std::string url_host(const std::string& host) {
+  return host.find(':') != std::string::npos ? "[" + host + "]" : host;
+}
+
+// Only this machine can connect: 127.0.0.0/8, ::1, or 127.0.0.0/8 mapped into IPv6.
+bool is_loopback_address(const std::string& host) {
+  in_addr a4{};
+  if (inet_pton(AF_INET, host.c_str(), &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
+  in6_addr a6{};
+  if (inet_pton(AF_INET6, host.c_str(), &a6) != 1) return false;
+  if (IN6_IS_ADDR_LOOPBACK(&a6)) return true;
+  return IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127;
+}
+
+// Descriptors kept out of the HTTP server's reach: the admin server's connections (64 served,
+// 16 being refused), model and config files, the loop's own, libuv's thread pool.
+constexpr std::size_t kReservedDescriptors = 128;
+
+struct DescriptorBudget {
+  std::uint64_t soft_limit = 0, hard_limit = 0;
+  std::size_t http_sockets = 0;  // sockets the HTTP server may hold
+};
+
+// Raises RLIMIT_NOFILE's soft limit towards the hard one as far as `max_connections` needs, and
+// says how many sockets the HTTP server may then hold.
+DescriptorBudget descriptor_budget(std::size_t max_connections) {
+  DescriptorBudget b;
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0) {
+    b.http_sockets = max_connections;
+    return b;
+  }
+  // Served connections, plus as many again being refused with a 503, plus the reserve.
+  const rlim_t want = static_cast<rlim_t>(2 * max_connections + kReservedDescriptors);
+  if (lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < want) {
+    rlimit raised = lim;
+    raised.rlim_cur = lim.rlim_max == RLIM_INFINITY ? want : std::min(want, lim.rlim_max);
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) {
+      if (raised.rlim_cur > lim.rlim_cur) {
+        log_info("serve: raised the descriptor limit (RLIMIT_NOFILE) from {} to {} for http.max_connections",
+                 lim.rlim_cur, raised.rlim_cur);
+      }
+      lim = raised;
+    }
+  }
+  b.soft_limit = lim.rlim_cur;
+  b.hard_limit = lim.rlim_max;
+  if (lim.rlim_cur == RLIM_INFINITY) {
+    b.http_sockets = 2 * max_connections;
+  } else {
+    b.http_sockets = lim.rlim_cur > kReservedDescriptors ? static_cast<std::size_t>(lim.rlim_cur) - kReservedDescriptors : 0;
+  }
+  return b;
+}
+
 class Daemon;
 
-// A request whose prompt is being rendered and tokenized on libuv's thread pool.
+// A request whose body is being parsed and whose prompt is rendered and tokenized on libuv's
+// thread pool: a body of up to http.max_body_bytes never costs the loop thread its parse.
 struct TokenizeWork {
   uv_work_t req;
   Daemon* self = nullptr;
   const tokenizer::Tokenizer* tok = nullptr;
-  openai::GenerateRequest request;
+  openai::Endpoint endpoint = openai::Endpoint::kChat;
+  std::string body;
+  openai::ParseLimits limits;
+  std::string model_name;
   http::ResponderPtr responder;
+  openai::GenerateRequest request;       // out
   std::vector<std::int32_t> prompt;      // out
   std::optional<openai::ApiError> error;  // out
   void run();  // thread pool
@@ -139,6 +201,8 @@ class Daemon {
 
  private:
   Status start_http();
+  // "http://HOST:PORT" of the listener, an IPv6 host in brackets.
+  std::string base_url() const;
   Status start_admin();
   void start_signals();
   void load_in_background();
@@ -163,6 +227,11 @@ class Daemon {
   void maybe_finish_shutdown();
   // Answers every request still in flight with 503 (or an error event on a stream) and cancels it.
   void end_in_flight();
+  // Ends the response of `a` now with `err` (on a stream: an error event, [DONE] and the last
+  // chunk; otherwise the error response) and cancels its engine requests, whose final events then
+  // erase it. Every cancel that the client did not cause goes through here, so a response that
+  // has begun always ends.
+  void end_request(Active& a, const openai::ApiError& err);
   void close_everything();
 
   config::ServeConfig config_;
@@ -173,6 +242,8 @@ class Daemon {
   State state_ = State::kLoading;
   bool shutdown_requested_ = false;
   bool drain_requested_ = false;  // an admin drain that arrived while loading
+  // A shutdown while loading: the loader stops at its next step (read by the loader thread).
+  std::atomic<bool> load_cancel_{false};
   bool closing_ = false;
   int exit_code_ = 0;
   int sigint_count_ = 0;
@@ -249,9 +320,34 @@ Status Daemon::start_http() {
   o.header_timeout_ms = static_cast<std::uint64_t>(config_.http.header_timeout_ms);
   o.body_timeout_ms = static_cast<std::uint64_t>(config_.http.body_timeout_ms);
   o.keepalive_timeout_ms = static_cast<std::uint64_t>(config_.http.keepalive_timeout_ms);
+  o.write_timeout_ms = static_cast<std::uint64_t>(config_.http.write_timeout_ms);
+  // Every route that takes a body takes OpenAI JSON: nesting and size are bounded as it arrives
+  // (the parse on the thread pool checks the same bounds again).
+  const openai::ParseLimits json_limits;
+  o.max_json_depth = json_limits.max_json_depth;
+  o.max_json_values = json_limits.max_json_values;
+  const DescriptorBudget fds = descriptor_budget(o.max_connections);
+  if (fds.http_sockets < o.max_connections) {
+    log_warn("serve: http.max_connections is {} but the descriptor limit (RLIMIT_NOFILE: {} of hard {}) leaves room for "
+             "{} connections beside the {} kept for the admin socket and files: at most {} are served; raise the limit "
+             "(ulimit -n, or LimitNOFILE= in a systemd unit) or lower http.max_connections",
+             o.max_connections, fds.soft_limit, fds.hard_limit, fds.http_sockets, kReservedDescriptors,
+             fds.http_sockets);
+    o.max_connections = std::max<std::size_t>(1, fds.http_sockets);
+  }
+  o.max_sockets = std::max<std::size_t>(1, fds.http_sockets);
   SX_ASSIGN_OR_RETURN(http_, http::Server::start(&loop_, o, make_router()));
-  log_info("serve: phase http: listening on http://{}:{}", config_.http.host, http_->bound_port());
+  log_info("serve: phase http: listening on {}", base_url());
+  if (config_.http.api_keys.empty() && !is_loopback_address(config_.http.host)) {
+    log_warn("serve: http.host {} is reachable from other machines and no API key is set: anyone who can connect may "
+             "generate; set http.api_keys (or --api-key), or listen on 127.0.0.1",
+             config_.http.host);
+  }
   return ok_status();
+}
+
+std::string Daemon::base_url() const {
+  return fmt::format("http://{}:{}", url_host(config_.http.host), http_ ? http_->bound_port() : 0);
 }
 
 Status Daemon::start_admin() {
@@ -284,6 +380,25 @@ void Daemon::start_signals() {
     if (!s.ok()) log_warn("serve: cannot watch signal {}: {}", signum, s.to_string());
     signals_.push_back(std::move(sig).value());
   }
+  // No other signal a daemon is sent by its tools is fatal: SIGHUP (which will reload the config)
+  // and SIGUSR1/SIGUSR2 are logged and ignored; SIGPIPE is ignored (run()).
+  for (int signum : {SIGHUP, SIGUSR1, SIGUSR2}) {
+    auto sig = loop::Signal::create(&loop_);
+    Status s = sig.ok() ? sig->start(signum, [](int got) {
+      if (got == SIGHUP) {
+        log_warn("serve: SIGHUP: reloading is not supported yet; ignored (the daemon keeps serving)");
+      } else {
+        log_info("serve: {}: no use is assigned to it; ignored", got == SIGUSR1 ? "SIGUSR1" : "SIGUSR2");
+      }
+    })
+                        : sig.status();
+    if (!s.ok()) {
+      log_warn("serve: cannot watch signal {}: {}; ignoring it instead", signum, s.to_string());
+      std::signal(signum, SIG_IGN);
+      continue;
+    }
+    signals_.push_back(std::move(sig).value());
+  }
 }
 
 void Daemon::load_in_background() {
@@ -295,8 +410,11 @@ void Daemon::load_in_background() {
       l.phase = phase;
       sender.push(std::move(l));
     };
+    // Between phases (and inside the weight upload, per layer) a shutdown stops the load.
+    auto cancelled = [&] { return load_cancel_.load(std::memory_order_relaxed); };
     auto opened = engine::open_model(config_.model.path);
     if (!opened.ok()) return fail(opened.status());
+    if (cancelled()) return fail(cancelled_error("shutdown requested after the model check"));
     log_info("serve: phase model check: ok ({}, {} layers, context {})", config_.model.path, opened->config.n_layers,
              opened->config.context_length);
     phase = "devices";
@@ -319,6 +437,7 @@ void Daemon::load_in_background() {
     so.block_size = config_.engine.block_size;
     so.memory_utilization = config_.engine.memory_utilization;
     so.memory_budget = config_.engine.memory_budget.value_or(0);
+    so.cancel = &load_cancel_;
     so.on_phase = [&](std::string_view done, const std::string& detail) {
       log_info("serve: phase {}: ok ({})", done, detail);
       phase = done == "devices" ? "plan or load" : "load";
@@ -326,6 +445,7 @@ void Daemon::load_in_background() {
     auto session = open_session(so, std::move(opened).value());
     if (!session.ok()) return fail(session.status());
     l.session = std::make_unique<ModelSession>(std::move(session).value());
+    if (cancelled()) return fail(cancelled_error("shutdown requested after the weights were loaded"));
     log_info("serve: phase load: ok ({} MB of weights; KV cache for {} requests of {} tokens)",
              l.session->model->weight_bytes() / 1000000, l.session->max_seqs, l.session->context_tokens);
     phase = "engine";
@@ -338,6 +458,7 @@ void Daemon::load_in_background() {
     auto eng = engine::Engine::create(*l.session->model, *l.session->opened.tokenizer, ec);
     if (!eng.ok()) return fail(eng.status());
     l.engine = std::move(eng).value();
+    if (cancelled()) return fail(cancelled_error("shutdown requested before the warm-up"));
     phase = "warm-up";
     // One token through every layer: the first client does not pay for first-touch costs.
     engine::RequestOptions wo;
@@ -362,6 +483,12 @@ void Daemon::on_loaded(Loaded l) {
     events_->close();
     return;
   }
+  if (l.status.code() == StatusCode::kCancelled && shutdown_requested_) {
+    log_info("serve: the load stopped in phase {} for the shutdown ({})", l.phase, l.status.message());
+    state_ = State::kStopping;
+    close_everything();
+    return;
+  }
   if (!l.status.ok()) return fail_startup(l.phase, l.status);
   session_ = std::move(l.session);
   engine_ = std::move(l.engine);
@@ -373,9 +500,8 @@ void Daemon::on_loaded(Loaded l) {
     return;
   }
   state_ = drain_requested_ ? State::kDraining : State::kReady;
-  log_info("serve: {}: model '{}' at http://{}:{}/v1 (admin: {})", drain_requested_ ? "ready but draining" : "ready",
-           model_name_, config_.http.host,
-           http_ ? http_->bound_port() : 0, config_.admin.socket);
+  log_info("serve: {}: model '{}' at {}/v1 (admin: {})", drain_requested_ ? "ready but draining" : "ready",
+           model_name_, base_url(), config_.admin.socket);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -398,9 +524,13 @@ void Daemon::refuse_not_ready(const http::ResponderPtr& r) {
 bool Daemon::authorized(const http::Request& request, const http::ResponderPtr& responder) {
   if (config_.http.api_keys.empty()) return true;
   const auto header = request.headers.get("Authorization");
-  constexpr std::string_view kBearer = "Bearer ";
-  if (header && header->size() > kBearer.size() && header->compare(0, kBearer.size(), kBearer) == 0) {
-    const std::string_view key = std::string_view(*header).substr(kBearer.size());
+  // "Bearer" is an auth-scheme, matched without regard to case (RFC 9110 §11.1), then one or
+  // more spaces, then the key.
+  constexpr std::string_view kBearer = "bearer";
+  if (header && header->size() > kBearer.size() && http::iequals(header->substr(0, kBearer.size()), kBearer) &&
+      (*header)[kBearer.size()] == ' ') {
+    std::string_view key = header->substr(kBearer.size());
+    while (!key.empty() && key.front() == ' ') key.remove_prefix(1);
     for (const std::string& k : config_.http.api_keys) {
       if (constant_time_equal(key, k)) return true;
     }
@@ -455,40 +585,16 @@ http::Router Daemon::make_router() {
 
 void Daemon::handle_generate(openai::Endpoint endpoint, http::Request request, http::ResponderPtr responder) {
   if (!authorized(request, responder)) return;
-  openai::ApiError err;
-  auto parsed = openai::parse_request(
-      endpoint, request.body,
-      {config_.limits.max_stop_strings, config_.limits.max_n}, &err);
-  if (!parsed) return send_error(responder, err);
-  openai::GenerateRequest& req = *parsed;
-  if (req.model != model_name_) {
-    err.status = 404;
-    err.code = "model_not_found";
-    err.param = "model";
-    err.message = fmt::format("The model '{}' does not exist; this server serves '{}'.", req.model, model_name_);
-    return send_error(responder, err);
-  }
   if (state_ != State::kReady) return refuse_not_ready(responder);
-  // Engine requests that cannot run yet: beyond max_num_seqs (counted here; the engine's own
-  // figures lag by a step, and a burst arrives within one).
-  std::int64_t outstanding = 0;
-  for (const auto& [k, act] : active_) outstanding += static_cast<std::int64_t>(act->remaining);
-  const std::int64_t waiting = std::max<std::int64_t>(0, outstanding - config_.engine.max_num_seqs);
-  if (waiting + req.n > config_.http.max_queued_requests) {
-    err.status = 429;
-    err.type = "rate_limit_error";
-    err.message = fmt::format("{} requests are already waiting (http.max_queued_requests = {}); retry later", waiting,
-                              config_.http.max_queued_requests);
-    ++metrics_.http_rejected_busy;
-    return send_error(responder, err);
-  }
-
-  // The chat template and the tokenizer run on libuv's thread pool (a long prompt takes a while);
-  // start_generate continues on the loop thread.
+  // The body is parsed, the chat template rendered and the prompt tokenized on libuv's thread
+  // pool (a large body or a long prompt takes a while); start_generate continues on the loop.
   auto work = std::make_unique<TokenizeWork>();
   work->self = this;
   work->tok = session_->opened.tokenizer.get();
-  work->request = std::move(req);
+  work->endpoint = endpoint;
+  work->body = std::move(request.body);
+  work->limits = {config_.limits.max_stop_strings, config_.limits.max_n};
+  work->model_name = model_name_;
   work->responder = std::move(responder);
   work->req.data = work.get();
   const int rc = uv_queue_work(
@@ -498,6 +604,7 @@ void Daemon::handle_generate(openai::Endpoint endpoint, http::Request request, h
         owned->self->start_generate(std::move(*owned), status);
       });
   if (rc != 0) {
+    openai::ApiError err;
     err.status = 500;
     err.type = "internal_error";
     err.message = fmt::format("cannot queue the request: {}", uv_strerror(rc));
@@ -507,7 +614,23 @@ void Daemon::handle_generate(openai::Endpoint endpoint, http::Request request, h
 }
 
 void TokenizeWork::run() {
+  openai::ApiError err;
+  std::optional<openai::GenerateRequest> parsed = openai::parse_request(endpoint, body, limits, &err);
+  std::string().swap(body);  // the text is not needed any more
+  if (!parsed) {
+    error = std::move(err);
+    return;
+  }
+  request = std::move(*parsed);
   const openai::GenerateRequest& req = request;
+  if (req.model != model_name) {
+    error = openai::ApiError{};
+    error->status = 404;
+    error->code = "model_not_found";
+    error->param = "model";
+    error->message = fmt::format("The model '{}' does not exist; this server serves '{}'.", req.model, model_name);
+    return;
+  }
   if (req.endpoint == openai::Endpoint::kChat) {
     auto text = tokenizer::render_chatml_checked(req.messages);
     if (!text.ok()) {
@@ -542,6 +665,19 @@ void Daemon::start_generate(TokenizeWork w, int status) {
   if (w.error) return send_error(responder, *w.error);
   // The state may have changed while the prompt was tokenized.
   if (status != 0 || state_ != State::kReady) return refuse_not_ready(responder);
+  // Engine requests that cannot run yet: beyond max_num_seqs (counted here; the engine's own
+  // figures lag by a step, and a burst arrives within one).
+  std::int64_t outstanding = 0;
+  for (const auto& [k, act] : active_) outstanding += static_cast<std::int64_t>(act->remaining);
+  const std::int64_t waiting = std::max<std::int64_t>(0, outstanding - config_.engine.max_num_seqs);
+  if (waiting + req.n > config_.http.max_queued_requests) {
+    err.status = 429;
+    err.type = "rate_limit_error";
+    err.message = fmt::format("{} requests are already waiting (http.max_queued_requests = {}); retry later", waiting,
+                              config_.http.max_queued_requests);
+    ++metrics_.http_rejected_busy;
+    return send_error(responder, err);
+  }
   const auto n_prompt = static_cast<std::int64_t>(prompt.size());
   const std::int64_t max_prompt = config_.limits.max_prompt_tokens > 0
                                       ? std::min(config_.limits.max_prompt_tokens, max_model_len_ - 1)
@@ -644,15 +780,23 @@ void Daemon::on_event(EngineEvent e) {
     a.last_token[e.choice] = now;
   }
   openai::Choice& choice = a.choices[e.choice];
-  const bool stream = a.request.stream && a.responder != nullptr && !a.cancelled;
-  const tokenizer::Tokenizer& tok = *session_->opened.tokenizer;
-  if (stream && a.responder->queued_bytes() > kMaxStreamQueuedBytes) {
-    // The client does not read its stream: stop generating for it rather than buffer without end.
+  if (a.request.stream && a.responder != nullptr && !a.cancelled &&
+      a.responder->queued_bytes() > config_.http.max_unsent_stream_bytes) {
+    // The client does not read its stream: stop generating for it rather than buffer without end,
+    // and end the stream, which it finds after what it has not read yet (or the write timeout
+    // closes the connection).
     log_warn("serve: {}: the client is not reading its stream ({} bytes queued): cancelled", a.id.id,
              a.responder->queued_bytes());
-    a.cancelled = true;
-    for (std::uint64_t id : a.engine_ids) service_->cancel(id);
+    openai::ApiError err;
+    err.status = 503;
+    err.type = "server_error";
+    err.code = "client_not_reading";
+    err.message = fmt::format("the client read nothing of this stream while {} bytes waited unsent; the request "
+                              "was cancelled", a.responder->queued_bytes());
+    end_request(a, err);
   }
+  const bool stream = a.request.stream && a.responder != nullptr && !a.cancelled;
+  const tokenizer::Tokenizer& tok = *session_->opened.tokenizer;
   if (!ev.text.empty() || !ev.logprobs.empty()) {
     if (stream && !a.cancelled) {
       a.responder->write_chunk(openai::sse(openai::chunk_json(a.request, a.id, static_cast<std::int64_t>(e.choice),
@@ -732,7 +876,7 @@ json Daemon::status_json() {
          {"model_path", config_.model.path},
          {"state", state_name(state_)},
          {"uptime_s", std::chrono::duration<double>(Clock::now() - start_clock_).count()},
-         {"http", fmt::format("http://{}:{}", config_.http.host, http_ ? http_->bound_port() : 0)},
+         {"http", base_url()},
          {"in_flight", active_.size()}};
   if (session_) {
     s["devices"] = session_->devices_summary();
@@ -795,8 +939,12 @@ void Daemon::begin_drain(bool then_shutdown) {
   if (state_ == State::kReady) state_ = State::kDraining;
   if (state_ == State::kLoading) {
     drain_requested_ = true;
-    log_info("serve: {} requested while loading: it applies once the load ends (a second SIGINT exits at once)",
-             then_shutdown ? "shutdown" : "drain");
+    if (then_shutdown) {
+      load_cancel_.store(true, std::memory_order_relaxed);
+      log_info("serve: shutdown requested while loading: the load stops at its next step, then the daemon exits");
+    } else {
+      log_info("serve: drain requested while loading: it applies once the load ends");
+    }
     return;
   }
   log_info("serve: draining ({} request(s) in flight){}", active_.size(), then_shutdown ? ", then stopping" : "");
@@ -817,20 +965,22 @@ void Daemon::end_in_flight() {
   err.status = 503;
   err.type = "service_unavailable";
   err.message = "the server is shutting down (http.drain_timeout_ms passed before this request finished)";
-  for (auto& [key, a] : active_) {
-    if (a->cancelled) continue;
-    a->cancelled = true;
-    if (a->responder && !a->responder->finished()) {
-      if (a->responder->streaming()) {
-        a->responder->write_chunk(openai::sse(openai::error_body(err)));
-        a->responder->write_chunk("data: [DONE]\n\n");
-        a->responder->end_stream();
-      } else {
-        send_error(a->responder, err);
-      }
+  for (auto& [key, a] : active_) end_request(*a, err);
+}
+
+void Daemon::end_request(Active& a, const openai::ApiError& err) {
+  if (a.cancelled) return;
+  a.cancelled = true;
+  if (a.responder && !a.responder->finished() && !a.responder->closed()) {
+    if (a.responder->streaming()) {
+      a.responder->write_chunk(openai::sse(openai::error_body(err)));
+      a.responder->write_chunk("data: [DONE]\n\n");
+      a.responder->end_stream();
+    } else {
+      send_error(a.responder, err);
     }
-    for (std::uint64_t id : a->engine_ids) service_->cancel(id);  // their final events erase the entry
   }
+  for (std::uint64_t id : a.engine_ids) service_->cancel(id);  // their final events erase the entry
 }
 
 void Daemon::maybe_finish_shutdown() {

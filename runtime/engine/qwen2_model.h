@@ -17,6 +17,8 @@
 // group stays failed: every later forward() returns the same error (load the model again).
 #pragma once
 
+#include <atomic>
+
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -55,6 +57,9 @@ struct ModelOptions {
   std::int64_t max_batch_tokens = 512;  // tokens per forward step (prefill chunk size)
   std::int64_t max_logit_rows = 64;     // sequences per step that may ask for logits
   KvCacheOptions kv;
+  // Checked before each layer is loaded: once it reads true, load() stops with CANCELLED (a
+  // daemon asked to stop while loading). Null: never. Read from the loading thread.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct ParallelOptions {

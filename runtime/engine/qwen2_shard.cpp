@@ -182,6 +182,9 @@ Result<std::unique_ptr<Qwen2Shard>> Qwen2Shard::load(const model::TensorSource& 
   const std::int64_t kv0 = rp.kv_heads.begin * hd, kvn = rp.kv_heads.size() * hd;
   const std::int64_t f0 = rp.ffn.begin, fn = rp.ffn.size();
   for (std::int64_t l = rp.layers.begin; l < rp.layers.end; ++l) {
+    if (options.cancel != nullptr && options.cancel->load(std::memory_order_relaxed)) {
+      return cancelled_error("loading {} was cancelled at layer {}", file.path(), l);
+    }
     Layer L;
     auto name = [&](LayerTensor t) { return model::layer_tensor_name(l, t); };
     const bool bias = config.qkv_bias;

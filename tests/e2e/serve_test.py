@@ -16,11 +16,13 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import daemon_harness  # noqa: E402
+
 SEXTANT, MODELS, README = sys.argv[1], sys.argv[2], sys.argv[3]
 REF = json.load(open(os.path.join(MODELS, "reference.json")))
 MODEL = os.path.join(MODELS, "memorise-q8_0.gguf")
 NAME = "memorise-q8_0"
-results = []
 
 try:
     import openai  # the official client, from the test-only virtual environment
@@ -28,126 +30,19 @@ except ImportError:
     openai = None
 
 
-CASES = []
+case = daemon_harness.case
+results = daemon_harness.results
 
 
-def case(fn):
-    CASES.append(fn)
-    return fn
+def Daemon(*extra, **kwargs):
+    return daemon_harness.Daemon(SEXTANT, MODEL, *extra, **kwargs)
 
 
-def run_cases():
-    only = os.environ.get("SX_SERVE_CASES", "").split(",") if os.environ.get("SX_SERVE_CASES") else None
-    for fn in CASES:
-        if only and fn.__name__ not in only:
-            continue
-        t0 = time.time()
-        try:
-            fn()
-            results.append((fn.__name__, None))
-            print(f"PASS {fn.__name__} ({time.time() - t0:.1f} s)", flush=True)
-        except Exception as e:  # noqa: BLE001 - report every failure and go on
-            results.append((fn.__name__, e))
-            print(f"FAIL {fn.__name__}: {type(e).__name__}: {e}", flush=True)
+post = daemon_harness.post
+raw = daemon_harness.raw
 
 
-class Daemon:
-    """A `sextant serve` process on an ephemeral port with its own admin socket."""
-
-    def __init__(self, *extra, max_num_seqs=32):
-        self.dir = tempfile.mkdtemp(prefix="sx-serve-")
-        self.socket = os.path.join(self.dir, "admin.sock")
-        self.log_path = os.path.join(self.dir, "serve.log")
-        self.log = open(self.log_path, "w+b")
-        args = [SEXTANT, "serve", "--model", MODEL, "--port", "0", "--admin-socket", self.socket, "-t", "2",
-                "--max-num-seqs", str(max_num_seqs), "--max-model-len", "512", "--set", "http.header_timeout_ms=2000",
-                *extra]
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
-        self.port = None
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            text = self.text()
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", text)
-            if m:
-                self.port = int(m.group(1))
-            if "serve: ready" in text:
-                break
-            if self.proc.poll() is not None:
-                raise AssertionError(f"serve exited {self.proc.returncode}:\n{text}")
-            time.sleep(0.05)
-        else:
-            raise AssertionError("serve did not become ready in 60 s:\n" + self.text())
-        self.base = f"http://127.0.0.1:{self.port}"
-
-    def text(self):
-        with open(self.log_path, "rb") as f:
-            return f.read().decode(errors="replace")
-
-    def ctl(self, *args, check=True):
-        p = subprocess.run([SEXTANT, "ctl", "--socket", self.socket, *args], capture_output=True, timeout=30)
-        if check and p.returncode != 0:
-            raise AssertionError(f"ctl {args}: {p.returncode} {p.stderr.decode(errors='replace')}")
-        return p
-
-    def status(self):
-        return json.loads(self.ctl("--json", "status").stdout)
-
-    def rss_kib(self):
-        for line in open(f"/proc/{self.proc.pid}/status"):
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-        return 0
-
-    def stop(self, sig=signal.SIGTERM, timeout=60):
-        """Sends `sig` (None: the daemon was told to shut down; only wait) and waits for the exit."""
-        if sig is not None and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        rc = self.proc.wait(timeout=timeout)
-        text = self.text()
-        assert "still had open handles" not in text, text[-2000:]
-        return rc, text
-
-
-def post(port, path, body, headers=None, timeout=60):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    c.request("POST", path, body=json.dumps(body) if not isinstance(body, (bytes, str)) else body,
-              headers={"Content-Type": "application/json", **(headers or {})})
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    return r.status, data
-
-
-def raw(port, data, read_timeout=5.0):
-    """Sends bytes, returns everything the server sends until it closes or goes quiet."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=read_timeout)
-    try:
-        s.sendall(data)
-        out = b""
-        while True:
-            try:
-                chunk = s.recv(65536)
-            except socket.timeout:
-                break
-            if not chunk:
-                break
-            out += chunk
-        return out
-    finally:
-        s.close()
-
-
-def wait_idle(d, timeout=30):
-    """Waits until no request runs or waits and every KV block is free again."""
-    deadline = time.time() + timeout
-    st = None
-    while time.time() < deadline:
-        st = d.status()
-        q, kv = st["queue"], st["kv_cache"]
-        if q["running"] == 0 and q["waiting"] == 0 and kv["free_blocks"] == kv["total_blocks"] and st["in_flight"] == 0:
-            return st
-        time.sleep(0.1)
-    raise AssertionError(f"not idle after {timeout} s: {st}")
+wait_idle = daemon_harness.wait_idle
 
 
 D = Daemon()
@@ -560,9 +455,7 @@ def sigterm_exits_cleanly_and_startup_errors_name_the_phase():
     assert p.returncode == 2 and b"--engine-typo" in p.stderr, p.stderr
 
 
-run_cases()
+daemon_harness.run_cases("SX_SERVE_CASES")
 if D.proc.poll() is None:
     D.stop(sig=signal.SIGKILL)
-failed = [n for n, e in results if e is not None]
-print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
-sys.exit(1 if failed else 0)
+daemon_harness.summary_exit()

@@ -123,6 +123,27 @@ TEST(RequestParser, LimitsGive431And413) {
   EXPECT_EQ(parse("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 8\r\n\r\n12345678", 0, small).requests.size(), 1u);
 }
 
+TEST(RequestParser, JsonBodiesBeyondTheBoundsAre400BeforeTheRestArrives) {
+  RequestParser::Limits limits;
+  limits.max_json_depth = 4;
+  limits.max_json_values = 10;
+  auto post = [](std::string_view type, const std::string& body, bool announce = true) {
+    std::string head = "POST / HTTP/1.1\r\nHost: a\r\n";
+    if (!type.empty()) head += "Content-Type: " + std::string(type) + "\r\n";
+    return head + "Content-Length: " + std::to_string(announce ? body.size() : body.size() + 1000) + "\r\n\r\n" + body;
+  };
+  for (size_t step : {0, 1, 7}) {
+    EXPECT_EQ(parse(post("", "[[[[1]]]]"), step, limits).requests.size(), 1u);
+    EXPECT_EQ(parse(post("application/json", "[[[[[1]]]]]"), step, limits).status, 400);
+    EXPECT_EQ(parse(post("application/json; charset=utf-8", "[1,2,3,4,5,6,7,8,9]"), step, limits).requests.size(), 1u);
+    EXPECT_EQ(parse(post("application/vnd.x+json", "[1,2,3,4,5,6,7,8,9,10]"), step, limits).status, 400);
+    EXPECT_EQ(parse(post("", "{\"a\": \"[[[[[[,,,,,,,,,,,]\"}"), step, limits).requests.size(), 1u) << "inside a string";
+    EXPECT_EQ(parse(post("text/plain", "[[[[[[[[[[,,,,,,,,,,,,]"), step, limits).requests.size(), 1u);
+    // Refused while the body is still arriving: 995 bytes of the announced length never come.
+    EXPECT_EQ(parse(post("", std::string(5, '['), /*announce=*/false), step, limits).status, 400);
+  }
+}
+
 TEST(RequestParser, AfterAnErrorNothingMoreIsParsed) {
   Recorder rec;
   RequestParser p({}, &rec);

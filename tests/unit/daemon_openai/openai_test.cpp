@@ -675,5 +675,27 @@ TEST(ParseRequestError, FirstErrorIsReported) {
   EXPECT_NE(err.message.find(err.param), std::string::npos) << err.message;
 }
 
+TEST(ParseRequestError, JsonDepthAndSizeAreBoundedBeforeTheParse) {
+  ParseLimits limits;
+  limits.max_json_depth = 5;
+  limits.max_json_values = 64;
+  // Within the bounds: a chat body with a content part (depth 5).
+  accept(Endpoint::kChat,
+         R"({"model": "qwen", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]})", limits);
+  ApiError err;
+  EXPECT_FALSE(parse_request(Endpoint::kChat, std::string(100000, '['), limits, &err));
+  EXPECT_EQ(err.message, "the request body nests JSON 100000 levels deep; at most 5 are accepted");
+  std::string wide = R"({"model": "qwen", "prompt": [1)";
+  for (int i = 0; i < 100; ++i) wide += ",1";
+  wide += "]}";
+  EXPECT_FALSE(parse_request(Endpoint::kCompletion, wide, limits, &err));
+  EXPECT_EQ(err.message, "the request body holds 104 JSON values; at most 64 are accepted");
+  // The defaults accept every request shape OpenAI has and a prompt of 100000 token ids.
+  std::string ids = R"({"model": "qwen", "prompt": [1)";
+  for (int i = 0; i < 99999; ++i) ids += ",1";
+  ids += "]}";
+  EXPECT_EQ(accept(Endpoint::kCompletion, ids).prompt_ids.size(), 100000u);
+}
+
 }  // namespace
 }  // namespace sx::daemon::openai
