@@ -478,6 +478,10 @@ std::optional<std::uint64_t> parse_size_text(std::string_view text) {
 }
 
 void ErrorList::add(std::string_view where, std::string_view path, std::string_view message) {
+  if (!has_room()) {
+    ++omitted_;
+    return;
+  }
   std::string line;
   if (!where.empty()) line += fmt::format("{}: ", where);
   if (!path.empty()) line += fmt::format("{}: ", path);
@@ -486,12 +490,22 @@ void ErrorList::add(std::string_view where, std::string_view path, std::string_v
 }
 
 void ErrorList::append(const ErrorList& other) {
-  lines_.insert(lines_.end(), other.lines_.begin(), other.lines_.end());
+  for (const std::string& line : other.lines_) {
+    if (has_room()) {
+      lines_.push_back(line);
+    } else {
+      ++omitted_;
+    }
+  }
+  omitted_ += other.omitted_;
 }
 
 Status ErrorList::to_status() const {
   if (lines_.empty()) return ok_status();
-  return invalid_argument_error("{}", fmt::join(lines_, "\n"));
+  if (omitted_ == 0) return invalid_argument_error("{}", fmt::join(lines_, "\n"));
+  return invalid_argument_error("{}\n{}... and {} more problem{}", fmt::join(lines_, "\n"),
+                                summary_where_.empty() ? "" : summary_where_ + ": ", omitted_,
+                                omitted_ == 1 ? "" : "s");
 }
 
 }  // namespace sx::daemon::config

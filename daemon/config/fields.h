@@ -8,12 +8,14 @@
 // the source location and the path.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "daemon/config/serve_config.h"
@@ -59,17 +61,32 @@ std::string quote_yaml(std::string_view text);
 // "24GiB", "512MiB", "1.5G", "80GB", "1000" -> bytes, as daemon/commands' parse_size.
 std::optional<std::uint64_t> parse_size_text(std::string_view text);
 
-// Collects problems as "where: path: message" lines; `where` is "file:line:column" or a flag.
+// The most problems an ErrorList keeps; the others are only counted.
+inline constexpr std::size_t kMaxErrorLines = 20;
+
+// Collects problems as "where: path: message" lines; `where` is "file:line:column" or a flag. The
+// first kMaxErrorLines are kept and the rest counted, so a file of a million unknown keys costs
+// twenty messages, not a million.
 class ErrorList {
  public:
+  // `summary_where` starts the "... and M more problems" line (the config's source name), so
+  // that every line of a config error names its file; empty: the line has no prefix.
+  explicit ErrorList(std::string summary_where = "") : summary_where_(std::move(summary_where)) {}
+
   void add(std::string_view where, std::string_view path, std::string_view message);
   bool empty() const { return lines_.empty(); }
+  // False once the list keeps no more lines (adding then only counts).
+  bool has_room() const { return lines_.size() < kMaxErrorLines; }
+  // Appends other's kept lines (up to the cap) and adds its omitted count to ours.
   void append(const ErrorList& other);
-  // OK when empty, else INVALID_ARGUMENT with the lines joined by '\n'.
+  // OK when empty, else INVALID_ARGUMENT with the kept lines joined by '\n', then, when some
+  // were omitted, "[summary_where: ]... and M more problem(s)".
   Status to_status() const;
 
  private:
+  std::string summary_where_;
   std::vector<std::string> lines_;
+  std::size_t omitted_ = 0;
 };
 
 }  // namespace sx::daemon::config

@@ -4,11 +4,16 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <limits>
 #include <map>
+#include <optional>
+#include <vector>
 
 #include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
+#if __has_include(<yaml-cpp/depthguard.h>)
+#include <yaml-cpp/depthguard.h>  // YAML::DeepRecursion (yaml-cpp 0.7+)
+#define SX_YAML_HAS_DEPTH_GUARD 1
+#endif
 
 #include "daemon/config/fields.h"
 #include "runtime/base/regular_file.h"
@@ -61,7 +66,7 @@ void for_each_entry(const YAML::Node& map, std::string_view source, std::string_
 
 class Loader {
  public:
-  explicit Loader(std::string_view source) : source_(source) {}
+  explicit Loader(std::string_view source) : source_(source), errors_(std::string(source)) {}
 
   void load_root(const YAML::Node& root) {
     if (root.IsNull()) return;  // empty document: all defaults
@@ -161,9 +166,142 @@ class Loader {
   ServeConfig config_;
 };
 
+// Where text first nests deeper than `max_depth`, or nullopt. A cheap, conservative pre-scan (not
+// a YAML parser): flow brackets [ { count outside quoted scalars and comments (in block context
+// only where a value starts, so "a[b" in a plain scalar is not one); block nesting is the stack of
+// increasing indentation columns, each "- " or "? " opening one more on its line; block scalar
+// lines (after "|" or ">") and quoted scalars are skipped.
+struct NestingMark {
+  int line = 0;    // 1-based
+  int column = 0;  // 1-based
+};
+
+std::optional<NestingMark> find_deep_nesting(std::string_view text, int max_depth) {
+  enum class Quote { kNone, kSingle, kDouble };
+  Quote quote = Quote::kNone;
+  int flow = 0;                     // open [ and { (flow context when > 0)
+  std::vector<int> block;           // columns of the open block nodes
+  int block_scalar_parent = -1;     // >= 0: skipping the lines of a block scalar under this indent
+  int line_no = 0;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = text.substr(pos, end - pos);
+    ++line_no;
+    pos = end + 1;
+    size_t i = 0;
+    int indent = 0;
+    if (quote == Quote::kNone && flow == 0) {
+      while (i < line.size() && line[i] == ' ') ++i;
+      const bool blank = i == line.size() || line[i] == '\r';
+      indent = static_cast<int>(i);
+      if (block_scalar_parent >= 0) {
+        if (blank || indent > block_scalar_parent) continue;
+        block_scalar_parent = -1;
+      }
+      if (blank || line[i] == '#') continue;
+      while (!block.empty() && block.back() > indent) block.pop_back();
+      if (block.empty() || block.back() < indent) {
+        block.push_back(indent);
+        if (static_cast<int>(block.size()) > max_depth) return NestingMark{line_no, indent + 1};
+      }
+    }
+    bool value_start = true;  // at the start of a node (block context) or of a token (flow)
+    for (; i < line.size(); ++i) {
+      const char ch = line[i];
+      if (quote == Quote::kDouble) {
+        if (ch == '\\') {
+          ++i;
+        } else if (ch == '"') {
+          quote = Quote::kNone;
+          value_start = false;
+        }
+        continue;
+      }
+      if (quote == Quote::kSingle) {
+        if (ch == '\'' && i + 1 < line.size() && line[i + 1] == '\'') {
+          ++i;
+        } else if (ch == '\'') {
+          quote = Quote::kNone;
+          value_start = false;
+        }
+        continue;
+      }
+      const bool after_space = i == 0 || line[i - 1] == ' ' || line[i - 1] == '\t';
+      if (ch == '#' && after_space) break;  // a comment: the rest of the line
+      if (ch == ' ' || ch == '\t' || ch == '\r') continue;
+      const bool next_is_space = i + 1 >= line.size() || line[i + 1] == ' ' || line[i + 1] == '\r';
+      if (flow > 0) {
+        if (ch == '[' || ch == '{') {
+          if (++flow + static_cast<int>(block.size()) > max_depth) {
+            return NestingMark{line_no, static_cast<int>(i) + 1};
+          }
+          value_start = true;
+        } else if (ch == ']' || ch == '}') {
+          --flow;
+          value_start = false;
+        } else if (ch == ',' || ch == ':') {
+          value_start = true;
+        } else if ((ch == '"' || ch == '\'') && value_start) {
+          quote = ch == '"' ? Quote::kDouble : Quote::kSingle;
+        } else {
+          value_start = false;
+        }
+        continue;
+      }
+      if (!value_start) {
+        // Inside a plain scalar: only ": " (a key ended) starts a value again.
+        if (ch == ':' && next_is_space) value_start = true;
+        continue;
+      }
+      if ((ch == '-' || ch == '?') && next_is_space) {
+        block.push_back(static_cast<int>(i) + 2);  // "- - x": one more level per indicator
+        if (static_cast<int>(block.size()) + flow > max_depth) {
+          return NestingMark{line_no, static_cast<int>(i) + 1};
+        }
+        continue;
+      }
+      if (ch == '[' || ch == '{') {
+        flow = 1;
+        if (flow + static_cast<int>(block.size()) > max_depth) {
+          return NestingMark{line_no, static_cast<int>(i) + 1};
+        }
+        continue;
+      }
+      if (ch == '"' || ch == '\'') {
+        quote = ch == '"' ? Quote::kDouble : Quote::kSingle;
+        continue;
+      }
+      if (ch == '|' || ch == '>') {
+        size_t j = i + 1;
+        while (j < line.size() && (line[j] == '-' || line[j] == '+' || (line[j] >= '0' && line[j] <= '9'))) ++j;
+        while (j < line.size() && (line[j] == ' ' || line[j] == '\t' || line[j] == '\r')) ++j;
+        if (j == line.size() || line[j] == '#') {
+          block_scalar_parent = indent;  // its lines are more indented than this one
+          break;
+        }
+      }
+      if (ch == ':' && next_is_space) continue;  // an empty key
+      value_start = false;  // a plain scalar begins
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 Result<ServeConfig> load_config_string(std::string_view text, std::string_view source_name) {
+  if (text.size() > kMaxConfigBytes) {
+    return invalid_argument_error("{}: {} bytes, more than the limit of {} bytes for a config", source_name,
+                                  text.size(), kMaxConfigBytes);
+  }
+  if (const std::optional<NestingMark> deep = find_deep_nesting(text, kMaxConfigNesting)) {
+    return invalid_argument_error(
+        "{}:{}:{}: nested more than {} levels deep (flow brackets [ {{ and block indentation together); a "
+        "sextant config needs 4",
+        source_name, deep->line, deep->column, kMaxConfigNesting);
+  }
   Loader loader(source_name);
   try {
     const std::vector<YAML::Node> documents = YAML::LoadAll(std::string(text));
@@ -173,6 +311,11 @@ Result<ServeConfig> load_config_string(std::string_view text, std::string_view s
     } else if (documents.size() == 1) {
       loader.load_root(documents[0]);
     }
+#ifdef SX_YAML_HAS_DEPTH_GUARD
+  } catch (const YAML::DeepRecursion& e) {  // yaml-cpp's own bound, should the pre-scan miss a case
+    loader.errors().add(where(source_name, e.mark), "",
+                        fmt::format("nested too deeply for the YAML parser ({} levels)", e.depth()));
+#endif
   } catch (const YAML::Exception& e) {
     loader.errors().add(where(source_name, e.mark), "", fmt::format("YAML syntax error: {}", e.msg));
   } catch (const std::exception& e) {  // nothing else should throw; never let it escape
@@ -182,10 +325,10 @@ Result<ServeConfig> load_config_string(std::string_view text, std::string_view s
 }
 
 Result<ServeConfig> load_config_file(const std::string& path) {
-  // A FIFO, a device or a directory is refused before anything blocks on it or reads it.
+  // A FIFO, a device or a directory is refused before anything blocks on it or reads it, and so is
+  // a file over kMaxConfigBytes (from its size, before reading).
   SX_ASSIGN_OR_RETURN(std::string text,
-                      read_regular_file(path, std::numeric_limits<std::uint64_t>::max(),
-                                        fmt::format("cannot read config file '{}'", path)));
+                      read_regular_file(path, kMaxConfigBytes, fmt::format("cannot read config file '{}'", path)));
   return load_config_string(text, path);
 }
 

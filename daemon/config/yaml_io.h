@@ -11,9 +11,16 @@
 // character device such as /dev/zero, ...; runtime/base/regular_file.h). yaml-cpp exceptions are
 // caught here and never leave this module.
 //
+// Bounds: a config of more than kMaxConfigBytes is refused before it is read or parsed, with its
+// size and the limit; text nested deeper than kMaxConfigNesting levels (flow brackets [ { and block
+// indentation or "- " together; a config needs 4) is refused before yaml-cpp, which recurses, sees
+// it: "<source>:<line>:<column>: nested more than 64 levels deep ..."; the message keeps the first
+// kMaxErrorLines problems (fields.h) and ends "<source>: ... and M more problems".
+//
 // Threading: the functions are reentrant; they share no state.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -21,6 +28,11 @@
 #include "runtime/base/status.h"
 
 namespace sx::daemon::config {
+
+// The largest config file (or string) read: 1 MiB, far above any real config (a few KiB).
+inline constexpr std::uint64_t kMaxConfigBytes = std::uint64_t{1} << 20;
+// The deepest nesting handed to yaml-cpp.
+inline constexpr int kMaxConfigNesting = 64;
 
 // Parses `text` over the defaults. An empty document (or one with only comments) is a valid
 // all-defaults config. `source_name` (usually the file name) prefixes every message. Fields are

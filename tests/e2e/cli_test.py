@@ -489,6 +489,19 @@ def fifos_and_other_non_regular_files_are_refused_at_once():
         assert "SHA256SUMS: not a regular file (a FIFO)" in out, out
 
 
+@case
+def serve_config_that_is_a_device_or_too_large_is_refused():
+    """--config /dev/zero is refused as a character device (it used to read until bad_alloc), and a
+    config file over the size limit is refused with its size and the limit, before it is read."""
+    p = run_limited("serve", "--config", "/dev/zero")
+    assert p.returncode != 0 and b"'/dev/zero': not a regular file (a character device)" in p.stderr, p.stderr
+    with tempfile.TemporaryDirectory() as d:
+        big = os.path.join(d, "big.yaml")
+        with open(big, "wb") as f:
+            f.write(b"# " + b"x" * (2 << 20) + b"\n")
+        p = run_limited("serve", "--config", big)
+        assert p.returncode != 0 and b"more than the limit of 1048576 bytes" in p.stderr, p.stderr
+
 passed = sum(1 for _, e in results if e is None)
 failed = len(results) - passed
 print(f"{passed} passed, {failed} failed")
