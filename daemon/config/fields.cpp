@@ -37,6 +37,9 @@ std::string expected_got(std::string_view expected, std::string_view text) {
   return fmt::format("expected {}, got {}", expected, shown(text));
 }
 
+// A decimal integer. One beyond int64 is still an integer, only too large (or too small): it
+// reads as INT64_MAX (INT64_MIN), outside every field's range, so the field's range message
+// applies ("no larger than 65536") and, like every message, shows the text as written.
 std::optional<Int> parse_int(std::string_view text) {
   const std::string s(trim(text));
   std::size_t i = (!s.empty() && (s[0] == '+' || s[0] == '-')) ? 1 : 0;
@@ -45,8 +48,8 @@ std::optional<Int> parse_int(std::string_view text) {
     if (!std::isdigit(static_cast<unsigned char>(s[j]))) return std::nullopt;
   }
   errno = 0;
-  const long long v = std::strtoll(s.c_str(), nullptr, 10);
-  if (errno != 0) return std::nullopt;
+  const long long v = std::strtoll(s.c_str(), nullptr, 10);  // ERANGE: LLONG_MAX / LLONG_MIN
+  if (errno != 0 && errno != ERANGE) return std::nullopt;
   return static_cast<Int>(v);
 }
 

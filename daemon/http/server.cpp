@@ -10,7 +10,7 @@
 namespace sx::daemon::http {
 
 Status ServerOptions::validate() const {
-  if (host.empty()) return invalid_argument_error("server.host: empty");
+  if (host.empty()) return invalid_argument_error("http.host: empty");
   if (backlog <= 0) return invalid_argument_error("server.backlog: must be > 0 (got {})", backlog);
   if (max_connections == 0) return invalid_argument_error("server.max_connections: must be > 0");
   if (max_header_bytes < 256) {
@@ -48,7 +48,7 @@ class Server::Impl final : public ConnectionOwner {
     sockaddr_storage addr{};
     if (uv_ip4_addr(o.host.c_str(), o.port, reinterpret_cast<sockaddr_in*>(&addr)) != 0 &&
         uv_ip6_addr(o.host.c_str(), o.port, reinterpret_cast<sockaddr_in6*>(&addr)) != 0) {
-      return invalid_argument_error("server.host: '{}' is not an IPv4 or IPv6 address", o.host);
+      return invalid_argument_error("http.host: '{}' is not an IPv4 or IPv6 address", o.host);
     }
     SX_RETURN_IF_ERROR(loop::uv_status(uv_tcp_init(ctx_.loop, &listener_), "uv_tcp_init"));
     listener_.data = this;

@@ -57,19 +57,26 @@ struct Parser {
   }
   bool get_int(const json& v, const std::string& name, std::int64_t lo, std::int64_t hi, std::int64_t& out) {
     std::int64_t x = 0;
-    if (v.is_number_integer()) {
-      x = v.get<std::int64_t>();
-    } else if (v.is_number_unsigned()) {
+    auto out_of_range = [&](const auto& got) {
+      return fail(name, fmt::format("'{}' must be between {} and {}, got {}", name, lo, hi, got));
+    };
+    if (v.is_number_unsigned()) {  // before is_number_integer(), which is true for unsigned too
       const auto u = v.get<std::uint64_t>();
-      x = u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) ? std::numeric_limits<std::int64_t>::max()
-                                                                                  : static_cast<std::int64_t>(u);
+      // The whole int64 range (the seed) means any 64-bit integer: one at or above 2^63 keeps its
+      // bits. Any other range refuses it and shows it as sent, never wrapped or clamped.
+      const bool any_64_bits =
+          lo == std::numeric_limits<std::int64_t>::min() && hi == std::numeric_limits<std::int64_t>::max();
+      if (!any_64_bits && (hi < 0 || u > static_cast<std::uint64_t>(hi))) return out_of_range(u);
+      x = static_cast<std::int64_t>(u);
+    } else if (v.is_number_integer()) {
+      x = v.get<std::int64_t>();
     } else if (v.is_number_float() && std::nearbyint(v.get<double>()) == v.get<double>() &&
                std::fabs(v.get<double>()) < 9e15) {
       x = static_cast<std::int64_t>(v.get<double>());  // 16.0 is accepted as 16
     } else {
       return fail(name, fmt::format("'{}' must be an integer, got {}", name, type_name(v)));
     }
-    if (x < lo || x > hi) return fail(name, fmt::format("'{}' must be between {} and {}, got {}", name, lo, hi, x));
+    if (x < lo || x > hi) return out_of_range(x);
     out = x;
     return true;
   }

@@ -225,6 +225,21 @@ TEST(LoadConfigErrors, WrongValueNamesFileLinePathAndValue) {
             "sextant.yaml:2:7: model.tp: expected a positive integer no larger than 8, got \"9\"");
 }
 
+TEST(LoadConfigErrors, IntegersAtOrAbove2To63AreTooLargeAndShownAsWritten) {
+  // Past int64 they are integers too large for the field, not "not an integer"; and never wrapped.
+  EXPECT_EQ(load_error("engine:\n  max_num_seqs: 18446744073709551615\n"),
+            "sextant.yaml:2:17: engine.max_num_seqs: expected a positive integer no larger than 65536, got "
+            "\"18446744073709551615\"");
+  EXPECT_EQ(load_error("engine:\n  max_num_seqs: 9223372036854775808\n"),
+            "sextant.yaml:2:17: engine.max_num_seqs: expected a positive integer no larger than 65536, got "
+            "\"9223372036854775808\"");
+  EXPECT_EQ(load_error("model:\n  threads: -9223372036854775809\n"),
+            "sextant.yaml:2:12: model.threads: expected a non-negative integer, got \"-9223372036854775809\"");
+  EXPECT_EQ(load_error("http:\n  port: 18446744073709551616\n"),
+            "sextant.yaml:2:9: http.port: expected a port number from 0 (any free port) to 65535, got "
+            "\"18446744073709551616\"");
+}
+
 TEST(LoadConfigErrors, EveryValidatorKind) {
   EXPECT_EQ(load_error("model:\n  backend: tpu\n"),
             "sextant.yaml:2:12: model.backend: expected one of cpu, vulkan, cuda, auto, got \"tpu\"");

@@ -189,6 +189,15 @@ TEST(ParseServeFlags, FlagValuesUseTheFieldValidators) {
             "--memory-utilization: engine.memory_utilization: expected a number in (0, 1], got \"2\"");
 }
 
+TEST(ParseServeFlags, HugeFlagValuesAreShownAsGiven) {
+  EXPECT_EQ(parse_error({"--max-num-seqs", "18446744073709551615"}),
+            "--max-num-seqs: engine.max_num_seqs: expected a positive integer no larger than 65536, got "
+            "\"18446744073709551615\"");
+  EXPECT_EQ(parse_error({"--set", "engine.max_model_len=9223372036854775808"}),
+            "--set: engine.max_model_len: expected a non-negative integer no larger than 16777216, got "
+            "\"9223372036854775808\"");
+}
+
 TEST(ParseServeFlags, UnknownAndMalformedOptionsAreNamed) {
   EXPECT_EQ(parse_error({"--max-num-seq", "4"}),
             "unknown option --max-num-seq; did you mean --max-num-seqs? (see sextant serve --help)");

@@ -113,6 +113,7 @@ TEST(ServerOptions, ValidateNamesTheField) {
   o = ServerOptions{};
   o.host = "";
   EXPECT_EQ(o.validate().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(o.validate().message(), "http.host: empty");  // the config key, not "server.host"
 }
 
 }  // namespace

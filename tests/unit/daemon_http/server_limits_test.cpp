@@ -170,6 +170,7 @@ TEST_F(ServerLimitsTest, StartFailsCleanlyOnABusyPortAndABadHost) {
   bad.host = "not-an-ip";
   auto host = h_.call([&] { return Server::start(h_.loop(), bad, hello_router()).status(); });
   EXPECT_EQ(host.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(host.message(), "http.host: 'not-an-ip' is not an IPv4 or IPv6 address");  // the config key
   // TearDown's uv_loop_close() == 0 proves the failed servers' handles were freed.
 }
 

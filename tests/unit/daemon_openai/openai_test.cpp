@@ -574,6 +574,24 @@ TEST(ParseRequestError, OutOfRange) {
                    "'prompt[0]' must be between 0 and 2147483647, got 2147483648");
 }
 
+TEST(ParseRequestError, IntegersAtOrAbove2To63AreShownAsSent) {
+  // The client's number, never a wrapped one (2^64-1 used to read "got -1": is_number_integer() is
+  // true for unsigned numbers too, so they went through get<int64_t>).
+  EXPECT_API_ERROR(reject_chat({{"max_tokens", 18446744073709551615ULL}}), "max_tokens",
+                   "'max_tokens' must be between 1 and 2147483647, got 18446744073709551615");
+  EXPECT_API_ERROR(reject_chat({{"n", 9223372036854775808ULL}}), "n",
+                   "'n' must be between 1 and 8, got 9223372036854775808");
+  EXPECT_API_ERROR(reject_completion({{"prompt", json::array({1, 18446744073709551614ULL})}}), "prompt[1]",
+                   "'prompt[1]' must be between 0 and 2147483647, got 18446744073709551614");
+  EXPECT_API_ERROR(reject_chat({{"top_k", 9223372036854775807LL}}), "top_k",
+                   "'top_k' must be between -1 and 2147483647, got 9223372036854775807");
+  // A seed takes any 64-bit integer by its bits, so these are accepted as they are.
+  EXPECT_EQ(accept(Endpoint::kChat, chat_with({{"seed", 18446744073709551615ULL}})).sampling.seed,
+            std::optional<std::uint64_t>(18446744073709551615ULL));
+  EXPECT_EQ(accept(Endpoint::kChat, chat_with({{"seed", 9223372036854775808ULL}})).sampling.seed,
+            std::optional<std::uint64_t>(9223372036854775808ULL));
+}
+
 TEST(ParseRequestError, StopStrings) {
   json seventeen = json::array();
   for (int i = 0; i < 17; ++i) seventeen.push_back(std::string(1, static_cast<char>('a' + i)));
