@@ -3,9 +3,18 @@
 // of them (bit flips, interesting integers, insertions, deletions, truncation, dictionary tokens,
 // splices). A broken invariant aborts, so the meson test fails; under -Db_sanitize=address the
 // sanitizers see every input too. Each input is passed in a heap block of exactly its size so an
-// over-read is caught by AddressSanitizer.
+// over-read is caught by AddressSanitizer. A target's LLVMFuzzerInitialize, when it has one, runs
+// first, as under libFuzzer.
 //
-//   replay [--iterations N] [--seed S] [--dict FILE] [--max-len BYTES] FILE_OR_DIR...
+//   replay [--iterations N] [--seed S] [--dict FILE] [--max-len BYTES] [--memory-limit-mb MB]
+//          [--save-last FILE] FILE_OR_DIR...
+//
+// --memory-limit-mb (default 2048, 0 = none) caps the address space (RLIMIT_AS), as libFuzzer's
+// -rss_limit_mb caps memory, so an input that makes a parser allocate without bound fails this
+// process (std::bad_alloc) instead of starving the machine. Under AddressSanitizer, whose shadow
+// memory needs terabytes of address space, the cap is ASan's hard_rss_limit_mb instead (4096 by
+// default; ASAN_OPTIONS overrides it). --save-last FILE writes each input to FILE before running
+// it, so the input that killed the process (a crash, a hang, a signal) is there afterwards.
 //
 // Exit status: 0 after all inputs ran; 2 for a usage error (no seeds, unreadable file).
 #include <algorithm>
@@ -22,7 +31,23 @@
 #include <string_view>
 #include <vector>
 
+#include <sys/resource.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define SX_REPLAY_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SX_REPLAY_ASAN 1
+#endif
+#endif
+
+#ifdef SX_REPLAY_ASAN
+extern "C" const char* __asan_default_options() { return "hard_rss_limit_mb=4096"; }
+#endif
+
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size);
+// Optional in a target (libFuzzer declares it weak too): null when the target does not define it.
+extern "C" __attribute__((weak)) int LLVMFuzzerInitialize(int* argc, char*** argv);
 
 namespace {
 
@@ -73,7 +98,13 @@ std::vector<Bytes> read_dict(const std::string& path) {
   return out;
 }
 
+std::string save_last_path;  // --save-last
+
 void run_one(const Bytes& input) {
+  if (!save_last_path.empty()) {
+    std::ofstream out(save_last_path, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(input.data()), static_cast<std::streamsize>(input.size()));
+  }
   // Exactly-sized heap copy: reading one byte past the end is an ASan error, as under libFuzzer.
   std::unique_ptr<std::uint8_t[]> buf(new std::uint8_t[std::max<std::size_t>(input.size(), 1)]);
   if (!input.empty()) std::memcpy(buf.get(), input.data(), input.size());
@@ -184,7 +215,8 @@ void mutate(Bytes& b, Rng& rng, const std::vector<Bytes>& seeds, const std::vect
 }
 
 int usage() {
-  std::fprintf(stderr, "usage: replay [--iterations N] [--seed S] [--dict FILE] [--max-len BYTES] FILE_OR_DIR...\n");
+  std::fprintf(stderr, "usage: replay [--iterations N] [--seed S] [--dict FILE] [--max-len BYTES] [--memory-limit-mb MB] "
+               "[--save-last FILE] FILE_OR_DIR...\n");
   return 2;
 }
 
@@ -194,18 +226,22 @@ int main(int argc, char** argv) {
   std::size_t iterations = 4000;
   std::uint64_t seed = 0x5e7a47;
   std::size_t max_len = 1 << 16;
+  std::uint64_t memory_limit_mb = 2048;
   std::string dict_path;
   std::vector<std::filesystem::path> paths;
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
-    if (a == "--iterations" || a == "--seed" || a == "--dict" || a == "--max-len") {
+    if (a == "--iterations" || a == "--seed" || a == "--dict" || a == "--max-len" || a == "--save-last" ||
+        a == "--memory-limit-mb") {
       const char* v = value();
       if (v == nullptr) return usage();
       if (a == "--iterations") iterations = std::strtoull(v, nullptr, 10);
       if (a == "--seed") seed = std::strtoull(v, nullptr, 10);
       if (a == "--max-len") max_len = std::strtoull(v, nullptr, 10);
       if (a == "--dict") dict_path = v;
+      if (a == "--save-last") save_last_path = v;
+      if (a == "--memory-limit-mb") memory_limit_mb = std::strtoull(v, nullptr, 10);
     } else if (!a.empty() && a[0] == '-') {
       return usage();
     } else {
@@ -241,6 +277,16 @@ int main(int argc, char** argv) {
   }
   const std::vector<Bytes> dict = dict_path.empty() ? std::vector<Bytes>{} : read_dict(dict_path);
 
+#ifndef SX_REPLAY_ASAN
+  rlimit limit{};
+  if (memory_limit_mb != 0 && getrlimit(RLIMIT_AS, &limit) == 0) {  // only ever lowered
+    limit.rlim_cur = std::min<rlim_t>(limit.rlim_cur, memory_limit_mb << 20);
+    if (setrlimit(RLIMIT_AS, &limit) != 0) std::perror("replay: setrlimit(RLIMIT_AS)");
+  }
+#else
+  (void)memory_limit_mb;
+#endif
+  if (LLVMFuzzerInitialize != nullptr) LLVMFuzzerInitialize(&argc, &argv);
   run_one({});
   for (const Bytes& s : seeds) run_one(s);
   Rng rng{seed};
