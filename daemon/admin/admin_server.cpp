@@ -65,7 +65,7 @@ std::string socket_directory(const std::string& path) {
 Status directory_refused(const std::string& dir, std::string_view why, uint32_t euid) {
   return failed_precondition_error(
       "refusing the admin socket directory {}: {}; another user could put their own socket there and answer "
-      "`sextant ctl`. remove it, or set admin.socket (or XDG_RUNTIME_DIR) to a path in a directory that only "
+      "`sextant ctl`; remove it, or set admin.socket (or XDG_RUNTIME_DIR) to a path in a directory that only "
       "uid {}{} can write",
       dir, why, euid, euid == 0 ? "" : " (or root)");
 }
