@@ -83,11 +83,13 @@ struct Parser {
   bool get_number(const json& v, const std::string& name, double lo, double hi, bool lo_open, float& out) {
     if (!v.is_number()) return fail(name, fmt::format("'{}' must be a number, got {}", name, type_name(v)));
     const double x = v.get<double>();
-    if (!std::isfinite(x) || x < lo || x > hi || (lo_open && x == lo)) {
+    // The range is checked on the float the engine gets: 1e-50 is above 0 but rounds to it.
+    const float f = static_cast<float>(x);
+    if (!std::isfinite(x) || !std::isfinite(f) || f < lo || f > hi || (lo_open && f <= lo)) {
       return fail(name, fmt::format("'{}' must be {} {} and at most {}, got {}", name, lo_open ? "above" : "at least",
                                     lo, hi, x));
     }
-    out = static_cast<float>(x);
+    out = f;
     return true;
   }
 

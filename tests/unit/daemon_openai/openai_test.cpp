@@ -548,6 +548,8 @@ TEST(ParseRequestError, OutOfRange) {
                    "'temperature' must be at least 0 and at most 2, got -0.5");
   EXPECT_API_ERROR(reject_chat({{"top_p", 0}}), "top_p", "'top_p' must be above 0 and at most 1, got 0");
   EXPECT_API_ERROR(reject_chat({{"top_p", 1.5}}), "top_p", "'top_p' must be above 0 and at most 1, got 1.5");
+  // Above 0 as a double, 0 as the float the sampler gets (found by fuzz_openai_request).
+  EXPECT_API_ERROR(reject_chat({{"top_p", 1e-50}}), "top_p", "'top_p' must be above 0 and at most 1, got 1e-50");
   EXPECT_API_ERROR(reject_chat({{"min_p", 1.25}}), "min_p", "'min_p' must be at least 0 and at most 1, got 1.25");
   EXPECT_API_ERROR(reject_chat({{"presence_penalty", 2.5}}), "presence_penalty",
                    "'presence_penalty' must be at least -2 and at most 2, got 2.5");
