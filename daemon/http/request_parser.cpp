@@ -106,6 +106,7 @@ const llhttp_settings_t* RequestParser::settings() {
     s.on_method = &RequestParser::on_method;
     s.on_url = &RequestParser::on_url;
     s.on_version = &RequestParser::on_version;
+    s.on_version_complete = &RequestParser::on_version_complete;
     s.on_header_field = &RequestParser::on_header_field;
     s.on_header_value = &RequestParser::on_header_value;
     s.on_header_value_complete = &RequestParser::on_header_value_complete;
@@ -157,7 +158,11 @@ int RequestParser::on_url(llhttp_t* parser, const char* at, size_t length) {
 }
 
 int RequestParser::on_version(llhttp_t* parser, const char*, size_t length) {
-  return from(parser)->count_header_bytes(length + 4);  // spaces and CRLF
+  return from(parser)->count_header_bytes(length);  // a span: a read may split it
+}
+
+int RequestParser::on_version_complete(llhttp_t* parser) {
+  return from(parser)->count_header_bytes(4);  // the spaces and CRLF of the request line
 }
 
 int RequestParser::on_header_field(llhttp_t* parser, const char* at, size_t length) {

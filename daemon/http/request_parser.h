@@ -77,6 +77,7 @@ class RequestParser {
   static int on_method(llhttp_t* parser, const char* at, size_t length);
   static int on_url(llhttp_t* parser, const char* at, size_t length);
   static int on_version(llhttp_t* parser, const char* at, size_t length);
+  static int on_version_complete(llhttp_t* parser);
   static int on_header_field(llhttp_t* parser, const char* at, size_t length);
   static int on_header_value(llhttp_t* parser, const char* at, size_t length);
   static int on_header_value_complete(llhttp_t* parser);
