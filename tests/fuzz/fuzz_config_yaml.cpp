@@ -153,11 +153,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   FUZZ_CHECK(*reloaded == c);
   FUZZ_CHECK(config::to_yaml(*reloaded, {.redact_secrets = false}) == printed);
 
-  const sx::Result<config::ServeConfig> redacted = config::load_config_string(config::to_yaml(c), "fuzz-redacted.yaml");
-  FUZZ_CHECK(redacted.ok());
-  config::ServeConfig expected = c;
-  for (std::string& k : expected.http.api_keys) k = std::string(config::kRedactedKey);
-  FUZZ_CHECK(*redacted == expected);
+  const std::string redacted_text = config::to_yaml(c);
+  if (c.http.api_keys.empty()) {
+    // Nothing to redact: the same text but for the first line (saves a third parse per input).
+    FUZZ_CHECK(redacted_text.substr(redacted_text.find('\n')) == printed.substr(printed.find('\n')));
+  } else {
+    const sx::Result<config::ServeConfig> redacted = config::load_config_string(redacted_text, "fuzz-redacted.yaml");
+    FUZZ_CHECK(redacted.ok());
+    config::ServeConfig expected = c;
+    for (std::string& k : expected.http.api_keys) k = std::string(config::kRedactedKey);
+    FUZZ_CHECK(*redacted == expected);
+  }
 
   check_validate(c, *reloaded);
   return 0;
