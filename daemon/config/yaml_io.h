@@ -15,7 +15,12 @@
 // size and the limit; text nested deeper than kMaxConfigNesting levels (flow brackets [ { and block
 // indentation or "- " together; a config needs 4) is refused before yaml-cpp, which recurses, sees
 // it: "<source>:<line>:<column>: nested more than 64 levels deep ..."; the message keeps the first
-// kMaxErrorLines problems (fields.h) and ends "<source>: ... and M more problems".
+// kMaxErrorLines problems (fields.h) and ends "<source>: ... and M more problems". A control
+// byte YAML does not allow (anything below 0x20 but tab, LF, CR; and 0x7f) is a syntax error
+// naming its position, key names and yaml-cpp's messages are shown with control bytes as \xNN, so
+// every problem is one line starting with the source; and input on which yaml-cpp 0.7 stops making
+// progress (a ',' at the top level: its LoadAll would loop until memory runs out) is "YAML syntax
+// error: unexpected ','" at that position.
 //
 // Threading: the functions are reentrant; they share no state.
 #pragma once

@@ -172,5 +172,58 @@ TEST(ConfigBounds, NestingScanIgnoresQuotesCommentsAndBlockScalars) {
   EXPECT_EQ(plain.status().message().find("nested more than"), std::string::npos) << plain.status().message();
 }
 
+// Fuzz findings (tests/fuzz/regressions/config_yaml): yaml-cpp 0.7's LoadAll adds empty documents
+// forever after a ',' at the top level and a few other tokens (jbeder/yaml-cpp#1040); documents are
+// counted first, and one that starts where the previous one did is a syntax error there.
+TEST(ConfigBounds, InputYamlCppLoopsOnIsASyntaxError) {
+  for (const std::string text : {",", "[a],", "'a' ,", "\"a\",", "{a: 1} ,", "--- ,", "---\n,", "... ,", "&x ,", "!t ,",
+                                 "\xEF\xBB\xBF,", "\xEF\xBB\xBF[a],", "&\",", "!,", "!!i,", "!<a,b>,",
+                                 "\"x\":\"1\n? "}) {
+    SCOPED_TRACE(text);
+    auto r = load_config_string(text, "comma.yaml");
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(": YAML syntax error: unexpected '"), std::string::npos)
+        << r.status().message();
+    EXPECT_EQ(r.status().message().rfind("comma.yaml:", 0), 0u) << r.status().message();
+  }
+  // Where yaml-cpp reports its own error, that error stays.
+  EXPECT_EQ(load_config_string("model: 1\n,", "comma.yaml").status().message(),
+            "comma.yaml:2:1: YAML syntax error: end of map not found");
+  // Commas where YAML allows them are not refused.
+  auto ok = load_config_string("model:\n  path: a,b , c\n  served_model_name: x\n    ,y\n  devices: [0, 1]\n",
+                               "comma.yaml");
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_EQ(ok->model.path, "a,b , c");
+  EXPECT_EQ(ok->model.served_model_name, "x ,y");
+}
+
+TEST(ConfigBounds, ControlBytesInKeysAndParserMessagesStayOnOneLine) {
+  auto key = load_config_string("\"model\\npath\": 1\n", "ctl.yaml");
+  ASSERT_FALSE(key.ok());
+  EXPECT_EQ(key.status().message().find('\n'), std::string::npos) << key.status().message();
+  EXPECT_EQ(key.status().message().rfind("ctl.yaml:1:1: model\\x0Apath: unknown section", 0), 0u)
+      << key.status().message();
+  auto nested = load_config_string("engine:\n  \"max\\tseqs\": 1\n", "ctl.yaml");
+  ASSERT_FALSE(nested.ok());
+  EXPECT_EQ(nested.status().message().rfind("ctl.yaml:2:3: engine.max\\x09seqs: unknown key", 0), 0u)
+      << nested.status().message();
+  // Raw control bytes are not YAML (yaml-cpp quoted them raw in its message, and loops on "\0,").
+  for (const std::string raw : {std::string("e\x01\0\n", 4), std::string("\0,", 2), std::string("a: \"\x7f\"\n")}) {
+    auto message = load_config_string(raw, "ctl.yaml");
+    ASSERT_FALSE(message.ok());
+    for (char ch : message.status().message()) EXPECT_GE(static_cast<unsigned char>(ch), 0x20) << message.status().message();
+    EXPECT_NE(message.status().message().find("YAML syntax error: control character 0x"), std::string::npos)
+        << message.status().message();
+  }
+  EXPECT_EQ(load_config_string(std::string("\0,", 2), "ctl.yaml").status().message(),
+            "ctl.yaml:1:1: YAML syntax error: control character 0x00 (YAML allows none but tab, line feed and "
+            "carriage return; write it as \\x00 in a double-quoted string)");
+  // Tabs and CRLF line ends are fine, and so is the escape written as text.
+  auto ok = load_config_string("model:\r\n  path: \"a\\x01b\"\t# tab\r\n", "ctl.yaml");
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_EQ(ok->model.path, std::string("a\x01") + "b");
+}
+
 }  // namespace
 }  // namespace sx::daemon::config
