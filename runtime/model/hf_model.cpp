@@ -5,6 +5,7 @@
 #include <array>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <utility>
@@ -158,6 +159,11 @@ Result<GenerationConfig> parse_generation_config(std::string_view text, std::str
   if (const json* k = find("top_k")) {
     if (!k->is_number_integer()) {
       return invalid_argument_error("{}: 'top_k' is {} ({}); expected an integer", file, json_type_name(*k), k->dump());
+    }
+    // nlohmann counts unsigned numbers as integers too: 2^64-1 read as int64 would be -1 (off).
+    if (k->is_number_unsigned() && k->get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) {
+      return invalid_argument_error("{}: 'top_k' is {}; expected an integer no larger than {}", file, k->dump(),
+                                    INT64_MAX);
     }
     g.top_k = k->get<std::int64_t>();
   }

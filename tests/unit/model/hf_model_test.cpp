@@ -115,6 +115,8 @@ TEST(HfGenerationConfig, ReadsEosAndSampling) {
   EXPECT_TRUE(fails_with(parse_generation_config(R"({"top_p": 2})", "gen.json"), StatusCode::kInvalidArgument,
                          {"gen.json", "'top_p'"}));
   EXPECT_TRUE(fails_with(parse_generation_config("{", "gen.json"), StatusCode::kInvalidArgument, {"gen.json", "JSON"}));
+  EXPECT_TRUE(fails_with(parse_generation_config(R"({"top_k": 18446744073709551615})", "gen.json"),
+                         StatusCode::kInvalidArgument, {"gen.json", "'top_k'", "18446744073709551615"}));
   TempDir dir;
   auto absent = read_generation_config(dir.file("generation_config.json"));
   ASSERT_TRUE(absent.ok());
