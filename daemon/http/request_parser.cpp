@@ -138,6 +138,7 @@ int RequestParser::on_message_begin(llhttp_t* parser) {
   p->field_.clear();
   p->value_.clear();
   p->value_started_ = false;
+  p->head_complete_ = false;
   p->header_bytes_ = 0;
   p->reject_status_ = 0;
   p->reject_reason_.clear();
@@ -185,7 +186,10 @@ int RequestParser::on_header_value(llhttp_t* parser, const char* at, size_t leng
 
 int RequestParser::on_header_value_complete(llhttp_t* parser) {
   RequestParser* p = from(parser);
-  p->request_.headers.add(std::move(p->field_), std::move(p->value_));
+  // Trailer fields of a chunked body are counted against the header limit and dropped: merging
+  // them would let a trailer add a second Host (or any field) after check_head() accepted the
+  // head, and no handler here uses trailers (RFC 9110 §6.5.1 lets a recipient discard them).
+  if (!p->head_complete_) p->request_.headers.add(std::move(p->field_), std::move(p->value_));
   p->field_.clear();
   p->value_.clear();
   p->value_started_ = false;
@@ -218,6 +222,7 @@ int RequestParser::on_headers_complete(llhttp_t* parser) {
   r.path = r.target.substr(0, q);
   r.query = q == std::string::npos ? std::string() : r.target.substr(q + 1);
   if (p->check_head() != 0) return -1;
+  p->head_complete_ = true;
   const bool has_length = (parser->flags & F_CONTENT_LENGTH) != 0;
   // A body announced larger than allowed is refused before any of it is read.
   if (has_length && parser->content_length > p->limits_.max_body_bytes) {
@@ -234,20 +239,27 @@ int RequestParser::on_headers_complete(llhttp_t* parser) {
 
 int RequestParser::on_body(llhttp_t* parser, const char* at, size_t length) {
   RequestParser* p = from(parser);
-  if (p->request_.body.size() + length > p->limits_.max_body_bytes) {
-    // Chunked bodies are only known to be too large while reading.
-    return p->reject(413, fmt::format("the body is larger than {} bytes", p->limits_.max_body_bytes));
-  }
+  // Chunked bodies are only known to be too large while reading. The bytes within the limit are
+  // scanned first, so that the error is that of the first byte at fault whatever the read sizes:
+  // JSON past its bounds before byte max_body_bytes is a 400 even when that read goes past it.
+  const size_t room = p->limits_.max_body_bytes - p->request_.body.size();
+  const bool too_large = length > room;
+  if (too_large) length = room;
   p->request_.body.append(at, length);
-  if (p->json_body_) {
-    p->json_.feed(std::string_view(at, length));
-    const JsonShape shape = p->json_.shape();
-    if (p->limits_.max_json_depth > 0 && shape.depth > p->limits_.max_json_depth) {
-      return p->reject(400, fmt::format("the JSON body nests more than {} levels deep", p->limits_.max_json_depth));
-    }
-    if (p->limits_.max_json_values > 0 && shape.values > p->limits_.max_json_values) {
-      return p->reject(400, fmt::format("the JSON body holds more than {} values", p->limits_.max_json_values));
-    }
+  if (const int rc = p->check_json(std::string_view(at, length)); rc != 0) return rc;
+  if (too_large) return p->reject(413, fmt::format("the body is larger than {} bytes", p->limits_.max_body_bytes));
+  return 0;
+}
+
+int RequestParser::check_json(std::string_view bytes) {
+  if (!json_body_) return 0;
+  json_.feed(bytes);
+  const JsonShape shape = json_.shape();
+  if (limits_.max_json_depth > 0 && shape.depth > limits_.max_json_depth) {
+    return reject(400, fmt::format("the JSON body nests more than {} levels deep", limits_.max_json_depth));
+  }
+  if (limits_.max_json_values > 0 && shape.values > limits_.max_json_values) {
+    return reject(400, fmt::format("the JSON body holds more than {} values", limits_.max_json_values));
   }
   return 0;
 }

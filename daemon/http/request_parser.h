@@ -93,6 +93,7 @@ class RequestParser {
   int reject(int status, std::string reason);
   // The RFC 9112 rules on a complete head; 0 or the status to answer.
   int check_head();
+  int check_json(std::string_view bytes);  // the body's JSON bounds, on its next bytes
 
   Limits limits_;
   Listener* listener_;
@@ -101,6 +102,7 @@ class RequestParser {
   std::string field_;
   std::string value_;
   bool value_started_ = false;  // a span of the current header value was seen
+  bool head_complete_ = false;  // header fields from now on are a chunked body's trailer fields
   const char* feed_begin_ = nullptr;
   char tail_[2] = {'\0', '\0'};
   size_t header_bytes_ = 0;

@@ -144,6 +144,30 @@ TEST(RequestParser, JsonBodiesBeyondTheBoundsAre400BeforeTheRestArrives) {
   }
 }
 
+TEST(RequestParser, TrailerFieldsAreCountedButNotMergedIntoTheHeaders) {
+  const std::string head = "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n";
+  for (size_t step : {0, 1, 5}) {
+    Outcome o = parse(head + "Host: b\r\nX-Trailer: t\r\n\r\n", step);
+    ASSERT_EQ(o.requests.size(), 1u) << "step " << step;
+    EXPECT_EQ(o.requests[0].body, "abc");
+    EXPECT_EQ(o.requests[0].headers.get_all("Host").size(), 1u) << "a trailer Host would be a second one";
+    EXPECT_FALSE(o.requests[0].headers.get("X-Trailer").has_value());
+    // Trailer bytes count against the header limit as header bytes do.
+    EXPECT_EQ(parse(head + "X: " + std::string(300, 'v') + "\r\n\r\n", step, {256, 64}).status, 431) << "step " << step;
+  }
+}
+
+TEST(RequestParser, TheFirstLimitReachedInTheBytesDecidesWhateverTheReadSizes) {
+  // More than 3 values within the first 8 bytes (the body limit): the JSON bound is met first
+  // (400), also when one read carries the body past the size limit; values past byte 8: 413.
+  RequestParser::Limits limits{1024, 8, 0, 3};
+  const std::string chunked = "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n";
+  for (size_t step : {0, 1, 3, 60, 70}) {
+    EXPECT_EQ(parse(chunked + "c\r\n[1,2,3,4,5,6\r\n0\r\n\r\n", step, limits).status, 400) << "step " << step;
+    EXPECT_EQ(parse(chunked + "c\r\n[1,      2,3\r\n0\r\n\r\n", step, limits).status, 413) << "step " << step;
+  }
+}
+
 TEST(RequestParser, AfterAnErrorNothingMoreIsParsed) {
   Recorder rec;
   RequestParser p({}, &rec);
