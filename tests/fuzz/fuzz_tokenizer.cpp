@@ -3,7 +3,7 @@
 // arbitrary bytes as text, with and without special-token parsing (the latter only for text with
 // a '<', where it can make a difference). Invariants (tokenizer.h, utf8.h):
 // * every id is in 0..vocab_size-1; encoding is deterministic and encode_into appends exactly
-//   what encode returns;
+//   what encode returns (compared on one input in eight: each encoding is a third of the time);
 // * invalid UTF-8 is replaced first, as Python's errors='replace' does (restated below as the
 //   maximal-subpart rule of Unicode Table 3-7 and compared with utf8::replace_invalid): so the
 //   text the tokenizer sees is `clean`, which equals the input exactly when it is valid UTF-8;
@@ -120,8 +120,11 @@ std::string without_specials(const State& st, std::string_view clean, std::size_
   *count = 0;
   std::size_t i = 0;
   while (i < clean.size()) {
-    const auto m = std::find_if(st.added.begin(), st.added.end(),
-                                [&](const Added& a) { return clean.substr(i).starts_with(a.content); });
+    // Every added token starts with '<' (checked at start-up): elsewhere none can match.
+    const auto m = clean[i] != '<' ? st.added.end()
+                                   : std::find_if(st.added.begin(), st.added.end(), [&](const Added& a) {
+                                       return clean.substr(i).starts_with(a.content);
+                                     });
     if (m == st.added.end()) {
       out += clean[i++];
       continue;
@@ -168,11 +171,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const bool may_hold_added = clean.find('<') != std::string::npos;
   for (bool parse_special : {true, false}) {
     if (!parse_special && !may_hold_added) break;
-    const std::vector<std::int32_t> ids = tok.encode(text, parse_special);
+    // encode_into appends to what the vector holds; encode (a wrapper of it) is compared on one
+    // input in eight, since each encoding is a third of the time of an execution.
     std::vector<std::int32_t> appended{-7};
     tok.encode_into(text, parse_special, appended);
-    FUZZ_CHECK(appended.size() == ids.size() + 1 && appended[0] == -7 &&
-               std::equal(ids.begin(), ids.end(), appended.begin() + 1));
+    FUZZ_CHECK(!appended.empty() && appended[0] == -7);
+    const std::vector<std::int32_t> ids(appended.begin() + 1, appended.end());
+    if (size % 8 == 0) FUZZ_CHECK(tok.encode(text, parse_special) == ids);
     std::size_t specials = 0;
     for (std::int32_t id : ids) {
       FUZZ_CHECK(id >= 0 && id < tok.vocab_size());
