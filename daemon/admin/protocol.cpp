@@ -3,6 +3,7 @@
 
 #include <exception>
 
+#include "runtime/base/json_parse.h"
 #include "runtime/base/json_depth.h"
 
 namespace sx::daemon::admin {
@@ -95,12 +96,9 @@ Result<nlohmann::json> decode_request(std::string_view line) {
     return invalid_argument_error("the request nests JSON {} levels deep; at most {} are accepted", depth,
                                   kMaxJsonDepth);
   }
-  nlohmann::json request;
-  try {
-    request = nlohmann::json::parse(line);
-  } catch (const std::exception& e) {
-    return invalid_argument_error("the request is not valid JSON: {}", parser_message(e.what()));
-  }
+  JsonParse parsed = parse_json(line);
+  if (!parsed.ok()) return invalid_argument_error("the request is not valid JSON: {}", parser_message(parsed.error.c_str()));
+  nlohmann::json request = std::move(parsed.value);
   if (!request.is_object()) {
     return invalid_argument_error("a request must be a JSON object such as {{\"cmd\": \"status\"}} (got a {})",
                                   request.type_name());

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/base/json_parse.h"
 #include "runtime/base/json_depth.h"
 #include "runtime/model/json_util.h"
 #include "runtime/base/mapped_file.h"
@@ -147,12 +148,9 @@ Result<HfConfig> parse_hf_config(std::string_view json_text, std::string_view di
     return invalid_argument_error("{}: not a config.json: nests JSON arrays/objects more than {} levels deep", file,
                                   kMaxJsonDepth);
   }
-  json root;
-  try {
-    root = json::parse(json_text.begin(), json_text.end());
-  } catch (const json::exception& e) {
-    return invalid_argument_error("{}: not valid JSON: {}", file, e.what());
-  }
+  JsonParse parsed = parse_json(json_text);
+  if (!parsed.ok()) return invalid_argument_error("{}: not valid JSON: {}", file, parsed.error);
+  const json root = std::move(parsed.value);
   if (!root.is_object()) {
     return invalid_argument_error("{}: a config.json holds one JSON object; this holds {}", file, json_type_name(root));
   }

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/base/json_parse.h"
 #include "runtime/base/half.h"
 #include "runtime/base/json_depth.h"
 #include "runtime/base/mapped_file.h"
@@ -117,12 +118,9 @@ Result<GenerationConfig> parse_generation_config(std::string_view text, std::str
   if (json_nesting_depth(text) > kMaxJsonDepth) {
     return invalid_argument_error("{}: nests JSON arrays/objects more than {} levels deep", file, kMaxJsonDepth);
   }
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    return invalid_argument_error("{}: not valid JSON ({})", file, e.what());
-  }
+  JsonParse parsed = parse_json(text);
+  if (!parsed.ok()) return invalid_argument_error("{}: not valid JSON ({})", file, parsed.error);
+  const json j = std::move(parsed.value);
   if (!j.is_object()) return invalid_argument_error("{}: expected a JSON object, found {}", file, json_type_name(j));
   GenerationConfig g;
   g.present = true;

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/base/json_parse.h"
 #include "runtime/base/json_depth.h"
 #include "runtime/base/mapped_file.h"
 #include "runtime/tokenizer/pretokenizer.h"
@@ -23,11 +24,9 @@ Result<json> read_json(const std::string& path) {
   if (json_nesting_depth({reinterpret_cast<const char*>(bytes.data()), bytes.size()}) > kMaxJsonDepth) {
     return invalid_argument_error("{}: nests JSON arrays/objects more than {} levels deep", path, kMaxJsonDepth);
   }
-  try {
-    return json::parse(bytes.begin(), bytes.end());
-  } catch (const json::exception& e) {
-    return invalid_argument_error("{}: invalid JSON: {}", path, e.what());
-  }
+  JsonParse parsed = parse_json({reinterpret_cast<const char*>(bytes.data()), bytes.size()});
+  if (!parsed.ok()) return invalid_argument_error("{}: invalid JSON: {}", path, parsed.error);
+  return std::move(parsed.value);
 }
 
 // The two big members of tokenizer.json, read straight into vectors (no DOM for them).
