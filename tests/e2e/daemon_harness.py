@@ -86,6 +86,13 @@ class Daemon:
     def status(self):
         return json.loads(self.ctl("--json", "status").stdout)
 
+    def sanitized(self):
+        """Whether the daemon runs under AddressSanitizer (the sanitizer build of .ci/run), whose
+        allocator keeps freed memory in quarantine (up to 256 MiB): there, RSS grows with the bytes
+        allocated, not with what is kept, and leaks are LeakSanitizer's to find at exit."""
+        with open(f"/proc/{self.proc.pid}/maps") as maps:
+            return any("libasan" in line for line in maps)
+
     def rss_kib(self):
         for line in open(f"/proc/{self.proc.pid}/status"):
             if line.startswith("VmRSS:"):

@@ -279,7 +279,8 @@ def a_thousand_malformed_requests_then_a_valid_one():
     assert closed, "a slow-loris client was not cut off within 8 s (header timeout 2 s)"
     assert generate(D.port, REF["prompt_text"], False, max_tokens=8)
     growth = D.rss_kib() - rss0
-    assert growth < 16 * 1024, f"RSS grew by {growth} KiB over 800 malformed requests"
+    bound = 64 * 1024 if D.sanitized() else 16 * 1024  # ASan's quarantine holds freed memory
+    assert growth < bound, f"RSS grew by {growth} KiB over 800 malformed requests"
 
 
 @case

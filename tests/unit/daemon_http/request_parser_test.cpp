@@ -144,6 +144,18 @@ TEST(RequestParser, JsonBodiesBeyondTheBoundsAre400BeforeTheRestArrives) {
   }
 }
 
+TEST(RequestParser, FieldValuesLoseTheirTrailingWhitespace) {
+  for (size_t step : {0, 1, 4}) {
+    Outcome o = parse("POST / HTTP/1.1\r\nHost: a \t\r\nTransfer-Encoding: chunked \r\nX-Y:  v w\t \r\n\r\n"
+                      "2\r\nab\r\n0\r\n\r\n", step);
+    ASSERT_EQ(o.requests.size(), 1u) << "step " << step;
+    EXPECT_EQ(o.requests[0].headers.get("Host"), "a");
+    EXPECT_EQ(o.requests[0].headers.get("Transfer-Encoding"), "chunked");
+    EXPECT_EQ(o.requests[0].headers.get("X-Y"), "v w");
+    EXPECT_EQ(o.requests[0].body, "ab");
+  }
+}
+
 TEST(RequestParser, TrailerFieldsAreCountedButNotMergedIntoTheHeaders) {
   const std::string head = "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n";
   for (size_t step : {0, 1, 5}) {
