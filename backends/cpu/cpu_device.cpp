@@ -141,17 +141,39 @@ Result<std::unique_ptr<hal::Event>> CpuDevice::create_event() {
   return std::unique_ptr<hal::Event>(std::move(e));
 }
 
-hal::DType CpuDevice::weight_layout(hal::DType stored) const {
-  if (!cpu::kVectorInterleaved) return stored;
-  if (stored == hal::DType::kQ8_0) return hal::DType::kQ8_0R16;
-  if (stored == hal::DType::kQ5_0) return hal::DType::kQ5_0R8;
-  return stored;
+std::size_t CpuDevice::weight_bytes(const hal::WeightDesc& w) const {
+  return cpu::tensor_bytes(weight_layout(w.format), w.rows, w.cols);
+}
+
+Result<std::unique_ptr<hal::Buffer>> CpuDevice::upload_weight(hal::Stream& stream, const hal::WeightDesc& w,
+                                                              std::span<const std::byte> bytes) {
+  const std::size_t need = hal::tensor_bytes(w.format, w.rows, w.cols);
+  if (bytes.size() != need) {
+    return invalid_argument_error("upload_weight: {} x {} {} takes {} bytes, {} given", w.rows, w.cols,
+                                  hal::dtype_name(w.format), need, bytes.size());
+  }
+  const hal::DType layout = weight_layout(w.format);
+  SX_ASSIGN_OR_RETURN(std::unique_ptr<hal::Buffer> b, alloc(cpu::tensor_bytes(layout, w.rows, w.cols)));
+  if (layout == w.format) {
+    SX_RETURN_IF_ERROR(stream.upload(*b, 0, bytes));
+  } else {
+    if (w.cols % hal::kQK != 0) {
+      return invalid_argument_error("upload_weight: {} x {} {}: columns are not a multiple of 32", w.rows, w.cols,
+                                    hal::dtype_name(w.format));
+    }
+    std::vector<std::byte> repacked(b->size());
+    repack_rows(layout, bytes.data(), w.rows, w.cols, repacked.data());
+    SX_RETURN_IF_ERROR(stream.upload(*b, 0, repacked));
+    SX_RETURN_IF_ERROR(stream.sync());  // the upload reads `repacked` until then
+  }
+  static_cast<CpuBuffer&>(*b).set_layout(layout);
+  return b;
 }
 
 Status CpuDevice::supports(const hal::Op& op) const {
   auto weight_ok = [](hal::DType t) {
     // Every GGML block format (the CPU kernels dequantise what they have no int8 kernel for).
-    return t == hal::DType::kF32 || t == hal::DType::kF16 || t == hal::DType::kBF16 || hal::interleaved_rows(t) > 1 ||
+    return t == hal::DType::kF32 || t == hal::DType::kF16 || t == hal::DType::kBF16 ||
            (hal::dtype_info(t).quantized && hal::can_dequantize(t));
   };
   auto cache_ok = [](hal::DType t) { return t == hal::DType::kF32 || t == hal::DType::kF16 || t == hal::DType::kBF16; };
@@ -203,14 +225,25 @@ Result<T*> resolve_as(const CpuDevice& d, const hal::BufView& v, std::int64_t co
   return reinterpret_cast<T*>(p);
 }
 
-Result<const void*> resolve_rows(const CpuDevice& d, const hal::BufView& v, hal::DType t, std::int64_t rows,
-                                 std::int64_t cols, std::string_view op, std::string_view what) {
-  const int block = hal::dtype_info(t).block_elems;
+// A weight or table named by its file format `format`: its memory and the type the kernels read
+// it as (the buffer's layout when upload_weight made it, else the format itself).
+Result<const void*> resolve_rows(const CpuDevice& d, const hal::BufView& v, hal::DType format, std::int64_t rows,
+                                 std::int64_t cols, std::string_view op, std::string_view what, hal::DType* kernel_type) {
+  hal::DType t = format;
+  if (const auto* cb = dynamic_cast<const CpuBuffer*>(v.buffer); cb != nullptr && cb->layout()) {
+    if (layout_source(*cb->layout()) != format) {
+      return invalid_argument_error("{}: the {} buffer holds {} weights, the op names {}", op, what,
+                                    type_name(*cb->layout()), hal::dtype_name(format));
+    }
+    t = *cb->layout();
+  }
+  const int block = hal::dtype_info(format).block_elems;
   if (cols % block != 0) {
     return invalid_argument_error("{}: {} rows of {} elements are not a multiple of the {} block ({})", op, what,
-                                  cols, hal::dtype_name(t), block);
+                                  cols, hal::dtype_name(format), block);
   }
-  SX_ASSIGN_OR_RETURN(std::byte * p, resolve_view(d, v, hal::tensor_bytes(t, rows, cols), op, what));
+  SX_ASSIGN_OR_RETURN(std::byte * p, resolve_view(d, v, cpu::tensor_bytes(t, rows, cols), op, what));
+  *kernel_type = t;
   return static_cast<const void*>(p);
 }
 
@@ -316,7 +349,9 @@ struct Dispatch {
   ThreadPool& pool() { return dev.pool(); }
 
   Status operator()(const hal::EmbeddingArgs& a) {
-    SX_ASSIGN_OR_RETURN(const void* table, resolve_rows(dev, a.table, a.table_type, a.vocab, a.dim, "embedding", "table"));
+    hal::DType table_type{};
+    SX_ASSIGN_OR_RETURN(const void* table,
+                        resolve_rows(dev, a.table, a.table_type, a.vocab, a.dim, "embedding", "table", &table_type));
     SX_ASSIGN_OR_RETURN(const std::int32_t* ids, resolve_as<const std::int32_t>(dev, a.ids, a.n_tokens, "embedding", "ids"));
     SX_ASSIGN_OR_RETURN(float* out, resolve_as<float>(dev, a.out, a.n_tokens * a.dim, "embedding", "out"));
     if (a.shard) {
@@ -326,7 +361,7 @@ struct Dispatch {
         const std::int64_t i = ids[t] - a.vocab_offset;
         local[static_cast<std::size_t>(t)] = i >= 0 && i < a.vocab ? static_cast<std::int32_t>(i) : 0;
       }
-      embedding(pool(), table, a.table_type, local.data(), out, a.n_tokens, a.dim);
+      embedding(pool(), table, table_type, local.data(), out, a.n_tokens, a.dim);
       for (std::int64_t t = 0; t < a.n_tokens; ++t) {
         const std::int64_t i = ids[t] - a.vocab_offset;
         if (i < 0 || i >= a.vocab) std::fill_n(out + t * a.dim, a.dim, 0.0f);
@@ -339,7 +374,7 @@ struct Dispatch {
                                   a.vocab);
       }
     }
-    embedding(pool(), table, a.table_type, ids, out, a.n_tokens, a.dim);
+    embedding(pool(), table, table_type, ids, out, a.n_tokens, a.dim);
     return ok_status();
   }
   Status operator()(const hal::RmsNormArgs& a) {
@@ -354,14 +389,15 @@ struct Dispatch {
     return ok_status();
   }
   Status operator()(const hal::MatmulArgs& a) {
-    SX_ASSIGN_OR_RETURN(const void* w, resolve_rows(dev, a.w, a.w_type, a.n, a.k, "matmul", "weight"));
+    hal::DType w_type{};
+    SX_ASSIGN_OR_RETURN(const void* w, resolve_rows(dev, a.w, a.w_type, a.n, a.k, "matmul", "weight", &w_type));
     SX_ASSIGN_OR_RETURN(const float* x, resolve_as<const float>(dev, a.x, a.m * a.k, "matmul", "x"));
     const float* bias = nullptr;
     if (a.bias) {
       SX_ASSIGN_OR_RETURN(bias, resolve_as<const float>(dev, a.bias, a.n, "matmul", "bias"));
     }
     SX_ASSIGN_OR_RETURN(float* y, resolve_as<float>(dev, a.y, a.m * a.n, "matmul", "y"));
-    matmul(pool(), scratch, MatmulProblem{w, a.w_type, x, bias, y, a.m, a.n, a.k});
+    matmul(pool(), scratch, MatmulProblem{w, w_type, x, bias, y, a.m, a.n, a.k});
     return ok_status();
   }
   Status operator()(const hal::RopeArgs& a) {

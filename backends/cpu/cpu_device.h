@@ -18,7 +18,9 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -41,12 +43,17 @@ class CpuBuffer final : public hal::Buffer {
   // Backend-internal: the memory. In strict mode it is only accessible while the device executes.
   std::byte* data() const { return data_; }
   std::size_t mapped_bytes() const { return mapped_bytes_; }  // > 0: an mmap of this size (strict)
+  // A weight buffer made by upload_weight: the layout its bytes are in (layouts.h), which ops
+  // that name the weight by its file format read it as. Empty for every other buffer.
+  std::optional<hal::DType> layout() const { return layout_; }
+  void set_layout(hal::DType layout) { layout_ = layout; }
 
  private:
   CpuDevice& device_;
   std::byte* data_;
   std::size_t size_;
   std::size_t mapped_bytes_;
+  std::optional<hal::DType> layout_;
 };
 
 class CpuDevice final : public hal::Device {
@@ -55,9 +62,11 @@ class CpuDevice final : public hal::Device {
   const hal::DeviceInfo& info() const override { return info_; }
   hal::MemoryInfo memory() const override;
   Status supports(const hal::Op& op) const override;
-  // Q8_0 -> kQ8_0R16 and Q5_0 -> kQ5_0R8 where the vector kernels for them are built (AVX2), else
-  // unchanged.
-  hal::DType weight_layout(hal::DType stored) const override;
+  // Q8_0 and Q5_0 weights are kept as kQ8_0R16 / kQ5_0R8 where the vector kernels for them are
+  // built (AVX2; cpu::weight_layout), every other format as the file holds it.
+  std::size_t weight_bytes(const hal::WeightDesc& w) const override;
+  Result<std::unique_ptr<hal::Buffer>> upload_weight(hal::Stream& stream, const hal::WeightDesc& w,
+                                                     std::span<const std::byte> bytes) override;
   Result<std::unique_ptr<hal::Buffer>> alloc(std::size_t bytes) override;
   Result<std::unique_ptr<hal::Stream>> create_stream() override;
   Result<std::unique_ptr<hal::Event>> create_event() override;

@@ -74,26 +74,18 @@ class Uploader {
       }
       rows_data = gathered.data();
     }
-    // A matrix goes into the layout the device keeps its format in (hal::Device::weight_layout).
-    const hal::DType layout = info->dims.size() >= 2 ? device_.weight_layout(t.type) : t.type;
-    std::vector<std::byte> converted;
-    if (layout != t.type) {
-      if (hal::interleaved_source(layout) != t.type) {
-        return unimplemented_error("{}: '{}': {} asks for {} weights, and there is no conversion from {}",
-                                   file_.path(), name, device_.info().name, hal::dtype_name(layout),
-                                   hal::dtype_name(t.type));
-      }
-      converted.resize(hal::tensor_bytes(layout, rows, cols));
-      hal::repack_rows(layout, rows_data, rows, cols, converted.data());
-      t.type = layout;
-      rows_data = converted.data();
-    }
     const std::size_t bytes = hal::tensor_bytes(t.type, rows, cols);
-    SX_ASSIGN_OR_RETURN(t.buffer, device_.alloc(bytes));
-    SX_RETURN_IF_ERROR(stream_.upload(*t.buffer, 0, {rows_data, bytes}));
+    if (info->dims.size() >= 2) {
+      // A matrix: the device keeps it in its own layout (hal::Device::upload_weight).
+      const hal::WeightDesc desc{t.type, rows, cols};
+      SX_ASSIGN_OR_RETURN(t.buffer, device_.upload_weight(stream_, desc, {rows_data, bytes}));
+    } else {
+      SX_ASSIGN_OR_RETURN(t.buffer, device_.alloc(bytes));
+      SX_RETURN_IF_ERROR(stream_.upload(*t.buffer, 0, {rows_data, bytes}));
+    }
     // The upload reads host memory of this scope until then (the file's mapping needs no wait).
     if (rows_data != base + full_row * static_cast<std::size_t>(row0)) SX_RETURN_IF_ERROR(stream_.sync());
-    bytes_ += bytes;
+    bytes_ += t.buffer->size();
     return t;
   }
 

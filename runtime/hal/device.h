@@ -68,6 +68,12 @@ class Stream {
   virtual Status sync() = 0;
 };
 
+// A weight matrix as its file holds it: rows x cols of `format` (cols a multiple of its block).
+struct WeightDesc {
+  DType format = DType::kF32;
+  std::int64_t rows = 0, cols = 0;
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -76,10 +82,17 @@ class Device {
   // OK if this device can run the op with these formats and shapes; UNIMPLEMENTED naming the op
   // and the format otherwise. Asked before serving starts, never on the hot path.
   virtual Status supports(const Op& op) const = 0;
-  // The format this device keeps weights of format `stored` in: the engine converts a weight on the
-  // host before uploading it when this differs (e.g. the CPU keeps Q8_0 as kQ8_0R16, which its
-  // kernels stream without repacking). Formats without an alternative come back unchanged.
-  virtual DType weight_layout(DType stored) const { return stored; }
+  // Device memory a weight matrix takes once upload_weight has prepared it: the file's bytes
+  // (tensor_bytes) unless the backend keeps the format in a layout of its own (e.g. the CPU
+  // interleaves the rows of Q8_0 and Q5_0 weights for its SIMD kernels, padding the last group).
+  // For memory planning (the planner still counts file bytes: padding is at most 15 rows a matrix).
+  virtual std::size_t weight_bytes(const WeightDesc& w) const { return tensor_bytes(w.format, w.rows, w.cols); }
+  // A new buffer holding the weight `w` whose file bytes (rows x row_bytes, row-major) are
+  // `bytes`, in whatever layout this backend's kernels read; an op names the weight by its file
+  // format (MatmulArgs::w_type, EmbeddingArgs::table_type) and the backend finds its layout
+  // from the buffer. Enqueued on `stream`: `bytes` must stay valid until stream.sync().
+  virtual Result<std::unique_ptr<Buffer>> upload_weight(Stream& stream, const WeightDesc& w,
+                                                        std::span<const std::byte> bytes);
   virtual Result<std::unique_ptr<Buffer>> alloc(std::size_t bytes) = 0;
   virtual Result<std::unique_ptr<Stream>> create_stream() = 0;
   virtual Result<std::unique_ptr<Event>> create_event() = 0;

@@ -27,20 +27,24 @@ const DTypeInfo kInfos[] = {
     {"q6_k", 256, 210, true},  // block_q6_K: uint8_t ql[QK_K / 2], qh[QK_K / 4]; int8_t scales[QK_K / 16]; ggml_half d
     {"awq_int4", kAwqInt4Group, kAwqInt4BlockBytes, true},
     {"q5_0", 32, 22, true},   // block_q5_0: ggml_half d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]
-    {"q8_0_r16", kQ8_0Block, static_cast<int>(sizeof(BlockQ8_0)), true},  // per row; see BlockQ8_0x16
     {"q4_1", kQK, static_cast<int>(sizeof(BlockQ4_1)), true},
     {"q5_1", kQK, static_cast<int>(sizeof(BlockQ5_1)), true},
     {"q2_k", kQK_K, static_cast<int>(sizeof(BlockQ2_K)), true},
     {"q3_k", kQK_K, static_cast<int>(sizeof(BlockQ3_K)), true},
     {"q5_k", kQK_K, static_cast<int>(sizeof(BlockQ5_K)), true},
-    {"q5_0_r8", kQK, static_cast<int>(sizeof(BlockQ5_0)), true},  // per row; see BlockQ5_0x8
 };
-static_assert(std::size(kInfos) == static_cast<std::size_t>(DType::kQ5_0R8) + 1, "one row per DType, in order");
+static_assert(std::size(kInfos) == static_cast<std::size_t>(DType::kQ5_K) + 1, "one row per DType, in order");
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ5_0) == 22 && sizeof(BlockQ4_K) == 144 &&
               sizeof(BlockQ6_K) == 210);
 }  // namespace
 
-const DTypeInfo& dtype_info(DType t) { return kInfos[static_cast<int>(t)]; }
+const DTypeInfo& dtype_info(DType t) {
+  const auto i = static_cast<std::size_t>(t);
+  // A value past the table is a backend's private layout (e.g. backends/cpu/kernels/layouts.h)
+  // that reached shared code: a programmer error, never an out-of-bounds read.
+  if (i >= std::size(kInfos)) fatal("dtype_info", "value " + std::to_string(i) + " is not a hal::DType format");
+  return kInfos[i];
+}
 std::string_view dtype_name(DType t) { return dtype_info(t).name; }
 
 std::optional<DType> dtype_from_name(std::string_view name) {
@@ -101,8 +105,6 @@ void dequantize_row(DType t, const void* src, float* dst, std::int64_t n) {
       return;
     }
     case DType::kI32:
-    case DType::kQ8_0R16:
-    case DType::kQ5_0R8:
       break;
   }
   fatal("dequantize_row", std::string("unsupported type ") + std::string(dtype_name(t)));
@@ -145,8 +147,6 @@ void quantize_row(DType t, const float* src, void* dst, std::int64_t n) {
     case DType::kQ6_K: quantize_row_q6_k(src, static_cast<BlockQ6_K*>(dst), n); return;
     case DType::kI32:
     case DType::kAwqInt4:
-    case DType::kQ8_0R16:
-    case DType::kQ5_0R8:
     case DType::kQ2_K:
     case DType::kQ3_K:
       break;
@@ -155,7 +155,7 @@ void quantize_row(DType t, const float* src, void* dst, std::int64_t n) {
 }
 
 bool can_dequantize(DType t) {
-  return t != DType::kI32 && interleaved_rows(t) == 1;
+  return t != DType::kI32;
 }
 
 bool can_quantize(DType t) {
@@ -175,97 +175,5 @@ void convert_rows(DType from, const void* src, DType to, void* dst, std::int64_t
   }
 }
 
-std::size_t tensor_bytes(DType t, std::int64_t rows, std::int64_t cols) {
-  const int g = interleaved_rows(t);
-  rows = (rows + g - 1) / g * g;
-  return row_bytes(t, cols) * static_cast<std::size_t>(rows);
-}
-
-DType interleaved_source(DType t) {
-  switch (t) {
-    case DType::kQ8_0R16: return DType::kQ8_0;
-    case DType::kQ5_0R8: return DType::kQ5_0;
-    default: return t;
-  }
-}
-
-int interleaved_rows(DType t) {
-  switch (t) {
-    case DType::kQ8_0R16: return kQ8_0R16Rows;
-    case DType::kQ5_0R8: return kQ5_0R8Rows;
-    default: return 1;
-  }
-}
-
-void repack_rows(DType layout, const void* src, std::int64_t rows, std::int64_t k, void* dst) {
-  switch (layout) {
-    case DType::kQ8_0R16:
-      repack_q8_0_r16(static_cast<const BlockQ8_0*>(src), rows, k, static_cast<BlockQ8_0x16*>(dst));
-      return;
-    case DType::kQ5_0R8:
-      repack_q5_0_r8(static_cast<const BlockQ5_0*>(src), rows, k, static_cast<BlockQ5_0x8*>(dst));
-      return;
-    default:
-      fatal("repack_rows", std::string(dtype_name(layout)) + " is not an interleaved layout");
-  }
-}
-
-void dequantize_tensor_row(DType t, const void* tensor, std::int64_t k, std::int64_t row, float* dst) {
-  const DType source = interleaved_source(t);
-  if (source == t) {
-    dequantize_row(t, static_cast<const std::byte*>(tensor) + row_bytes(t, k) * static_cast<std::size_t>(row), dst, k);
-    return;
-  }
-  thread_local std::vector<std::byte> gathered;
-  gathered.resize(row_bytes(source, k));
-  unpack_row(t, tensor, k, row, gathered.data());
-  dequantize_row(source, gathered.data(), dst, k);
-}
-
-void unpack_row(DType layout, const void* src, std::int64_t k, std::int64_t row, void* dst) {
-  switch (layout) {
-    case DType::kQ8_0R16:
-      unpack_row_q8_0_r16(static_cast<const BlockQ8_0x16*>(src), k, row, static_cast<BlockQ8_0*>(dst));
-      return;
-    case DType::kQ5_0R8:
-      unpack_row_q5_0_r8(static_cast<const BlockQ5_0x8*>(src), k, row, static_cast<BlockQ5_0*>(dst));
-      return;
-    default:
-      fatal("unpack_row", std::string(dtype_name(layout)) + " is not an interleaved layout");
-  }
-}
-
-void repack_q8_0_r16(const BlockQ8_0* src, std::int64_t rows, std::int64_t k, BlockQ8_0x16* dst) {
-  const std::int64_t nb = k / kQ8_0Block;
-  const std::int64_t groups = (rows + kQ8_0R16Rows - 1) / kQ8_0R16Rows;
-  for (std::int64_t g = 0; g < groups; ++g) {
-    for (std::int64_t b = 0; b < nb; ++b) {
-      BlockQ8_0x16& out = dst[g * nb + b];
-      out = BlockQ8_0x16{};
-      for (int r = 0; r < kQ8_0R16Rows && g * kQ8_0R16Rows + r < rows; ++r) {
-        const BlockQ8_0& in = src[(g * kQ8_0R16Rows + r) * nb + b];
-        out.d[r] = in.d;
-        for (int p = 0; p < kQ8_0Block / 2; ++p) {
-          out.qs[32 * p + 2 * r] = in.qs[2 * p];
-          out.qs[32 * p + 2 * r + 1] = in.qs[2 * p + 1];
-        }
-      }
-    }
-  }
-}
-
-void unpack_row_q8_0_r16(const BlockQ8_0x16* src, std::int64_t k, std::int64_t row, BlockQ8_0* dst) {
-  const std::int64_t nb = k / kQ8_0Block;
-  const std::int64_t g = row / kQ8_0R16Rows;
-  const int r = static_cast<int>(row % kQ8_0R16Rows);
-  for (std::int64_t b = 0; b < nb; ++b) {
-    const BlockQ8_0x16& in = src[g * nb + b];
-    dst[b].d = in.d[r];
-    for (int p = 0; p < kQ8_0Block / 2; ++p) {
-      dst[b].qs[2 * p] = in.qs[32 * p + 2 * r];
-      dst[b].qs[2 * p + 1] = in.qs[32 * p + 2 * r + 1];
-    }
-  }
-}
 
 }  // namespace sx::hal

@@ -32,13 +32,11 @@ enum class DType : std::uint8_t {
   kQ6_K,     // GGML Q6_K: 256 weights = 128 + 64 bytes of 6-bit quants + 16 int8 scales + fp16 d (210)
   kAwqInt4,  // Sextant AWQ/GPTQ int4: 128 weights = 64 bytes of nibbles + fp16 scale + fp16 zero (68)
   kQ5_0,     // GGML Q5_0: 32 weights = fp16 scale + 4 bytes of high bits + 16 bytes of nibbles (22)
-  kQ8_0R16,  // Q8_0 with 16 rows interleaved (BlockQ8_0x16 below): a device layout, never in a file
   kQ4_1,     // GGML Q4_1: 32 weights = fp16 d, m + 16 bytes of nibbles (20)
   kQ5_1,     // GGML Q5_1: 32 weights = fp16 d, m + 4 bytes of high bits + 16 bytes of nibbles (24)
   kQ2_K,     // GGML Q2_K: 256 weights = 16 bytes of 4-bit scales/mins + 64 bytes of 2-bit quants + fp16 d, dmin (84)
   kQ3_K,     // GGML Q3_K: 256 weights = 32 bytes hmask + 64 bytes 2-bit quants + 12 bytes scales + fp16 d (110)
   kQ5_K,     // GGML Q5_K: 256 weights = fp16 d, dmin + 12 bytes scales/mins + 32 bytes high bits + 128 bytes (176)
-  kQ5_0R8,   // Q5_0 with 8 rows interleaved (BlockQ5_0x8 in hal/quant.h): a device layout, never in a file
 };
 
 struct DTypeInfo {
@@ -53,30 +51,16 @@ std::string_view dtype_name(DType t);
 std::optional<DType> dtype_from_name(std::string_view name);  // "f32", "F16", "q8_0", "bf16", ...
 
 // Bytes of a row of n elements; n must be a multiple of the block size (checked by callers).
-// For the interleaved layouts (kQ8_0R16, kQ5_0R8) this is a row's share of its group.
 inline std::size_t row_bytes(DType t, std::int64_t n) {
   const DTypeInfo& i = dtype_info(t);
   return static_cast<std::size_t>(n / i.block_elems) * static_cast<std::size_t>(i.block_bytes);
 }
 
-// Bytes of a [rows][cols] tensor: rows * row_bytes, except that the interleaved layouts round rows
-// up to a multiple of their group (the padding rows are zero).
-std::size_t tensor_bytes(DType t, std::int64_t rows, std::int64_t cols);
-
-// Device layouts that interleave the rows of a file format in groups (kQ8_0R16: Q8_0 by 16;
-// kQ5_0R8: Q5_0 by 8). interleaved_source is the format they hold (t itself for every other
-// type), interleaved_rows the rows per group (1 for every other type).
-DType interleaved_source(DType t);
-int interleaved_rows(DType t);
-// [rows][k] of interleaved_source(layout) -> layout (dst holds tensor_bytes(layout, rows, k)), and
-// row `row` of such a tensor back to its source blocks (dst holds row_bytes(source, k)). layout is
-// kQ8_0R16 or kQ5_0R8; k is a multiple of 32.
-void repack_rows(DType layout, const void* src, std::int64_t rows, std::int64_t k, void* dst);
-void unpack_row(DType layout, const void* src, std::int64_t k, std::int64_t row, void* dst);
-// Row `row` of a [rows][k] tensor of type t as F32: dequantize_row on the row, or, for an
-// interleaved layout, on the row gathered from its group first. Any t that dequantize_row takes,
-// plus the interleaved layouts.
-void dequantize_tensor_row(DType t, const void* tensor, std::int64_t k, std::int64_t row, float* dst);
+// Bytes of a [rows][cols] tensor as a file holds it: rows * row_bytes. (A backend may keep a
+// weight in its own layout, of Device::weight_bytes.)
+inline std::size_t tensor_bytes(DType t, std::int64_t rows, std::int64_t cols) {
+  return row_bytes(t, cols) * static_cast<std::size_t>(rows);
+}
 
 // GGML Q8_0: 32 values, fp16 scale d, q = round(x / d), d = max|x| / 127.
 inline constexpr int kQ8_0Block = 32;
@@ -85,23 +69,6 @@ struct BlockQ8_0 {
   std::int8_t qs[kQ8_0Block];
 };
 static_assert(sizeof(BlockQ8_0) == 34);
-
-// Q8_0 with 16 rows interleaved (DType::kQ8_0R16), the CPU backend's weight layout: rows
-// [16g, 16g + 16) x block b of a [rows][k] tensor is BlockQ8_0x16 number g * (k / 32) + b. It holds
-// the same values and bytes as the 16 Q8_0 blocks, arranged so that a SIMD kernel streams one
-// contiguous run per 16 rows and finds each k-pair of the 16 rows in 32 consecutive bytes:
-// qs[32 * p + 2 * r + e] is element 2p + e of the block of row r. Rows past the end are zero.
-inline constexpr int kQ8_0R16Rows = 16;
-struct BlockQ8_0x16 {
-  std::uint16_t d[kQ8_0R16Rows];                  // IEEE half scale of each row's block
-  std::int8_t qs[kQ8_0R16Rows * kQ8_0Block];
-};
-static_assert(sizeof(BlockQ8_0x16) == kQ8_0R16Rows * sizeof(BlockQ8_0));
-
-// Q8_0 [rows][k] -> kQ8_0R16 (dst holds tensor_bytes(kQ8_0R16, rows, k)), and one row back to Q8_0
-// (dst holds k / 32 blocks). k is a multiple of 32.
-void repack_q8_0_r16(const BlockQ8_0* src, std::int64_t rows, std::int64_t k, BlockQ8_0x16* dst);
-void unpack_row_q8_0_r16(const BlockQ8_0x16* src, std::int64_t k, std::int64_t row, BlockQ8_0* dst);
 
 // AWQ / GPTQ int4 as Sextant stores it: every group of 128 consecutive input weights of a row is
 // 64 bytes of nibbles (byte j: element 2j in the low nibble, 2j + 1 in the high one) followed by
@@ -114,8 +81,7 @@ inline constexpr int kAwqInt4BlockBytes = kAwqInt4Group / 2 + 2 + 2;
 // Q3_K, Q4_K, Q5_K, Q6_K), bit-identical to ggml's dequantisation; AWQ int4.
 // quantize_row: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (these five as ggml's reference
 // quantisers), Q4_K, Q5_K, Q6_K (see hal/quant.h).
-// Any other type (I32, kQ8_0R16 and kQ5_0R8 whose rows are not contiguous: unpack_row first;
-// quantize_row of Q2_K / Q3_K / AWQ int4) is a programmer error (aborts).
+// Any other type (I32; quantize_row of Q2_K / Q3_K / AWQ int4) is a programmer error (aborts).
 void dequantize_row(DType t, const void* src, float* dst, std::int64_t n);
 void quantize_row(DType t, const float* src, void* dst, std::int64_t n);
 // Whether dequantize_row / quantize_row take t.

@@ -98,14 +98,12 @@ void pack_k_scale_min(const std::uint8_t ls[8], const std::uint8_t lm[8], std::u
   }
 }
 
-// The 5-bit values (0..31) of elements j and j + kQK / 2 of a Q5_0 / Q5_1 block: low nibbles
-// from qs[j], fifth bits from bits j and j + kQK / 2 of qh.
+}  // namespace
+
 void unpack_q5_pair(const std::uint8_t* qs, std::uint32_t qh, int j, int& x0, int& x1) {
   x0 = (qs[j] & 0x0F) | static_cast<int>(((qh >> j) << 4) & 0x10);
   x1 = (qs[j] >> 4) | static_cast<int>((qh >> (j + 12)) & 0x10);
 }
-
-}  // namespace
 
 void q3k_scales(const std::uint8_t* p, std::int8_t out[16]) {
   for (int i = 0; i < 16; ++i) {
@@ -322,15 +320,13 @@ void block_min_max(const float* x, float& mn, float& mx) {
   }
 }
 
-// Elements j and j + kQK / 2 of a Q5_0 / Q5_1 block: their low nibbles into qs[j], their fifth
-// bits into bits j and j + kQK / 2 of qh.
+}  // namespace
+
 void pack_q5_pair(int xi0, int xi1, int j, std::uint8_t* qs, std::uint32_t& qh) {
   qs[j] = static_cast<std::uint8_t>((xi0 & 0x0F) | ((xi1 & 0x0F) << 4));
   qh |= static_cast<std::uint32_t>((xi0 & 0x10) >> 4) << j;
   qh |= static_cast<std::uint32_t>((xi1 & 0x10) >> 4) << (j + kQK / 2);
 }
-
-}  // namespace
 
 // ggml quantize_row_q4_0_ref: d = (value of largest magnitude) / -8, q = min(15, trunc(x / d + 8.5)).
 void quantize_row_q4_0(const float* x, BlockQ4_0* y, std::int64_t n) {
@@ -456,79 +452,6 @@ void quantize_row_q6_k(const float* x, BlockQ6_K* y, std::int64_t n) {
                                                         ((qq[l + 64] >> 4) << 4) | ((qq[l + 96] >> 4) << 6));
       }
     }
-  }
-}
-
-// Q5_0 <-> kQ5_0R8 (layout in quant.h), through each block's 32 values.
-void repack_q5_0_r8(const BlockQ5_0* src, std::int64_t rows, std::int64_t k, BlockQ5_0x8* dst) {
-  const std::int64_t nb = k / kQK;
-  const std::int64_t groups = (rows + kQ5_0R8Rows - 1) / kQ5_0R8Rows;
-  for (std::int64_t g = 0; g < groups; ++g) {
-    for (std::int64_t b = 0; b < nb; ++b) {
-      BlockQ5_0x8& out = dst[g * nb + b];
-      out = BlockQ5_0x8{};
-      for (int r = 0; r < kQ5_0R8Rows && g * kQ5_0R8Rows + r < rows; ++r) {
-        const BlockQ5_0& in = src[(g * kQ5_0R8Rows + r) * nb + b];
-        std::uint32_t qh;
-        std::memcpy(&qh, in.qh, 4);
-        int q[kQK];
-        for (int j = 0; j < kQK / 2; ++j) unpack_q5_pair(in.qs, qh, j, q[j], q[j + kQK / 2]);
-        out.d[r] = in.d;
-        for (int i = 0; i < 4; ++i) {
-          for (int e = 0; e < 4; ++e) {
-            out.qs[32 * i + 4 * r + e] = static_cast<std::uint8_t>((q[8 * i + e] & 0x0F) | (q[8 * i + 4 + e] & 0x0F) << 4);
-          }
-        }
-        for (int v = 0; v < 8; ++v) {
-          for (int e = 0; e < 4; ++e) out.qh[4 * r + e] |= static_cast<std::uint8_t>(((q[4 * v + e] >> 4) & 1) << v);
-        }
-      }
-    }
-  }
-}
-
-namespace {
-
-// The 32 five-bit values (0..31) of row `lane` of a BlockQ5_0x8 (layout in quant.h).
-void lane_values_q5_0_r8(const BlockQ5_0x8& in, int lane, int (&q)[kQK]) {
-  for (int i = 0; i < 4; ++i) {
-    for (int e = 0; e < 4; ++e) {
-      const int byte = in.qs[32 * i + 4 * lane + e];
-      q[8 * i + e] = byte & 0x0F;
-      q[8 * i + 4 + e] = byte >> 4;
-    }
-  }
-  for (int v = 0; v < 8; ++v) {
-    for (int e = 0; e < 4; ++e) q[4 * v + e] |= ((in.qh[4 * lane + e] >> v) & 1) << 4;
-  }
-}
-
-}  // namespace
-
-// y = (q - 16) * d, as dequantize_row_q5_0.
-void dequantize_lane_q5_0_r8(const BlockQ5_0x8* src, int lane, std::int64_t nb, float* y) {
-  for (std::int64_t b = 0; b < nb; ++b) {
-    const float d = f16_to_f32(src[b].d[lane]);
-    int q[kQK];
-    lane_values_q5_0_r8(src[b], lane, q);
-    for (int j = 0; j < kQK; ++j) y[b * kQK + j] = static_cast<float>(q[j] - 16) * d;
-  }
-}
-
-void unpack_row_q5_0_r8(const BlockQ5_0x8* src, std::int64_t k, std::int64_t row, BlockQ5_0* dst) {
-  const std::int64_t nb = k / kQK;
-  const std::int64_t g = row / kQ5_0R8Rows;
-  const int r = static_cast<int>(row % kQ5_0R8Rows);
-  for (std::int64_t b = 0; b < nb; ++b) {
-    const BlockQ5_0x8& in = src[g * nb + b];
-    int q[kQK];
-    lane_values_q5_0_r8(in, r, q);
-    BlockQ5_0& out = dst[b];
-    out = BlockQ5_0{};
-    out.d = in.d[r];
-    std::uint32_t qh = 0;
-    for (int j = 0; j < kQK / 2; ++j) pack_q5_pair(q[j], q[j + kQK / 2], j, out.qs, qh);
-    std::memcpy(out.qh, &qh, 4);
   }
 }
 

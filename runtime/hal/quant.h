@@ -83,31 +83,11 @@ static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(Block
 static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 &&
               sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
 
-// Q5_0 with 8 rows interleaved (DType::kQ5_0R8), the CPU backend's layout of Q5_0 weights: rows
-// [8g, 8g + 8) x block b of a [rows][k] tensor is BlockQ5_0x8 number g * (k / 32) + b. It holds the
-// same scales and 5-bit values q (0..31, w = d * (q - 16)) as the 8 Q5_0 blocks, in the same bytes,
-// arranged for 32-byte vectors whose 4-byte lane r belongs to row r. With q_r(j) element j of
-// row r's block, i < 4 and e, v < 4 or 8:
-//   qs[32i + 4r + e]: q_r(8i + e) in the low nibble, q_r(8i + 4 + e) in the high one;
-//   qh[4r + e], bit v: bit 4 of q_r(4v + e).
-// So vector i of qs gives, per lane, elements 8i .. 8i + 3 (low nibbles) and 8i + 4 .. 8i + 7 (high),
-// and the fifth bits of elements 4v .. 4v + 3 are qh shifted by 4 - v, masked to bit 4 of each byte.
-// Rows past the end are zero.
-inline constexpr int kQ5_0R8Rows = 8;
-struct BlockQ5_0x8 {
-  std::uint16_t d[kQ5_0R8Rows];  // IEEE half scale of each row's block
-  std::uint8_t qh[kQ5_0R8Rows * 4];
-  std::uint8_t qs[kQ5_0R8Rows * kQK / 2];
-};
-static_assert(sizeof(BlockQ5_0x8) == kQ5_0R8Rows * sizeof(BlockQ5_0));
-
-// Q5_0 [rows][k] -> kQ5_0R8 (dst holds tensor_bytes(kQ5_0R8, rows, k)), and one row back to Q5_0
-// (dst holds k / 32 blocks). k is a multiple of 32.
-void repack_q5_0_r8(const BlockQ5_0* src, std::int64_t rows, std::int64_t k, BlockQ5_0x8* dst);
-void unpack_row_q5_0_r8(const BlockQ5_0x8* src, std::int64_t k, std::int64_t row, BlockQ5_0* dst);
-// Row `lane` (0..7) of nb consecutive BlockQ5_0x8 blocks, dequantised straight from the layout:
-// bit-identical to unpack_row_q5_0_r8 followed by dequantize_row_q5_0.
-void dequantize_lane_q5_0_r8(const BlockQ5_0x8* src, int lane, std::int64_t nb, float* y);
+// The 5-bit values (0..31) of elements j and j + kQK / 2 of a Q5_0 / Q5_1 block: low nibbles
+// from qs[j], fifth bits from bits j and j + kQK / 2 of qh; and the inverse, which ORs the fifth
+// bits into qh (zero it first).
+void unpack_q5_pair(const std::uint8_t* qs, std::uint32_t qh, int j, int& x0, int& x1);
+void pack_q5_pair(int x0, int x1, int j, std::uint8_t* qs, std::uint32_t& qh);
 
 // The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K super-block (ggml's get_scale_min_k4).
 inline void q4k_scale_min(int j, const std::uint8_t* s, std::uint8_t* sc, std::uint8_t* m) {

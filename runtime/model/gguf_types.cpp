@@ -335,9 +335,7 @@ std::uint32_t ggml_type_of(hal::DType t) {
     case hal::DType::kQ2_K: return 10;
     case hal::DType::kQ3_K: return 11;
     case hal::DType::kQ5_K: return 13;
-    case hal::DType::kAwqInt4:
-    case hal::DType::kQ8_0R16:
-    case hal::DType::kQ5_0R8: return kNoGgmlType;
+    case hal::DType::kAwqInt4: return kNoGgmlType;
   }
   return kNoGgmlType;
 }

@@ -116,21 +116,21 @@ struct Weights {
 
 const Weights& weights(DType t, std::int64_t n, std::int64_t k, bool cold) {
   static std::map<std::string, std::unique_ptr<Weights>> cache;
-  const std::string key = std::string(sx::hal::dtype_name(t)) + std::to_string(n) + "x" + std::to_string(k) + (cold ? "c" : "h");
+  const std::string key = std::string(sx::cpu::type_name(t)) + std::to_string(n) + "x" + std::to_string(k) + (cold ? "c" : "h");
   auto& w = cache[key];
   if (w) return *w;
   if (cache.size() > 1) {  // keep memory bounded: drop the other shapes
     for (auto it = cache.begin(); it != cache.end();) it = it->first == key ? std::next(it) : cache.erase(it);
   }
   w = std::make_unique<Weights>();
-  w->bytes = sx::hal::tensor_bytes(t, n, k);
+  w->bytes = sx::cpu::tensor_bytes(t, n, k);
   w->copies = cold ? static_cast<int>(std::max<std::size_t>(1, (kColdBytes + w->bytes - 1) / w->bytes)) : 1;
   w->allocate(w->bytes * static_cast<std::size_t>(w->copies));
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0.0f, 0.05f);
   std::vector<float> row(static_cast<std::size_t>(k));
   // The interleaved layouts (the CPU device's for Q8_0 and Q5_0 weights) are made from plain rows.
-  const DType plain = sx::hal::interleaved_source(t);
+  const DType plain = sx::cpu::layout_source(t);
   const std::size_t rb = sx::hal::row_bytes(plain, k);
   std::vector<std::byte> rows(rb * static_cast<std::size_t>(n));
   for (std::int64_t j = 0; j < n; ++j) {
@@ -138,7 +138,7 @@ const Weights& weights(DType t, std::int64_t n, std::int64_t k, bool cold) {
     sx::hal::quantize_row(plain, row.data(), rows.data() + rb * static_cast<std::size_t>(j), k);
   }
   if (plain != t) {
-    sx::hal::repack_rows(t, rows.data(), n, k, w->data.get());
+    sx::cpu::repack_rows(t, rows.data(), n, k, w->data.get());
   } else {
     std::memcpy(w->data.get(), rows.data(), rows.size());
   }
@@ -227,7 +227,7 @@ void run_matmul(benchmark::State& state, DType t, std::int64_t m, std::int64_t n
   p.k = k;
   int i = 0;
   double seconds = 0, best = 1e30, best_cpu = 1e30;
-  const bool int8 = t == DType::kQ8_0R16 || (t == DType::kQ8_0 && path == sx::cpu::MatmulPath::kGemmQ8);
+  const bool int8 = t == sx::cpu::kQ8_0R16 || (t == DType::kQ8_0 && path == sx::cpu::MatmulPath::kGemmQ8);
   double l1_flops = 0;  // the microkernel in L1 just before each call: the best, paired with `best`
   for (auto _ : state) {
     if (int8 && m > 16) {
@@ -287,7 +287,7 @@ void run_prefill_model(benchmark::State& state, DType t, std::int64_t m, int thr
   };
   std::vector<Prepared> mats;
   for (const Shape& s : kLayer) {
-    Prepared pr{std::vector<std::byte>(sx::hal::tensor_bytes(t, s.n, s.k)), s};
+    Prepared pr{std::vector<std::byte>(sx::cpu::tensor_bytes(t, s.n, s.k)), s};
     const Weights& w = weights(t, s.n, s.k, false);
     std::memcpy(pr.w.data(), w.data.get(), pr.w.size());
     mats.push_back(std::move(pr));
@@ -365,7 +365,7 @@ const char* path_name(sx::cpu::MatmulPath p) {
 }
 
 void register_all() {
-  const DType types[] = {DType::kQ8_0R16, DType::kQ8_0, DType::kF16, DType::kF32, DType::kBF16};
+  const DType types[] = {sx::cpu::kQ8_0R16, DType::kQ8_0, DType::kF16, DType::kF32, DType::kBF16};
   const Shape shapes[] = {{"896x896", 896, 896}, {"4864x896", 4864, 896}, {"896x4864", 896, 4864},
                           {"151936x896", 151936, 896}};
   using sx::cpu::MatmulPath;
@@ -374,7 +374,7 @@ void register_all() {
       for (int threads : {1, 2}) {
         for (std::int64_t m : {1, 4, 16}) {
           if (m != 1 && threads == 1) continue;
-          const std::string name = std::string("gemv/") + std::string(sx::hal::dtype_name(t)) + "/" + s.name +
+          const std::string name = std::string("gemv/") + std::string(sx::cpu::type_name(t)) + "/" + s.name +
                                    "/m" + std::to_string(m) + "/t" + std::to_string(threads);
           benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
             run_matmul(st, t, m, s.n, s.k, threads, MatmulPath::kAuto, cold_gemv());
@@ -387,10 +387,10 @@ void register_all() {
     for (const Shape& s : shapes) {
       if (s.n > 100000) continue;  // the LM head runs for one token per prefill
       for (MatmulPath path : {MatmulPath::kGemmF32, MatmulPath::kGemmQ8}) {
-        if (path == MatmulPath::kGemmQ8 && t != DType::kQ8_0 && t != DType::kQ8_0R16) continue;
-        if (t == DType::kQ8_0R16 && path != MatmulPath::kGemmQ8) continue;  // one kernel family
+        if (path == MatmulPath::kGemmQ8 && t != DType::kQ8_0 && t != sx::cpu::kQ8_0R16) continue;
+        if (t == sx::cpu::kQ8_0R16 && path != MatmulPath::kGemmQ8) continue;  // one kernel family
         for (int threads : {1, 2}) {
-          const std::string name = std::string("gemm/") + std::string(sx::hal::dtype_name(t)) + "/" + s.name +
+          const std::string name = std::string("gemm/") + std::string(sx::cpu::type_name(t)) + "/" + s.name +
                                    "/m512/t" + std::to_string(threads) + "/" + path_name(path);
           benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
             run_matmul(st, t, 512, s.n, s.k, threads, path, false);
@@ -407,15 +407,15 @@ void register_all() {
   } block_cases[] = {
       {DType::kQ4_K, {"896x4864", 896, 4864}},   {DType::kQ6_K, {"896x4864", 896, 4864}},
       {DType::kQ5_0, {"896x896", 896, 896}},     {DType::kQ5_0, {"4864x896", 4864, 896}},
-      {DType::kQ5_0, {"151936x896", 151936, 896}}, {DType::kQ5_0R8, {"896x896", 896, 896}},
-      {DType::kQ5_0R8, {"4864x896", 4864, 896}}, {DType::kQ4_0, {"4864x896", 4864, 896}},
+      {DType::kQ5_0, {"151936x896", 151936, 896}}, {sx::cpu::kQ5_0R8, {"896x896", 896, 896}},
+      {sx::cpu::kQ5_0R8, {"4864x896", 4864, 896}}, {DType::kQ4_0, {"4864x896", 4864, 896}},
       {DType::kQ5_K, {"896x4864", 896, 4864}},
   };
   for (const auto& c : block_cases) {
     for (int threads : {1, 2}) {
       for (std::int64_t m : {1, 4}) {
         if (m != 1 && threads == 1) continue;
-        const std::string name = std::string("gemv/") + std::string(sx::hal::dtype_name(c.t)) + "/" + c.s.name + "/m" +
+        const std::string name = std::string("gemv/") + std::string(sx::cpu::type_name(c.t)) + "/" + c.s.name + "/m" +
                                  std::to_string(m) + "/t" + std::to_string(threads);
         benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
           run_matmul(st, c.t, m, c.s.n, c.s.k, threads, MatmulPath::kAuto, cold_gemv());
@@ -424,7 +424,7 @@ void register_all() {
     }
     if (c.s.n > 100000) continue;
     for (int threads : {1, 2}) {
-      const std::string name = std::string("gemm/") + std::string(sx::hal::dtype_name(c.t)) + "/" + c.s.name +
+      const std::string name = std::string("gemm/") + std::string(sx::cpu::type_name(c.t)) + "/" + c.s.name +
                                "/m512/t" + std::to_string(threads) + "/gemm_f32";
       benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
         run_matmul(st, c.t, 512, c.s.n, c.s.k, threads, MatmulPath::kGemmF32, false);
@@ -432,7 +432,7 @@ void register_all() {
     }
   }
   for (DType t : types) {
-    const std::string name = std::string("prefill_model_0.5b/") + std::string(sx::hal::dtype_name(t)) + "/m512/t2";
+    const std::string name = std::string("prefill_model_0.5b/") + std::string(sx::cpu::type_name(t)) + "/m512/t2";
     benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) { run_prefill_model(st, t, 512, 2); })
         ->UseRealTime()
         ->MinTime(1.0);

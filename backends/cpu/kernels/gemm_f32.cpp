@@ -129,7 +129,7 @@ void pack_w_panel_dequant(const std::byte* w, std::size_t row_bytes, std::int64_
                           std::int64_t pc, std::int64_t kc, float* dst) {
   thread_local std::vector<float> tmp;
   tmp.resize(static_cast<std::size_t>(kc));
-  const std::size_t off = hal::row_bytes(T, pc);
+  const std::size_t off = cpu::row_bytes(T, pc);
   for (int r = 0; r < kNR; ++r) {
     if (row0 + r < n) {
       hal::dequantize_row(T, w + static_cast<std::size_t>(row0 + r) * row_bytes + off, tmp.data(), kc);
@@ -149,9 +149,9 @@ void pack_w_panel_q5_0_r8(const std::byte* w, std::size_t row_bytes, std::int64_
   for (int r = 0; r < kNR; ++r) {
     const std::int64_t row = row0 + r;
     if (row < n) {
-      const auto* group = reinterpret_cast<const hal::BlockQ5_0x8*>(
-          w + static_cast<std::size_t>(row / hal::kQ5_0R8Rows * hal::kQ5_0R8Rows) * row_bytes);
-      hal::dequantize_lane_q5_0_r8(group + pc / hal::kQK, static_cast<int>(row % hal::kQ5_0R8Rows), kc / hal::kQK,
+      const auto* group = reinterpret_cast<const BlockQ5_0x8*>(
+          w + static_cast<std::size_t>(row / kQ5_0R8Rows * kQ5_0R8Rows) * row_bytes);
+      dequantize_lane_q5_0_r8(group + pc / hal::kQK, static_cast<int>(row % kQ5_0R8Rows), kc / hal::kQK,
                                    tmp.data());
       for (std::int64_t i = 0; i < kc; ++i) dst[i * kNR + r] = tmp[static_cast<std::size_t>(i)];
     } else {
@@ -171,7 +171,7 @@ PackFn pack_fn(hal::DType t) {
     case hal::DType::kQ4_0: return &pack_w_panel_dequant<hal::DType::kQ4_0>;
     case hal::DType::kQ4_1: return &pack_w_panel_dequant<hal::DType::kQ4_1>;
     case hal::DType::kQ5_0: return &pack_w_panel_dequant<hal::DType::kQ5_0>;
-    case hal::DType::kQ5_0R8: return &pack_w_panel_q5_0_r8;
+    case kQ5_0R8: return &pack_w_panel_q5_0_r8;
     case hal::DType::kQ5_1: return &pack_w_panel_dequant<hal::DType::kQ5_1>;
     case hal::DType::kQ2_K: return &pack_w_panel_dequant<hal::DType::kQ2_K>;
     case hal::DType::kQ3_K: return &pack_w_panel_dequant<hal::DType::kQ3_K>;
@@ -299,7 +299,7 @@ void gemm_f32(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
   if (k % 32 == 0) kc_step = std::min<std::int64_t>(kKC, ceil_div(kc_step, 32) * 32);
   // Block formats need whole blocks per k block (256-element blocks get kc_step = 256; AWQ's
   // 128-element groups a multiple of 128).
-  const std::int64_t block = hal::dtype_info(p.w_type).block_elems;
+  const std::int64_t block = hal::dtype_info(layout_source(p.w_type)).block_elems;
   if (block > 32 && k % block == 0) kc_step = std::min<std::int64_t>(kKC, ceil_div(kc_step, block) * block);
 
   const int threads = pool.size();
@@ -317,7 +317,7 @@ void gemm_f32(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
       w_panels, threads * ceil_div(w_panels, static_cast<std::int64_t>(threads) * kMaxPanelsPerTask));
   const PackFn pack = pack_fn(p.w_type);
   const auto* w = static_cast<const std::byte*>(p.w);
-  const std::size_t rb = hal::row_bytes(p.w_type, k);
+  const std::size_t rb = cpu::row_bytes(p.w_type, k);
   std::atomic<std::int64_t> next{0};
 
   pool.run_on_all([&](int thread, int) {

@@ -1,6 +1,6 @@
 // Int8 matmul for Q8_0 weights on the integer units, for kQ8_0R16 weights at every m and for
 // plain Q8_0 at large m: x rows are quantised to int8 blocks (quantize_activations_q8), W comes in
-// panels of 16 interleaved rows (hal::BlockQ8_0x16) whose k-pairs are sign-extended to int16 in
+// panels of 16 interleaved rows (BlockQ8_0x16) whose k-pairs are sign-extended to int16 in
 // the microkernel, so one vpmaddwd does 16 multiply-adds and, with its vpaddd, uses other ports
 // than the FMAs (AVX2 has no VNNI). Per block of 32 the exact int32 sums are converted and scaled
 // by d_w * d_x into F32 accumulators in block order, so the result equals the GEMV int8 path and
@@ -30,7 +30,6 @@ namespace sx::cpu::detail {
 namespace {
 
 using hal::BlockQ8_0;
-using hal::BlockQ8_0x16;
 constexpr int kB = hal::kQ8_0Block;
 constexpr int kMR = 6;                 // tokens per microtile (12 int32 accumulators)
 constexpr int kNR = 16;                // W rows per microtile (two ymm of int32 lanes)

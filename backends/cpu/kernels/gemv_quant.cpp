@@ -230,7 +230,7 @@ __m256i q5_r8_high(__m256i qh, __m256i bit4) {
 // every lane). Each vpmaddubsw pair is below 2 * 31 * 127 in magnitude, so four of them add up in
 // int16 without overflow.
 template <int V0>
-__m256i dot_q5_0_r8_half(const hal::BlockQ5_0x8& wb, __m256i qh, const std::int8_t* x) {
+__m256i dot_q5_0_r8_half(const BlockQ5_0x8& wb, __m256i qh, const std::int8_t* x) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   const __m256i bit4 = _mm256_set1_epi8(0x10);
   auto xv = [&](int v) {
@@ -258,8 +258,8 @@ __m256i dot_q5_0_r8_half(const hal::BlockQ5_0x8& wb, __m256i qh, const std::int8
 constexpr int kQ5R8PrefetchBlocks = 4;
 
 template <int G>
-void dot_q5_0_r8(const hal::BlockQ5_0x8* const (&w)[G], const std::int8_t* xq, const float* xd,
-                 const std::int32_t* xcorr, std::int64_t nb, float (&out)[G][hal::kQ5_0R8Rows]) {
+void dot_q5_0_r8(const BlockQ5_0x8* const (&w)[G], const std::int8_t* xq, const float* xd,
+                 const std::int32_t* xcorr, std::int64_t nb, float (&out)[G][kQ5_0R8Rows]) {
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[G];
   for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
@@ -268,8 +268,8 @@ void dot_q5_0_r8(const hal::BlockQ5_0x8* const (&w)[G], const std::int8_t* xq, c
     const __m256i corr = _mm256_set1_epi32(xcorr[b]);
     const __m256 dx = _mm256_set1_ps(xd[b]);
     for (int g = 0; g < G; ++g) {
-      const hal::BlockQ5_0x8& wb = w[g][b];
-      prefetch_block<sizeof(hal::BlockQ5_0x8)>(&wb + kQ5R8PrefetchBlocks);
+      const BlockQ5_0x8& wb = w[g][b];
+      prefetch_block<sizeof(BlockQ5_0x8)>(&wb + kQ5R8PrefetchBlocks);
       const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qh));
       const __m256i lo = _mm256_madd_epi16(dot_q5_0_r8_half<0>(wb, qh, x), ones);
       const __m256i hi = _mm256_madd_epi16(dot_q5_0_r8_half<4>(wb, qh, x), ones);
@@ -307,7 +307,7 @@ void gemv_dequant(ThreadPool& pool, const MatmulProblem& p) {
     thread_local std::vector<float> row;
     row.resize(static_cast<std::size_t>(p.k));
     for (std::int64_t r = r0; r < r1; ++r) {
-      hal::dequantize_tensor_row(p.w_type, p.w, p.k, r, row.data());
+      dequantize_tensor_row(p.w_type, p.w, p.k, r, row.data());
       for (std::int64_t t = 0; t < p.m; ++t) {
         p.y[t * p.n + r] = dot_f32(row.data(), p.x + t * p.k, p.k) + (p.bias != nullptr ? p.bias[r] : 0.0f);
       }
@@ -319,7 +319,7 @@ void gemv_dequant(ThreadPool& pool, const MatmulProblem& p) {
 
 bool has_quant_gemv_kernel(hal::DType t) {
 #if SX_GEMV_QUANT_AVX2
-  return t == hal::DType::kQ4_K || t == hal::DType::kQ6_K || t == hal::DType::kQ5_0 || t == hal::DType::kQ5_0R8;
+  return t == hal::DType::kQ4_K || t == hal::DType::kQ6_K || t == hal::DType::kQ5_0 || t == kQ5_0R8;
 #else
   (void)t;
   return false;
@@ -337,7 +337,7 @@ void gemv_quant(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
     } else {
       pool.parallel_for(p.m, [&](std::int64_t r) { quantize_act_q8k(p.x + r * p.k, p.k, act + r * nsb); });
     }
-    const std::size_t rb = hal::row_bytes(t, p.k);
+    const std::size_t rb = cpu::row_bytes(t, p.k);
     const auto* w = static_cast<const std::byte*>(p.w);
     for_row_chunks(pool, p.n, [&](std::int64_t r0, std::int64_t r1) {
       for (std::int64_t r = r0; r < r1; ++r) {
@@ -353,7 +353,7 @@ void gemv_quant(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
     });
     return;
   }
-  if (t == hal::DType::kQ5_0 || t == hal::DType::kQ5_0R8) {
+  if (t == hal::DType::kQ5_0 || t == kQ5_0R8) {
     const std::int64_t nb = p.k / hal::kQK;
     auto* xq = static_cast<std::int8_t*>(scratch.get(
         kSlotActs, static_cast<std::size_t>(p.m * p.k) + static_cast<std::size_t>(p.m * nb) * 2 * sizeof(float)));
@@ -365,12 +365,12 @@ void gemv_quant(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
       for (int j = 0; j < hal::kQK; ++j) sum += xq[i * hal::kQK + j];
       xcorr[i] = -16 * sum;
     }
-    if (t == hal::DType::kQ5_0R8) {
-      constexpr int kRows = hal::kQ5_0R8Rows;
-      const auto* w = static_cast<const hal::BlockQ5_0x8*>(p.w);
+    if (t == kQ5_0R8) {
+      constexpr int kRows = kQ5_0R8Rows;
+      const auto* w = static_cast<const BlockQ5_0x8*>(p.w);
       for_row_chunks(pool, ceil_div(p.n, kRows), [&](std::int64_t g0, std::int64_t g1) {
         for_row_streams(g0, g1, [&]<int G>(const std::int64_t (&groups)[G]) {
-          const hal::BlockQ5_0x8* wg[G];
+          const BlockQ5_0x8* wg[G];
           for (int i = 0; i < G; ++i) wg[i] = w + groups[i] * nb;
           for (std::int64_t tk = 0; tk < p.m; ++tk) {
             float v[G][kRows];

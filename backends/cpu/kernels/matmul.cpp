@@ -36,7 +36,7 @@ constexpr std::int64_t kGemmMinM_Float = 8;
 }  // namespace
 
 MatmulPath select_matmul_path(const MatmulProblem& p) {
-  if (p.w_type == hal::DType::kQ8_0R16) return MatmulPath::kGemmQ8;
+  if (p.w_type == kQ8_0R16) return MatmulPath::kGemmQ8;
   if (p.w_type == hal::DType::kQ8_0) {
     return p.m < kGemmMinM_Q8 ? MatmulPath::kGemv : MatmulPath::kGemmQ8;
   }
@@ -50,7 +50,7 @@ void matmul(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p, MatmulPa
       for (std::int64_t j = 0; j < p.n; ++j) p.y[i * p.n + j] = p.bias != nullptr ? p.bias[j] : 0.0f;
     return;
   }
-  if (p.w_type == hal::DType::kQ8_0R16) {
+  if (p.w_type == kQ8_0R16) {
     detail::matmul_q8_0_r16(pool, scratch, p);
     return;
   }
@@ -60,7 +60,7 @@ void matmul(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p, MatmulPa
     case MatmulPath::kGemv:
       if (q8) {
         detail::gemv_q8_0(pool, scratch, p);
-      } else if (hal::dtype_info(p.w_type).quantized) {
+      } else if (hal::dtype_info(layout_source(p.w_type)).quantized) {
         detail::gemv_quant(pool, scratch, p);
       } else {
         detail::gemv_float(pool, p);
@@ -90,7 +90,7 @@ const hal::BlockQ8_0* q8_row(const MatmulProblem& p, std::int64_t j, std::vector
   const std::int64_t nb = p.k / hal::kQ8_0Block;
   if (p.w_type == hal::DType::kQ8_0) return static_cast<const hal::BlockQ8_0*>(p.w) + j * nb;
   tmp.resize(static_cast<std::size_t>(nb));
-  hal::unpack_row_q8_0_r16(static_cast<const hal::BlockQ8_0x16*>(p.w), p.k, j, tmp.data());
+  unpack_row_q8_0_r16(static_cast<const BlockQ8_0x16*>(p.w), p.k, j, tmp.data());
   return tmp.data();
 }
 
@@ -99,7 +99,7 @@ const hal::BlockQ8_0* q8_row(const MatmulProblem& p, std::int64_t j, std::vector
 void matmul_reference(const MatmulProblem& p) {
   std::vector<float> w(static_cast<std::size_t>(p.k));
   for (std::int64_t j = 0; j < p.n; ++j) {
-    hal::dequantize_tensor_row(p.w_type, p.w, p.k, j, w.data());
+    dequantize_tensor_row(p.w_type, p.w, p.k, j, w.data());
     for (std::int64_t i = 0; i < p.m; ++i) {
       const float* x = p.x + i * p.k;
       double acc = p.bias != nullptr ? p.bias[j] : 0.0;

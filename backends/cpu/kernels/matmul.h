@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backends/cpu/kernels/layouts.h"
 #include "runtime/base/thread_pool.h"
 #include "runtime/hal/dtype.h"
 

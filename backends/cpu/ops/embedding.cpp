@@ -3,16 +3,18 @@
 
 #include <vector>
 
+#include "backends/cpu/kernels/layouts.h"
+
 namespace sx::cpu {
 
 void embedding(ThreadPool& pool, const void* table, hal::DType type, const std::int32_t* ids, float* out,
                std::int64_t n_tokens, std::int64_t dim) {
-  if (hal::interleaved_rows(type) > 1) {  // a row is spread over its group
+  if (interleaved_rows(type) > 1) {  // a row is spread over its group
     pool.parallel_for(n_tokens,
-                      [&](std::int64_t t) { hal::dequantize_tensor_row(type, table, dim, ids[t], out + t * dim); });
+                      [&](std::int64_t t) { dequantize_tensor_row(type, table, dim, ids[t], out + t * dim); });
     return;
   }
-  const std::size_t row = hal::row_bytes(type, dim);
+  const std::size_t row = cpu::row_bytes(type, dim);
   pool.parallel_for(n_tokens, [&](std::int64_t t) {
     const auto* src = static_cast<const std::byte*>(table) + static_cast<std::size_t>(ids[t]) * row;
     load_row_f32(type, src, out + t * dim, dim);

@@ -35,7 +35,7 @@ struct Case {
   MatmulProblem p;
 
   Case(DType t, std::int64_t m_, std::int64_t n_, std::int64_t k_, bool with_bias, std::uint32_t seed)
-      : type(t), m(m_), n(n_), k(k_), bias(with_bias), plain_type(t == DType::kQ8_0R16 ? DType::kQ8_0 : t) {
+      : type(t), m(m_), n(n_), k(k_), bias(with_bias), plain_type(t == sx::cpu::kQ8_0R16 ? DType::kQ8_0 : t) {
     std::mt19937 rng(seed);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     x_store.resize(static_cast<std::size_t>(m * k + 3));
@@ -54,14 +54,14 @@ struct Case {
       b[0].qs[3] = -128;
       b[0].qs[31] = -128;
     }
-    w_store.resize(hal::tensor_bytes(t, n, k) + 2);
-    if (t == DType::kQ8_0R16) {
+    w_store.resize(sx::cpu::tensor_bytes(t, n, k) + 2);
+    if (t == sx::cpu::kQ8_0R16) {
       // The device layout at a 32-byte boundary, as the CPU device allocates it.
       w_store.resize(w_store.size() + 32);
       const auto addr = reinterpret_cast<std::uintptr_t>(w_store.data());
       p.w = w_store.data() + (32 - addr % 32) % 32;
-      hal::repack_q8_0_r16(reinterpret_cast<const hal::BlockQ8_0*>(w_plain.data()), n, k,
-                           static_cast<hal::BlockQ8_0x16*>(const_cast<void*>(p.w)));
+      sx::cpu::repack_q8_0_r16(reinterpret_cast<const hal::BlockQ8_0*>(w_plain.data()), n, k,
+                           static_cast<sx::cpu::BlockQ8_0x16*>(const_cast<void*>(p.w)));
     } else {
       std::memcpy(w_store.data() + 2, w_plain.data(), w_plain.size());
       p.w = w_store.data() + 2;
@@ -127,7 +127,7 @@ struct Case {
 };
 
 std::string describe(const Case& c, MatmulPath path, int threads) {
-  return std::string(hal::dtype_name(c.type)) + " m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) +
+  return std::string(sx::cpu::type_name(c.type)) + " m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) +
          " k=" + std::to_string(c.k) + (c.bias ? " bias" : "") + " path=" + std::to_string(static_cast<int>(path)) +
          " threads=" + std::to_string(threads);
 }
@@ -142,7 +142,7 @@ void check(DType t, std::int64_t m, std::int64_t n, std::int64_t k, bool bias, M
   const std::vector<float> got = c.y();
 
   const MatmulPath actual = path == MatmulPath::kAuto ? select_matmul_path(c.p) : path;
-  const bool int8 = t == DType::kQ8_0R16 ||
+  const bool int8 = t == sx::cpu::kQ8_0R16 ||
                     (t == DType::kQ8_0 && (actual == MatmulPath::kGemv || actual == MatmulPath::kGemmQ8));
   std::vector<float> ref(got.size());
   MatmulProblem rp = c.p;
@@ -169,7 +169,7 @@ void check(DType t, std::int64_t m, std::int64_t n, std::int64_t k, bool bias, M
   }
 }
 
-const DType kTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ8_0R16};
+const DType kTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, sx::cpu::kQ8_0R16};
 const MatmulPath kPaths[] = {MatmulPath::kAuto, MatmulPath::kGemv, MatmulPath::kGemmF32, MatmulPath::kGemmQ8};
 
 TEST(CpuMatmul, OddShapesAllPathsAllFormats) {
@@ -202,7 +202,7 @@ TEST(CpuMatmul, Q8_0R16EqualsQ8_0AtEveryBatchSize) {
   for (std::int64_t k : {64, 1088}) {
     for (std::int64_t n : {40, 16, 952, 1000}) {
       for (std::int64_t m = 1; m <= 25; m += (m < 20 ? 1 : 5)) {
-        Case r16(DType::kQ8_0R16, m, n, k, true, 77);
+        Case r16(sx::cpu::kQ8_0R16, m, n, k, true, 77);
         Case plain(DType::kQ8_0, m, n, k, true, 77);
         SCOPED_TRACE(describe(r16, MatmulPath::kAuto, pool.size()));
         matmul(pool, scratch, r16.p);

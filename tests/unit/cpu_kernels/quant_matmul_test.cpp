@@ -46,7 +46,7 @@ std::vector<int> f16_fields(DType t) {
 int act_block(DType t, MatmulPath path) {
   if (path != MatmulPath::kGemv) return 0;
   if (t == DType::kQ4_K || t == DType::kQ6_K) return 256;
-  if (t == DType::kQ5_0 || t == DType::kQ5_0R8) return 32;
+  if (t == DType::kQ5_0 || t == sx::cpu::kQ5_0R8) return 32;
   return 0;
 }
 
@@ -65,7 +65,7 @@ struct Case {
     x.resize(static_cast<std::size_t>(m * k));
     for (float& v : x) v = nd(rng);
     for (std::int64_t i = 0; i < m; ++i) x[static_cast<std::size_t>(i * k + (i * 13) % k)] *= 30.0f;  // outliers
-    const DType plain = hal::interleaved_source(t);
+    const DType plain = sx::cpu::layout_source(t);
     const std::size_t rb = hal::row_bytes(plain, k);
     w_plain.resize(rb * static_cast<std::size_t>(n));
     std::byte* w = w_plain.data();
@@ -89,9 +89,9 @@ struct Case {
       }
     }
     // At a 2-byte offset, as a view into a file may be; an interleaved layout as the device keeps it.
-    w_store.resize(hal::tensor_bytes(t, n, k) + 2);
+    w_store.resize(sx::cpu::tensor_bytes(t, n, k) + 2);
     if (plain != t) {
-      hal::repack_rows(t, w_plain.data(), n, k, w_store.data() + 2);
+      sx::cpu::repack_rows(t, w_plain.data(), n, k, w_store.data() + 2);
     } else {
       std::memcpy(w_store.data() + 2, w_plain.data(), w_plain.size());
     }
@@ -111,7 +111,7 @@ struct Case {
     const MatmulPath actual = path == MatmulPath::kAuto ? select_matmul_path(p) : path;
     const int ab = act_block(t, actual);
     std::vector<float> w(static_cast<std::size_t>(k));
-    const DType plain = hal::interleaved_source(t);
+    const DType plain = sx::cpu::layout_source(t);
     const std::size_t rb = hal::row_bytes(plain, k);
     for (std::int64_t j = 0; j < n; ++j) {
       hal::dequantize_row(plain, w_plain.data() + rb * static_cast<std::size_t>(j), w.data(), k);
@@ -140,14 +140,14 @@ struct Case {
 };
 
 const DType kBlockTypes[] = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K,  DType::kQ3_K,
-                             DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kAwqInt4, DType::kQ5_0R8};
+                             DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kAwqInt4, sx::cpu::kQ5_0R8};
 
 TEST(CpuQuantMatmul, EveryFormatPathAndShape) {
   Scratch scratch;
   for (int threads : {1, 2, 3}) {
     ThreadPool pool(threads);
     for (DType t : kBlockTypes) {
-      const int be = hal::dtype_info(t).block_elems;
+      const int be = hal::dtype_info(sx::cpu::layout_source(t)).block_elems;
       const std::vector<std::int64_t> ks = be == 32    ? std::vector<std::int64_t>{32, 96, 896}
                                            : be == 128 ? std::vector<std::int64_t>{128, 384}  // AWQ: 384 = 1.5 x 256
                                                        : std::vector<std::int64_t>{256, 768};
@@ -155,11 +155,11 @@ TEST(CpuQuantMatmul, EveryFormatPathAndShape) {
         for (std::int64_t m : {1, 2, 5, 9}) {
           for (std::int64_t n : {1, 7, 37}) {
             for (bool random_bytes : {false, true}) {
-              if (!random_bytes && !hal::can_quantize(hal::interleaved_source(t))) continue;  // Q2_K, Q3_K, AWQ: random bytes only
+              if (!random_bytes && !hal::can_quantize(sx::cpu::layout_source(t))) continue;  // Q2_K, Q3_K, AWQ: random bytes only
               Case c(t, m, n, k, random_bytes,
                      static_cast<std::uint32_t>(threads * 7 + m * 1000003 + n * 101 + k + (random_bytes ? 5 : 0)));
               for (MatmulPath path : {MatmulPath::kAuto, MatmulPath::kGemv, MatmulPath::kGemmF32}) {
-                SCOPED_TRACE(std::string(hal::dtype_name(t)) + " m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                SCOPED_TRACE(std::string(sx::cpu::type_name(t)) + " m=" + std::to_string(m) + " n=" + std::to_string(n) +
                              " k=" + std::to_string(k) + (random_bytes ? " random bytes" : " quantised") +
                              " path=" + std::to_string(static_cast<int>(path)) + " threads=" + std::to_string(threads));
                 c.check(pool, scratch, path);
@@ -181,10 +181,10 @@ TEST(CpuQuantMatmul, DecodeShapes) {
   ThreadPool pool(2);
   for (auto [t, n, k] : {std::tuple{DType::kQ4_K, 896, 4864}, std::tuple{DType::kQ6_K, 896, 4864},
                          std::tuple{DType::kQ5_0, 4864, 896}, std::tuple{DType::kQ4_K, 1000, 1024},
-                         std::tuple{DType::kQ5_0R8, 4864, 896}, std::tuple{DType::kQ5_0R8, 1001, 4864}}) {
+                         std::tuple{sx::cpu::kQ5_0R8, 4864, 896}, std::tuple{sx::cpu::kQ5_0R8, 1001, 4864}}) {
     for (bool random_bytes : {false, true}) {
       Case c(t, 1, n, k, random_bytes, 99);
-      SCOPED_TRACE(std::string(hal::dtype_name(t)) + " " + std::to_string(n) + "x" + std::to_string(k));
+      SCOPED_TRACE(std::string(sx::cpu::type_name(t)) + " " + std::to_string(n) + "x" + std::to_string(k));
       c.check(pool, scratch, MatmulPath::kAuto);
       if (HasFatalFailure()) return;
     }

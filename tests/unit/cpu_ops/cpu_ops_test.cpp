@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "backends/cpu/cpu_device.h"
@@ -106,31 +107,37 @@ TEST_F(CpuOps, EmbeddingAllFormats) {
       for (int j = 0; j < dim; ++j) ASSERT_EQ(out[i * dim + j], expect[j]) << hal::dtype_name(t);
     }
   }
-  // The interleaved layouts (the CPU device keeps Q8_0 and Q5_0 weights so; tied embeddings are
-  // read from them) give the rows of the plain table, also for a vocab shard (ids outside it are
-  // zero rows).
-  for (hal::DType layout : {hal::DType::kQ8_0R16, hal::DType::kQ5_0R8}) {
-    const hal::DType source = hal::interleaved_source(layout);
+  // Tables uploaded as weights (upload_weight: the CPU device keeps Q8_0 and Q5_0 in its
+  // interleaved layouts where it has the AVX2 kernels; tied embeddings are read from them) give
+  // the rows of the plain table, also for a vocab shard (ids outside it are zero rows). The op
+  // names the file format; the buffer knows its layout.
+  for (hal::DType source : {hal::DType::kQ8_0, hal::DType::kQ5_0}) {
     const std::size_t rb = hal::row_bytes(source, dim);
     std::vector<std::uint8_t> plain(rb * vocab);
     for (int r = 0; r < vocab; ++r) hal::quantize_row(source, &table[r * dim], &plain[rb * r], dim);
-    std::vector<std::uint8_t> packed(hal::tensor_bytes(layout, vocab, dim));
-    hal::repack_rows(layout, plain.data(), vocab, dim, packed.data());
-    auto bt = buf(packed), bi = buf(ids), bo = buf(std::vector<float>(ids.size() * dim));
-    hal::EmbeddingArgs e{V(bt), layout, V(bi), V(bo), 4, dim, vocab};
+    auto upload = [&](const std::uint8_t* rows, int n) {
+      auto b = device_->upload_weight(*stream_, hal::WeightDesc{source, n, dim},
+                                      std::as_bytes(std::span(rows, rb * static_cast<std::size_t>(n))));
+      EXPECT_TRUE(b.ok()) << b.status().to_string();
+      EXPECT_TRUE(stream_->sync().ok());
+      return std::move(b).value();
+    };
+    auto bt = upload(plain.data(), vocab);
+    EXPECT_EQ(bt->size(), device_->weight_bytes(hal::WeightDesc{source, vocab, dim}));
+    EXPECT_EQ(static_cast<cpu::CpuBuffer&>(*bt).layout(), cpu::weight_layout(source));
+    auto bi = buf(ids), bo = buf(std::vector<float>(ids.size() * dim));
+    hal::EmbeddingArgs e{V(bt), source, V(bi), V(bo), 4, dim, vocab};
     ASSERT_TRUE(stream_->run(e).ok());
     auto out = read<float>(*bo, ids.size() * dim);
     std::vector<float> expect(dim);
     for (std::size_t i = 0; i < ids.size(); ++i) {
       hal::dequantize_row(source, &plain[rb * ids[i]], expect.data(), dim);
-      for (int j = 0; j < dim; ++j) ASSERT_EQ(out[i * dim + j], expect[j]) << hal::dtype_name(layout) << " id " << ids[i];
+      for (int j = 0; j < dim; ++j) ASSERT_EQ(out[i * dim + j], expect[j]) << hal::dtype_name(source) << " id " << ids[i];
     }
     e.shard = true;
     e.vocab_offset = 2;
     e.vocab = 3;  // rows 2..4 of the table: ids 3 -> local 1, others outside
-    std::vector<std::uint8_t> shard(hal::tensor_bytes(layout, 3, dim));
-    hal::repack_rows(layout, plain.data() + rb * 2, 3, dim, shard.data());
-    auto bs = buf(shard);
+    auto bs = upload(plain.data() + rb * 2, 3);
     e.table = V(bs);
     ASSERT_TRUE(stream_->run(e).ok());
     out = read<float>(*bo, ids.size() * dim);
@@ -138,9 +145,17 @@ TEST_F(CpuOps, EmbeddingAllFormats) {
       const bool inside = ids[i] >= 2 && ids[i] < 5;
       if (inside) hal::dequantize_row(source, &plain[rb * ids[i]], expect.data(), dim);
       for (int j = 0; j < dim; ++j) {
-        ASSERT_EQ(out[i * dim + j], inside ? expect[j] : 0.0f) << hal::dtype_name(layout) << " shard id " << ids[i];
+        ASSERT_EQ(out[i * dim + j], inside ? expect[j] : 0.0f) << hal::dtype_name(source) << " shard id " << ids[i];
       }
     }
+    // A weight buffer is read only as the format it was uploaded as.
+    e.table = V(bt);
+    e.table_type = hal::DType::kQ4_0;
+    e.shard = false;
+    e.vocab = vocab;
+    EXPECT_EQ(stream_->run(e).code(), StatusCode::kInvalidArgument);
+    auto fresh = std::move(device_->create_stream()).value();
+    stream_ = std::move(fresh);
   }
 }
 

@@ -45,8 +45,7 @@ TEST(Quant, FormatTable) {
   EXPECT_TRUE(can_quantize(DType::kQ4_K));
   EXPECT_TRUE(can_dequantize(DType::kAwqInt4));  // quantised by the AWQ checkpoint writer instead
   EXPECT_FALSE(can_quantize(DType::kAwqInt4));
-  EXPECT_FALSE(can_dequantize(DType::kQ8_0R16));
-  EXPECT_FALSE(can_dequantize(DType::kQ5_0R8));
+  EXPECT_FALSE(can_dequantize(DType::kI32));
 }
 
 // Sextant's AWQ int4 block: byte j holds elements 2j (low nibble) and 2j + 1 (high), then the fp16

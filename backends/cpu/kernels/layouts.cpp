@@ -1,0 +1,187 @@
+// The CPU weight layouts (layouts.h): repacking, unpacking and dequantising them.
+#include "backends/cpu/kernels/layouts.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/kernels/matmul.h"
+#include "runtime/base/half.h"
+#include "runtime/base/status.h"
+
+namespace sx::cpu {
+
+hal::DType layout_source(hal::DType t) {
+  if (t == kQ8_0R16) return hal::DType::kQ8_0;
+  if (t == kQ5_0R8) return hal::DType::kQ5_0;
+  return t;
+}
+
+int interleaved_rows(hal::DType t) {
+  if (t == kQ8_0R16) return kQ8_0R16Rows;
+  if (t == kQ5_0R8) return kQ5_0R8Rows;
+  return 1;
+}
+
+hal::DType weight_layout(hal::DType format) {
+  if (!kVectorInterleaved) return format;
+  if (format == hal::DType::kQ8_0) return kQ8_0R16;
+  if (format == hal::DType::kQ5_0) return kQ5_0R8;
+  return format;
+}
+
+std::size_t row_bytes(hal::DType t, std::int64_t n) { return hal::row_bytes(layout_source(t), n); }
+
+std::size_t tensor_bytes(hal::DType t, std::int64_t rows, std::int64_t cols) {
+  const int g = interleaved_rows(t);
+  rows = (rows + g - 1) / g * g;
+  return cpu::row_bytes(t, cols) * static_cast<std::size_t>(rows);
+}
+
+std::string_view type_name(hal::DType t) {
+  if (t == kQ8_0R16) return "q8_0_r16";  // Q8_0, 16 rows interleaved
+  if (t == kQ5_0R8) return "q5_0_r8";  // Q5_0, 8 rows interleaved
+  return hal::dtype_name(t);
+}
+
+void repack_rows(hal::DType layout, const void* src, std::int64_t rows, std::int64_t k, void* dst) {
+  if (layout == kQ8_0R16) {
+    repack_q8_0_r16(static_cast<const hal::BlockQ8_0*>(src), rows, k, static_cast<BlockQ8_0x16*>(dst));
+  } else if (layout == kQ5_0R8) {
+    repack_q5_0_r8(static_cast<const hal::BlockQ5_0*>(src), rows, k, static_cast<BlockQ5_0x8*>(dst));
+  } else {
+    fatal("repack_rows", std::string(type_name(layout)) + " is not an interleaved layout");
+  }
+}
+
+void unpack_row(hal::DType layout, const void* src, std::int64_t k, std::int64_t row, void* dst) {
+  if (layout == kQ8_0R16) {
+    unpack_row_q8_0_r16(static_cast<const BlockQ8_0x16*>(src), k, row, static_cast<hal::BlockQ8_0*>(dst));
+  } else if (layout == kQ5_0R8) {
+    unpack_row_q5_0_r8(static_cast<const BlockQ5_0x8*>(src), k, row, static_cast<hal::BlockQ5_0*>(dst));
+  } else {
+    fatal("unpack_row", std::string(type_name(layout)) + " is not an interleaved layout");
+  }
+}
+
+void dequantize_tensor_row(hal::DType t, const void* tensor, std::int64_t k, std::int64_t row, float* dst) {
+  const hal::DType source = layout_source(t);
+  if (source == t) {
+    hal::dequantize_row(t, static_cast<const std::byte*>(tensor) + hal::row_bytes(t, k) * static_cast<std::size_t>(row),
+                        dst, k);
+    return;
+  }
+  thread_local std::vector<std::byte> gathered;
+  gathered.resize(hal::row_bytes(source, k));
+  unpack_row(t, tensor, k, row, gathered.data());
+  hal::dequantize_row(source, gathered.data(), dst, k);
+}
+
+void repack_q8_0_r16(const hal::BlockQ8_0* src, std::int64_t rows, std::int64_t k, BlockQ8_0x16* dst) {
+  const std::int64_t nb = k / hal::kQ8_0Block;
+  const std::int64_t groups = (rows + kQ8_0R16Rows - 1) / kQ8_0R16Rows;
+  for (std::int64_t g = 0; g < groups; ++g) {
+    for (std::int64_t b = 0; b < nb; ++b) {
+      BlockQ8_0x16& out = dst[g * nb + b];
+      out = BlockQ8_0x16{};
+      for (int r = 0; r < kQ8_0R16Rows && g * kQ8_0R16Rows + r < rows; ++r) {
+        const hal::BlockQ8_0& in = src[(g * kQ8_0R16Rows + r) * nb + b];
+        out.d[r] = in.d;
+        for (int p = 0; p < hal::kQ8_0Block / 2; ++p) {
+          out.qs[32 * p + 2 * r] = in.qs[2 * p];
+          out.qs[32 * p + 2 * r + 1] = in.qs[2 * p + 1];
+        }
+      }
+    }
+  }
+}
+
+void unpack_row_q8_0_r16(const BlockQ8_0x16* src, std::int64_t k, std::int64_t row, hal::BlockQ8_0* dst) {
+  const std::int64_t nb = k / hal::kQ8_0Block;
+  const std::int64_t g = row / kQ8_0R16Rows;
+  const int r = static_cast<int>(row % kQ8_0R16Rows);
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const BlockQ8_0x16& in = src[g * nb + b];
+    dst[b].d = in.d[r];
+    for (int p = 0; p < hal::kQ8_0Block / 2; ++p) {
+      dst[b].qs[2 * p] = in.qs[32 * p + 2 * r];
+      dst[b].qs[2 * p + 1] = in.qs[32 * p + 2 * r + 1];
+    }
+  }
+}
+
+
+// Q5_0 <-> kQ5_0R8 (layout in layouts.h), through each block's 32 values.
+void repack_q5_0_r8(const hal::BlockQ5_0* src, std::int64_t rows, std::int64_t k, BlockQ5_0x8* dst) {
+  const std::int64_t nb = k / hal::kQK;
+  const std::int64_t groups = (rows + kQ5_0R8Rows - 1) / kQ5_0R8Rows;
+  for (std::int64_t g = 0; g < groups; ++g) {
+    for (std::int64_t b = 0; b < nb; ++b) {
+      BlockQ5_0x8& out = dst[g * nb + b];
+      out = BlockQ5_0x8{};
+      for (int r = 0; r < kQ5_0R8Rows && g * kQ5_0R8Rows + r < rows; ++r) {
+        const hal::BlockQ5_0& in = src[(g * kQ5_0R8Rows + r) * nb + b];
+        std::uint32_t qh;
+        std::memcpy(&qh, in.qh, 4);
+        int q[hal::kQK];
+        for (int j = 0; j < hal::kQK / 2; ++j) hal::unpack_q5_pair(in.qs, qh, j, q[j], q[j + hal::kQK / 2]);
+        out.d[r] = in.d;
+        for (int i = 0; i < 4; ++i) {
+          for (int e = 0; e < 4; ++e) {
+            out.qs[32 * i + 4 * r + e] = static_cast<std::uint8_t>((q[8 * i + e] & 0x0F) | (q[8 * i + 4 + e] & 0x0F) << 4);
+          }
+        }
+        for (int v = 0; v < 8; ++v) {
+          for (int e = 0; e < 4; ++e) out.qh[4 * r + e] |= static_cast<std::uint8_t>(((q[4 * v + e] >> 4) & 1) << v);
+        }
+      }
+    }
+  }
+}
+
+namespace {
+
+// The 32 five-bit values (0..31) of row `lane` of a BlockQ5_0x8 (layout in layouts.h).
+void lane_values_q5_0_r8(const BlockQ5_0x8& in, int lane, int (&q)[hal::kQK]) {
+  for (int i = 0; i < 4; ++i) {
+    for (int e = 0; e < 4; ++e) {
+      const int byte = in.qs[32 * i + 4 * lane + e];
+      q[8 * i + e] = byte & 0x0F;
+      q[8 * i + 4 + e] = byte >> 4;
+    }
+  }
+  for (int v = 0; v < 8; ++v) {
+    for (int e = 0; e < 4; ++e) q[4 * v + e] |= ((in.qh[4 * lane + e] >> v) & 1) << 4;
+  }
+}
+
+}  // namespace
+
+// y = (q - 16) * d, as dequantize_row_q5_0.
+void dequantize_lane_q5_0_r8(const BlockQ5_0x8* src, int lane, std::int64_t nb, float* y) {
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const float d = sx::f16_to_f32(src[b].d[lane]);
+    int q[hal::kQK];
+    lane_values_q5_0_r8(src[b], lane, q);
+    for (int j = 0; j < hal::kQK; ++j) y[b * hal::kQK + j] = static_cast<float>(q[j] - 16) * d;
+  }
+}
+
+void unpack_row_q5_0_r8(const BlockQ5_0x8* src, std::int64_t k, std::int64_t row, hal::BlockQ5_0* dst) {
+  const std::int64_t nb = k / hal::kQK;
+  const std::int64_t g = row / kQ5_0R8Rows;
+  const int r = static_cast<int>(row % kQ5_0R8Rows);
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const BlockQ5_0x8& in = src[g * nb + b];
+    int q[hal::kQK];
+    lane_values_q5_0_r8(in, r, q);
+    hal::BlockQ5_0& out = dst[b];
+    out = hal::BlockQ5_0{};
+    out.d = in.d[r];
+    std::uint32_t qh = 0;
+    for (int j = 0; j < hal::kQK / 2; ++j) hal::pack_q5_pair(q[j], q[j + hal::kQK / 2], j, out.qs, qh);
+    std::memcpy(out.qh, &qh, 4);
+  }
+}
+
+}  // namespace sx::cpu

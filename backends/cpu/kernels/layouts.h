@@ -1,0 +1,81 @@
+// The CPU backend's weight layouts: Q8_0 and Q5_0 matrices with their rows interleaved in groups,
+// so that the SIMD kernels stream one contiguous run per group of rows (CpuDevice::upload_weight
+// repacks a weight into them where those kernels are built). They hold the same values and bytes
+// as the file's blocks, and the last group is padded with zero rows.
+//
+// Inside backends/cpu a kernel's weight type is a hal::DType: a file format as is, or one of the
+// two layout values below, which lie past hal's formats (hal::DType's underlying type is uint8_t,
+// so they are valid values of it) and never leave this backend. hal::dtype_info does not know
+// them: CPU code asks layout_source / row_bytes / tensor_bytes / type_name here instead.
+// Pure functions; thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "runtime/hal/dtype.h"
+#include "runtime/hal/quant.h"
+
+namespace sx::cpu {
+
+inline constexpr hal::DType kQ8_0R16 = static_cast<hal::DType>(0x80);  // Q8_0, 16 rows interleaved
+inline constexpr hal::DType kQ5_0R8 = static_cast<hal::DType>(0x81);   // Q5_0, 8 rows interleaved
+
+// Q8_0 with 16 rows interleaved (kQ8_0R16): rows [16g, 16g + 16) x block b of a [rows][k] tensor is
+// BlockQ8_0x16 number g * (k / 32) + b, arranged so that each k-pair of the 16 rows is in 32
+// consecutive bytes: qs[32 * p + 2 * r + e] is element 2p + e of the block of row r.
+inline constexpr int kQ8_0R16Rows = 16;
+struct BlockQ8_0x16 {
+  std::uint16_t d[kQ8_0R16Rows];  // IEEE half scale of each row's block
+  std::int8_t qs[kQ8_0R16Rows * hal::kQ8_0Block];
+};
+static_assert(sizeof(BlockQ8_0x16) == kQ8_0R16Rows * sizeof(hal::BlockQ8_0));
+
+// Q5_0 with 8 rows interleaved (kQ5_0R8): rows [8g, 8g + 8) x block b of a [rows][k] tensor is
+// BlockQ5_0x8 number g * (k / 32) + b. It holds the same scales and 5-bit values q (0..31,
+// w = d * (q - 16)) as the 8 Q5_0 blocks, arranged for 32-byte vectors whose 4-byte lane r belongs
+// to row r. With q_r(j) element j of row r's block, i < 4 and e, v < 4 or 8:
+//   qs[32i + 4r + e]: q_r(8i + e) in the low nibble, q_r(8i + 4 + e) in the high one;
+//   qh[4r + e], bit v: bit 4 of q_r(4v + e).
+// So vector i of qs gives, per lane, elements 8i .. 8i + 3 (low nibbles) and 8i + 4 .. 8i + 7 (high),
+// and the fifth bits of elements 4v .. 4v + 3 are qh shifted by 4 - v, masked to bit 4 of each byte.
+inline constexpr int kQ5_0R8Rows = 8;
+struct BlockQ5_0x8 {
+  std::uint16_t d[kQ5_0R8Rows];  // IEEE half scale of each row's block
+  std::uint8_t qh[kQ5_0R8Rows * 4];
+  std::uint8_t qs[kQ5_0R8Rows * hal::kQK / 2];
+};
+static_assert(sizeof(BlockQ5_0x8) == kQ5_0R8Rows * sizeof(hal::BlockQ5_0));
+
+// The file format a type holds (Q8_0 for kQ8_0R16, Q5_0 for kQ5_0R8, t itself otherwise) and the
+// rows per group (1 for a file format).
+hal::DType layout_source(hal::DType t);
+int interleaved_rows(hal::DType t);
+// The layout CpuDevice keeps a weight of file format `format` in: kQ8_0R16 / kQ5_0R8 for Q8_0 /
+// Q5_0 where the vector kernels for them are built (AVX2 + FMA + F16C), else `format`.
+hal::DType weight_layout(hal::DType format);
+// hal's row_bytes / tensor_bytes / dtype_name for every CPU weight type: a row of a layout is its
+// share of its group, and a layout's tensor has its rows rounded up to a whole group.
+std::size_t row_bytes(hal::DType t, std::int64_t n);
+std::size_t tensor_bytes(hal::DType t, std::int64_t rows, std::int64_t cols);
+std::string_view type_name(hal::DType t);
+
+// [rows][k] of layout_source(layout) -> layout (dst holds tensor_bytes(layout, rows, k)), and row
+// `row` of such a tensor back to its source blocks (dst holds hal::row_bytes(source, k)). layout is
+// kQ8_0R16 or kQ5_0R8; k is a multiple of 32.
+void repack_rows(hal::DType layout, const void* src, std::int64_t rows, std::int64_t k, void* dst);
+void unpack_row(hal::DType layout, const void* src, std::int64_t k, std::int64_t row, void* dst);
+// Row `row` of a [rows][k] tensor of type t as F32: hal::dequantize_row on the row, or, for a
+// layout, on the row gathered from its group first.
+void dequantize_tensor_row(hal::DType t, const void* tensor, std::int64_t k, std::int64_t row, float* dst);
+
+void repack_q8_0_r16(const hal::BlockQ8_0* src, std::int64_t rows, std::int64_t k, BlockQ8_0x16* dst);
+void unpack_row_q8_0_r16(const BlockQ8_0x16* src, std::int64_t k, std::int64_t row, hal::BlockQ8_0* dst);
+void repack_q5_0_r8(const hal::BlockQ5_0* src, std::int64_t rows, std::int64_t k, BlockQ5_0x8* dst);
+void unpack_row_q5_0_r8(const BlockQ5_0x8* src, std::int64_t k, std::int64_t row, hal::BlockQ5_0* dst);
+// Row `lane` (0..7) of nb consecutive BlockQ5_0x8 blocks, dequantised straight from the layout:
+// bit-identical to unpack_row_q5_0_r8 followed by dequantize_row_q5_0.
+void dequantize_lane_q5_0_r8(const BlockQ5_0x8* src, int lane, std::int64_t nb, float* y);
+
+}  // namespace sx::cpu
