@@ -147,13 +147,9 @@ std::size_t CpuDevice::weight_bytes(const hal::WeightDesc& w) const {
 
 Result<std::unique_ptr<hal::Buffer>> CpuDevice::upload_weight(hal::Stream& stream, const hal::WeightDesc& w,
                                                               std::span<const std::byte> bytes) {
-  const std::size_t need = hal::tensor_bytes(w.format, w.rows, w.cols);
-  if (bytes.size() != need) {
-    return invalid_argument_error("upload_weight: {} x {} {} takes {} bytes, {} given", w.rows, w.cols,
-                                  hal::dtype_name(w.format), need, bytes.size());
-  }
+  SX_RETURN_IF_ERROR(hal::check_weight_bytes(w, bytes));
   const hal::DType layout = weight_layout(w.format);
-  SX_ASSIGN_OR_RETURN(std::unique_ptr<hal::Buffer> b, alloc(cpu::tensor_bytes(layout, w.rows, w.cols)));
+  SX_ASSIGN_OR_RETURN(std::unique_ptr<hal::Buffer> b, alloc(weight_bytes(w)));
   if (layout == w.format) {
     SX_RETURN_IF_ERROR(stream.upload(*b, 0, bytes));
   } else {

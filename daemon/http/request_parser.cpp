@@ -186,12 +186,12 @@ int RequestParser::on_header_value(llhttp_t* parser, const char* at, size_t leng
 
 int RequestParser::on_header_value_complete(llhttp_t* parser) {
   RequestParser* p = from(parser);
-  // Trailer fields of a chunked body are counted against the header limit and dropped: merging
-  // them would let a trailer add a second Host (or any field) after check_head() accepted the
-  // head, and no handler here uses trailers (RFC 9110 §6.5.1 lets a recipient discard them).
   // RFC 9110 §5.5: a field value has no leading or trailing whitespace. llhttp skips the leading
   // OWS but hands trailing SP / HTAB over as part of the value ("chunked " would not be chunked).
   while (!p->value_.empty() && (p->value_.back() == ' ' || p->value_.back() == '\t')) p->value_.pop_back();
+  // Trailer fields of a chunked body are counted against the header limit and dropped: merging
+  // them would let a trailer add a second Host (or any field) after check_head() accepted the
+  // head, and no handler here uses trailers (RFC 9110 §6.5.1 lets a recipient discard them).
   if (!p->head_complete_) p->request_.headers.add(std::move(p->field_), std::move(p->value_));
   p->field_.clear();
   p->value_.clear();

@@ -74,6 +74,10 @@ struct WeightDesc {
   std::int64_t rows = 0, cols = 0;
 };
 
+// OK when `bytes` is exactly a `w` as its file holds it (tensor_bytes); INVALID_ARGUMENT naming
+// both sizes otherwise. Every upload_weight checks this first.
+Status check_weight_bytes(const WeightDesc& w, std::span<const std::byte> bytes);
+
 class Device {
  public:
   virtual ~Device() = default;
