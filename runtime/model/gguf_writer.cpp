@@ -129,6 +129,17 @@ Status encode_array(Encoder& e, const GgufArray& a, std::string_view key) {
 
 std::uint64_t align_up(std::uint64_t x, std::uint64_t a) { return (x + a - 1) / a * a; }
 
+// `n` zero bytes, a bounded chunk at a time (padding to a large alignment allocates nothing).
+Status write_zeros(GgufByteSink& sink, std::uint64_t n) {
+  static constexpr std::uint8_t kZeros[512] = {};
+  while (n > 0) {
+    const std::size_t k = static_cast<std::size_t>(std::min<std::uint64_t>(n, sizeof(kZeros)));
+    SX_RETURN_IF_ERROR(sink.write({kZeros, k}));
+    n -= k;
+  }
+  return ok_status();
+}
+
 // Counts bytes and refuses more than the tensor holds.
 class CountingSink : public GgufByteSink {
  public:
@@ -345,11 +356,14 @@ Status GgufWriter::write_to(GgufByteSink& sink, std::string_view display_name) c
     e.put<std::uint64_t>(offset);
     offset += align_up(t.n_bytes, align);
   }
-  e.out.resize(align_up(e.out.size(), align), 0);
+  // The data section starts at the next multiple of the alignment; a file without tensors has no
+  // data section, so nothing is padded (the reader accepts such a file ending after its header,
+  // and a huge general.alignment must not make a small file huge).
+  const std::uint64_t header_pad = tensors_.empty() ? 0 : align_up(e.out.size(), align) - e.out.size();
   SX_RETURN_IF_ERROR(sink.write(e.out));
   e.out = {};
+  SX_RETURN_IF_ERROR(write_zeros(sink, header_pad));
 
-  static constexpr std::uint8_t kZeros[512] = {};
   for (const PendingTensor& t : tensors_) {
     CountingSink counted(sink, t.n_bytes);
     Status s = t.producer(counted);
@@ -358,12 +372,7 @@ Status GgufWriter::write_to(GgufByteSink& sink, std::string_view display_name) c
       return internal_error("{}: the producer of tensor '{}' wrote {} bytes, expected {}", display_name, t.name,
                             counted.written(), t.n_bytes);
     }
-    std::uint64_t pad = align_up(t.n_bytes, align) - t.n_bytes;
-    while (pad > 0) {
-      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(pad, sizeof(kZeros)));
-      SX_RETURN_IF_ERROR(sink.write({kZeros, n}));
-      pad -= n;
-    }
+    SX_RETURN_IF_ERROR(write_zeros(sink, align_up(t.n_bytes, align) - t.n_bytes));
   }
   return ok_status();
 }

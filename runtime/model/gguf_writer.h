@@ -4,7 +4,8 @@
 //
 // Output: GGUF v3 (or v2 on request; the little-endian encodings are identical), tensors in the
 // order they were added, each at an offset that is a multiple of the alignment (general.alignment
-// when set, else 32) and padded with zeros to it, as llama.cpp writes them.
+// when set, else 32) and padded with zeros to it, as llama.cpp writes them. A file without tensors
+// ends after its header (it has no data section to align).
 //
 // Lifetime: add_tensor_view() borrows its span and the producers of add_tensor_streamed() are called
 // during write()/to_bytes(); both must stay valid until then. Threading: not thread-safe; one
