@@ -166,25 +166,41 @@ Result<std::unique_ptr<hal::Buffer>> CpuDevice::upload_weight(hal::Stream& strea
   return b;
 }
 
+namespace {
+
+// Every GGML block format (the CPU kernels dequantise what they have no int8 kernel for).
+bool weight_format_ok(hal::DType t) {
+  return t == hal::DType::kF32 || t == hal::DType::kF16 || t == hal::DType::kBF16 ||
+         (hal::dtype_info(t).quantized && hal::can_dequantize(t));
+}
+bool cache_format_ok(hal::DType t) { return t == hal::DType::kF32 || t == hal::DType::kF16 || t == hal::DType::kBF16; }
+
+constexpr std::int64_t kMaxHeadsPerKv = 64, kMaxRotDim = 512;  // what the kernels are written for
+constexpr std::string_view kWeightFormats = "the CPU kernels read f32, f16, bf16 and the GGML block formats";
+constexpr std::string_view kCacheFormats = "the CPU's KV cache is f32, f16 or bf16";
+
+}  // namespace
+
+// The same rules as the ops' own argument checks (resolve_rows, kv_write, attention), which is
+// where a stream meets them: run() does not call this.
 Status CpuDevice::supports(const hal::Op& op) const {
-  auto weight_ok = [](hal::DType t) {
-    // Every GGML block format (the CPU kernels dequantise what they have no int8 kernel for).
-    return t == hal::DType::kF32 || t == hal::DType::kF16 || t == hal::DType::kBF16 ||
-           (hal::dtype_info(t).quantized && hal::can_dequantize(t));
-  };
-  auto cache_ok = [](hal::DType t) { return t == hal::DType::kF32 || t == hal::DType::kF16 || t == hal::DType::kBF16; };
-  if (const auto* m = std::get_if<hal::MatmulArgs>(&op); m != nullptr && !weight_ok(m->w_type)) {
-    return unimplemented_error("{}: matmul with {} weights is not supported", info_.name, hal::dtype_name(m->w_type));
+  if (const auto* m = std::get_if<hal::MatmulArgs>(&op); m != nullptr && !weight_format_ok(m->w_type)) {
+    return unimplemented_error("{}", kWeightFormats);
   }
-  if (const auto* e = std::get_if<hal::EmbeddingArgs>(&op); e != nullptr && !weight_ok(e->table_type)) {
-    return unimplemented_error("{}: embedding with a {} table is not supported", info_.name,
-                               hal::dtype_name(e->table_type));
+  if (const auto* e = std::get_if<hal::EmbeddingArgs>(&op); e != nullptr && !weight_format_ok(e->table_type)) {
+    return unimplemented_error("{}", kWeightFormats);
   }
-  if (const auto* k = std::get_if<hal::KvWriteArgs>(&op); k != nullptr && !cache_ok(k->cache_type)) {
-    return unimplemented_error("{}: {} KV cache is not supported", info_.name, hal::dtype_name(k->cache_type));
+  if (const auto* k = std::get_if<hal::KvWriteArgs>(&op); k != nullptr && !cache_format_ok(k->cache_type)) {
+    return unimplemented_error("{}", kCacheFormats);
   }
-  if (const auto* a = std::get_if<hal::AttentionArgs>(&op); a != nullptr && !cache_ok(a->cache_type)) {
-    return unimplemented_error("{}: {} KV cache is not supported", info_.name, hal::dtype_name(a->cache_type));
+  if (const auto* a = std::get_if<hal::AttentionArgs>(&op); a != nullptr) {
+    if (!cache_format_ok(a->cache_type)) return unimplemented_error("{}", kCacheFormats);
+    if (a->heads_per_kv > kMaxHeadsPerKv) {
+      return unimplemented_error("the CPU's attention takes at most {} query heads per KV head", kMaxHeadsPerKv);
+    }
+  }
+  if (const auto* r = std::get_if<hal::RopeArgs>(&op); r != nullptr && r->rot_dim > kMaxRotDim) {
+    return unimplemented_error("the CPU's rope rotates at most {} dimensions", kMaxRotDim);
   }
   return ok_status();
 }
@@ -225,6 +241,9 @@ Result<T*> resolve_as(const CpuDevice& d, const hal::BufView& v, std::int64_t co
 // it as (the buffer's layout when upload_weight made it, else the format itself).
 Result<const void*> resolve_rows(const CpuDevice& d, const hal::BufView& v, hal::DType format, std::int64_t rows,
                                  std::int64_t cols, std::string_view op, std::string_view what, hal::DType* kernel_type) {
+  if (!weight_format_ok(format)) {
+    return unimplemented_error("{}: {} {}: {}", op, hal::dtype_name(format), what, kWeightFormats);
+  }
   hal::DType t = format;
   if (const auto* cb = dynamic_cast<const CpuBuffer*>(v.buffer); cb != nullptr && cb->layout()) {
     if (layout_source(*cb->layout()) != format) {
@@ -397,9 +416,9 @@ struct Dispatch {
     return ok_status();
   }
   Status operator()(const hal::RopeArgs& a) {
-    if (a.rot_dim <= 0 || a.rot_dim > a.head_dim || a.rot_dim % 2 != 0 || a.rot_dim > 512) {
-      return invalid_argument_error("rope: rot_dim {} must be even, positive, at most head_dim {} and 512", a.rot_dim,
-                                    a.head_dim);
+    if (a.rot_dim <= 0 || a.rot_dim > a.head_dim || a.rot_dim % 2 != 0 || a.rot_dim > kMaxRotDim) {
+      return invalid_argument_error("rope: rot_dim {} must be even, positive, at most head_dim {} and {}", a.rot_dim,
+                                    a.head_dim, kMaxRotDim);
     }
     SX_ASSIGN_OR_RETURN(float* x, resolve_as<float>(dev, a.x, a.n_tokens * a.n_heads * a.head_dim, "rope", "x"));
     SX_ASSIGN_OR_RETURN(const std::int32_t* pos, resolve_as<const std::int32_t>(dev, a.positions, a.n_tokens, "rope", "positions"));
@@ -407,6 +426,7 @@ struct Dispatch {
     return ok_status();
   }
   Status operator()(const hal::KvWriteArgs& a) {
+    if (!cache_format_ok(a.cache_type)) return unimplemented_error("kv_write: {}", kCacheFormats);
     const std::int64_t row = a.n_kv_heads * a.head_dim;
     const std::size_t elem = hal::dtype_info(a.cache_type).block_bytes;
     SX_ASSIGN_OR_RETURN(const float* k, resolve_as<const float>(dev, a.k, a.n_tokens * row, "kv_write", "k"));
@@ -423,10 +443,11 @@ struct Dispatch {
     return ok_status();
   }
   Status operator()(const hal::AttentionArgs& a) {
-    if (a.heads_per_kv <= 0 || a.heads_per_kv > 64 || a.block_size <= 0) {
-      return invalid_argument_error("attention: heads_per_kv {} must be in [1, 64] and block_size {} positive",
-                                    a.heads_per_kv, a.block_size);
+    if (a.heads_per_kv <= 0 || a.heads_per_kv > kMaxHeadsPerKv || a.block_size <= 0) {
+      return invalid_argument_error("attention: heads_per_kv {} must be in [1, {}] and block_size {} positive",
+                                    a.heads_per_kv, kMaxHeadsPerKv, a.block_size);
     }
+    if (!cache_format_ok(a.cache_type)) return unimplemented_error("attention: {}", kCacheFormats);
     const std::int64_t row = a.n_kv_heads * a.head_dim;
     const std::size_t elem = hal::dtype_info(a.cache_type).block_bytes;
     AttentionPtrs p{};
@@ -500,7 +521,6 @@ struct Dispatch {
 
 Status CpuStream::run(const hal::Op& op) {
   if (!latched_.ok()) return latched_;
-  SX_RETURN_IF_ERROR(latch(device_.supports(op)));
   return enqueue([this, op]() -> Status {
     SX_RETURN_IF_ERROR(device_.count_op(hal::op_name(op)));
     return std::visit(Dispatch{device_, scratch_}, op);

@@ -109,6 +109,77 @@ Result<std::unique_ptr<hal::Buffer>> alloc_zeroed(hal::Device& device, hal::Stre
 
 }  // namespace
 
+std::vector<hal::Op> Qwen2Shard::step_ops(const model::ModelConfig& c, const parallel::RankPlan& rp,
+                                          const parallel::WeightTypes& types, const ModelOptions& o, int tp) {
+  const std::int64_t T = o.max_batch_tokens, R = o.max_logit_rows, H = c.hidden, hd = c.head_dim;
+  const std::int64_t nq = rp.q_heads.size(), nkv = rp.kv_heads.size(), nf = rp.ffn.size(), vn = rp.vocab.size();
+  const std::int64_t n_slots = o.kv.num_blocks * o.kv.block_size;
+  std::vector<hal::Op> ops;
+  auto matmul = [&](hal::DType w, std::int64_t m, std::int64_t n, std::int64_t k) {
+    hal::MatmulArgs a;
+    a.w_type = w;
+    a.m = m;
+    a.n = n;
+    a.k = k;
+    ops.emplace_back(a);
+  };
+  if (rp.has_embedding) {
+    hal::EmbeddingArgs e;
+    e.table_type = types.token_embd;
+    e.n_tokens = T;
+    e.dim = H;
+    e.vocab = vn;
+    e.shard = tp > 1;
+    e.vocab_offset = rp.vocab.begin;
+    ops.emplace_back(e);
+  }
+  if (rp.layers.size() > 0) {
+    ops.emplace_back(hal::RmsNormArgs{{}, {}, {}, {}, T, H, static_cast<float>(c.rms_eps)});
+    ops.emplace_back(hal::RopeArgs{{}, {}, T, nq, hd, hd, static_cast<float>(c.rope_theta)});
+    ops.emplace_back(hal::RopeArgs{{}, {}, T, nkv, hd, hd, static_cast<float>(c.rope_theta)});
+    hal::KvWriteArgs kw;
+    kw.cache_type = o.kv.dtype;
+    kw.n_tokens = T;
+    kw.n_kv_heads = nkv;
+    kw.head_dim = hd;
+    kw.n_slots = n_slots;
+    ops.emplace_back(kw);
+    hal::AttentionArgs at;
+    at.cache_type = o.kv.dtype;
+    at.n_seqs = T;
+    at.n_tokens = T;
+    at.n_heads = nq;
+    at.n_kv_heads = nkv;
+    at.head_dim = hd;
+    at.block_size = o.kv.block_size;
+    at.max_blocks_per_seq = o.kv.num_blocks;
+    at.n_slots = n_slots;
+    at.q_head_offset = rp.q_heads.begin;
+    at.kv_head_offset = rp.kv_heads.begin;
+    at.heads_per_kv = c.n_heads / c.n_kv_heads;
+    at.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    ops.emplace_back(at);
+    ops.emplace_back(hal::SiluMulArgs{{}, {}, {}, T, nf, 0, 0, 0});
+  }
+  for (std::int64_t l = rp.layers.begin; l < rp.layers.end; ++l) {
+    const parallel::LayerWeightTypes& w = types.layers[static_cast<std::size_t>(l)];
+    matmul(w.q, T, nq * hd, H);
+    matmul(w.k, T, nkv * hd, H);
+    matmul(w.v, T, nkv * hd, H);
+    matmul(w.o, T, H, nq * hd);
+    matmul(w.gate, T, nf, H);
+    matmul(w.up, T, nf, H);
+    matmul(w.down, T, H, nf);
+  }
+  if (rp.has_lm_head) {
+    ops.emplace_back(hal::RmsNormArgs{{}, {}, {}, {}, R, H, static_cast<float>(c.rms_eps)});
+    matmul(c.tied_embeddings ? types.token_embd : types.output, R, vn, H);
+  } else if (rp.layers.size() > 0) {
+    ops.emplace_back(hal::AddArgs{{}, {}, {}, T * H});
+  }
+  return ops;
+}
+
 struct Qwen2Shard::Impl {
   ShardContext ctx;
   parallel::RankPlan rp;
@@ -151,6 +222,15 @@ Result<std::unique_ptr<Qwen2Shard>> Qwen2Shard::load(const model::TensorSource& 
   const parallel::RankPlan& rp = im.rp;
   const std::int64_t hd = config.head_dim, H = config.hidden;
   using model::LayerTensor;
+
+  // Everything a step will ask of the device, asked before anything is uploaded.
+  SX_ASSIGN_OR_RETURN(const parallel::WeightTypes types, parallel::weight_types_from_source(file, config));
+  for (const hal::Op& op : step_ops(config, rp, types, options, ctx.plan->tp)) {
+    if (Status st = device.supports(op); !st.ok()) {
+      return Status(st.code(), fmt::format("{} is not supported by this backend{}{}", hal::describe_op(op),
+                                st.message().empty() ? "" : ": ", st.message()));
+    }
+  }
 
   for (const parallel::RankPlan& r : ctx.plan->ranks) {
     if (r.has_lm_head) shard->max_vocab_shard_ = std::max(shard->max_vocab_shard_, r.vocab.size());

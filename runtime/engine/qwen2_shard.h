@@ -52,6 +52,14 @@ class Qwen2Shard {
   std::uint64_t embedding_only_bytes() const { return embedding_only_bytes_; }
   std::int64_t max_vocab_shard() const { return max_vocab_shard_; }
 
+  // Every op a step of rank `rp` can issue, with its formats and its largest shapes (a batch of
+  // max_batch_tokens tokens, max_logit_rows logit rows) and null buffers: what load() puts to
+  // Device::supports before it uploads anything, failing with the op, format and shape of the
+  // first refusal. A step issues no op whose kind and formats are not here, at no larger shape
+  // (tests/unit/engine/capability_test.cpp checks every op a step runs against this list).
+  static std::vector<hal::Op> step_ops(const model::ModelConfig& config, const parallel::RankPlan& rp,
+                                       const parallel::WeightTypes& types, const ModelOptions& options, int tp);
+
  private:
   struct Impl;
   Qwen2Shard();

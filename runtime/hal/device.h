@@ -83,8 +83,11 @@ class Device {
   virtual ~Device() = default;
   virtual const DeviceInfo& info() const = 0;
   virtual MemoryInfo memory() const = 0;
-  // OK if this device can run the op with these formats and shapes; UNIMPLEMENTED naming the op
-  // and the format otherwise. Asked before serving starts, never on the hot path.
+  // OK if this device can run the op with these formats and shapes; otherwise UNIMPLEMENTED whose
+  // message is the reason, if there is more to say than "not supported" (it may be empty). The
+  // engine asks it at load for every op a step can issue, with the op's formats and its largest
+  // shapes and null buffers, and refuses the model naming rank, device, op, format and shape
+  // (hal::describe_op); a stream's run() is never preceded by it on the hot path.
   virtual Status supports(const Op& op) const = 0;
   // Device memory a weight matrix takes once upload_weight has prepared it: the file's bytes
   // (tensor_bytes) unless the backend keeps the format in a layout of its own (e.g. the CPU

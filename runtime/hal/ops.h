@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <variant>
 
@@ -129,5 +130,8 @@ using Op = std::variant<EmbeddingArgs, RmsNormArgs, MatmulArgs, RopeArgs, KvWrit
                         AttentionArgs, SiluMulArgs, AddArgs, ArgmaxArgs>;
 
 std::string_view op_name(const Op& op);
+// The op with what a backend's support depends on, for errors: "matmul with q4_k weights
+// [4864 x 896]", "attention with head size 128, 7 query heads per KV head, KV cache in f16".
+std::string describe_op(const Op& op);
 
 }  // namespace sx::hal

@@ -1,4 +1,4 @@
-// Registry lookups and op names.
+// Registry lookups.
 #include "runtime/hal/registry.h"
 
 #include <fmt/ranges.h>
@@ -25,12 +25,6 @@ std::vector<std::string> Registry::names() const {
   std::vector<std::string> out;
   for (const auto& b : backends_) out.emplace_back(b->name());
   return out;
-}
-
-std::string_view op_name(const Op& op) {
-  static constexpr std::string_view kNames[] = {"embedding", "rmsnorm", "matmul", "rope", "kv_write",
-                                                "attention", "silu_mul", "add", "argmax"};
-  return kNames[op.index()];
 }
 
 }  // namespace sx::hal

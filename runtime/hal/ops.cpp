@@ -1,0 +1,43 @@
+// Op names and descriptions.
+#include "runtime/hal/ops.h"
+
+#include <fmt/format.h>
+
+namespace sx::hal {
+
+std::string_view op_name(const Op& op) {
+  static constexpr std::string_view kNames[] = {"embedding", "rmsnorm", "matmul", "rope", "kv_write",
+                                                "attention", "silu_mul", "add", "argmax"};
+  return kNames[op.index()];
+}
+
+namespace {
+
+struct Describe {
+  std::string operator()(const EmbeddingArgs& a) const {
+    return fmt::format("embedding with a {} table [{} x {}]", dtype_name(a.table_type), a.vocab, a.dim);
+  }
+  std::string operator()(const RmsNormArgs& a) const { return fmt::format("rmsnorm of rows of {}", a.dim); }
+  std::string operator()(const MatmulArgs& a) const {
+    return fmt::format("matmul with {} weights [{} x {}]", dtype_name(a.w_type), a.n, a.k);
+  }
+  std::string operator()(const RopeArgs& a) const {
+    return fmt::format("rope with head size {} (rotating {})", a.head_dim, a.rot_dim);
+  }
+  std::string operator()(const KvWriteArgs& a) const {
+    return fmt::format("kv_write with head size {}, KV cache in {}", a.head_dim, dtype_name(a.cache_type));
+  }
+  std::string operator()(const AttentionArgs& a) const {
+    return fmt::format("attention with head size {}, {} query heads per KV head, KV cache in {}", a.head_dim,
+                       a.heads_per_kv, dtype_name(a.cache_type));
+  }
+  std::string operator()(const SiluMulArgs& a) const { return fmt::format("silu_mul of rows of {}", a.n_cols); }
+  std::string operator()(const AddArgs&) const { return "add"; }
+  std::string operator()(const ArgmaxArgs& a) const { return fmt::format("argmax over rows of {}", a.n_cols); }
+};
+
+}  // namespace
+
+std::string describe_op(const Op& op) { return std::visit(Describe{}, op); }
+
+}  // namespace sx::hal
