@@ -19,15 +19,26 @@ namespace sx::cpu {
 
 namespace {
 
-std::uint64_t system_memory_bytes() {
+// A /proc/meminfo field ("MemTotal:", "MemAvailable:") in bytes, or `fallback`.
+std::uint64_t meminfo_bytes(std::string_view field, std::uint64_t fallback) {
   std::ifstream in("/proc/meminfo");
   std::string key;
   std::uint64_t kb = 0;
   std::string unit;
   while (in >> key >> kb >> unit) {
-    if (key == "MemTotal:") return kb * 1024;
+    if (key == field) return kb * 1024;
   }
-  return 8ull << 30;
+  return fallback;
+}
+
+std::uint64_t system_memory_bytes() { return meminfo_bytes("MemTotal:", 8ull << 30); }
+
+// The host's RAM as every logical device sees it: `budget` when one is set.
+void describe_memory(hal::DeviceInfo& info, std::uint64_t budget) {
+  info.kind = hal::DeviceKind::kCpu;
+  info.shared_memory = true;
+  info.memory_bytes = budget > 0 ? budget : system_memory_bytes();
+  info.free_bytes = std::min(info.memory_bytes, meminfo_bytes("MemAvailable:", info.memory_bytes));
 }
 
 constexpr std::size_t kAlign = 64;
@@ -49,13 +60,27 @@ CpuBuffer::~CpuBuffer() {
 
 hal::Device& CpuBuffer::device() const { return device_; }
 
-CpuDevice::CpuDevice(int index, const hal::DeviceOptions& options)
+Result<CpuOptions> parse_cpu_options(const hal::DeviceOptions& options) {
+  hal::OptionReader r("cpu", options);
+  CpuOptions o;
+  SX_ASSIGN_OR_RETURN(std::int64_t threads, r.integer("threads", 0, 0, 4096));
+  SX_ASSIGN_OR_RETURN(std::int64_t budget, r.integer("memory_budget", 0, 0, INT64_MAX));
+  SX_ASSIGN_OR_RETURN(o.strict, r.flag("strict", false));
+  SX_ASSIGN_OR_RETURN(std::int64_t fail_at, r.integer("fail_at_op", 0, 0, INT64_MAX));
+  SX_RETURN_IF_ERROR(r.finish());
+  o.threads = static_cast<int>(threads);
+  o.memory_budget = static_cast<std::uint64_t>(budget);
+  o.fail_at_op = static_cast<std::uint64_t>(fail_at);
+  return o;
+}
+
+CpuDevice::CpuDevice(int index, const CpuOptions& options)
     : pool_(options.threads > 0 ? options.threads : hardware_threads()),
       strict_(options.strict),
       fail_at_op_(options.fail_at_op) {
   info_.backend = "cpu";
   info_.index = index;
-  info_.memory_bytes = options.memory_budget > 0 ? options.memory_budget : system_memory_bytes();
+  describe_memory(info_, options.memory_budget);
   info_.name = fmt::format("cpu:{} ({} threads{})", index, pool_.size(), strict_ ? ", strict" : "");
 }
 
@@ -535,11 +560,12 @@ class CpuBackend final : public hal::Backend {
   // Logical devices share the host's cores and memory: each is one rank of a TP/PP group.
   Result<std::vector<hal::DeviceInfo>> devices() const override {
     std::vector<hal::DeviceInfo> out;
+    hal::DeviceInfo memory;
+    describe_memory(memory, 0);
     for (int i = 0; i < kCpuLogicalDevices; ++i) {
-      hal::DeviceInfo info;
+      hal::DeviceInfo info = memory;
       info.backend = "cpu";
       info.index = i;
-      info.memory_bytes = system_memory_bytes();
       info.name = fmt::format("cpu:{} (logical; {} hardware threads shared)", i, hardware_threads());
       out.push_back(std::move(info));
     }
@@ -549,7 +575,20 @@ class CpuBackend final : public hal::Backend {
     if (index < 0 || index >= kCpuLogicalDevices) {
       return invalid_argument_error("cpu: device index {} is outside cpu:0 .. cpu:{}", index, kCpuLogicalDevices - 1);
     }
-    return std::unique_ptr<hal::Device>(std::make_unique<CpuDevice>(index, options));
+    SX_ASSIGN_OR_RETURN(const CpuOptions o, parse_cpu_options(options));
+    return std::unique_ptr<hal::Device>(std::make_unique<CpuDevice>(index, o));
+  }
+  // The group's ranks share the host's cores: `threads` (0: all of them) is split evenly.
+  Result<std::vector<std::unique_ptr<hal::Device>>> create_devices(int count, const hal::DeviceOptions& options) override {
+    SX_ASSIGN_OR_RETURN(CpuOptions o, parse_cpu_options(options));
+    if (count < 1 || count > kCpuLogicalDevices) {
+      return invalid_argument_error("cpu: a group of {} devices is outside 1 .. {}", count, kCpuLogicalDevices);
+    }
+    const int total = o.threads > 0 ? o.threads : hardware_threads();
+    o.threads = std::max(1, total / count);
+    std::vector<std::unique_ptr<hal::Device>> out;
+    for (int i = 0; i < count; ++i) out.push_back(std::make_unique<CpuDevice>(i, o));
+    return out;
   }
   Result<std::vector<std::unique_ptr<hal::Channel>>> create_channels(std::span<hal::Device* const> devices,
                                                                      const hal::ChannelOptions& options) override {

@@ -5,7 +5,7 @@
 // aligned host allocations that only this backend dereferences; every op and copy checks that its
 // buffers belong to the stream's device (data crosses devices only through Channels or the host).
 // Normally a stream executes each piece of work when it is enqueued (in order, on the caller's
-// thread plus the pool). In strict mode (DeviceOptions::strict) device memory is mapped with no
+// thread plus the pool). In strict mode (CpuOptions::strict) device memory is mapped with no
 // access at all except while the device itself executes, and a stream only queues its work and
 // runs it at sync(); download destinations are filled with 0xFF bytes (NaN) until then.
 //
@@ -33,6 +33,21 @@ namespace sx::cpu {
 
 class CpuDevice;
 
+// The CPU backend's device options (hal::DeviceOptions names: "threads", "memory_budget",
+// "strict", "fail_at_op"; any other name is refused).
+struct CpuOptions {
+  int threads = 0;                  // worker threads (0 = all hardware threads); for a group
+                                    // (create_devices) the total, split evenly between the ranks
+  std::uint64_t memory_budget = 0;  // bytes this device may allocate (0 = system memory)
+  // Strict mode (tests): device memory is unreachable from host code outside the device's own
+  // execution, and streams run their work only at sync(), so engine code that bypasses the HAL
+  // (reads a buffer, reads a download before sync, reuses an upload source early) fails.
+  bool strict = false;
+  // Fault injection (tests): the n-th op run on this device (1-based) fails with INTERNAL.
+  std::uint64_t fail_at_op = 0;
+};
+Result<CpuOptions> parse_cpu_options(const hal::DeviceOptions& options);
+
 class CpuBuffer final : public hal::Buffer {
  public:
   CpuBuffer(CpuDevice& device, std::byte* data, std::size_t size, std::size_t mapped_bytes);
@@ -58,7 +73,7 @@ class CpuBuffer final : public hal::Buffer {
 
 class CpuDevice final : public hal::Device {
  public:
-  CpuDevice(int index, const hal::DeviceOptions& options);
+  CpuDevice(int index, const CpuOptions& options);
   const hal::DeviceInfo& info() const override { return info_; }
   hal::MemoryInfo memory() const override;
   Status supports(const hal::Op& op) const override;

@@ -10,6 +10,8 @@
 #include <set>
 #include <string>
 
+#include <fmt/ranges.h>
+
 #include "backends/registry.h"
 #include "daemon/commands/commands.h"
 #include "daemon/commands/model_session.h"
@@ -218,9 +220,12 @@ int cmd_plan(int argc, char** argv) {
           {{"--tp"}, true, false, "tensor-parallel ranks per stage (default 1; with --devices: devices / pp)", "N"},
           {{"--pp"}, true, false, "pipeline stages (default 1)", "M"},
           {{"--devices"}, true, false,
-           "one per rank: 6x24GiB, or 24GiB,24GiB,... (default: tp x pp CPU logical devices sharing the "
-           "system memory)",
+           "one per rank: 6x24GiB, or 24GiB,24GiB,... (default: the devices of --backend)",
            "LIST"},
+          {{"--backend"}, true, false,
+           "plan for this backend's devices: cpu (default; tp x pp logical devices sharing the system memory), "
+           "vulkan, cuda or auto",
+           "NAME"},
           {{"--device-overhead"}, true, false,
            "runtime overhead per device (default: 512MiB with --devices, a CUDA context; CPU: 0)",
            "BYTES"},
@@ -365,17 +370,29 @@ int cmd_plan(int argc, char** argv) {
                                devices.size() == 1 ? "1 device" : fmt::format("{} devices", devices.size()),
                                engine::gib(*overhead));
   } else {
-    auto backend = backends::default_registry().find("cpu");
+    auto backend_name = args.get_string("--backend", "cpu");
+    if (!backend_name.ok()) return usage_error(backend_name.status());
+    auto backend = backends::default_registry().pick(*backend_name);
     if (!backend.ok()) return plan_failure(backend.status());
     auto infos = (*backend)->devices();
-    if (!infos.ok() || infos->empty()) {
-      return plan_failure(infos.ok() ? internal_error("the CPU backend reports no devices") : infos.status());
+    if (!infos.ok()) return plan_failure(infos.status());
+    auto budgets = engine::group_budgets(*infos, ranks, *overhead);
+    if (!budgets.ok()) return plan_failure(budgets.status());
+    devices = *std::move(budgets);
+    const hal::DeviceInfo& first = infos->front();
+    if (first.shared_memory && ranks == 1) {
+      devices_line = fmt::format("Devices: 1 {} device with all of its memory ({}) (--devices to plan for others)",
+                                 first.backend, engine::gib(first.memory_bytes));
+    } else if (first.shared_memory) {
+      devices_line = fmt::format("Devices: {} {} device{} sharing one memory ({}): {} each (--devices to plan for "
+                                 "others)",
+                                 ranks, first.backend, ranks == 1 ? "" : "s", engine::gib(first.memory_bytes),
+                                 engine::gib(first.memory_bytes / static_cast<std::uint64_t>(ranks)));
+    } else {
+      std::vector<std::string> each;
+      for (const engine::DeviceBudget& d : devices) each.push_back(fmt::format("{} {}", d.name, engine::gib(d.capacity_bytes)));
+      devices_line = fmt::format("Devices: {} (--devices to plan for others)", fmt::join(each, ", "));
     }
-    const std::uint64_t system = infos->front().memory_bytes;
-    devices = engine::shared_memory_budgets(system, ranks, "cpu", *overhead);
-    devices_line = fmt::format("Devices: {} CPU logical device{} sharing the system memory ({}): {} each (--devices "
-                               "to plan for others)",
-                               ranks, ranks == 1 ? "" : "s", engine::gib(system), engine::gib(system / ranks));
   }
   auto memory = engine::plan_memory(m.config, m.types, *plan, devices, mo);
   if (!memory.ok()) return usage_error(memory.status());

@@ -11,6 +11,16 @@
 
 namespace sx::daemon {
 
+namespace {
+
+std::uint64_t total_capacity(std::span<const engine::DeviceBudget> budgets) {
+  std::uint64_t sum = 0;
+  for (const engine::DeviceBudget& b : budgets) sum += b.capacity_bytes;
+  return sum;
+}
+
+}  // namespace
+
 std::vector<Args::Spec> model_session_specs() {
   return {
       {{"-m", "--model"}, true, false, "model: a GGUF file or a Hugging Face safetensors directory", "PATH"},
@@ -68,10 +78,13 @@ Result<ModelSession> open_session(const SessionOptions& o, engine::OpenedModel o
   ModelSession s;
   s.opened = std::move(opened);
   const model::ModelConfig& c = s.opened.config;
-  SX_ASSIGN_OR_RETURN(hal::Backend * backend, backends::default_registry().find(o.backend));
+  std::string why;
+  SX_ASSIGN_OR_RETURN(hal::Backend * backend, backends::default_registry().pick(o.backend, &why));
+  if (o.backend == "auto") log_info("backend {}", why);
+  // Passed on by name for the backend to take or refuse (its own options: device_options.h).
   hal::DeviceOptions dopts;
-  dopts.threads = o.threads;
-  if (o.memory_budget > 0) dopts.memory_budget = o.memory_budget;
+  if (o.threads > 0) dopts.set("threads", o.threads);
+  if (o.memory_budget > 0) dopts.set("memory_budget", o.memory_budget);
   SX_ASSIGN_OR_RETURN(s.devices, engine::create_device_group(*backend, o.tp * o.pp, dopts));
   auto phase = [&](std::string_view name, const std::string& detail) {
     if (o.on_phase) o.on_phase(name, detail);
@@ -110,29 +123,28 @@ Result<ModelSession> open_session(const SessionOptions& o, engine::OpenedModel o
   mpo.max_num_seqs = o.max_seqs;
   mpo.max_num_batched_tokens = mo.max_batch_tokens;
   mpo.block_size = mo.kv.block_size;
-  // Logical CPU devices share the host's memory; other backends report their own.
-  const std::vector<engine::DeviceBudget> budgets =
-      o.backend == "cpu" ? engine::shared_memory_budgets(s.devices.devices[0]->info().memory_bytes, o.tp * o.pp)
-                         : std::vector<engine::DeviceBudget>{};
-  if (!budgets.empty()) {
-    SX_ASSIGN_OR_RETURN(engine::MemoryPlan plan, engine::plan_memory(c, types, shards, budgets, mpo));
-    s.plan_text = engine::format_memory_plan(plan, true);
-    if (o.verbose) std::fputs(s.plan_text.c_str(), stderr);
-    if (!plan.fits) return resource_exhausted_error("memory plan: {}", plan.refusal);
-    std::uint64_t weights = 0, workspace = 0;
-    for (const engine::DeviceMemory& d : plan.devices) {
-      weights += d.weights;
-      workspace += d.workspace;
-    }
-    s.plan_summary = fmt::format(
-        "{:.1f} MB of weights and {:.1f} MB of workspace on {} device(s), KV cache for {} tokens ({} request(s) of {}); "
-        "fits in {} of memory x {:.2g}",
-        static_cast<double>(weights) / 1e6, static_cast<double>(workspace) / 1e6, plan.devices.size(),
-        mo.kv.usable_tokens(), o.max_seqs, ctx, engine::gib(budgets.size() * budgets[0].capacity_bytes),
-        o.memory_utilization);
-    if (!o.on_phase) std::fprintf(stderr, "memory plan: %s\n", s.plan_summary.c_str());
+  // Whatever the backend: its devices say whether they share one memory or each have their own.
+  std::vector<hal::DeviceInfo> infos;
+  for (const hal::Device* d : s.devices.devices) infos.push_back(d->info());
+  SX_ASSIGN_OR_RETURN(const std::vector<engine::DeviceBudget> budgets, engine::group_budgets(infos, o.tp * o.pp, 0));
+  SX_ASSIGN_OR_RETURN(engine::MemoryPlan plan, engine::plan_memory(c, types, shards, budgets, mpo));
+  s.plan_text = engine::format_memory_plan(plan, true);
+  if (o.verbose) std::fputs(s.plan_text.c_str(), stderr);
+  if (!plan.fits) return resource_exhausted_error("memory plan: {}", plan.refusal);
+  std::uint64_t weights = 0, workspace = 0;
+  for (const engine::DeviceMemory& d : plan.devices) {
+    weights += d.weights;
+    workspace += d.workspace;
   }
-  if (!s.plan_summary.empty()) phase("plan", s.plan_summary);
+  s.plan_summary = fmt::format(
+      "{:.1f} MB of weights and {:.1f} MB of workspace on {} device(s), KV cache for {} tokens ({} request(s) of {}); "
+      "fits in {} of memory x {:.2g}",
+      static_cast<double>(weights) / 1e6, static_cast<double>(workspace) / 1e6, plan.devices.size(),
+      mo.kv.usable_tokens(), o.max_seqs, ctx,
+      engine::gib(infos.front().shared_memory ? infos.front().memory_bytes : total_capacity(budgets)),
+      o.memory_utilization);
+  if (!o.on_phase) std::fprintf(stderr, "memory plan: %s\n", s.plan_summary.c_str());
+  phase("plan", s.plan_summary);
   SX_ASSIGN_OR_RETURN(s.model, engine::Qwen2Model::load(*s.opened.weights, c, *backend, s.devices.devices, po, mo));
   return s;
 }

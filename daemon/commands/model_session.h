@@ -48,7 +48,7 @@ struct ModelSession {
   engine::OpenedModel opened;
   engine::DeviceGroup devices;  // tp x pp devices, rank order
   std::unique_ptr<engine::Qwen2Model> model;
-  std::string plan_text;     // the memory plan as printed by `sextant plan --verbose` (empty if none)
+  std::string plan_text;     // the memory plan as printed by `sextant plan --verbose`
   std::string plan_summary;  // its one-line summary
   std::int64_t context_tokens = 0, max_seqs = 0;
   int tp = 1, pp = 1;

@@ -423,11 +423,7 @@ void Daemon::load_in_background() {
                                       "the backend's first tp x pp devices (remove model.devices)"));
     }
     SessionOptions so;
-    so.backend = config_.model.backend;
-    if (so.backend == "auto") {
-      so.backend = "cpu";  // the one backend with the whole op set so far
-      log_info("serve: backend auto: using cpu");
-    }
+    so.backend = config_.model.backend;  // "auto": open_session picks and logs why
     so.threads = static_cast<int>(config_.model.threads);
     so.tp = static_cast<int>(config_.model.tp);
     so.pp = static_cast<int>(config_.model.pp);

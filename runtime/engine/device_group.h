@@ -1,5 +1,6 @@
-// Devices for a TP x PP group: devices 0 .. count-1 of one backend, with the CPU threads split
-// evenly between them (each rank of a CPU group is its own logical device with its own pool).
+// Devices for a TP x PP group: devices 0 .. count-1 of one backend, made by the backend for the
+// whole group (Backend::create_devices: a backend whose devices share resources divides them, as
+// the CPU splits its threads between its logical devices).
 #pragma once
 
 #include <memory>
@@ -16,8 +17,8 @@ struct DeviceGroup {
   std::vector<hal::Device*> devices;  // rank order
 };
 
-// options.threads is the total for the group (0 = all hardware threads); each device gets
-// max(1, threads / count).
-Result<DeviceGroup> create_device_group(hal::Backend& backend, int count, hal::DeviceOptions options);
+// INVALID_ARGUMENT when the backend reports fewer than `count` devices; the backend's errors for
+// its options.
+Result<DeviceGroup> create_device_group(hal::Backend& backend, int count, const hal::DeviceOptions& options);
 
 }  // namespace sx::engine

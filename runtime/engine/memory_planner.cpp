@@ -344,6 +344,15 @@ std::vector<DeviceBudget> shared_memory_budgets(std::uint64_t total_bytes, int r
   return out;
 }
 
+Result<std::vector<DeviceBudget>> group_budgets(std::span<const hal::DeviceInfo> devices, int ranks,
+                                                std::uint64_t overhead_bytes) {
+  if (devices.empty()) return invalid_argument_error("memory plan: the backend reports no device");
+  if (devices.front().shared_memory) {
+    return shared_memory_budgets(devices.front().memory_bytes, ranks, devices.front().backend, overhead_bytes);
+  }
+  return device_budgets(devices, ranks, overhead_bytes);
+}
+
 Result<std::vector<DeviceBudget>> device_budgets(std::span<const hal::DeviceInfo> devices, int ranks,
                                                  std::uint64_t overhead_bytes) {
   if (ranks < 1 || devices.size() < static_cast<std::size_t>(ranks)) {

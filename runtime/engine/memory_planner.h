@@ -134,12 +134,17 @@ Workspace rank_workspace(const model::ModelConfig& config, const parallel::Shard
 
 // `ranks` logical devices sharing one memory of `total_bytes` (the CPU: a configured budget or the
 // system memory), split evenly (the remainder unused); named "<prefix>:0", ...
-std::vector<DeviceBudget> shared_memory_budgets(std::uint64_t total_bytes, int ranks, std::string_view prefix = "cpu",
+std::vector<DeviceBudget> shared_memory_budgets(std::uint64_t total_bytes, int ranks, std::string_view prefix,
                                                 std::uint64_t overhead_bytes = 0);
 // One budget per rank from the devices a backend reports (their own memory each): the first
 // `ranks` devices; INVALID_ARGUMENT when there are fewer.
 Result<std::vector<DeviceBudget>> device_budgets(std::span<const hal::DeviceInfo> devices, int ranks,
                                                  std::uint64_t overhead_bytes);
+// The budgets of `ranks` ranks on `devices` of one backend, whatever it is: shared_memory_budgets
+// of the first device's memory when the backend's devices share one (DeviceInfo::shared_memory),
+// else device_budgets. INVALID_ARGUMENT when there is no device.
+Result<std::vector<DeviceBudget>> group_budgets(std::span<const hal::DeviceInfo> devices, int ranks,
+                                                std::uint64_t overhead_bytes);
 
 // The memory table (per device: capacity, usable, weights, workspace, overhead, KV pool, free, in
 // GiB), then the KV summary lines, then the refusal or the suggestions. `verbose` adds each

@@ -1,7 +1,18 @@
-// hal::Device's default weight upload: the file's bytes as they are.
+// Device kind names; hal::Device's default weight upload: the file's bytes as they are.
 #include "runtime/hal/device.h"
 
 namespace sx::hal {
+
+std::string_view device_kind_name(DeviceKind kind) {
+  switch (kind) {
+    case DeviceKind::kCpu: return "cpu";
+    case DeviceKind::kIntegratedGpu: return "integrated gpu";
+    case DeviceKind::kDiscreteGpu: return "discrete gpu";
+    case DeviceKind::kVirtualGpu: return "virtual gpu";
+    case DeviceKind::kOther: break;
+  }
+  return "other";
+}
 
 Status check_weight_bytes(const WeightDesc& w, std::span<const std::byte> bytes) {
   const std::size_t need = tensor_bytes(w.format, w.rows, w.cols);

@@ -19,6 +19,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "runtime/base/status.h"
 #include "runtime/hal/ops.h"
@@ -27,11 +28,20 @@ namespace sx::hal {
 
 class Device;
 
+enum class DeviceKind { kCpu, kIntegratedGpu, kDiscreteGpu, kVirtualGpu, kOther };
+// "cpu", "integrated gpu", "discrete gpu", "virtual gpu", "other"
+std::string_view device_kind_name(DeviceKind kind);
+
 struct DeviceInfo {
-  std::string backend;  // "cpu", "vulkan", "cuda"
+  std::string backend;  // the registry name of its backend
   int index = 0;
-  std::string name;     // human readable, e.g. "cpu:0 (2 threads)"
-  std::uint64_t memory_bytes = 0;  // capacity usable by Sextant
+  std::string name;     // human readable, starting "<backend>:<index>", e.g. "cpu:0 (2 threads)"
+  DeviceKind kind = DeviceKind::kOther;
+  std::uint64_t memory_bytes = 0;  // total memory usable by Sextant
+  std::uint64_t free_bytes = 0;    // of which free when the device was enumerated or created
+  // Every device of the backend draws on one memory (the CPU's logical devices on the host's RAM):
+  // the ranks of a group split memory_bytes between them instead of each having its own.
+  bool shared_memory = false;
 };
 
 struct MemoryInfo {

@@ -11,6 +11,15 @@ Result<std::vector<std::unique_ptr<Channel>>> Backend::create_channels(std::span
                              devices.size());
 }
 
+Result<std::vector<std::unique_ptr<Device>>> Backend::create_devices(int count, const DeviceOptions& options) {
+  std::vector<std::unique_ptr<Device>> out;
+  for (int i = 0; i < count; ++i) {
+    SX_ASSIGN_OR_RETURN(std::unique_ptr<Device> d, create_device(i, options));
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
 void Registry::add(std::unique_ptr<Backend> backend) { backends_.push_back(std::move(backend)); }
 
 Result<Backend*> Registry::find(std::string_view name) const {
@@ -19,6 +28,29 @@ Result<Backend*> Registry::find(std::string_view name) const {
   }
   return not_found_error("backend '{}' is not available in this build (compiled in: {})", name,
                          fmt::join(names(), ", "));
+}
+
+Result<Backend*> Registry::pick(std::string_view name, std::string* why) const {
+  if (name != "auto") {
+    SX_ASSIGN_OR_RETURN(Backend * b, find(name));
+    if (why != nullptr) *why = fmt::format("{} (as configured)", b->name());
+    return b;
+  }
+  std::vector<std::string> passed;
+  for (const auto& b : backends_) {
+    auto devices = b->devices();
+    if (devices.ok() && !devices->empty()) {
+      if (why != nullptr) {
+        passed.push_back(fmt::format("using {} ({} device{})", b->name(), devices->size(),
+                                     devices->size() == 1 ? "" : "s"));
+        *why = fmt::format("auto: {}", fmt::join(passed, "; "));
+      }
+      return b.get();
+    }
+    passed.push_back(fmt::format("{}: {}", b->name(), devices.ok() ? "no devices" : devices.status().to_string()));
+  }
+  return not_found_error("backend auto: no backend has a device ({})",
+                         passed.empty() ? std::string("none compiled in") : fmt::format("{}", fmt::join(passed, "; ")));
 }
 
 std::vector<std::string> Registry::names() const {

@@ -14,26 +14,20 @@
 #include "runtime/base/status.h"
 #include "runtime/hal/channel.h"
 #include "runtime/hal/device.h"
+#include "runtime/hal/device_options.h"
 
 namespace sx::hal {
-
-struct DeviceOptions {
-  int threads = 0;                  // CPU: worker threads (0 = all hardware threads)
-  std::uint64_t memory_budget = 0;  // CPU: bytes this device may allocate (0 = system memory)
-  // Strict mode (tests): device memory is unreachable from host code outside the device's own
-  // execution, and streams run their work only at sync(), so engine code that bypasses the HAL
-  // (reads a buffer, reads a download before sync, reuses an upload source early) fails.
-  bool strict = false;
-  // Fault injection (tests): the n-th op run on this device (1-based) fails with INTERNAL.
-  std::uint64_t fail_at_op = 0;
-};
 
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
   virtual Result<std::vector<DeviceInfo>> devices() const = 0;
+  // `options` are this backend's own (device_options.h; an unknown name is INVALID_ARGUMENT).
   virtual Result<std::unique_ptr<Device>> create_device(int index, const DeviceOptions& options) = 0;
+  // Devices 0 .. count-1 for the ranks of one group. The default creates each with `options`; a
+  // backend whose devices share resources divides them here (the CPU splits its threads).
+  virtual Result<std::vector<std::unique_ptr<Device>>> create_devices(int count, const DeviceOptions& options);
   // One Channel per device, rank i for devices[i] (all created by this backend). UNIMPLEMENTED by
   // default: a backend without collectives can still serve a group of one.
   virtual Result<std::vector<std::unique_ptr<Channel>>> create_channels(std::span<Device* const> devices,
@@ -45,6 +39,10 @@ class Registry {
   void add(std::unique_ptr<Backend> backend);
   // NOT_FOUND naming the compiled-in backends when `name` is not one of them.
   Result<Backend*> find(std::string_view name) const;
+  // find(name), or for "auto" the first backend in registration order that reports a device; `why`
+  // (when given) receives the choice and what each backend before it answered, e.g. "auto: cuda:
+  // UNAVAILABLE: no driver; using cpu (8 devices)". NOT_FOUND when no backend has a device.
+  Result<Backend*> pick(std::string_view name, std::string* why = nullptr) const;
   std::vector<std::string> names() const;
 
  private:

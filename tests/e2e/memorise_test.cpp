@@ -45,7 +45,7 @@ Loaded load(const std::string& file, std::int64_t ctx, int threads) {
   auto backend = backends::default_registry().find("cpu");
   EXPECT_TRUE(backend.ok());
   hal::DeviceOptions o;
-  o.threads = threads;
+  o.set("threads", threads);
   l.device = std::move((*backend)->create_device(0, o)).value();
   engine::ModelOptions mo;
   mo.kv.num_blocks = (ctx + 15) / 16 + 1;  // + the null block
@@ -130,7 +130,7 @@ TEST_P(MemoriseParallel, GreedyReproducesTheText) {
   ASSERT_TRUE(opened.ok()) << opened.status().to_string();
   hal::Backend& backend = **backends::default_registry().find("cpu");
   hal::DeviceOptions o;
-  o.strict = true;
+  o.set("strict", true);
   auto group = engine::create_device_group(backend, pc.tp * pc.pp, o);
   ASSERT_TRUE(group.ok()) << group.status().to_string();
   engine::ModelOptions mo;
@@ -173,7 +173,7 @@ TEST(Memorise, F32EveryLayoutMatchesOneDevice) {
   ASSERT_TRUE(opened.ok());
   hal::Backend& backend = **backends::default_registry().find("cpu");
   hal::DeviceOptions o;
-  o.strict = true;
+  o.set("strict", true);
   engine::ModelOptions mo;
   mo.kv.num_blocks = 6;
   mo.max_batch_tokens = 16;

@@ -36,7 +36,7 @@ inline std::size_t greedy_tokens_kept(const std::string& path) {
   auto backend = backends::default_registry().find("cpu");
   EXPECT_TRUE(backend.ok());
   hal::DeviceOptions o;
-  o.threads = 2;
+  o.set("threads", 2);
   auto device = std::move((*backend)->create_device(0, o)).value();
   engine::ModelOptions mo;
   mo.kv.num_blocks = static_cast<std::int64_t>(prompt.size() + expect.size() + 15) / 16 + 1;

@@ -26,8 +26,8 @@ struct Group {
     std::vector<hal::Device*> raw;
     for (int i = 0; i < n; ++i) {
       hal::DeviceOptions o;
-      o.threads = 1;
-      o.strict = strict;
+      o.set("threads", 1);
+      o.set("strict", strict);
       devices.push_back(*backend->create_device(i, o));
       streams.push_back(*devices.back()->create_stream());
       raw.push_back(devices.back().get());

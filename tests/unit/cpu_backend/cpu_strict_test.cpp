@@ -12,8 +12,8 @@ namespace {
 
 std::unique_ptr<hal::Device> strict_device(hal::Backend& b, int index = 0) {
   hal::DeviceOptions o;
-  o.threads = 1;
-  o.strict = true;
+  o.set("threads", 1);
+  o.set("strict", true);
   return *b.create_device(index, o);
 }
 
@@ -34,7 +34,7 @@ TEST(CpuStrictDeathTest, AHostDereferenceOfADeviceBufferFails) {
 TEST(CpuStrict, TheSameReadWorksWithoutStrictMode) {
   auto backend = make_cpu_backend();
   hal::DeviceOptions o;
-  o.threads = 1;
+  o.set("threads", 1);
   auto dev = *backend->create_device(0, o);
   auto buf = *dev->alloc(256);
   auto stream = *dev->create_stream();
@@ -103,8 +103,8 @@ TEST(CpuStrict, EventsOrderStreamsAndAnUnrecordedEventIsAnError) {
 TEST(CpuStrict, FaultInjectionFailsTheConfiguredOp) {
   auto backend = make_cpu_backend();
   hal::DeviceOptions o;
-  o.threads = 1;
-  o.fail_at_op = 2;
+  o.set("threads", 1);
+  o.set("fail_at_op", 2);
   auto dev = *backend->create_device(3, o);
   auto s = *dev->create_stream();
   auto a = *dev->alloc(64);

@@ -18,7 +18,7 @@ namespace {
 class CpuOps : public testing::Test {
  protected:
   void SetUp() override {
-    hal::DeviceOptions o;
+    cpu::CpuOptions o;
     o.threads = 2;
     device_ = std::make_unique<cpu::CpuDevice>(0, o);
     stream_ = std::move(device_->create_stream()).value();
@@ -309,8 +309,43 @@ TEST_F(CpuOps, BadArgumentsAreErrorsAndLatch) {
   EXPECT_EQ(fresh2->run(hal::AddArgs{hal::BufView{}, V(small), V(small), 1}).code(), StatusCode::kInvalidArgument);
 }
 
-TEST_F(CpuOps, MemoryBudgetIsEnforced) {
+// The CPU's device options arrive by name: known ones parsed, a bad value or an unknown name
+// refused naming it; a group's threads are split between its ranks.
+TEST(CpuOptions, AreParsedByNameAndUnknownNamesAreRefused) {
+  const std::unique_ptr<hal::Backend> backend = cpu::make_cpu_backend();
   hal::DeviceOptions o;
+  o.set("threads", 4).set("memory_budget", std::uint64_t{1} << 30).set("strict", true).set("fail_at_op", 9);
+  auto parsed = cpu::parse_cpu_options(o);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  EXPECT_EQ(parsed->threads, 4);
+  EXPECT_EQ(parsed->memory_budget, std::uint64_t{1} << 30);
+  EXPECT_TRUE(parsed->strict);
+  EXPECT_EQ(parsed->fail_at_op, 9u);
+  auto group = backend->create_devices(2, o);
+  ASSERT_TRUE(group.ok()) << group.status().to_string();
+  EXPECT_EQ((*group)[1]->info().name, "cpu:1 (2 threads, strict)");
+  EXPECT_EQ((*group)[1]->info().memory_bytes, std::uint64_t{1} << 30);
+  EXPECT_TRUE((*group)[1]->info().shared_memory);
+
+  hal::DeviceOptions unknown;
+  unknown.set("threads", 1).set("device_memory_fraction", "0.5");
+  auto refused = backend->create_device(0, unknown);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.status().message(), "backend 'cpu' has no device option 'device_memory_fraction' (it takes: "
+                                        "threads, memory_budget, strict, fail_at_op)");
+  hal::DeviceOptions bad;
+  bad.set("strict", "yes");
+  EXPECT_EQ(cpu::parse_cpu_options(bad).status().message(),
+            "backend 'cpu': device option 'strict' must be true or false, got 'yes'");
+  bad = {};
+  bad.set("threads", "-1");
+  EXPECT_EQ(cpu::parse_cpu_options(bad).status().message(),
+            "backend 'cpu': device option 'threads' must be an integer in [0, 4096], got '-1'");
+}
+
+TEST_F(CpuOps, MemoryBudgetIsEnforced) {
+  cpu::CpuOptions o;
   o.threads = 1;
   o.memory_budget = 1 << 20;
   cpu::CpuDevice d(1, o);

@@ -198,7 +198,7 @@ class Capability : public ::testing::Test {
     if (!config.ok()) return out;
     std::vector<hal::Device*> raw;
     hal::DeviceOptions opts;
-    opts.threads = 1;
+    opts.set("threads", 1);
     for (int i = 0; i < tp * pp; ++i) {
       auto d = backend.create_device(i, opts);
       EXPECT_TRUE(d.ok()) << d.status().to_string();

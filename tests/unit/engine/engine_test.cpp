@@ -41,7 +41,7 @@ Loaded open(const std::string& path, std::int64_t blocks) {
   EXPECT_TRUE(o.ok()) << o.status().to_string();
   s.opened = std::move(*o);
   hal::DeviceOptions d;
-  d.threads = 2;
+  d.set("threads", 2);
   s.device = *(*backends::default_registry().find("cpu"))->create_device(0, d);
   ModelOptions mo;
   mo.kv.num_blocks = blocks;
@@ -240,8 +240,8 @@ TEST(Engine, ADeviceErrorFailsTheStepsRequestsAndKeepsCancelledOnesCancelled) {
   auto o = open_model(models_dir() + "/memorise-f32.gguf");
   ASSERT_TRUE(o.ok());
   hal::DeviceOptions d;
-  d.threads = 1;
-  d.fail_at_op = 3;  // inside the first forward
+  d.set("threads", 1);
+  d.set("fail_at_op", 3);  // inside the first forward
   auto device = *(*backends::default_registry().find("cpu"))->create_device(0, d);
   ModelOptions mo;
   mo.kv.num_blocks = 9;

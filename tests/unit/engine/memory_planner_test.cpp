@@ -334,14 +334,14 @@ TEST(MemoryPlanner, WorkspaceFormulaOnTheSmallestShape) {
 
 TEST(MemoryPlanner, CpuBudgetIsSharedByTheLogicalDevices) {
   // A configured CPU budget of 16 GiB for tp 2 x pp 2: four logical devices of 4 GiB each.
-  const auto budgets = shared_memory_budgets(16 * kGiB, 4);
+  const auto budgets = shared_memory_budgets(16 * kGiB, 4, "cpu");
   ASSERT_EQ(budgets.size(), 4u);
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(budgets[static_cast<std::size_t>(i)].name, fmt::format("cpu:{}", i));
     EXPECT_EQ(budgets[static_cast<std::size_t>(i)].capacity_bytes, 4 * kGiB);
     EXPECT_EQ(budgets[static_cast<std::size_t>(i)].overhead_bytes, 0u);
   }
-  EXPECT_EQ(shared_memory_budgets(10, 3).front().capacity_bytes, 3u);  // the remainder is unused
+  EXPECT_EQ(shared_memory_budgets(10, 3, "cpu").front().capacity_bytes, 3u);  // the remainder is unused
   const auto c = model::qwen2_5_config("0.5b");
   auto s = parallel::plan_shards(c, bf16(c), {2, 2, DType::kF32});
   ASSERT_TRUE(s.ok());
@@ -372,6 +372,37 @@ TEST(MemoryPlanner, CpuBudgetIsSharedByTheLogicalDevices) {
   ASSERT_FALSE(too_few.ok());
   EXPECT_TRUE(contains(too_few.status().message(), "3 ranks need 3 devices but 2 are available"))
       << too_few.status().to_string();
+}
+
+// group_budgets asks the devices, not the backend's name: devices of their own memory get one
+// budget each; devices sharing one memory split it, named after their backend.
+TEST(MemoryPlanner, GroupBudgetsFollowTheDevicesMemory) {
+  std::vector<hal::DeviceInfo> gpus(3);
+  for (int i = 0; i < 3; ++i) {
+    hal::DeviceInfo& d = gpus[static_cast<std::size_t>(i)];
+    d.backend = "somegpu";
+    d.index = i;
+    d.kind = hal::DeviceKind::kDiscreteGpu;
+    d.memory_bytes = (10 + static_cast<std::uint64_t>(i)) * kGiB;
+  }
+  auto own = group_budgets(gpus, 2, 5);
+  ASSERT_TRUE(own.ok()) << own.status().to_string();
+  ASSERT_EQ(own->size(), 2u);
+  EXPECT_EQ((*own)[1].name, "somegpu:1");
+  EXPECT_EQ((*own)[1].capacity_bytes, 11 * kGiB);
+  EXPECT_EQ((*own)[1].overhead_bytes, 5u);
+  EXPECT_FALSE(group_budgets(gpus, 4, 0).ok());
+
+  std::vector<hal::DeviceInfo> shared(1);
+  shared[0].backend = "unified";
+  shared[0].shared_memory = true;
+  shared[0].memory_bytes = 12 * kGiB;
+  auto split = group_budgets(shared, 4, 0);  // more ranks than reported devices: one memory
+  ASSERT_TRUE(split.ok()) << split.status().to_string();
+  ASSERT_EQ(split->size(), 4u);
+  EXPECT_EQ((*split)[3].name, "unified:3");
+  EXPECT_EQ((*split)[3].capacity_bytes, 3 * kGiB);
+  EXPECT_FALSE(group_budgets({}, 1, 0).ok());
 }
 
 TEST(MemoryPlanner, OptionErrors) {

@@ -121,8 +121,8 @@ Result<GreedyRun> run_one_device(const model::GgufFile& file, const model::Model
                                  const std::vector<std::int32_t>& forced = {}) {
   hal::Backend& backend = **backends::default_registry().find("cpu");
   hal::DeviceOptions strict;
-  strict.strict = true;
-  strict.threads = 1;
+  strict.set("strict", true);
+  strict.set("threads", 1);
   SX_ASSIGN_OR_RETURN(auto one, create_device_group(backend, 1, strict));
   SX_ASSIGN_OR_RETURN(auto m, Qwen2Model::load(file, config, *one.devices[0], model_options()));
   return run_greedy(*m, forced);
@@ -133,8 +133,8 @@ Result<GreedyRun> run_layout(const model::GgufFile& file, const model::ModelConf
                              const std::vector<std::int32_t>& forced = {}) {
   hal::Backend& backend = **backends::default_registry().find("cpu");
   hal::DeviceOptions strict;
-  strict.strict = true;
-  strict.threads = 1;
+  strict.set("strict", true);
+  strict.set("threads", 1);
   SX_ASSIGN_OR_RETURN(auto group, create_device_group(backend, lay.tp * lay.pp, strict));
   ParallelOptions po;
   po.tp = lay.tp;
@@ -257,9 +257,9 @@ TEST(ParallelFailure, ARankThatFailsMidForwardFailsTheStepWithinASecond) {
     std::vector<hal::Device*> devices;
     for (int i = 0; i < lay.tp * lay.pp; ++i) {
       hal::DeviceOptions o;
-      o.threads = 1;
-      o.strict = true;
-      if (i == 2) o.fail_at_op = 20;  // inside the first step's layers
+      o.set("threads", 1);
+      o.set("strict", true);
+      if (i == 2) o.set("fail_at_op", 20);  // inside the first step's layers
       owned.push_back(*backend.create_device(i, o));
       devices.push_back(owned.back().get());
     }
