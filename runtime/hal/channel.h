@@ -6,9 +6,11 @@
 // of the rank's own device only, in stream order, and completes before anything enqueued after it.
 // All ranks must issue the same collectives in the same order with the same sizes.
 //
-// - all_reduce: in place, data[i] = sum over ranks of data[i], added in rank order 0, 1, ..., N-1
-//   in F32 (F16/BF16 inputs are widened and the sum rounded once), so every rank gets the same
-//   bits on every run.
+// - all_reduce: in place, data[i] = sum over ranks of data[i] in F32 (F16/BF16 inputs widened, the
+//   sum rounded once). Every rank gets the same bits from one call. The sum may be added in any
+//   order: it is within N x 2^-23 x (sum over ranks of |data[i]|) of the rank-order sum 0, 1, ...,
+//   N-1 (tests/cts checks this bound). The CPU backend adds in rank order exactly, so its results
+//   are also the same on every run.
 // - all_gather: recv = the `bytes` of send of rank 0, then of rank 1, ... (recv holds N * bytes).
 // - broadcast: data on every rank = data of `root`.
 // - send / recv: point to point, in order per (sender, receiver) pair; a send completes once the
