@@ -107,13 +107,44 @@ Result<std::unique_ptr<hal::Buffer>> alloc_zeroed(hal::Device& device, hal::Stre
   return b;
 }
 
+// The KV write and the attention of a step of T tokens in n_seqs sequences (buffers unset): the
+// same for the step and for step_ops.
+hal::KvWriteArgs kv_write_args(const ModelOptions& o, const parallel::RankPlan& rp, std::int64_t head_dim,
+                               std::int64_t T) {
+  hal::KvWriteArgs kw;
+  kw.cache_type = o.kv.dtype;
+  kw.n_tokens = T;
+  kw.n_kv_heads = rp.kv_heads.size();
+  kw.head_dim = head_dim;
+  kw.n_slots = o.kv.num_blocks * o.kv.block_size;
+  return kw;
+}
+
+hal::AttentionArgs attention_args(const model::ModelConfig& c, const ModelOptions& o, const parallel::RankPlan& rp,
+                                  std::int64_t T, std::int64_t n_seqs, std::int64_t max_blocks_per_seq) {
+  hal::AttentionArgs at;
+  at.cache_type = o.kv.dtype;
+  at.n_seqs = n_seqs;
+  at.n_tokens = T;
+  at.n_heads = rp.q_heads.size();
+  at.n_kv_heads = rp.kv_heads.size();
+  at.head_dim = c.head_dim;
+  at.block_size = o.kv.block_size;
+  at.max_blocks_per_seq = max_blocks_per_seq;
+  at.n_slots = o.kv.num_blocks * o.kv.block_size;
+  at.q_head_offset = rp.q_heads.begin;
+  at.kv_head_offset = rp.kv_heads.begin;
+  at.heads_per_kv = c.n_heads / c.n_kv_heads;
+  at.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  return at;
+}
+
 }  // namespace
 
 std::vector<hal::Op> Qwen2Shard::step_ops(const model::ModelConfig& c, const parallel::RankPlan& rp,
                                           const parallel::WeightTypes& types, const ModelOptions& o, int tp) {
   const std::int64_t T = o.max_batch_tokens, R = o.max_logit_rows, H = c.hidden, hd = c.head_dim;
   const std::int64_t nq = rp.q_heads.size(), nkv = rp.kv_heads.size(), nf = rp.ffn.size(), vn = rp.vocab.size();
-  const std::int64_t n_slots = o.kv.num_blocks * o.kv.block_size;
   std::vector<hal::Op> ops;
   auto matmul = [&](hal::DType w, std::int64_t m, std::int64_t n, std::int64_t k) {
     hal::MatmulArgs a;
@@ -137,28 +168,8 @@ std::vector<hal::Op> Qwen2Shard::step_ops(const model::ModelConfig& c, const par
     ops.emplace_back(hal::RmsNormArgs{{}, {}, {}, {}, T, H, static_cast<float>(c.rms_eps)});
     ops.emplace_back(hal::RopeArgs{{}, {}, T, nq, hd, hd, static_cast<float>(c.rope_theta)});
     ops.emplace_back(hal::RopeArgs{{}, {}, T, nkv, hd, hd, static_cast<float>(c.rope_theta)});
-    hal::KvWriteArgs kw;
-    kw.cache_type = o.kv.dtype;
-    kw.n_tokens = T;
-    kw.n_kv_heads = nkv;
-    kw.head_dim = hd;
-    kw.n_slots = n_slots;
-    ops.emplace_back(kw);
-    hal::AttentionArgs at;
-    at.cache_type = o.kv.dtype;
-    at.n_seqs = T;
-    at.n_tokens = T;
-    at.n_heads = nq;
-    at.n_kv_heads = nkv;
-    at.head_dim = hd;
-    at.block_size = o.kv.block_size;
-    at.max_blocks_per_seq = o.kv.num_blocks;
-    at.n_slots = n_slots;
-    at.q_head_offset = rp.q_heads.begin;
-    at.kv_head_offset = rp.kv_heads.begin;
-    at.heads_per_kv = c.n_heads / c.n_kv_heads;
-    at.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    ops.emplace_back(at);
+    ops.emplace_back(kv_write_args(o, rp, hd, T));
+    ops.emplace_back(attention_args(c, o, rp, T, T, o.kv.num_blocks));  // n_seqs <= T: each has a token
     ops.emplace_back(hal::SiluMulArgs{{}, {}, {}, T, nf, 0, 0, 0});
   }
   for (std::int64_t l = rp.layers.begin; l < rp.layers.end; ++l) {
@@ -397,39 +408,21 @@ Status Qwen2Shard::run_step(const ForwardBatch& batch, std::vector<float>& gathe
     const auto theta = static_cast<float>(c.rope_theta);
     SX_RETURN_IF_ERROR(s.run(hal::RopeArgs{V(im.q), V(im.positions), T, nq, hd, hd, theta}));
     SX_RETURN_IF_ERROR(s.run(hal::RopeArgs{V(im.k), V(im.positions), T, nkv, hd, hd, theta}));
-    hal::KvWriteArgs kw;
+    hal::KvWriteArgs kw = kv_write_args(im.options, rp, hd, T);
     kw.k = V(im.k);
     kw.v = V(im.v);
     kw.k_cache = V(im.k_cache[li]);
     kw.v_cache = V(im.v_cache[li]);
-    kw.cache_type = im.options.kv.dtype;
     kw.slot_mapping = V(im.slots);
-    kw.n_tokens = T;
-    kw.n_kv_heads = nkv;
-    kw.head_dim = hd;
-    kw.n_slots = im.n_slots;
     SX_RETURN_IF_ERROR(s.run(kw));
-    hal::AttentionArgs at;
+    hal::AttentionArgs at = attention_args(c, im.options, rp, T, n_seqs, batch.max_blocks_per_seq);
     at.q = V(im.q);
     at.k_cache = kw.k_cache;
     at.v_cache = kw.v_cache;
-    at.cache_type = im.options.kv.dtype;
     at.out = V(im.attn);
     at.seq_token_start = V(im.seq_start);
     at.seq_context_len = V(im.seq_ctx);
     at.block_table = V(im.block_table);
-    at.n_seqs = n_seqs;
-    at.n_tokens = T;
-    at.n_heads = nq;
-    at.n_kv_heads = nkv;
-    at.head_dim = hd;
-    at.block_size = im.options.kv.block_size;
-    at.max_blocks_per_seq = batch.max_blocks_per_seq;
-    at.n_slots = im.n_slots;
-    at.q_head_offset = rp.q_heads.begin;
-    at.kv_head_offset = rp.kv_heads.begin;
-    at.heads_per_kv = c.n_heads / c.n_kv_heads;
-    at.scale = 1.0f / std::sqrt(static_cast<float>(hd));
     SX_RETURN_IF_ERROR(s.run(at));
     // Row-parallel o: this rank's heads' share of every output; the all-reduce sums the shares.
     SX_RETURN_IF_ERROR(matmul(L.o_w, nullptr, V(im.attn), V(im.delta), T, H, nq * hd));
