@@ -1,7 +1,7 @@
 // The HAL conformance suite (DESIGN.md §7.11, issue 17 item 6): what runtime/hal/device.h and
 // channel.h promise, asked of every backend by name. Each case runs on every target below; a
 // target whose backend is not compiled in, or reports UNAVAILABLE or too few devices, is skipped
-// with the reason printed. A new backend adds its name to kTargets and nothing else.
+// with the reason printed. A new backend adds its name to targets.h and nothing else.
 //
 // Device / Buffer / Stream / Event: identity and memory accounting; uploads, downloads and copies
 // at odd offsets and sizes that touch nothing outside their range (guard bytes on both sides, in
@@ -23,56 +23,21 @@
 #include <thread>
 #include <vector>
 
-#include "backends/registry.h"
 #include "runtime/hal/registry.h"
+#include "tests/cts/targets.h"
 
 namespace sx::hal {
 namespace {
 
-struct Target {
-  const char* label;    // the test-name suffix: the backend, and its mode
-  const char* backend;  // registry name
-  std::vector<std::pair<const char*, const char*>> options;
-};
-
-// Every backend by name; the CPU also in strict mode (device memory out of the host's reach, work
-// run only at sync()), which is what catches a caller that relies on the host sharing memory.
-const Target kTargets[] = {
-    {"cpu", "cpu", {{"threads", "1"}}},
-    {"cpu_strict", "cpu", {{"threads", "1"}, {"strict", "true"}}},
-    {"vulkan", "vulkan", {}},
-    {"cuda", "cuda", {}},
-};
-
-void PrintTo(const Target& t, std::ostream* os) { *os << t.label; }
+using testing::Target;
 
 class Cts : public ::testing::TestWithParam<Target> {
  protected:
   // The backend, or a skip naming why it cannot be tested here.
   Backend* backend_or_skip(int devices_needed = 1) {
-    const Target& t = GetParam();
-    auto b = backends::default_registry().find(t.backend);
-    if (!b.ok()) {
-      skip_reason_ = b.status().to_string();
-      return nullptr;
-    }
-    auto infos = (*b)->devices();
-    if (!infos.ok()) {
-      skip_reason_ = infos.status().to_string();
-      return nullptr;
-    }
-    if (static_cast<int>(infos->size()) < devices_needed) {
-      skip_reason_ = fmt::format("backend '{}' has {} device(s), the case needs {}", t.backend, infos->size(),
-                                 devices_needed);
-      return nullptr;
-    }
-    return *b;
+    return testing::usable_backend(GetParam(), devices_needed, skip_reason_);
   }
-  DeviceOptions options() const {
-    DeviceOptions o;
-    for (const auto& [k, v] : GetParam().options) o.set(k, std::string(v));
-    return o;
-  }
+  DeviceOptions options() const { return GetParam().device_options(); }
   std::unique_ptr<Device> device(Backend& b, int index = 0) {
     auto d = b.create_device(index, options());
     EXPECT_TRUE(d.ok()) << d.status().to_string();
@@ -400,10 +365,8 @@ TEST_P(CtsChannel, AMissingRankTimesOutAndIsNamed) {
   }
 }
 
-std::string target_name(const ::testing::TestParamInfo<Target>& info) { return info.param.label; }
-
-INSTANTIATE_TEST_SUITE_P(Backends, Cts, ::testing::ValuesIn(kTargets), target_name);
-INSTANTIATE_TEST_SUITE_P(Backends, CtsChannel, ::testing::ValuesIn(kTargets), target_name);
+INSTANTIATE_TEST_SUITE_P(Backends, Cts, ::testing::ValuesIn(testing::targets()), testing::target_name);
+INSTANTIATE_TEST_SUITE_P(Backends, CtsChannel, ::testing::ValuesIn(testing::targets()), testing::target_name);
 
 }  // namespace
 }  // namespace sx::hal

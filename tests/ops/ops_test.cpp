@@ -1,0 +1,372 @@
+// Every op of the HAL set on every backend by name (tests/cts/targets.h: cpu, cpu in strict mode,
+// vulkan, cuda), against naive references written here over shapes and formats, with tolerances
+// per format; argument errors and their latching. A target that cannot run here is skipped with
+// the reason printed. (The CPU's own kernels, layouts and options: tests/unit/cpu_*.)
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <numeric>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "runtime/base/half.h"
+#include "runtime/hal/registry.h"
+#include "tests/cts/targets.h"
+
+namespace sx {
+namespace {
+
+using hal::testing::Target;
+
+class Ops : public ::testing::TestWithParam<Target> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    hal::Backend* b = hal::testing::usable_backend(GetParam(), 1, why);
+    if (b == nullptr) {
+      std::printf("skipped on %s: %s\n", GetParam().label, why.c_str());
+      GTEST_SKIP() << why;
+    }
+    auto d = b->create_device(0, GetParam().device_options());
+    ASSERT_TRUE(d.ok()) << d.status().to_string();
+    device_ = std::move(*d);
+    stream_ = std::move(device_->create_stream()).value();
+  }
+
+  // A device buffer holding `host` (the host copy is kept until the fixture ends: an upload reads
+  // its source until sync(), which a strict device runs late).
+  template <typename T>
+  std::unique_ptr<hal::Buffer> buf(const std::vector<T>& host) {
+    auto b = std::move(device_->alloc(std::max<std::size_t>(host.size() * sizeof(T), 1))).value();
+    const auto bytes = std::as_bytes(std::span<const T>(host));
+    kept_.emplace_back(bytes.begin(), bytes.end());
+    EXPECT_TRUE(stream_->upload(*b, 0, kept_.back()).ok());
+    return b;
+  }
+  template <typename T>
+  std::vector<T> read(const hal::Buffer& b, std::size_t n) {
+    std::vector<T> out(n);
+    EXPECT_TRUE(hal::download_span<T>(*stream_, std::span<T>(out), b, 0).ok());
+    EXPECT_TRUE(stream_->sync().ok());
+    return out;
+  }
+  // The op's error, whether the backend finds it when the op is enqueued or when it runs.
+  Status run_and_sync(const hal::Op& op) {
+    Status s = stream_->run(op);
+    Status synced = stream_->sync();
+    return s.ok() ? synced : s;
+  }
+  std::vector<float> random(std::size_t n, float scale = 1.0f) {
+    std::normal_distribution<float> d(0.0f, scale);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(rng_);
+    return v;
+  }
+  static hal::BufView V(const std::unique_ptr<hal::Buffer>& b) { return {b.get(), 0}; }
+
+  std::mt19937 rng_{42};
+  std::unique_ptr<hal::Device> device_;
+  std::unique_ptr<hal::Stream> stream_;
+  std::deque<std::vector<std::byte>> kept_;
+};
+
+TEST_P(Ops, RmsNormWithResidual) {
+  const int rows = 5, dim = 96;
+  auto x = random(rows * dim), add = random(rows * dim), w = random(dim);
+  auto bx = buf(x), badd = buf(add), bw = buf(w), bout = buf(std::vector<float>(rows * dim));
+  ASSERT_TRUE(stream_->run(hal::RmsNormArgs{V(bx), V(badd), V(bw), V(bout), rows, dim, 1e-6f}).ok());
+  auto out = read<float>(*bout, rows * dim);
+  auto newx = read<float>(*bx, rows * dim);
+  for (int r = 0; r < rows; ++r) {
+    double ss = 0;
+    for (int i = 0; i < dim; ++i) {
+      const double v = static_cast<double>(x[r * dim + i]) + add[r * dim + i];
+      EXPECT_NEAR(newx[r * dim + i], v, 1e-6);
+      ss += v * v;
+    }
+    const double scale = 1.0 / std::sqrt(ss / dim + 1e-6);
+    for (int i = 0; i < dim; ++i) {
+      const double v = (static_cast<double>(x[r * dim + i]) + add[r * dim + i]) * scale * w[i];
+      EXPECT_NEAR(out[r * dim + i], v, 1e-5 * (1 + std::fabs(v)));
+    }
+  }
+}
+
+TEST_P(Ops, RopeNeox) {
+  const int T = 3, heads = 2, hd = 8;
+  auto x = random(T * heads * hd);
+  std::vector<std::int32_t> pos = {0, 7, 1000};
+  auto bx = buf(x), bp = buf(pos);
+  ASSERT_TRUE(stream_->run(hal::RopeArgs{V(bx), V(bp), T, heads, hd, hd, 10000.0f}).ok());
+  auto out = read<float>(*bx, x.size());
+  for (int t = 0; t < T; ++t) {
+    for (int h = 0; h < heads; ++h) {
+      for (int i = 0; i < hd / 2; ++i) {
+        const double ang = pos[t] * std::pow(10000.0, -2.0 * i / hd);
+        const double a = x[(t * heads + h) * hd + i], b = x[(t * heads + h) * hd + i + hd / 2];
+        EXPECT_NEAR(out[(t * heads + h) * hd + i], a * std::cos(ang) - b * std::sin(ang), 1e-5);
+        EXPECT_NEAR(out[(t * heads + h) * hd + i + hd / 2], a * std::sin(ang) + b * std::cos(ang), 1e-5);
+      }
+    }
+  }
+}
+
+TEST_P(Ops, EmbeddingAllFormats) {
+  const int vocab = 10, dim = 64;
+  auto table = random(vocab * dim);
+  std::vector<std::int32_t> ids = {3, 0, 9, 3};
+  for (hal::DType t : {hal::DType::kF32, hal::DType::kF16, hal::DType::kBF16, hal::DType::kQ8_0}) {
+    std::vector<std::uint8_t> packed(hal::row_bytes(t, dim) * vocab);
+    for (int r = 0; r < vocab; ++r) hal::quantize_row(t, &table[r * dim], &packed[hal::row_bytes(t, dim) * r], dim);
+    auto bt = buf(packed), bi = buf(ids), bo = buf(std::vector<float>(ids.size() * dim));
+    ASSERT_TRUE(stream_->run(hal::EmbeddingArgs{V(bt), t, V(bi), V(bo), 4, dim, vocab}).ok());
+    auto out = read<float>(*bo, ids.size() * dim);
+    std::vector<float> expect(dim);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      hal::dequantize_row(t, &packed[hal::row_bytes(t, dim) * ids[i]], expect.data(), dim);
+      for (int j = 0; j < dim; ++j) ASSERT_EQ(out[i * dim + j], expect[j]) << hal::dtype_name(t);
+    }
+  }
+  // Tables uploaded as weights (upload_weight: the device keeps them in its own layout; tied
+  // embeddings are read from them) give the rows of the plain table, also for a vocab shard (ids
+  // outside it are zero rows). The op names the file format; the buffer knows its layout.
+  for (hal::DType source : {hal::DType::kQ8_0, hal::DType::kQ5_0}) {
+    const std::size_t rb = hal::row_bytes(source, dim);
+    std::vector<std::uint8_t> plain(rb * vocab);
+    for (int r = 0; r < vocab; ++r) hal::quantize_row(source, &table[r * dim], &plain[rb * r], dim);
+    auto upload = [&](const std::uint8_t* rows, int n) {
+      auto b = device_->upload_weight(*stream_, hal::WeightDesc{source, n, dim},
+                                      std::as_bytes(std::span(rows, rb * static_cast<std::size_t>(n))));
+      EXPECT_TRUE(b.ok()) << b.status().to_string();
+      EXPECT_TRUE(stream_->sync().ok());
+      return std::move(b).value();
+    };
+    auto bt = upload(plain.data(), vocab);
+    EXPECT_EQ(bt->size(), device_->weight_bytes(hal::WeightDesc{source, vocab, dim}));
+    auto bi = buf(ids), bo = buf(std::vector<float>(ids.size() * dim));
+    hal::EmbeddingArgs e{V(bt), source, V(bi), V(bo), 4, dim, vocab};
+    ASSERT_TRUE(stream_->run(e).ok());
+    auto out = read<float>(*bo, ids.size() * dim);
+    std::vector<float> expect(dim);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      hal::dequantize_row(source, &plain[rb * ids[i]], expect.data(), dim);
+      for (int j = 0; j < dim; ++j) ASSERT_EQ(out[i * dim + j], expect[j]) << hal::dtype_name(source) << " id " << ids[i];
+    }
+    e.shard = true;
+    e.vocab_offset = 2;
+    e.vocab = 3;  // rows 2..4 of the table: ids 3 -> local 1, others outside
+    auto bs = upload(plain.data() + rb * 2, 3);
+    e.table = V(bs);
+    ASSERT_TRUE(stream_->run(e).ok());
+    out = read<float>(*bo, ids.size() * dim);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const bool inside = ids[i] >= 2 && ids[i] < 5;
+      if (inside) hal::dequantize_row(source, &plain[rb * ids[i]], expect.data(), dim);
+      for (int j = 0; j < dim; ++j) {
+        ASSERT_EQ(out[i * dim + j], inside ? expect[j] : 0.0f) << hal::dtype_name(source) << " shard id " << ids[i];
+      }
+    }
+    // A weight buffer is read only as the format it was uploaded as.
+    e.table = V(bt);
+    e.table_type = hal::DType::kQ4_0;
+    e.shard = false;
+    e.vocab = vocab;
+    EXPECT_FALSE(run_and_sync(e).ok());
+    stream_ = std::move(device_->create_stream()).value();
+  }
+}
+
+// Naive attention for one sequence over contiguous K/V.
+std::vector<float> naive_attention(const std::vector<float>& q, const std::vector<float>& k,
+                                   const std::vector<float>& v, int n_new, int ctx, int heads, int kv_heads,
+                                   int hd) {
+  std::vector<float> out(static_cast<std::size_t>(n_new * heads * hd));
+  const int group = heads / kv_heads;
+  for (int j = 0; j < n_new; ++j) {
+    const int pos = ctx - n_new + j;
+    for (int h = 0; h < heads; ++h) {
+      const int g = h / group;
+      std::vector<double> sc(pos + 1);
+      double mx = -1e300;
+      for (int c = 0; c <= pos; ++c) {
+        double d = 0;
+        for (int i = 0; i < hd; ++i) d += static_cast<double>(q[(j * heads + h) * hd + i]) * k[(c * kv_heads + g) * hd + i];
+        sc[c] = d / std::sqrt(static_cast<double>(hd));
+        mx = std::max(mx, sc[c]);
+      }
+      double sum = 0;
+      for (auto& s : sc) sum += (s = std::exp(s - mx));
+      for (int i = 0; i < hd; ++i) {
+        double acc = 0;
+        for (int c = 0; c <= pos; ++c) acc += sc[c] * v[(c * kv_heads + g) * hd + i];
+        out[(j * heads + h) * hd + i] = static_cast<float>(acc / sum);
+      }
+    }
+  }
+  return out;
+}
+
+TEST_P(Ops, PagedAttentionMixedBatchMatchesNaive) {
+  // Three sequences: one prefill chunk of 5 tokens continuing a context of 20, one decode token at
+  // 37, and a chunk of 3 tokens at 147-149 (the V rows are summed in several passes of 32).
+  // Head sizes cover the register-blocked paths (16, 64, 128) and the generic one (24).
+  for (const int hd : {16, 24, 64, 128}) {
+  SCOPED_TRACE(hd);
+  const int heads = 14, kv_heads = 2, block = 4, n_blocks = 64, max_blocks = 40;
+  const int n_slots = n_blocks * block;
+  struct Seq { int ctx, n_new; std::vector<std::int32_t> blocks; };
+  std::vector<int> perm(n_blocks);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng_);
+  std::vector<Seq> seqs = {{25, 5, {}}, {38, 1, {}}, {150, 3, {}}};
+  int next_block = 0;
+  for (auto& s : seqs) {
+    for (int b = 0; b < (s.ctx + block - 1) / block; ++b) s.blocks.push_back(perm[next_block++]);
+  }
+  for (hal::DType cache_type : {hal::DType::kF32, hal::DType::kF16}) {
+    const std::size_t elem = hal::dtype_info(cache_type).block_bytes;
+    std::vector<std::uint8_t> kc(n_slots * kv_heads * hd * elem), vc(kc.size());
+    std::vector<float> q_all, expect_all;
+    std::vector<std::int32_t> starts = {0}, ctxs, table(seqs.size() * max_blocks, 0);
+    for (std::size_t si = 0; si < seqs.size(); ++si) {
+      const Seq& s = seqs[si];
+      auto k = random(static_cast<std::size_t>(s.ctx * kv_heads * hd));
+      auto v = random(static_cast<std::size_t>(s.ctx * kv_heads * hd));
+      auto q = random(static_cast<std::size_t>(s.n_new * heads * hd));
+      // Round K/V through the cache format so that the reference sees the same values.
+      for (auto* arr : {&k, &v}) {
+        for (float& x : *arr) x = cache_type == hal::DType::kF16 ? f16_to_f32(f32_to_f16(x)) : x;
+      }
+      for (int c = 0; c < s.ctx; ++c) {
+        const int slot = s.blocks[c / block] * block + c % block;
+        const std::size_t row = kv_heads * hd;
+        hal::quantize_row(cache_type, &k[c * row], &kc[slot * row * elem], static_cast<std::int64_t>(row));
+        hal::quantize_row(cache_type, &v[c * row], &vc[slot * row * elem], static_cast<std::int64_t>(row));
+      }
+      auto e = naive_attention(q, k, v, s.n_new, s.ctx, heads, kv_heads, hd);
+      q_all.insert(q_all.end(), q.begin(), q.end());
+      expect_all.insert(expect_all.end(), e.begin(), e.end());
+      starts.push_back(starts.back() + s.n_new);
+      ctxs.push_back(s.ctx);
+      std::copy(s.blocks.begin(), s.blocks.end(), table.begin() + static_cast<std::ptrdiff_t>(si * max_blocks));
+    }
+    const int T = starts.back();
+    auto bq = buf(q_all), bk = buf(kc), bv = buf(vc), bo = buf(std::vector<float>(T * heads * hd));
+    auto bs = buf(starts), bc = buf(ctxs), bt = buf(table);
+    hal::AttentionArgs a;
+    a.q = V(bq); a.k_cache = V(bk); a.v_cache = V(bv); a.cache_type = cache_type; a.out = V(bo);
+    a.seq_token_start = V(bs); a.seq_context_len = V(bc); a.block_table = V(bt);
+    a.n_seqs = static_cast<std::int64_t>(seqs.size()); a.n_tokens = T; a.n_heads = heads; a.n_kv_heads = kv_heads; a.head_dim = hd;
+    a.block_size = block; a.max_blocks_per_seq = max_blocks; a.n_slots = n_slots;
+    a.heads_per_kv = heads / kv_heads; a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    ASSERT_TRUE(stream_->run(a).ok());
+    auto out = read<float>(*bo, expect_all.size());
+    for (std::size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], expect_all[i], 2e-5) << "element " << i;
+  }
+  }
+}
+
+TEST_P(Ops, SiluMulAndArgmax) {
+  auto g = random(2 * 40), u = random(2 * 40);
+  auto bg = buf(g), bu = buf(u), bo = buf(std::vector<float>(80));
+  ASSERT_TRUE(stream_->run(hal::SiluMulArgs{V(bg), V(bu), V(bo), 2, 40, 0, 0, 0}).ok());
+  auto o = read<float>(*bo, 80);
+  for (int i = 0; i < 80; ++i) EXPECT_NEAR(o[i], g[i] / (1 + std::exp(-g[i])) * u[i], 1e-6);
+  std::vector<float> x = {1, 5, 5, 2, -1, -3, -1, -2};
+  auto bx = buf(x), bi = buf(std::vector<std::int32_t>(2));
+  ASSERT_TRUE(stream_->run(hal::ArgmaxArgs{V(bx), V(bi), 2, 4}).ok());
+  EXPECT_EQ(read<std::int32_t>(*bi, 2), (std::vector<std::int32_t>{1, 0}));
+}
+
+TEST_P(Ops, BadArgumentsAreErrorsAndLatch) {
+  auto small = buf(std::vector<float>(10));
+  auto ids = buf(std::vector<std::int32_t>{0, 99});
+  auto table = buf(std::vector<float>(4 * 8));
+  // A token id outside the vocabulary.
+  auto out = buf(std::vector<float>(2 * 8));
+  Status s = run_and_sync(hal::EmbeddingArgs{V(table), hal::DType::kF32, V(ids), V(out), 2, 8, 4});
+  EXPECT_EQ(s.code(), StatusCode::kOutOfRange);
+  EXPECT_NE(s.message().find("99"), std::string::npos) << s.to_string();
+  // The error latches: later work fails with the same status, sync reports it.
+  EXPECT_EQ(stream_->run(hal::AddArgs{V(small), V(small), V(small), 10}).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(stream_->sync().code(), StatusCode::kOutOfRange);
+
+  stream_ = std::move(device_->create_stream()).value();
+  // Output too small for the op.
+  Status s2 = run_and_sync(hal::AddArgs{V(small), V(small), V(small), 11});
+  EXPECT_EQ(s2.code(), StatusCode::kOutOfRange);
+  EXPECT_NE(s2.message().find("add"), std::string::npos);
+  // A missing buffer.
+  stream_ = std::move(device_->create_stream()).value();
+  EXPECT_EQ(run_and_sync(hal::AddArgs{hal::BufView{}, V(small), V(small), 1}).code(), StatusCode::kInvalidArgument);
+}
+
+// y = x W^T (+ bias) for every weight format the HAL can quantise, uploaded as a weight: rows not a
+// multiple of any interleave (37), one row (a decode step) and several (a prefill), against the
+// dequantised weights in double. The tolerance is per format, relative to sum |x| |w| of the row:
+// float formats are read as they are; block formats may meet activations quantised to 8 bits
+// (as the CPU's int8 kernels do).
+TEST_P(Ops, MatmulEveryFormatAgainstTheDequantisedWeights) {
+  const int n = 37, k = 512;
+  const auto w = random(static_cast<std::size_t>(n) * k, 0.05f);
+  const auto bias = random(n);
+  for (hal::DType t : {hal::DType::kF32, hal::DType::kF16, hal::DType::kBF16, hal::DType::kQ8_0, hal::DType::kQ4_0,
+                       hal::DType::kQ4_1, hal::DType::kQ5_0, hal::DType::kQ5_1, hal::DType::kQ4_K, hal::DType::kQ5_K,
+                       hal::DType::kQ6_K}) {
+    if (!hal::can_quantize(t)) continue;
+    SCOPED_TRACE(hal::dtype_name(t));
+    const std::size_t rb = hal::row_bytes(t, k);
+    std::vector<std::uint8_t> packed(rb * n);
+    std::vector<float> dq(static_cast<std::size_t>(n) * k);
+    for (int r = 0; r < n; ++r) {
+      hal::quantize_row(t, &w[static_cast<std::size_t>(r) * k], &packed[rb * r], k);
+      hal::dequantize_row(t, &packed[rb * r], &dq[static_cast<std::size_t>(r) * k], k);
+    }
+    kept_.emplace_back(reinterpret_cast<const std::byte*>(packed.data()),
+                       reinterpret_cast<const std::byte*>(packed.data()) + packed.size());
+    auto bw = device_->upload_weight(*stream_, hal::WeightDesc{t, n, k}, kept_.back());
+    ASSERT_TRUE(bw.ok()) << bw.status().to_string();
+    const bool is_float = t == hal::DType::kF32 || t == hal::DType::kF16 || t == hal::DType::kBF16;
+    const double tol = is_float ? 1e-5 : 1e-2;  // 8-bit activations: ~2^-8 of sum|x w| at worst
+    for (const int m : {1, 5}) {
+      for (const bool with_bias : {false, true}) {
+        const auto x = random(static_cast<std::size_t>(m) * k);
+        auto bx = buf(x), by = buf(std::vector<float>(static_cast<std::size_t>(m) * n)), bb = buf(bias);
+        hal::MatmulArgs a;
+        a.w = V(*bw);
+        a.w_type = t;
+        a.x = V(bx);
+        if (with_bias) a.bias = V(bb);
+        a.y = V(by);
+        a.m = m;
+        a.n = n;
+        a.k = k;
+        ASSERT_TRUE(stream_->run(a).ok());
+        const auto y = read<float>(*by, static_cast<std::size_t>(m) * n);
+        double worst = 0;
+        for (int i = 0; i < m; ++i) {
+          for (int r = 0; r < n; ++r) {
+            double ref = with_bias ? bias[static_cast<std::size_t>(r)] : 0.0, mag = 0;
+            for (int j = 0; j < k; ++j) {
+              const double p = double(x[static_cast<std::size_t>(i) * k + j]) * dq[static_cast<std::size_t>(r) * k + j];
+              ref += p;
+              mag += std::fabs(p);
+            }
+            worst = std::max(worst, std::fabs(y[static_cast<std::size_t>(i) * n + r] - ref) / mag);
+          }
+        }
+        EXPECT_LE(worst, tol) << "m " << m << (with_bias ? " with bias" : "");
+        std::printf("%s matmul %s m %d%s: max |y - ref| / sum|x w| = %.2g\n", GetParam().label,
+                    std::string(hal::dtype_name(t)).c_str(), m, with_bias ? " +bias" : "", worst);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Ops, ::testing::ValuesIn(hal::testing::targets()), hal::testing::target_name);
+
+}  // namespace
+}  // namespace sx
