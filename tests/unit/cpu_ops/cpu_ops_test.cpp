@@ -25,26 +25,12 @@ class CpuOps : public testing::Test {
     stream_ = std::move(device_->create_stream()).value();
   }
 
-  template <typename T>
-  std::unique_ptr<hal::Buffer> buf(const std::vector<T>& host) {
-    auto b = std::move(device_->alloc(host.size() * sizeof(T))).value();
-    EXPECT_TRUE(hal::upload_span<T>(*stream_, *b, 0, host).ok());
-    return b;
-  }
-  template <typename T>
-  std::vector<T> read(const hal::Buffer& b, std::size_t n) {
-    std::vector<T> out(n);
-    EXPECT_TRUE(hal::download_span<T>(*stream_, std::span<T>(out), b, 0).ok());
-    EXPECT_TRUE(stream_->sync().ok());
-    return out;
-  }
   std::vector<float> random(std::size_t n, float scale = 1.0f) {
     std::normal_distribution<float> d(0.0f, scale);
     std::vector<float> v(n);
     for (auto& x : v) x = d(rng_);
     return v;
   }
-  static hal::BufView V(const std::unique_ptr<hal::Buffer>& b) { return {b.get(), 0}; }
 
   std::mt19937 rng_{42};
   std::unique_ptr<cpu::CpuDevice> device_;
