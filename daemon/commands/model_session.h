@@ -35,7 +35,7 @@ struct SessionOptions {
   std::int64_t block_size = 16;
   hal::DType kv_dtype = hal::DType::kF32;
   double memory_utilization = 0.9;
-  std::uint64_t memory_budget = 0;  // CPU: bytes the devices may use (0: system memory)
+  std::uint64_t memory_budget = 0;  // bytes each device may use, as the backend option "memory_budget" (0: unset)
   bool verbose = false;             // print the memory plan per device and layer
   // When set and true, open_session stops with CANCELLED at its next step (see ModelOptions).
   const std::atomic<bool>* cancel = nullptr;

@@ -85,12 +85,6 @@ Status validate(const ServeConfig& c, ValidateOptions options) {
                fmt::format("{} is more than engine.max_model_len ({})", c.limits.max_prompt_tokens,
                            c.engine.max_model_len));
   }
-  if (c.engine.memory_budget && c.model.backend != "cpu" && c.model.backend != "auto") {
-    errors.add("", "engine.memory_budget",
-               fmt::format("applies to the cpu backend only, but model.backend is {}; use "
-                           "engine.memory_utilization for device memory",
-                           c.model.backend));
-  }
   for (std::size_t i = 0; i < c.http.api_keys.size(); ++i) {
     if (c.http.api_keys[i] == kRedactedKey) {
       errors.add("", fmt::format("http.api_keys[{}]", i),

@@ -59,7 +59,7 @@ struct EngineSection {
   std::int64_t max_num_batched_tokens = 2048;   // tokens in one step (prefill chunk budget)
   std::int64_t block_size = 16;                 // tokens per KV block: 8, 16 or 32
   bool enable_prefix_caching = true;            // reuse KV blocks of shared prompt prefixes
-  std::optional<std::uint64_t> memory_budget;   // bytes the CPU backend may use; unset = from the host
+  std::optional<std::uint64_t> memory_budget;   // bytes each device may use (backend option); unset = from the device
   bool operator==(const EngineSection&) const = default;
 };
 
@@ -126,9 +126,9 @@ struct ValidateOptions {
 
 // Cross-field checks that single fields cannot make: model.path present (when required), tp * pp
 // at most kMaxRanks, devices distinct and enough for tp * pp, max_num_batched_tokens >=
-// max_num_seqs, limits within max_model_len, memory_budget only for cpu/auto, API keys not the
-// redaction placeholder, the admin socket path short enough for sun_path. OK, or INVALID_ARGUMENT
-// naming every offending key, one per line.
+// max_num_seqs, limits within max_model_len, API keys not the redaction placeholder, the admin
+// socket path short enough for sun_path. OK, or INVALID_ARGUMENT naming every offending key, one
+// per line. (engine.memory_budget is the backend's to take or refuse, at start: device_options.h.)
 Status validate(const ServeConfig& config, ValidateOptions options = {});
 
 }  // namespace sx::daemon::config

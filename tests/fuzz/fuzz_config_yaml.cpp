@@ -93,7 +93,6 @@ bool cross_field_rules_hold(const config::ServeConfig& c) {
   if (!c.model.devices.empty() && static_cast<std::int64_t>(c.model.devices.size()) < ranks) return false;
   if (c.engine.max_num_batched_tokens < c.engine.max_num_seqs) return false;
   if (c.engine.max_model_len > 0 && c.limits.max_prompt_tokens > c.engine.max_model_len) return false;
-  if (c.engine.memory_budget && c.model.backend != "cpu" && c.model.backend != "auto") return false;
   for (const std::string& k : c.http.api_keys) {
     if (k == config::kRedactedKey) return false;
   }
@@ -104,7 +103,7 @@ bool cross_field_rules_hold(const config::ServeConfig& c) {
 bool lines_name_keys(std::string_view message) {
   static constexpr std::string_view kKeys[] = {
       "model.path: ", "model.tp * model.pp: ", "model.devices[", "model.devices: ", "engine.max_num_batched_tokens: ",
-      "limits.max_prompt_tokens: ", "engine.memory_budget: ", "http.api_keys[", "admin.socket: "};
+      "limits.max_prompt_tokens: ", "http.api_keys[", "admin.socket: "};
   while (true) {
     if (std::none_of(std::begin(kKeys), std::end(kKeys), [&](std::string_view k) { return message.starts_with(k); })) {
       return false;
