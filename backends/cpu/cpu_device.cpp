@@ -46,8 +46,9 @@ constexpr std::size_t kHugePage = std::size_t{2} << 20;
 
 }  // namespace
 
-CpuBuffer::CpuBuffer(CpuDevice& device, std::byte* data, std::size_t size, std::size_t mapped_bytes)
-    : device_(device), data_(data), size_(size), mapped_bytes_(mapped_bytes) {}
+CpuBuffer::CpuBuffer(CpuDevice& device, std::byte* data, std::size_t size, std::size_t mapped_bytes,
+                     hal::BufferUsage usage)
+    : device_(device), data_(data), size_(size), mapped_bytes_(mapped_bytes), usage_(usage) {}
 
 CpuBuffer::~CpuBuffer() {
   device_.release(this);
@@ -59,6 +60,11 @@ CpuBuffer::~CpuBuffer() {
 }
 
 hal::Device& CpuBuffer::device() const { return device_; }
+
+std::span<std::byte> CpuBuffer::host() const {
+  if (usage_ == hal::BufferUsage::kDevice) return {};
+  return {data_, size_};
+}
 
 Result<CpuOptions> parse_cpu_options(const hal::DeviceOptions& options) {
   hal::OptionReader r("cpu", options);
@@ -86,7 +92,7 @@ CpuDevice::CpuDevice(int index, const CpuOptions& options)
 
 hal::MemoryInfo CpuDevice::memory() const { return {info_.memory_bytes, used_.load()}; }
 
-Result<std::unique_ptr<hal::Buffer>> CpuDevice::alloc(std::size_t bytes) {
+Result<std::unique_ptr<hal::Buffer>> CpuDevice::alloc(std::size_t bytes, hal::BufferUsage usage) {
   const std::size_t size = bytes == 0 ? 1 : bytes;
   const std::uint64_t used = used_.fetch_add(size) + size;
   if (used > info_.memory_bytes) {
@@ -94,7 +100,7 @@ Result<std::unique_ptr<hal::Buffer>> CpuDevice::alloc(std::size_t bytes) {
     return resource_exhausted_error("{}: cannot allocate {} bytes: {} of {} bytes in use", info_.name, bytes,
                                     used - size, info_.memory_bytes);
   }
-  if (strict_) {
+  if (strict_ && usage == hal::BufferUsage::kDevice) {
     // Device memory apart from host memory: no access until the device executes (sync()).
     const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
     const std::size_t mapped = (size + page - 1) / page * page;
@@ -103,7 +109,7 @@ Result<std::unique_ptr<hal::Buffer>> CpuDevice::alloc(std::size_t bytes) {
       used_.fetch_sub(size);
       return resource_exhausted_error("{}: mapping {} bytes failed", info_.name, bytes);
     }
-    auto buffer = std::make_unique<CpuBuffer>(*this, static_cast<std::byte*>(p), size, mapped);
+    auto buffer = std::make_unique<CpuBuffer>(*this, static_cast<std::byte*>(p), size, mapped, usage);
     std::lock_guard<std::mutex> lock(buffers_mu_);
     mapped_buffers_.insert(buffer.get());
     return std::unique_ptr<hal::Buffer>(std::move(buffer));
@@ -118,7 +124,7 @@ Result<std::unique_ptr<hal::Buffer>> CpuDevice::alloc(std::size_t bytes) {
     return resource_exhausted_error("{}: host allocation of {} bytes failed", info_.name, bytes);
   }
   if (align == kHugePage) madvise(p, (size + align - 1) / align * align, MADV_HUGEPAGE);  // a hint: errors are harmless
-  return std::unique_ptr<hal::Buffer>(std::make_unique<CpuBuffer>(*this, static_cast<std::byte*>(p), size, 0));
+  return std::unique_ptr<hal::Buffer>(std::make_unique<CpuBuffer>(*this, static_cast<std::byte*>(p), size, 0, usage));
 }
 
 void CpuDevice::release(CpuBuffer* buffer) {
@@ -224,6 +230,9 @@ Status CpuDevice::supports(const hal::Op& op) const {
       return unimplemented_error("the CPU's attention takes at most {} query heads per KV head", kMaxHeadsPerKv);
     }
   }
+  if (const auto* t = std::get_if<hal::TopKArgs>(&op); t != nullptr && t->k > hal::kMaxTopK) {
+    return unimplemented_error("top-k selects at most {} per row", hal::kMaxTopK);
+  }
   if (const auto* r = std::get_if<hal::RopeArgs>(&op); r != nullptr && r->rot_dim > kMaxRotDim) {
     return unimplemented_error("the CPU's rope rotates at most {} dimensions", kMaxRotDim);
   }
@@ -236,7 +245,7 @@ Status CpuStream::latch(Status s) {
 }
 
 Result<std::byte*> resolve_view(const CpuDevice& device, const hal::BufView& v, std::size_t bytes, std::string_view op,
-                                std::string_view what) {
+                                std::string_view what, bool any_usage) {
   if (v.buffer == nullptr) return invalid_argument_error("{}: {} buffer is missing", op, what);
   auto* cb = dynamic_cast<CpuBuffer*>(v.buffer);
   if (cb == nullptr) return invalid_argument_error("{}: {} buffer does not belong to the CPU backend", op, what);
@@ -244,6 +253,10 @@ Result<std::byte*> resolve_view(const CpuDevice& device, const hal::BufView& v, 
     return invalid_argument_error("{}: {} buffer belongs to {}, not to {} where the work runs (move data between "
                                   "devices with a Channel or through the host)",
                                   op, what, cb->cpu_device().info().name, device.info().name);
+  }
+  if (!any_usage && cb->usage() != hal::BufferUsage::kDevice) {
+    return invalid_argument_error("{}: {} is an {} buffer; ops take device buffers (copy() it to one)", op, what,
+                                  hal::buffer_usage_name(cb->usage()));
   }
   if (v.offset > cb->size() || bytes > cb->size() - v.offset) {
     return out_of_range_error("{}: {} needs bytes [{}, {}) but its buffer holds {}", op, what, v.offset,
@@ -315,9 +328,9 @@ Status CpuStream::sync() {
 
 Status CpuStream::upload(hal::Buffer& dst, std::size_t dst_offset, std::span<const std::byte> src) {
   if (!latched_.ok()) return latched_;
-  SX_RETURN_IF_ERROR(latch(resolve_view(device_, {&dst, dst_offset}, src.size(), "upload", "destination").status()));
+  SX_RETURN_IF_ERROR(latch(resolve_view(device_, {&dst, dst_offset}, src.size(), "upload", "destination", true).status()));
   return enqueue([this, &dst, dst_offset, src]() -> Status {
-    SX_ASSIGN_OR_RETURN(std::byte * p, resolve_view(device_, {&dst, dst_offset}, src.size(), "upload", "destination"));
+    SX_ASSIGN_OR_RETURN(std::byte * p, resolve_view(device_, {&dst, dst_offset}, src.size(), "upload", "destination", true));
     if (!src.empty()) std::memcpy(p, src.data(), src.size());
     return ok_status();
   });
@@ -326,12 +339,36 @@ Status CpuStream::upload(hal::Buffer& dst, std::size_t dst_offset, std::span<con
 Status CpuStream::download(std::span<std::byte> dst, const hal::Buffer& src, std::size_t src_offset) {
   if (!latched_.ok()) return latched_;
   const hal::BufView view{const_cast<hal::Buffer*>(&src), src_offset};
-  SX_RETURN_IF_ERROR(latch(resolve_view(device_, view, dst.size(), "download", "source").status()));
+  SX_RETURN_IF_ERROR(latch(resolve_view(device_, view, dst.size(), "download", "source", true).status()));
   // Strict mode: until sync() the destination holds 0xFF bytes (NaN as floats), never stale data.
   if (device_.strict() && !dst.empty()) std::memset(dst.data(), 0xFF, dst.size());
   return enqueue([this, dst, view]() -> Status {
-    SX_ASSIGN_OR_RETURN(std::byte * p, resolve_view(device_, view, dst.size(), "download", "source"));
+    SX_ASSIGN_OR_RETURN(std::byte * p, resolve_view(device_, view, dst.size(), "download", "source", true));
     if (!dst.empty()) std::memcpy(dst.data(), p, dst.size());
+    return ok_status();
+  });
+}
+
+Status CpuStream::update(hal::Buffer& dst, std::size_t dst_offset, std::span<const std::byte> src) {
+  if (!latched_.ok()) return latched_;
+  if (src.size() > kMaxUpdateBytes) {
+    return latch(invalid_argument_error("update: {} bytes is more than the {} an update takes (upload them)",
+                                        src.size(), kMaxUpdateBytes));
+  }
+  SX_RETURN_IF_ERROR(latch(resolve_view(device_, {&dst, dst_offset}, src.size(), "update", "destination", true).status()));
+  return enqueue([this, &dst, dst_offset, bytes = std::vector<std::byte>(src.begin(), src.end())]() -> Status {
+    SX_ASSIGN_OR_RETURN(std::byte * p, resolve_view(device_, {&dst, dst_offset}, bytes.size(), "update", "destination", true));
+    if (!bytes.empty()) std::memcpy(p, bytes.data(), bytes.size());
+    return ok_status();
+  });
+}
+
+Status CpuStream::fill(hal::Buffer& dst, std::size_t dst_offset, std::size_t bytes, std::uint8_t value) {
+  if (!latched_.ok()) return latched_;
+  SX_RETURN_IF_ERROR(latch(resolve_view(device_, {&dst, dst_offset}, bytes, "fill", "destination", true).status()));
+  return enqueue([this, &dst, dst_offset, bytes, value]() -> Status {
+    SX_ASSIGN_OR_RETURN(std::byte * p, resolve_view(device_, {&dst, dst_offset}, bytes, "fill", "destination", true));
+    if (bytes > 0) std::memset(p, value, bytes);
     return ok_status();
   });
 }
@@ -340,11 +377,11 @@ Status CpuStream::copy(hal::Buffer& dst, std::size_t dst_offset, const hal::Buff
                        std::size_t bytes) {
   if (!latched_.ok()) return latched_;
   const hal::BufView d{&dst, dst_offset}, s{const_cast<hal::Buffer*>(&src), src_offset};
-  SX_RETURN_IF_ERROR(latch(resolve_view(device_, d, bytes, "copy", "destination").status()));
-  SX_RETURN_IF_ERROR(latch(resolve_view(device_, s, bytes, "copy", "source").status()));
+  SX_RETURN_IF_ERROR(latch(resolve_view(device_, d, bytes, "copy", "destination", true).status()));
+  SX_RETURN_IF_ERROR(latch(resolve_view(device_, s, bytes, "copy", "source", true).status()));
   return enqueue([this, d, s, bytes]() -> Status {
-    SX_ASSIGN_OR_RETURN(std::byte * dp, resolve_view(device_, d, bytes, "copy", "destination"));
-    SX_ASSIGN_OR_RETURN(std::byte * sp, resolve_view(device_, s, bytes, "copy", "source"));
+    SX_ASSIGN_OR_RETURN(std::byte * dp, resolve_view(device_, d, bytes, "copy", "destination", true));
+    SX_ASSIGN_OR_RETURN(std::byte * sp, resolve_view(device_, s, bytes, "copy", "source", true));
     if (bytes > 0) std::memmove(dp, sp, bytes);
     return ok_status();
   });
@@ -533,11 +570,15 @@ struct Dispatch {
     add(pool(), x, y, o, a.n);
     return ok_status();
   }
-  Status operator()(const hal::ArgmaxArgs& a) {
-    SX_ASSIGN_OR_RETURN(const float* x, resolve_as<const float>(dev, a.x, a.n_rows * a.n_cols, "argmax", "x"));
-    SX_ASSIGN_OR_RETURN(std::int32_t* o, resolve_as<std::int32_t>(dev, a.out, a.n_rows, "argmax", "out"));
-    if (a.n_cols <= 0) return invalid_argument_error("argmax: rows must not be empty");
-    argmax_rows(pool(), x, o, a.n_rows, a.n_cols);
+  Status operator()(const hal::TopKArgs& a) {
+    if (a.k < 1 || a.k > hal::kMaxTopK || a.k > a.n_cols) {
+      return invalid_argument_error("top_k: k {} must be in [1, {}] and at most the row length {}", a.k,
+                                    hal::kMaxTopK, a.n_cols);
+    }
+    SX_ASSIGN_OR_RETURN(const float* x, resolve_as<const float>(dev, a.x, a.n_rows * a.n_cols, "top_k", "x"));
+    SX_ASSIGN_OR_RETURN(float* v, resolve_as<float>(dev, a.values, a.n_rows * a.k, "top_k", "values"));
+    SX_ASSIGN_OR_RETURN(std::int32_t* ids, resolve_as<std::int32_t>(dev, a.ids, a.n_rows * a.k, "top_k", "ids"));
+    top_k_rows(pool(), x, v, ids, a.n_rows, a.n_cols, a.k, a.id_offset);
     return ok_status();
   }
 };

@@ -50,10 +50,12 @@ Result<CpuOptions> parse_cpu_options(const hal::DeviceOptions& options);
 
 class CpuBuffer final : public hal::Buffer {
  public:
-  CpuBuffer(CpuDevice& device, std::byte* data, std::size_t size, std::size_t mapped_bytes);
+  CpuBuffer(CpuDevice& device, std::byte* data, std::size_t size, std::size_t mapped_bytes, hal::BufferUsage usage);
   ~CpuBuffer() override;
   std::size_t size() const override { return size_; }
   hal::Device& device() const override;
+  hal::BufferUsage usage() const override { return usage_; }
+  std::span<std::byte> host() const override;
   CpuDevice& cpu_device() const { return device_; }
   // Backend-internal: the memory. In strict mode it is only accessible while the device executes.
   std::byte* data() const { return data_; }
@@ -69,6 +71,7 @@ class CpuBuffer final : public hal::Buffer {
   std::size_t size_;
   std::size_t mapped_bytes_;
   std::optional<hal::DType> layout_;
+  hal::BufferUsage usage_;
 };
 
 class CpuDevice final : public hal::Device {
@@ -82,7 +85,11 @@ class CpuDevice final : public hal::Device {
   std::size_t weight_bytes(const hal::WeightDesc& w) const override;
   Result<std::unique_ptr<hal::Buffer>> upload_weight(hal::Stream& stream, const hal::WeightDesc& w,
                                                      std::span<const std::byte> bytes) override;
-  Result<std::unique_ptr<hal::Buffer>> alloc(std::size_t bytes) override;
+  // Upload and readback buffers are host memory the host may use at any time (never mapped
+  // away in strict mode); ops refuse them as operands, as a GPU's kernels would read them slowly
+  // or not at all.
+  Result<std::unique_ptr<hal::Buffer>> alloc(std::size_t bytes,
+                                             hal::BufferUsage usage = hal::BufferUsage::kDevice) override;
   Result<std::unique_ptr<hal::Stream>> create_stream() override;
   Result<std::unique_ptr<hal::Event>> create_event() override;
 
@@ -112,6 +119,8 @@ class CpuStream final : public hal::Stream {
   explicit CpuStream(CpuDevice& device) : device_(device) {}
   Status upload(hal::Buffer& dst, std::size_t dst_offset, std::span<const std::byte> src) override;
   Status download(std::span<std::byte> dst, const hal::Buffer& src, std::size_t src_offset) override;
+  Status update(hal::Buffer& dst, std::size_t dst_offset, std::span<const std::byte> src) override;
+  Status fill(hal::Buffer& dst, std::size_t dst_offset, std::size_t bytes, std::uint8_t value) override;
   Status copy(hal::Buffer& dst, std::size_t dst_offset, const hal::Buffer& src, std::size_t src_offset,
               std::size_t bytes) override;
   Status run(const hal::Op& op) override;
@@ -133,9 +142,10 @@ class CpuStream final : public hal::Stream {
 };
 
 // Backend-internal: the memory of `v` after checking that it is a buffer of `device` with
-// `bytes` bytes from the offset; errors name the op and the operand.
+// `bytes` bytes from the offset, and device-local unless `any_usage` (transfers: upload, update,
+// download, copy, fill); errors name the op and the operand.
 Result<std::byte*> resolve_view(const CpuDevice& device, const hal::BufView& v, std::size_t bytes, std::string_view op,
-                                std::string_view what);
+                                std::string_view what, bool any_usage = false);
 
 // Logical devices listed by devices(); create_device accepts the same range.
 inline constexpr int kCpuLogicalDevices = 8;

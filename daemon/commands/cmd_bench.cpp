@@ -142,11 +142,15 @@ int cmd_bench(int argc, char** argv) {
         auto pos = static_cast<std::int32_t>(prompt.size());
         std::int32_t next = engine::argmax(logits);
         double total = 0.0, min_step = 1e30;
+        // Greedy as serving does it: the device selects, one candidate comes back.
+        std::vector<float> top_value;
+        std::vector<std::int32_t> top_id;
         for (std::int64_t i = 0; i < n_gen; ++i) {
           const auto t0 = std::chrono::steady_clock::now();
           const std::int32_t one[1] = {next};
-          SX_RETURN_IF_ERROR(model.forward(engine::single_sequence_batch(one, pos++, mo.kv.num_blocks), logits));
-          next = engine::argmax(logits);
+          SX_RETURN_IF_ERROR(
+              model.forward_top_k(engine::single_sequence_batch(one, pos++, mo.blocks_per_seq()), 1, top_value, top_id));
+          next = top_id[0];
           const double dt = seconds_since(t0);
           total += dt;
           min_step = std::min(min_step, dt);

@@ -108,6 +108,7 @@ Result<ModelSession> open_session(const SessionOptions& o, engine::OpenedModel o
   mo.kv.num_blocks = o.max_seqs * ((ctx + mo.kv.block_size - 1) / mo.kv.block_size) + 1;
   mo.max_batch_tokens = std::min<std::int64_t>(mo.max_batch_tokens, mo.kv.usable_tokens());
   mo.max_logit_rows = o.max_seqs;
+  mo.max_blocks_per_seq = (ctx + mo.kv.block_size - 1) / mo.kv.block_size;
   s.context_tokens = ctx;
   s.max_seqs = o.max_seqs;
   engine::ParallelOptions po;

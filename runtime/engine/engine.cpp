@@ -71,6 +71,11 @@ Result<std::unique_ptr<Engine>> Engine::create(Qwen2Model& model, const tokenize
                                   model.config().context_length);
   }
   if (mo.kv.num_blocks < 2) return invalid_argument_error("the KV cache needs at least 2 blocks (one is the null block)");
+  // A request holds at most max_model_len tokens, and no more than the pool.
+  if (std::min(sc.max_model_len, mo.kv.usable_tokens()) > mo.blocks_per_seq() * mo.kv.block_size) {
+    return invalid_argument_error("max_model_len {} needs more than the {} blocks per sequence the model holds",
+                                  sc.max_model_len, mo.blocks_per_seq());
+  }
   if (config.watermark < 0 || config.watermark >= 1) {
     return invalid_argument_error("watermark {} must be in [0, 1)", config.watermark);
   }
@@ -240,7 +245,18 @@ Status Engine::step() {
     for (std::size_t j = 0; j < max_blocks; ++j) b.block_table.push_back(j < table.size() ? table[j] : kv::kNullBlock);
     if (s.sample) b.logit_rows.push_back(static_cast<std::int32_t>(b.tokens.size() - 1));
   }
-  const Status st = model_.forward(b, logits_);
+  // When every choice of the step can be made from a few candidates (greedy, small top-k, no
+  // penalties or logprobs), the devices select them and only those come back, not the logits.
+  int top_k = 1;
+  bool on_device = true;
+  for (const auto& s : out.scheduled) {
+    if (!s.sample) continue;
+    const Live& l = *live_.at(s.request->id);
+    int k = 0;
+    on_device = on_device && l.options.top_logprobs < 0 && l.sampler.on_device_candidates(model_.top_k_limit(), &k);
+    top_k = std::max(top_k, k);
+  }
+  const Status st = on_device ? model_.forward_top_k(b, top_k, top_values_, top_ids_) : model_.forward(b, logits_);
   if (!st.ok()) {
     // The step is lost: fail its requests (their KV is unknown) and report the error. Requests
     // that finished before the step (cancelled) are reported as they were.
@@ -263,9 +279,17 @@ Status Engine::step() {
     }
     if (!s.sample) continue;
     Live& l = *live_.at(r.id);
-    std::span<float> lg(logits_.data() + static_cast<std::ptrdiff_t>(row++ * V), static_cast<std::size_t>(V));
     RequestEvent e;
     e.id = r.id;
+    if (on_device) {
+      const auto at = static_cast<std::size_t>(row++) * static_cast<std::size_t>(top_k);
+      sampled.push_back(l.sampler.sample_top(std::span<const float>(top_values_).subspan(at, top_k),
+                                             std::span<const std::int32_t>(top_ids_).subspan(at, top_k)));
+      e.tokens.push_back(sampled.back());
+      events.push_back(std::move(e));
+      continue;
+    }
+    std::span<float> lg(logits_.data() + static_cast<std::ptrdiff_t>(row++ * V), static_cast<std::size_t>(V));
     if (l.options.top_logprobs >= 0) {
       const std::vector<float> raw(lg.begin(), lg.end());
       const std::int32_t tok = l.sampler.sample(lg);

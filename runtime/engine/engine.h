@@ -123,6 +123,8 @@ class Engine {
   EngineStats stats_;
   bool scheduler_busy_ = false;  // the scheduler has requests (as of the last step)
   std::vector<float> logits_;
+  std::vector<float> top_values_;  // a step whose choices the devices narrowed: k candidates a row
+  std::vector<std::int32_t> top_ids_;
 };
 
 }  // namespace sx::engine

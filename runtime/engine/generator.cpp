@@ -28,7 +28,7 @@ Status prefill(Qwen2Model& model, std::span<const std::int32_t> prompt, std::vec
   for (std::int64_t start = 0; start < n_prompt; start += mo.max_batch_tokens) {
     const std::int64_t len = std::min(mo.max_batch_tokens, n_prompt - start);
     ForwardBatch b = single_sequence_batch(prompt.subspan(static_cast<std::size_t>(start), static_cast<std::size_t>(len)),
-                                           static_cast<std::int32_t>(start), mo.kv.num_blocks);
+                                           static_cast<std::int32_t>(start), mo.blocks_per_seq());
     if (start + len < n_prompt) b.logit_rows.clear();
     SX_RETURN_IF_ERROR(model.forward(b, logits));
   }

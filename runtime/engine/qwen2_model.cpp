@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <string>
 
 #include "runtime/engine/qwen2_shard.h"
@@ -19,7 +20,6 @@ struct Qwen2Model::Impl {
   std::vector<std::unique_ptr<Qwen2Shard>> shards;             // rank order
   std::vector<std::string> device_names;
   std::vector<std::unique_ptr<RankRunner>> runners;  // one per rank when there are several
-  std::vector<std::vector<float>> gathered;          // per rank
   std::atomic<int> first_failure{-1};
   Status failed;  // the group's failure; sticky
 };
@@ -53,6 +53,10 @@ Result<std::unique_ptr<Qwen2Model>> Qwen2Model::load_group(const model::TensorSo
   }
   if (options.kv.block_size <= 0 || options.kv.num_blocks <= 0) {
     return invalid_argument_error("model options: KV cache needs a positive block size and block count");
+  }
+  if (options.max_blocks_per_seq < 0 || options.max_blocks_per_seq > options.kv.num_blocks) {
+    return invalid_argument_error("model options: max_blocks_per_seq {} must be in [0, {}] (the KV blocks)",
+                                  options.max_blocks_per_seq, options.kv.num_blocks);
   }
   if (parallel.tp < 1 || parallel.pp < 1 ||
       devices.size() != static_cast<std::size_t>(parallel.tp) * static_cast<std::size_t>(parallel.pp)) {
@@ -103,14 +107,17 @@ Result<std::unique_ptr<Qwen2Model>> Qwen2Model::load_group(const model::TensorSo
   // A decode step reads every matrix once and one row of the embedding table.
   const hal::DType embd_type = types.token_embd;
   m->weight_bytes_per_token_ = per_token + hal::row_bytes(embd_type, config.hidden);
-  im.gathered.resize(static_cast<std::size_t>(n));
+  m->top_k_limit_ = static_cast<int>(hal::kMaxTopK);
+  for (const parallel::RankPlan& r : im.plan.ranks) {
+    if (r.has_lm_head) m->top_k_limit_ = static_cast<int>(std::min<std::int64_t>(m->top_k_limit_, r.vocab.size()));
+  }
   if (n > 1) {
     for (int r = 0; r < n; ++r) im.runners.push_back(std::make_unique<RankRunner>());
   }
   return m;
 }
 
-Status Qwen2Model::forward(const ForwardBatch& batch, std::vector<float>& logits) {
+Status Qwen2Model::run_shards(const ForwardBatch& batch, int top_k) {
   Impl& im = *impl_;
   if (!im.failed.ok()) {
     return Status(im.failed.code(), fmt::format("the device group failed earlier ({}); load the model again",
@@ -118,48 +125,100 @@ Status Qwen2Model::forward(const ForwardBatch& batch, std::vector<float>& logits
   }
   SX_RETURN_IF_ERROR(validate(batch));
   const int n = static_cast<int>(im.shards.size());
-  const int tp = parallel_.tp;
-  if (n == 1) {
-    SX_RETURN_IF_ERROR(im.shards[0]->run(batch, im.gathered[0]));
-  } else {
-    for (int r = 0; r < n; ++r) {
-      im.runners[static_cast<std::size_t>(r)]->start([&im, &batch, r]() -> Status {
-        Qwen2Shard& shard = *im.shards[static_cast<std::size_t>(r)];
-        Status st = shard.run(batch, im.gathered[static_cast<std::size_t>(r)]);
-        if (!st.ok()) {
-          int none = -1;
-          im.first_failure.compare_exchange_strong(none, r);
-          shard.abort_channels(st);  // release the peers now rather than at their timeout
-        }
-        return st;
-      });
-    }
-    std::vector<Status> results;
-    for (int r = 0; r < n; ++r) results.push_back(im.runners[static_cast<std::size_t>(r)]->wait());
-    const int first = im.first_failure.load();
-    if (first >= 0) {
-      const Status& cause = results[static_cast<std::size_t>(first)];
-      im.failed = Status(cause.code(), fmt::format("rank {} ({}) failed: {}", first,
-                                                   im.device_names[static_cast<std::size_t>(first)], cause.message()));
-      return im.failed;
-    }
+  if (n == 1) return im.shards[0]->run(batch, top_k);
+  for (int r = 0; r < n; ++r) {
+    im.runners[static_cast<std::size_t>(r)]->start([&im, &batch, r, top_k]() -> Status {
+      Qwen2Shard& shard = *im.shards[static_cast<std::size_t>(r)];
+      Status st = shard.run(batch, top_k);
+      if (!st.ok()) {
+        int none = -1;
+        im.first_failure.compare_exchange_strong(none, r);
+        shard.abort_channels(st);  // release the peers now rather than at their timeout
+      }
+      return st;
+    });
   }
+  std::vector<Status> results;
+  for (int r = 0; r < n; ++r) results.push_back(im.runners[static_cast<std::size_t>(r)]->wait());
+  const int first = im.first_failure.load();
+  if (first >= 0) {
+    const Status& cause = results[static_cast<std::size_t>(first)];
+    im.failed = Status(cause.code(), fmt::format("rank {} ({}) failed: {}", first,
+                                                 im.device_names[static_cast<std::size_t>(first)], cause.message()));
+    return im.failed;
+  }
+  return ok_status();
+}
+
+Status Qwen2Model::forward(const ForwardBatch& batch, std::vector<float>& logits) {
+  SX_RETURN_IF_ERROR(run_shards(batch, 0));
+  Impl& im = *impl_;
+  const int tp = parallel_.tp;
   // Assemble the vocab-split logits of the last stage: chunk j holds tp rank j's columns.
   const auto R = static_cast<std::int64_t>(batch.logit_rows.size());
   const std::int64_t V = config_.vocab;
   logits.assign(static_cast<std::size_t>(R * V), 0.0f);
   if (R == 0) return ok_status();
-  const int driver = (parallel_.pp - 1) * tp;
-  const std::vector<float>& g = im.gathered[static_cast<std::size_t>(driver)];
-  const std::int64_t chunk = R * im.shards[static_cast<std::size_t>(driver)]->max_vocab_shard();
-  if (static_cast<std::int64_t>(g.size()) != chunk * tp) {
-    return internal_error("forward: the last stage returned {} logits, expected {}", g.size(), chunk * tp);
+  const Qwen2Shard& driver = *im.shards[static_cast<std::size_t>((parallel_.pp - 1) * tp)];
+  const std::span<const std::byte> back = driver.result();
+  const std::int64_t chunk = R * driver.max_vocab_shard();
+  if (back.size() != static_cast<std::size_t>(chunk * tp) * sizeof(float)) {
+    return internal_error("forward: the last stage returned {} bytes of logits, expected {}", back.size(),
+                          static_cast<std::size_t>(chunk * tp) * sizeof(float));
   }
   for (int j = 0; j < tp; ++j) {
     const parallel::Range vr = im.plan.at(parallel_.pp - 1, j).vocab;
     for (std::int64_t r = 0; r < R; ++r) {
-      const float* src = g.data() + j * chunk + r * vr.size();
-      std::copy(src, src + vr.size(), logits.begin() + r * V + vr.begin);
+      std::memcpy(logits.data() + r * V + vr.begin, back.data() + (j * chunk + r * vr.size()) * sizeof(float),
+                  static_cast<std::size_t>(vr.size()) * sizeof(float));
+    }
+  }
+  return ok_status();
+}
+
+Status Qwen2Model::forward_top_k(const ForwardBatch& batch, int k, std::vector<float>& values,
+                                 std::vector<std::int32_t>& ids) {
+  if (k < 1 || k > top_k_limit()) {
+    return invalid_argument_error("forward: top-k of {} must be in [1, {}]", k, top_k_limit());
+  }
+  SX_RETURN_IF_ERROR(run_shards(batch, k));
+  Impl& im = *impl_;
+  const int tp = parallel_.tp;
+  const auto R = static_cast<std::int64_t>(batch.logit_rows.size());
+  values.assign(static_cast<std::size_t>(R * k), 0.0f);
+  ids.assign(static_cast<std::size_t>(R * k), 0);
+  if (R == 0) return ok_status();
+  const std::span<const std::byte> back = im.shards[static_cast<std::size_t>((parallel_.pp - 1) * tp)]->result();
+  const std::size_t part = Qwen2Shard::top_k_bytes(R, k), ids_at = Qwen2Shard::top_k_ids_offset(R, k);
+  if (back.size() != part * static_cast<std::size_t>(tp)) {
+    return internal_error("forward: the last stage returned {} bytes of candidates, expected {}", back.size(),
+                          part * static_cast<std::size_t>(tp));
+  }
+  // Each tp rank's k best of its vocab shard, best first: the row's k best are the first k of
+  // their merge in the same order.
+  struct Candidate {
+    float value;
+    std::int32_t id;
+  };
+  std::vector<Candidate> merged;
+  for (std::int64_t r = 0; r < R; ++r) {
+    merged.clear();
+    for (int j = 0; j < tp; ++j) {
+      const std::byte* chunk = back.data() + part * static_cast<std::size_t>(j);
+      for (std::int64_t i = 0; i < k; ++i) {
+        Candidate c{};
+        std::memcpy(&c.value, chunk + static_cast<std::size_t>(r * k + i) * sizeof(float), sizeof(float));
+        std::memcpy(&c.id, chunk + ids_at + static_cast<std::size_t>(r * k + i) * sizeof(std::int32_t),
+                    sizeof(std::int32_t));
+        merged.push_back(c);
+      }
+    }
+    std::stable_sort(merged.begin(), merged.end(), [](const Candidate& a, const Candidate& b) {
+      return hal::top_k_before(a.value, a.id, b.value, b.id);
+    });
+    for (std::int64_t i = 0; i < k; ++i) {
+      values[static_cast<std::size_t>(r * k + i)] = merged[static_cast<std::size_t>(i)].value;
+      ids[static_cast<std::size_t>(r * k + i)] = merged[static_cast<std::size_t>(i)].id;
     }
   }
   return ok_status();
@@ -176,6 +235,11 @@ Status Qwen2Model::validate(const ForwardBatch& batch) const {
       batch.seq_token_start.size() != static_cast<std::size_t>(n_seqs + 1) ||
       batch.block_table.size() != static_cast<std::size_t>(n_seqs * batch.max_blocks_per_seq)) {
     return invalid_argument_error("forward: batch arrays have inconsistent sizes");
+  }
+  if (n_seqs > options_.max_logit_rows || batch.max_blocks_per_seq > options_.blocks_per_seq()) {
+    return invalid_argument_error("forward: {} sequences of up to {} blocks exceed the {} of {} blocks a step holds",
+                                  n_seqs, batch.max_blocks_per_seq, options_.max_logit_rows,
+                                  options_.blocks_per_seq());
   }
   if (batch.logit_rows.size() > static_cast<std::size_t>(options_.max_logit_rows)) {
     return invalid_argument_error("forward: {} logit rows exceed max_logit_rows {}", batch.logit_rows.size(),

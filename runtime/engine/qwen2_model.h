@@ -55,8 +55,12 @@ struct KvCacheOptions {
 
 struct ModelOptions {
   std::int64_t max_batch_tokens = 512;  // tokens per forward step (prefill chunk size)
-  std::int64_t max_logit_rows = 64;     // sequences per step that may ask for logits
+  std::int64_t max_logit_rows = 64;     // sequences per step (each may ask for one row's logits)
   KvCacheOptions kv;
+  // Blocks one sequence of a step may use (its block-table row), allocated at load: 0 = the whole
+  // pool (kv.num_blocks). The engine sets ceil(max_model_len / block_size).
+  std::int64_t max_blocks_per_seq = 0;
+  std::int64_t blocks_per_seq() const { return max_blocks_per_seq > 0 ? max_blocks_per_seq : kv.num_blocks; }
   // Checked before each layer is loaded: once it reads true, load() stops with CANCELLED (a
   // daemon asked to stop while loading). Null: never. Read from the loading thread.
   const std::atomic<bool>* cancel = nullptr;
@@ -85,11 +89,22 @@ class Qwen2Model {
 
   // Runs one step. logits receives logit_rows.size() x vocab floats.
   Status forward(const ForwardBatch& batch, std::vector<float>& logits);
+  // Runs one step and selects on the devices, so that only k candidates per row come back: for
+  // each logit row r, values[r * k + i] and ids[r * k + i] (i < k) are its k largest logits and
+  // their token ids, largest first, the lower id first among equal values, NaN below every
+  // number (hal::TopKArgs). k in [1, top_k_limit()]; k = 1 is greedy (the host's argmax).
+  Status forward_top_k(const ForwardBatch& batch, int k, std::vector<float>& values, std::vector<std::int32_t>& ids);
 
+  // The largest k forward_top_k takes: hal::kMaxTopK, or less when a vocab shard is smaller.
+  int top_k_limit() const { return top_k_limit_; }
   const model::ModelConfig& config() const { return config_; }
   int tp() const { return parallel_.tp; }
-  // The most tokens one request can hold: the context length, within the KV cache.
-  std::int64_t max_request_tokens() const { return std::min(config_.context_length, options_.kv.usable_tokens()); }
+  // The most tokens one request can hold: the context length, within the KV cache and within
+  // the blocks a sequence's block-table row holds.
+  std::int64_t max_request_tokens() const {
+    return std::min({config_.context_length, options_.kv.usable_tokens(),
+                     options_.blocks_per_seq() * options_.kv.block_size});
+  }
   int pp() const { return parallel_.pp; }
   const ModelOptions& options() const { return options_; }
   // Bytes of weights read by one decode step (every matrix once, plus one embedding row).
@@ -106,6 +121,8 @@ class Qwen2Model {
                                                         hal::Backend* backend, std::span<hal::Device* const> devices,
                                                         const ParallelOptions& parallel, const ModelOptions& options);
   Status validate(const ForwardBatch& batch) const;
+  // Validates the batch and runs every rank's part (top_k as in Qwen2Shard::run).
+  Status run_shards(const ForwardBatch& batch, int top_k);
 
   model::ModelConfig config_;
   ModelOptions options_;
@@ -113,10 +130,12 @@ class Qwen2Model {
   std::uint64_t kv_bytes_per_token_ = 0;
   std::uint64_t weight_bytes_per_token_ = 0;
   std::uint64_t weight_bytes_ = 0;
+  int top_k_limit_ = 0;
   std::unique_ptr<Impl> impl_;
 };
 
-// A KV layout for one sequence whose blocks are 0..n-1 in order (single-sequence generation).
+// A KV layout for one sequence whose blocks are 0..num_blocks-1 in order (single-sequence
+// generation; at most the model's ModelOptions::blocks_per_seq()).
 ForwardBatch single_sequence_batch(std::span<const std::int32_t> tokens, std::int32_t start_pos,
                                    std::int64_t num_blocks);
 

@@ -98,14 +98,32 @@ class Uploader {
 
 Result<std::unique_ptr<hal::Buffer>> alloc_zeroed(hal::Device& device, hal::Stream& stream, std::size_t bytes) {
   SX_ASSIGN_OR_RETURN(std::unique_ptr<hal::Buffer> b, device.alloc(bytes));
-  std::vector<std::byte> zeros(std::min<std::size_t>(bytes, 1 << 20));
-  for (std::size_t off = 0; off < bytes; off += zeros.size()) {
-    const std::size_t n = std::min(zeros.size(), bytes - off);
-    SX_RETURN_IF_ERROR(stream.upload(*b, off, std::span<const std::byte>(zeros.data(), n)));
-  }
-  SX_RETURN_IF_ERROR(stream.sync());  // the uploads read `zeros` until then
+  SX_RETURN_IF_ERROR(stream.fill(*b, 0, bytes, 0));
   return b;
 }
+
+// Where the per-step integer inputs live in the staging buffer and in their device copy: each
+// array at a 256-byte boundary (the largest storage-buffer offset alignment GPUs ask for), sized
+// for the largest step (max_batch_tokens tokens, max_logit_rows sequences of blocks_per_seq()
+// blocks).
+struct StepInputs {
+  std::size_t ids = 0, positions = 0, slots = 0, seq_start = 0, seq_ctx = 0, block_table = 0, bytes = 0;
+  StepInputs() = default;
+  explicit StepInputs(const ModelOptions& o) {
+    auto take = [this](std::int64_t n) {
+      const std::size_t at = bytes;
+      bytes += (i32_bytes(n) + 255) / 256 * 256;
+      return at;
+    };
+    const std::int64_t T = o.max_batch_tokens, S = o.max_logit_rows;
+    ids = take(T);
+    positions = take(T);
+    slots = take(T);
+    seq_start = take(S + 1);
+    seq_ctx = take(S);
+    block_table = take(S * o.blocks_per_seq());
+  }
+};
 
 // The KV write and the attention of a step of T tokens in n_seqs sequences (buffers unset): the
 // same for the step and for step_ops.
@@ -141,6 +159,13 @@ hal::AttentionArgs attention_args(const model::ModelConfig& c, const ModelOption
 
 }  // namespace
 
+std::size_t Qwen2Shard::top_k_ids_offset(std::int64_t rows, std::int64_t k) {
+  return (f32_bytes(rows * k) + 255) / 256 * 256;
+}
+std::size_t Qwen2Shard::top_k_bytes(std::int64_t rows, std::int64_t k) {
+  return top_k_ids_offset(rows, k) + i32_bytes(rows * k);
+}
+
 std::vector<hal::Op> Qwen2Shard::step_ops(const model::ModelConfig& c, const parallel::RankPlan& rp,
                                           const parallel::WeightTypes& types, const ModelOptions& o, int tp) {
   const std::int64_t T = o.max_batch_tokens, R = o.max_logit_rows, H = c.hidden, hd = c.head_dim;
@@ -169,7 +194,7 @@ std::vector<hal::Op> Qwen2Shard::step_ops(const model::ModelConfig& c, const par
     ops.emplace_back(hal::RopeArgs{{}, {}, T, nq, hd, hd, static_cast<float>(c.rope_theta)});
     ops.emplace_back(hal::RopeArgs{{}, {}, T, nkv, hd, hd, static_cast<float>(c.rope_theta)});
     ops.emplace_back(kv_write_args(o, rp, hd, T));
-    ops.emplace_back(attention_args(c, o, rp, T, T, o.kv.num_blocks));  // n_seqs <= T: each has a token
+    ops.emplace_back(attention_args(c, o, rp, T, std::min(T, R), o.blocks_per_seq()));
     ops.emplace_back(hal::SiluMulArgs{{}, {}, {}, T, nf, 0, 0, 0});
   }
   for (std::int64_t l = rp.layers.begin; l < rp.layers.end; ++l) {
@@ -185,6 +210,12 @@ std::vector<hal::Op> Qwen2Shard::step_ops(const model::ModelConfig& c, const par
   if (rp.has_lm_head) {
     ops.emplace_back(hal::RmsNormArgs{{}, {}, {}, {}, R, H, static_cast<float>(c.rms_eps)});
     matmul(c.tied_embeddings ? types.token_embd : types.output, R, vn, H);
+    hal::TopKArgs top;
+    top.n_rows = R;
+    top.n_cols = vn;
+    top.k = std::min<std::int64_t>(hal::kMaxTopK, vn);
+    top.id_offset = rp.vocab.begin;
+    ops.emplace_back(top);
   } else if (rp.layers.size() > 0) {
     ops.emplace_back(hal::AddArgs{{}, {}, {}, T * H});
   }
@@ -203,7 +234,14 @@ struct Qwen2Shard::Impl {
   std::vector<std::unique_ptr<hal::Buffer>> k_cache, v_cache;
   std::int64_t n_slots = 0;
   std::unique_ptr<hal::Buffer> h, xn, q, k, v, attn, delta, gate, up, sel, sel_delta, sel_norm, logits, gathered;
-  std::unique_ptr<hal::Buffer> ids, positions, slots, seq_start, seq_ctx, block_table;
+  std::unique_ptr<hal::Buffer> top, top_gathered;  // candidates of a step that selects on the device
+  // The per-step integer inputs: written by the host into `staging`, copied into `inputs`.
+  StepInputs in;
+  std::unique_ptr<hal::Buffer> staging, inputs;
+  // What tp rank 0 of the last stage hands back: logits or candidates of every tp rank.
+  std::unique_ptr<hal::Buffer> readback;
+  std::size_t result_bytes = 0;  // of readback, after the last step
+  hal::BufView input(std::size_t offset) const { return {inputs.get(), offset}; }
 
   int tp() const { return ctx.plan->tp; }
   int pp() const { return ctx.plan->pp; }
@@ -321,27 +359,38 @@ Result<std::unique_ptr<Qwen2Shard>> Qwen2Shard::load(const model::TensorSource& 
     SX_ASSIGN_OR_RETURN(im.sel_delta, device.alloc(f32_bytes(R * H)));
     SX_ASSIGN_OR_RETURN(im.sel_norm, device.alloc(f32_bytes(R * H)));
     SX_ASSIGN_OR_RETURN(im.logits, alloc_zeroed(device, s, f32_bytes(chunk)));  // padding stays zero
+    const std::size_t top = top_k_bytes(R, hal::kMaxTopK);  // the largest a step can ask
+    SX_ASSIGN_OR_RETURN(im.top, device.alloc(top));
     if (im.tp() > 1) {
       SX_ASSIGN_OR_RETURN(im.gathered, device.alloc(f32_bytes(chunk * im.tp())));
+      SX_ASSIGN_OR_RETURN(im.top_gathered, device.alloc(top * static_cast<std::size_t>(im.tp())));
+    }
+    if (rp.tp_rank == 0) {
+      const std::size_t back = std::max(f32_bytes(chunk), top) * static_cast<std::size_t>(im.tp());
+      SX_ASSIGN_OR_RETURN(im.readback, device.alloc(back, hal::BufferUsage::kReadback));
     }
   }
-  SX_ASSIGN_OR_RETURN(im.ids, device.alloc(i32_bytes(T)));
-  SX_ASSIGN_OR_RETURN(im.positions, device.alloc(i32_bytes(T)));
-  SX_ASSIGN_OR_RETURN(im.slots, device.alloc(i32_bytes(T)));
-  SX_ASSIGN_OR_RETURN(im.seq_start, device.alloc(i32_bytes(T + 1)));
-  SX_ASSIGN_OR_RETURN(im.seq_ctx, device.alloc(i32_bytes(T)));
+  im.in = StepInputs(options);
+  SX_ASSIGN_OR_RETURN(im.staging, device.alloc(im.in.bytes, hal::BufferUsage::kUpload));
+  SX_ASSIGN_OR_RETURN(im.inputs, device.alloc(im.in.bytes));
   SX_RETURN_IF_ERROR(s.sync());
   return shard;
 }
 
-Status Qwen2Shard::run(const ForwardBatch& batch, std::vector<float>& gathered) {
-  Status st = run_step(batch, gathered);
+Status Qwen2Shard::run(const ForwardBatch& batch, int top_k) {
+  impl_->result_bytes = 0;
+  Status st = run_step(batch, top_k);
   Status synced = impl_->stream->sync();
   if (!st.ok()) return st;
   return synced;
 }
 
-Status Qwen2Shard::run_step(const ForwardBatch& batch, std::vector<float>& gathered) {
+std::span<const std::byte> Qwen2Shard::result() const {
+  if (!impl_->readback) return {};
+  return impl_->readback->host().first(impl_->result_bytes);
+}
+
+Status Qwen2Shard::run_step(const ForwardBatch& batch, int top_k) {
   Impl& im = *impl_;
   hal::Stream& s = *im.stream;
   const model::ModelConfig& c = im.config;
@@ -353,17 +402,19 @@ Status Qwen2Shard::run_step(const ForwardBatch& batch, std::vector<float>& gathe
   const float eps = static_cast<float>(c.rms_eps);
   const int tp = im.tp();
 
-  // Per-step integer inputs (every rank gets the batch from the driver: rank 0's choice of tokens).
-  const std::size_t bt_bytes = i32_bytes(static_cast<std::int64_t>(batch.block_table.size()));
-  if (!im.block_table || im.block_table->size() < bt_bytes) {
-    SX_ASSIGN_OR_RETURN(im.block_table, im.device->alloc(std::max<std::size_t>(bt_bytes, 64)));
+  // Per-step integer inputs (every rank gets the batch from the driver: rank 0's choice of tokens),
+  // through the staging buffer: the previous step's copies out of it ended at its sync().
+  const std::span<std::byte> staging = im.staging->host();
+  for (const auto& [offset, values] : {std::pair{im.in.ids, std::span<const std::int32_t>(batch.tokens)},
+                                       std::pair{im.in.positions, std::span<const std::int32_t>(batch.positions)},
+                                       std::pair{im.in.slots, std::span<const std::int32_t>(batch.slot_mapping)},
+                                       std::pair{im.in.seq_start, std::span<const std::int32_t>(batch.seq_token_start)},
+                                       std::pair{im.in.seq_ctx, std::span<const std::int32_t>(batch.seq_context_len)},
+                                       std::pair{im.in.block_table, std::span<const std::int32_t>(batch.block_table)}}) {
+    if (values.empty()) continue;
+    std::memcpy(staging.data() + offset, values.data(), values.size_bytes());
+    SX_RETURN_IF_ERROR(s.copy(*im.inputs, offset, *im.staging, offset, values.size_bytes()));
   }
-  SX_RETURN_IF_ERROR(hal::upload_span<std::int32_t>(s, *im.ids, 0, batch.tokens));
-  SX_RETURN_IF_ERROR(hal::upload_span<std::int32_t>(s, *im.positions, 0, batch.positions));
-  SX_RETURN_IF_ERROR(hal::upload_span<std::int32_t>(s, *im.slots, 0, batch.slot_mapping));
-  SX_RETURN_IF_ERROR(hal::upload_span<std::int32_t>(s, *im.seq_start, 0, batch.seq_token_start));
-  SX_RETURN_IF_ERROR(hal::upload_span<std::int32_t>(s, *im.seq_ctx, 0, batch.seq_context_len));
-  SX_RETURN_IF_ERROR(hal::upload_span<std::int32_t>(s, *im.block_table, 0, batch.block_table));
 
   auto V = [](const std::unique_ptr<hal::Buffer>& b) { return hal::BufView{b.get(), 0}; };
   auto matmul = [&](const DeviceTensor& w, const DeviceTensor* bias, hal::BufView x, hal::BufView y, std::int64_t m,
@@ -386,7 +437,7 @@ Status Qwen2Shard::run_step(const ForwardBatch& batch, std::vector<float>& gathe
   };
 
   if (rp.has_embedding) {
-    hal::EmbeddingArgs e{im.token_embd.view(), im.token_embd.type, V(im.ids), V(im.h), T, H, rp.vocab.size()};
+    hal::EmbeddingArgs e{im.token_embd.view(), im.token_embd.type, im.input(im.in.ids), V(im.h), T, H, rp.vocab.size()};
     e.shard = tp > 1;
     e.vocab_offset = rp.vocab.begin;
     SX_RETURN_IF_ERROR(s.run(e));
@@ -406,23 +457,23 @@ Status Qwen2Shard::run_step(const ForwardBatch& batch, std::vector<float>& gathe
     SX_RETURN_IF_ERROR(matmul(L.k_w, &L.k_b, V(im.xn), V(im.k), T, nkv * hd, H));
     SX_RETURN_IF_ERROR(matmul(L.v_w, &L.v_b, V(im.xn), V(im.v), T, nkv * hd, H));
     const auto theta = static_cast<float>(c.rope_theta);
-    SX_RETURN_IF_ERROR(s.run(hal::RopeArgs{V(im.q), V(im.positions), T, nq, hd, hd, theta}));
-    SX_RETURN_IF_ERROR(s.run(hal::RopeArgs{V(im.k), V(im.positions), T, nkv, hd, hd, theta}));
+    SX_RETURN_IF_ERROR(s.run(hal::RopeArgs{V(im.q), im.input(im.in.positions), T, nq, hd, hd, theta}));
+    SX_RETURN_IF_ERROR(s.run(hal::RopeArgs{V(im.k), im.input(im.in.positions), T, nkv, hd, hd, theta}));
     hal::KvWriteArgs kw = kv_write_args(im.options, rp, hd, T);
     kw.k = V(im.k);
     kw.v = V(im.v);
     kw.k_cache = V(im.k_cache[li]);
     kw.v_cache = V(im.v_cache[li]);
-    kw.slot_mapping = V(im.slots);
+    kw.slot_mapping = im.input(im.in.slots);
     SX_RETURN_IF_ERROR(s.run(kw));
     hal::AttentionArgs at = attention_args(c, im.options, rp, T, n_seqs, batch.max_blocks_per_seq);
     at.q = V(im.q);
     at.k_cache = kw.k_cache;
     at.v_cache = kw.v_cache;
     at.out = V(im.attn);
-    at.seq_token_start = V(im.seq_start);
-    at.seq_context_len = V(im.seq_ctx);
-    at.block_table = V(im.block_table);
+    at.seq_token_start = im.input(im.in.seq_start);
+    at.seq_context_len = im.input(im.in.seq_ctx);
+    at.block_table = im.input(im.in.block_table);
     SX_RETURN_IF_ERROR(s.run(at));
     // Row-parallel o: this rank's heads' share of every output; the all-reduce sums the shares.
     SX_RETURN_IF_ERROR(matmul(L.o_w, nullptr, V(im.attn), V(im.delta), T, H, nq * hd));
@@ -445,7 +496,6 @@ Status Qwen2Shard::run_step(const ForwardBatch& batch, std::vector<float>& gathe
 
   // Gather the rows that need logits, then final norm (with the last residual add) and LM head.
   const auto R = static_cast<std::int64_t>(batch.logit_rows.size());
-  gathered.clear();
   if (R == 0) return ok_status();
   for (std::int64_t i = 0; i < R; ++i) {
     const auto row = static_cast<std::size_t>(batch.logit_rows[static_cast<std::size_t>(i)]);
@@ -462,15 +512,24 @@ Status Qwen2Shard::run_step(const ForwardBatch& batch, std::vector<float>& gathe
   SX_RETURN_IF_ERROR(s.run(hal::RmsNormArgs{V(im.sel), add, im.output_norm.view(), V(im.sel_norm), R, H, eps}));
   const std::int64_t vn = rp.vocab.size();
   SX_RETURN_IF_ERROR(matmul(im.head(), nullptr, V(im.sel_norm), V(im.logits), R, vn, H));
-  const std::int64_t chunk = R * max_vocab_shard_;
-  const hal::Buffer* result = im.logits.get();
+  // This rank's part (its logits, or the candidates of its vocab shard), then every rank's.
+  hal::Buffer* part = im.logits.get();
+  hal::Buffer* all = im.gathered.get();
+  std::size_t part_bytes = f32_bytes(R * max_vocab_shard_);
+  if (top_k > 0) {
+    hal::TopKArgs top{V(im.logits), V(im.top), {im.top.get(), top_k_ids_offset(R, top_k)}, R, vn, top_k, rp.vocab.begin};
+    SX_RETURN_IF_ERROR(s.run(top));
+    part = im.top.get();
+    all = im.top_gathered.get();
+    part_bytes = top_k_bytes(R, top_k);
+  }
   if (tp > 1) {
-    SX_RETURN_IF_ERROR(im.ctx.tp->all_gather(s, V(im.logits), V(im.gathered), f32_bytes(chunk)));
-    result = im.gathered.get();
+    SX_RETURN_IF_ERROR(im.ctx.tp->all_gather(s, {part, 0}, {all, 0}, part_bytes));
+    part = all;
   }
   if (rp.tp_rank != 0) return ok_status();
-  gathered.resize(static_cast<std::size_t>(chunk * tp));
-  return hal::download_span<float>(s, std::span<float>(gathered), *result, 0);
+  im.result_bytes = part_bytes * static_cast<std::size_t>(tp);
+  return s.copy(*im.readback, 0, *part, 0, im.result_bytes);
 }
 
 }  // namespace sx::engine

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "runtime/base/status.h"
@@ -39,10 +40,18 @@ class Qwen2Shard {
                                                   const ShardContext& ctx, const ModelOptions& options);
   ~Qwen2Shard();
 
-  // This rank's part of one step. On the last stage's tp rank 0, `gathered` receives the logits of
-  // every tp rank: tp chunks of logit_rows x max_vocab_shard floats (chunk j holds rank j's
-  // rows x its vocab-shard columns, row-major, then padding); elsewhere it is left empty.
-  Status run(const ForwardBatch& batch, std::vector<float>& gathered);
+  // This rank's part of one step; top_k = 0 reads back logits, top_k in [1, hal::kMaxTopK] the
+  // top_k candidates of each row instead (hal::TopKArgs over each rank's vocab shard).
+  Status run(const ForwardBatch& batch, int top_k);
+  // After run(), on the last stage's tp rank 0 (empty elsewhere, and when no row asked for
+  // logits), what it read back for every tp rank j, in tp chunks: with top_k = 0, logit_rows x
+  // max_vocab_shard floats (rank j's rows x its vocab-shard columns, row-major, then padding);
+  // otherwise top_k_bytes(logit_rows, top_k) bytes: logit_rows x top_k values (rows in order,
+  // best first), then from top_k_ids_offset the same rows' token ids. Host memory of the shard's
+  // readback buffer: valid until the next run().
+  std::span<const std::byte> result() const;
+  static std::size_t top_k_ids_offset(std::int64_t rows, std::int64_t k);  // 256-byte aligned
+  static std::size_t top_k_bytes(std::int64_t rows, std::int64_t k);
 
   // Fails this rank's channels (called when run() failed here, so that no peer waits).
   void abort_channels(const Status& why);
@@ -63,7 +72,7 @@ class Qwen2Shard {
  private:
   struct Impl;
   Qwen2Shard();
-  Status run_step(const ForwardBatch& batch, std::vector<float>& gathered);
+  Status run_step(const ForwardBatch& batch, int top_k);
 
   std::unique_ptr<Impl> impl_;
   std::uint64_t weight_bytes_ = 0;

@@ -14,6 +14,15 @@ std::string_view device_kind_name(DeviceKind kind) {
   return "other";
 }
 
+std::string_view buffer_usage_name(BufferUsage usage) {
+  switch (usage) {
+    case BufferUsage::kDevice: return "device";
+    case BufferUsage::kUpload: return "upload";
+    case BufferUsage::kReadback: break;
+  }
+  return "readback";
+}
+
 Status check_weight_bytes(const WeightDesc& w, std::span<const std::byte> bytes) {
   const std::size_t need = tensor_bytes(w.format, w.rows, w.cols);
   if (bytes.size() != need) {

@@ -1,10 +1,14 @@
 // Device, Buffer and Stream: the HAL objects the engine programs against (DESIGN.md §4).
 //
-// - Buffer: device memory. Host code never dereferences it; data moves only through Stream
-//   upload/download/copy.
+// - Buffer: memory of one device, allocated for a usage (BufferUsage). A device-local buffer is
+//   never dereferenced by host code: data moves only through Stream upload/update/download/copy/
+//   fill. Upload-staging and readback buffers are host-visible (host()): the host writes the
+//   first and reads the second, and streams move their bytes to and from device-local buffers
+//   with copy(). Ops read and write device-local buffers only.
 // - Stream: ordered asynchronous work. Calls enqueue and return; the first error latches and is
 //   returned by sync() (and by every later call). Host spans passed to upload must stay valid and
-//   unchanged, and download destinations must not be read, until sync() returns.
+//   unchanged, and download destinations must not be read, until sync() returns; update() copies
+//   its (small) source before it returns.
 // - Event: a point in a stream. record() marks it after the work enqueued so far; another stream
 //   of the same device that wait()s on it runs its later work only after that point.
 // - Device: identity, memory, capabilities; creates buffers, streams and events.
@@ -49,11 +53,25 @@ struct MemoryInfo {
   std::uint64_t used_bytes = 0;  // by buffers of this device
 };
 
+// Where a buffer lives, chosen at allocation (Device::alloc).
+enum class BufferUsage {
+  kDevice,    // device-local: weights, KV cache, activations, op operands
+  kUpload,    // host-visible staging the host writes and streams copy() from, reused step after step
+  kReadback,  // host-visible memory streams copy() into and the host reads after sync()
+};
+// "device", "upload", "readback"
+std::string_view buffer_usage_name(BufferUsage usage);
+
 class Buffer {
  public:
   virtual ~Buffer() = default;
   virtual std::size_t size() const = 0;
   virtual Device& device() const = 0;
+  virtual BufferUsage usage() const = 0;
+  // The bytes of an upload or readback buffer as the host sees them (size() of them); empty for
+  // a device-local buffer. The host may write an upload buffer, or read a readback buffer, only
+  // while no enqueued work uses it: after the sync() of the stream that last did.
+  virtual std::span<std::byte> host() const = 0;
 };
 
 class Event {
@@ -66,8 +84,14 @@ class Stream {
   virtual ~Stream() = default;
   virtual Status upload(Buffer& dst, std::size_t dst_offset, std::span<const std::byte> src) = 0;
   virtual Status download(std::span<std::byte> dst, const Buffer& src, std::size_t src_offset) = 0;
+  // Like upload, but `src` (at most kMaxUpdateBytes) is copied before the call returns, so it may
+  // be changed or freed at once: for small host updates between ops.
+  static constexpr std::size_t kMaxUpdateBytes = 65536;
+  virtual Status update(Buffer& dst, std::size_t dst_offset, std::span<const std::byte> src) = 0;
   virtual Status copy(Buffer& dst, std::size_t dst_offset, const Buffer& src, std::size_t src_offset,
                       std::size_t bytes) = 0;
+  // Sets `bytes` bytes of dst from dst_offset to `value` (e.g. zeroing a KV pool at start-up).
+  virtual Status fill(Buffer& dst, std::size_t dst_offset, std::size_t bytes, std::uint8_t value) = 0;
   virtual Status run(const Op& op) = 0;
   // Marks `event` after the work enqueued so far on this stream.
   virtual Status record(Event& event) = 0;
@@ -110,7 +134,9 @@ class Device {
   // from the buffer. Enqueued on `stream`: `bytes` must stay valid until stream.sync().
   virtual Result<std::unique_ptr<Buffer>> upload_weight(Stream& stream, const WeightDesc& w,
                                                         std::span<const std::byte> bytes);
-  virtual Result<std::unique_ptr<Buffer>> alloc(std::size_t bytes) = 0;
+  // A new buffer of `bytes` bytes for `usage` (contents unspecified: fill() what must start at
+  // zero). Allocate at start-up: the engine allocates nothing while it runs steps.
+  virtual Result<std::unique_ptr<Buffer>> alloc(std::size_t bytes, BufferUsage usage = BufferUsage::kDevice) = 0;
   virtual Result<std::unique_ptr<Stream>> create_stream() = 0;
   virtual Result<std::unique_ptr<Event>> create_event() = 0;
 };

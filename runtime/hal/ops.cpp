@@ -7,7 +7,7 @@ namespace sx::hal {
 
 std::string_view op_name(const Op& op) {
   static constexpr std::string_view kNames[] = {"embedding", "rmsnorm", "matmul", "rope", "kv_write",
-                                                "attention", "silu_mul", "add", "argmax"};
+                                                "attention", "silu_mul", "add", "top_k"};
   return kNames[op.index()];
 }
 
@@ -33,7 +33,7 @@ struct Describe {
   }
   std::string operator()(const SiluMulArgs& a) const { return fmt::format("silu_mul of rows of {}", a.n_cols); }
   std::string operator()(const AddArgs&) const { return "add"; }
-  std::string operator()(const ArgmaxArgs& a) const { return fmt::format("argmax over rows of {}", a.n_cols); }
+  std::string operator()(const TopKArgs& a) const { return fmt::format("top-{} over rows of {}", a.k, a.n_cols); }
 };
 
 }  // namespace

@@ -119,15 +119,28 @@ struct AddArgs {
   std::int64_t n = 0;
 };
 
-// out[r] = argmax_j x[r][j] (lowest index on ties), I32.
-struct ArgmaxArgs {
-  BufView x;    // F32 [n_rows][n_cols]
-  BufView out;  // I32 [n_rows]
-  std::int64_t n_rows = 0, n_cols = 0;
+// The k largest values of each row and their column indices, for selecting tokens on the device
+// (greedy is k = 1) so that only the candidates are read back. Order: larger value first, the
+// lower index first among equal values, NaN below every number (and equal to NaN). values[r][i]
+// is the i-th of row r, ids[r][i] its column + id_offset (the vocab shard's first token id).
+// 1 <= k <= min(n_cols, kMaxTopK).
+inline constexpr std::int64_t kMaxTopK = 64;
+// The order of TopKArgs: true when value a at index ia comes before value b at index ib.
+inline bool top_k_before(float a, std::int64_t ia, float b, std::int64_t ib) {
+  const bool a_nan = a != a, b_nan = b != b;
+  if (a_nan != b_nan) return b_nan;
+  if (a_nan || a == b) return ia < ib;
+  return a > b;
+}
+struct TopKArgs {
+  BufView x;       // F32 [n_rows][n_cols]
+  BufView values;  // F32 [n_rows][k]
+  BufView ids;     // I32 [n_rows][k]
+  std::int64_t n_rows = 0, n_cols = 0, k = 1, id_offset = 0;
 };
 
 using Op = std::variant<EmbeddingArgs, RmsNormArgs, MatmulArgs, RopeArgs, KvWriteArgs,
-                        AttentionArgs, SiluMulArgs, AddArgs, ArgmaxArgs>;
+                        AttentionArgs, SiluMulArgs, AddArgs, TopKArgs>;
 
 std::string_view op_name(const Op& op);
 // The op with what a backend's support depends on, for errors: "matmul with q4_k weights

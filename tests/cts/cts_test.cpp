@@ -5,7 +5,8 @@
 //
 // Device / Buffer / Stream / Event: identity and memory accounting; uploads, downloads and copies
 // at odd offsets and sizes that touch nothing outside their range (guard bytes on both sides, in
-// device and host memory); stream order; events ordering two streams; an unrecorded event;
+// device and host memory); fill and update (copied at the call); staging and readback buffers
+// through device memory, refused as op operands; stream order; events ordering two streams; an unrecorded event;
 // latched errors. Channel (backends with collectives): all_reduce equal to the rank-order sum
 // within the header's tolerance on every rank, all_gather, broadcast, send / recv in a ring,
 // barrier; an aborting rank fails its peers promptly naming itself; a missing rank times out and
@@ -118,6 +119,70 @@ TEST_P(Cts, TransfersAtOddOffsetsTouchOnlyTheirRange) {
   EXPECT_EQ(mid[0], std::byte{0x11});
   EXPECT_EQ(mid[4], std::byte{0x11});
   EXPECT_TRUE(std::equal(mid.begin() + 1, mid.begin() + 4, want_x.begin() + 997));
+}
+
+// fill() and update() touch exactly their range; update() copied its source at the call (the
+// source is overwritten before sync); fill() works on buffers larger than any host chunk.
+TEST_P(Cts, FillAndUpdateTouchOnlyTheirRangeAndUpdateCopiesAtTheCall) {
+  CTS_BACKEND(b, 1);
+  auto d = device(*b);
+  ASSERT_NE(d, nullptr);
+  auto s = *d->create_stream();
+  constexpr std::size_t kSize = 3 << 20;
+  auto x = *d->alloc(kSize);
+  const std::vector<std::byte> base = pattern(kSize, 4);
+  ASSERT_TRUE(s->upload(*x, 0, base).ok());
+  ASSERT_TRUE(s->fill(*x, 3, (2 << 20) + 5, 0).ok());  // x[3, 2 MiB + 8) = 0
+  ASSERT_TRUE(s->fill(*x, kSize - 11, 7, 0xC3).ok());  // x[kSize - 11, kSize - 4) = 0xC3
+  std::vector<std::byte> src = pattern(Stream::kMaxUpdateBytes, 5);
+  const std::vector<std::byte> sent = src;
+  ASSERT_TRUE(s->update(*x, (2 << 20) + 100, src).ok());
+  std::fill(src.begin(), src.end(), std::byte{0xEE});  // too late to change what update sends
+  std::vector<std::byte> out(kSize);
+  ASSERT_TRUE(s->download(out, *x, 0).ok());
+  ASSERT_TRUE(s->sync().ok());
+  std::vector<std::byte> want = base;
+  std::fill(want.begin() + 3, want.begin() + (2 << 20) + 8, std::byte{0});
+  std::fill(want.end() - 11, want.end() - 4, std::byte{0xC3});
+  std::copy(sent.begin(), sent.end(), want.begin() + (2 << 20) + 100);
+  EXPECT_TRUE(out == want);
+  // An update larger than kMaxUpdateBytes is refused (and latches).
+  std::vector<std::byte> big(Stream::kMaxUpdateBytes + 1);
+  EXPECT_EQ(s->update(*x, 0, big).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->sync().code(), StatusCode::kInvalidArgument);
+}
+
+// Upload and readback buffers are host-visible: the host writes one, a stream copies it to a
+// device buffer and back into the other, and the host reads the result there after sync().
+// Device buffers show the host nothing, and ops refuse the host-visible ones as operands.
+TEST_P(Cts, StagingAndReadbackBuffersCarryDataThroughDeviceMemory) {
+  CTS_BACKEND(b, 1);
+  auto d = device(*b);
+  ASSERT_NE(d, nullptr);
+  auto s = *d->create_stream();
+  constexpr std::size_t kSize = 4096;
+  auto up = *d->alloc(kSize, BufferUsage::kUpload);
+  auto dev = *d->alloc(kSize);
+  auto back = *d->alloc(kSize, BufferUsage::kReadback);
+  EXPECT_EQ(up->usage(), BufferUsage::kUpload);
+  EXPECT_EQ(dev->usage(), BufferUsage::kDevice);
+  EXPECT_EQ(back->usage(), BufferUsage::kReadback);
+  EXPECT_TRUE(dev->host().empty());
+  ASSERT_EQ(up->host().size(), kSize);
+  ASSERT_EQ(back->host().size(), kSize);
+  for (int round = 0; round < 3; ++round) {  // the same staging reused, as a step does
+    const std::vector<std::byte> data = pattern(kSize, 10 + round);
+    std::copy(data.begin(), data.end(), up->host().begin());
+    ASSERT_TRUE(s->copy(*dev, 0, *up, 0, kSize).ok());
+    ASSERT_TRUE(s->copy(*back, 0, *dev, 0, kSize).ok());
+    ASSERT_TRUE(s->sync().ok());
+    EXPECT_TRUE(std::equal(data.begin(), data.end(), back->host().begin())) << "round " << round;
+  }
+  const Status refused = s->run(AddArgs{{up.get(), 0}, {dev.get(), 0}, {dev.get(), 0}, 16});
+  Status synced = s->sync();
+  EXPECT_EQ(refused.ok() ? synced.code() : refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE((refused.ok() ? synced : refused).message().find("upload"), std::string::npos)
+      << (refused.ok() ? synced : refused).to_string();
 }
 
 // Work on one stream runs in the order it was enqueued: an op sees the upload before it, a

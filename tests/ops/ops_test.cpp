@@ -269,16 +269,61 @@ TEST_P(Ops, PagedAttentionMixedBatchMatchesNaive) {
   }
 }
 
-TEST_P(Ops, SiluMulAndArgmax) {
+TEST_P(Ops, SiluMul) {
   auto g = random(2 * 40), u = random(2 * 40);
   auto bg = buf(g), bu = buf(u), bo = buf(std::vector<float>(80));
   ASSERT_TRUE(stream_->run(hal::SiluMulArgs{V(bg), V(bu), V(bo), 2, 40, 0, 0, 0}).ok());
   auto o = read<float>(*bo, 80);
   for (int i = 0; i < 80; ++i) EXPECT_NEAR(o[i], g[i] / (1 + std::exp(-g[i])) * u[i], 1e-6);
-  std::vector<float> x = {1, 5, 5, 2, -1, -3, -1, -2};
-  auto bx = buf(x), bi = buf(std::vector<std::int32_t>(2));
-  ASSERT_TRUE(stream_->run(hal::ArgmaxArgs{V(bx), V(bi), 2, 4}).ok());
-  EXPECT_EQ(read<std::int32_t>(*bi, 2), (std::vector<std::int32_t>{1, 0}));
+}
+
+// Every k of hal::TopKArgs against a full sort in its order, on rows with ties (values on a
+// coarse grid), NaN and infinities, with an id offset (a vocab shard).
+TEST_P(Ops, TopKIsTheSortedPrefixWithTiesToTheLowerIndex) {
+  const std::int64_t rows = 3, cols = 300, offset = 1000;
+  std::vector<float> x = random(rows * cols);
+  for (float& v : x) v = std::round(v * 8.0f) / 8.0f;  // many equal values
+  x[5] = std::nanf("");
+  x[cols + 7] = INFINITY;
+  x[cols + 9] = -INFINITY;
+  x[2 * cols + 0] = std::nanf("");
+  x[2 * cols + 1] = std::nanf("");
+  auto bx = buf(x);
+  for (std::int64_t k : {std::int64_t{1}, std::int64_t{2}, std::int64_t{7}, hal::kMaxTopK}) {
+    SCOPED_TRACE(::testing::Message() << "k " << k);
+    auto bv = buf(std::vector<float>(static_cast<std::size_t>(rows * k)));
+    auto bi = buf(std::vector<std::int32_t>(static_cast<std::size_t>(rows * k)));
+    ASSERT_TRUE(stream_->run(hal::TopKArgs{V(bx), V(bv), V(bi), rows, cols, k, offset}).ok());
+    const auto v = read<float>(*bv, static_cast<std::size_t>(rows * k));
+    const auto ids = read<std::int32_t>(*bi, static_cast<std::size_t>(rows * k));
+    for (std::int64_t r = 0; r < rows; ++r) {
+      std::vector<std::int64_t> order(static_cast<std::size_t>(cols));
+      std::iota(order.begin(), order.end(), 0);
+      const float* row = x.data() + r * cols;
+      std::stable_sort(order.begin(), order.end(),
+                       [&](std::int64_t a, std::int64_t b) { return hal::top_k_before(row[a], a, row[b], b); });
+      for (std::int64_t i = 0; i < k; ++i) {
+        const std::int64_t want = order[static_cast<std::size_t>(i)];
+        EXPECT_EQ(ids[static_cast<std::size_t>(r * k + i)], want + offset) << "row " << r << " rank " << i;
+        const float got = v[static_cast<std::size_t>(r * k + i)];
+        EXPECT_TRUE(got == row[want] || (std::isnan(got) && std::isnan(row[want]))) << "row " << r << " rank " << i;
+      }
+    }
+  }
+  // The order itself: a larger value first, NaN last, the lower index among equals.
+  EXPECT_TRUE(hal::top_k_before(2.0f, 9, 1.0f, 0));
+  EXPECT_TRUE(hal::top_k_before(1.0f, 3, 1.0f, 4));
+  EXPECT_TRUE(hal::top_k_before(-INFINITY, 9, std::nanf(""), 0));
+  EXPECT_FALSE(hal::top_k_before(std::nanf(""), 0, -INFINITY, 9));
+  EXPECT_TRUE(hal::top_k_before(std::nanf(""), 0, std::nanf(""), 1));
+  // k outside [1, min(n_cols, kMaxTopK)] is an error.
+  auto small = buf(std::vector<float>(static_cast<std::size_t>(rows * (hal::kMaxTopK + 1))));
+  auto small_ids = buf(std::vector<std::int32_t>(static_cast<std::size_t>(rows * (hal::kMaxTopK + 1))));
+  EXPECT_EQ(run_and_sync(hal::TopKArgs{V(bx), V(small), V(small_ids), rows, cols, hal::kMaxTopK + 1, 0}).code(),
+            StatusCode::kInvalidArgument);
+  stream_ = std::move(device_->create_stream()).value();
+  EXPECT_EQ(run_and_sync(hal::TopKArgs{V(bx), V(small), V(small_ids), rows, cols, 0, 0}).code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST_P(Ops, BadArgumentsAreErrorsAndLatch) {

@@ -46,8 +46,9 @@ void silu_mul(ThreadPool& pool, const float* gate, const float* up, float* out, 
 
 void add(ThreadPool& pool, const float* a, const float* b, float* out, std::int64_t n);
 
-void argmax_rows(ThreadPool& pool, const float* x, std::int32_t* out, std::int64_t n_rows,
-                 std::int64_t n_cols);
+// hal::TopKArgs: per row the k first of hal::top_k_before's order, ids offset by id_offset.
+void top_k_rows(ThreadPool& pool, const float* x, float* values, std::int32_t* ids, std::int64_t n_rows,
+                std::int64_t n_cols, std::int64_t k, std::int64_t id_offset);
 
 // Vectorised helpers shared by the ops.
 float dot_f32(const float* a, const float* b, std::int64_t n);

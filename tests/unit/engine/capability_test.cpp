@@ -5,7 +5,7 @@
 //   or allocates anything.
 // * Every op a step runs (prefill and decode, TP 1 and 2, PP 2) was asked at load, with the same
 //   kind, formats and fixed dimensions and no larger a batch (Qwen2Shard::step_ops stays complete),
-//   and no supports() call happens once the model is loaded.
+//   and no supports() call happens once the model is loaded; nor does an allocation.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -41,9 +41,15 @@ class PickyStream final : public hal::Stream {
   Status download(std::span<std::byte> dst, const hal::Buffer& src, std::size_t off) override {
     return inner_->download(dst, src, off);
   }
+  Status update(hal::Buffer& dst, std::size_t off, std::span<const std::byte> src) override {
+    return inner_->update(dst, off, src);
+  }
   Status copy(hal::Buffer& dst, std::size_t dst_off, const hal::Buffer& src, std::size_t src_off,
               std::size_t bytes) override {
     return inner_->copy(dst, dst_off, src, src_off, bytes);
+  }
+  Status fill(hal::Buffer& dst, std::size_t off, std::size_t bytes, std::uint8_t value) override {
+    return inner_->fill(dst, off, bytes, value);
   }
   Status run(const hal::Op& op) override {
     rec_.ran.push_back(op);
@@ -84,9 +90,10 @@ class PickyDevice final : public hal::Device {
     ++rec_.uploads;
     return inner_->upload_weight(unwrap(s), w, bytes);
   }
-  Result<std::unique_ptr<hal::Buffer>> alloc(std::size_t bytes) override {
+  Result<std::unique_ptr<hal::Buffer>> alloc(std::size_t bytes,
+                                             hal::BufferUsage usage = hal::BufferUsage::kDevice) override {
     ++rec_.allocs;
-    return inner_->alloc(bytes);
+    return inner_->alloc(bytes, usage);
   }
   Result<std::unique_ptr<hal::Stream>> create_stream() override {
     SX_ASSIGN_OR_RETURN(std::unique_ptr<hal::Stream> s, inner_->create_stream());
@@ -280,7 +287,8 @@ bool covers(const hal::Op& asked, const hal::Op& ran) {
         } else if constexpr (std::is_same_v<T, hal::AddArgs>) {
           return r.n <= a.n;
         } else {
-          return a.n_cols == r.n_cols && r.n_rows <= a.n_rows;
+          static_assert(std::is_same_v<T, hal::TopKArgs>);
+          return a.n_cols == r.n_cols && a.id_offset == r.id_offset && r.n_rows <= a.n_rows && r.k <= a.k;
         }
       },
       ran);
@@ -297,25 +305,29 @@ TEST_F(Capability, EveryOpAStepRunsWasAskedAtLoadAndNothingIsAskedAfter) {
     ASSERT_TRUE(l.model.ok()) << l.model.status().to_string();
     Qwen2Model& m = **l.model;
     std::vector<std::size_t> asked_at_load;
+    std::vector<int> allocs_at_load;
     for (const auto& d : l.devices) {
       EXPECT_FALSE(picky(d).record().asked.empty());
       asked_at_load.push_back(picky(d).record().asked.size());
+      allocs_at_load.push_back(picky(d).record().allocs);
       picky(d).record().ran.clear();  // load's own ops (none today) are not a step's
     }
-    // A prefill of 9 tokens, then 3 decode steps.
+    // A prefill of 9 tokens, then decode steps reading back logits, the greedy choice and the
+    // top 3 candidates.
     std::vector<std::int32_t> prompt = {5, 17, 3, 200, 41, 9, 77, 1, 250};
-    std::vector<float> logits;
+    std::vector<float> logits, values;
+    std::vector<std::int32_t> ids;
     ASSERT_TRUE(m.forward(single_sequence_batch(prompt, 0, m.options().kv.num_blocks), logits).ok());
     for (int step = 0; step < 3; ++step) {
       const std::int32_t one[1] = {static_cast<std::int32_t>(10 + step)};
-      ASSERT_TRUE(m.forward(single_sequence_batch(one, static_cast<std::int32_t>(prompt.size()) + step,
-                                                  m.options().kv.num_blocks),
-                            logits)
-                      .ok());
+      const ForwardBatch b =
+          single_sequence_batch(one, static_cast<std::int32_t>(prompt.size()) + step, m.options().kv.num_blocks);
+      ASSERT_TRUE((step == 0 ? m.forward(b, logits) : m.forward_top_k(b, step == 1 ? 1 : 3, values, ids)).ok());
     }
     for (std::size_t i = 0; i < l.devices.size(); ++i) {
       const Record& rec = picky(l.devices[i]).record();
       EXPECT_EQ(rec.asked.size(), asked_at_load[i]) << "device " << i << " was asked after the load";
+      EXPECT_EQ(rec.allocs, allocs_at_load[i]) << "device " << i << " allocated during a step";
       EXPECT_FALSE(rec.ran.empty());
       for (const hal::Op& op : rec.ran) {
         bool found = false;

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,31 @@ ModelOptions model_options() {
   return mo;
 }
 
+// The step `b` again, selecting on the devices (Qwen2Model::forward_top_k): its k best must be
+// the first k of `logits` (the same step's) in hal::top_k_before's order, bit for bit, in every
+// layout (each tp rank selects from its vocab shard, the host merges).
+Status check_top_k(Qwen2Model& m, const ForwardBatch& b, const std::vector<float>& logits) {
+  for (int k : {1, 8}) {
+    std::vector<float> values;
+    std::vector<std::int32_t> ids;
+    SX_RETURN_IF_ERROR(m.forward_top_k(b, k, values, ids));
+    std::vector<std::int32_t> order(logits.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](std::int32_t x, std::int32_t y) {
+      return hal::top_k_before(logits[static_cast<std::size_t>(x)], x, logits[static_cast<std::size_t>(y)], y);
+    });
+    for (int i = 0; i < k; ++i) {
+      const std::int32_t want = order[static_cast<std::size_t>(i)];
+      if (ids[static_cast<std::size_t>(i)] != want || values[static_cast<std::size_t>(i)] != logits[static_cast<std::size_t>(want)]) {
+        return internal_error("top-{} candidate {} is token {} ({}), the logits say {} ({})", k, i,
+                              ids[static_cast<std::size_t>(i)], values[static_cast<std::size_t>(i)], want,
+                              logits[static_cast<std::size_t>(want)]);
+      }
+    }
+  }
+  return ok_status();
+}
+
 // Prefill a fixed prompt, then kSteps greedy decode steps (or, with `forced`, decode steps that
 // feed forced[step] whatever the logits say).
 Result<GreedyRun> run_greedy(Qwen2Model& m, const std::vector<std::int32_t>& forced = {}) {
@@ -82,7 +108,9 @@ Result<GreedyRun> run_greedy(Qwen2Model& m, const std::vector<std::int32_t>& for
   std::vector<std::int32_t> prompt;
   for (int i = 0; i < 20; ++i) prompt.push_back((i * 37 + 11) % 509);
   std::vector<float> logits;
-  SX_RETURN_IF_ERROR(m.forward(single_sequence_batch(prompt, 0, m.options().kv.num_blocks), logits));
+  const ForwardBatch prefill = single_sequence_batch(prompt, 0, m.options().kv.num_blocks);
+  SX_RETURN_IF_ERROR(m.forward(prefill, logits));
+  SX_RETURN_IF_ERROR(check_top_k(m, prefill, logits));
   auto pos = static_cast<std::int32_t>(prompt.size());
   for (int step = 0; step < kSteps; ++step) {
     run.logits.push_back(logits);

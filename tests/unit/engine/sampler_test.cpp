@@ -3,10 +3,13 @@
 
 #include <cmath>
 #include <map>
+#include <numeric>
+#include <random>
 #include <vector>
 
 #include "runtime/engine/sampler.h"
 #include "runtime/engine/stop_matcher.h"
+#include "runtime/hal/ops.h"
 
 namespace sx::engine {
 namespace {
@@ -100,6 +103,56 @@ TEST(Sampler, Penalties) {
   auto l2 = logits_of({5.0f, 3.0f});
   EXPECT_EQ(f.sample(l2), 1);  // 5 - 0.5 - 2 = 2.5 < 3
   EXPECT_FLOAT_EQ(l2[0], 2.5f);
+}
+
+// A device that selects the best candidates (hal::TopKArgs order) hands sample_top what sample()
+// would find in the whole row: the same seed then draws the same tokens, for top-k with top-p and
+// min-p too; greedy takes the first. Penalties or an unbounded set need the whole row.
+TEST(Sampler, CandidatesFromTheDeviceDrawWhatTheWholeRowDraws) {
+  std::mt19937 gen(3);
+  std::normal_distribution<float> n(0.0f, 2.0f);
+  std::vector<float> row(5000);
+  for (float& v : row) v = std::round(n(gen) * 4.0f) / 4.0f;  // ties between candidates
+  std::vector<std::int32_t> order(row.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+    return hal::top_k_before(row[static_cast<std::size_t>(a)], a, row[static_cast<std::size_t>(b)], b);
+  });
+  const int limit = 64;
+  std::vector<float> values;
+  std::vector<std::int32_t> ids(order.begin(), order.begin() + limit);
+  for (std::int32_t id : ids) values.push_back(row[static_cast<std::size_t>(id)]);
+  struct Case {
+    float temperature, top_p, min_p;
+    int top_k;
+  };
+  for (const Case c : {Case{0.0f, 1.0f, 0.0f, 0}, Case{0.8f, 1.0f, 0.0f, 40}, Case{1.3f, 0.9f, 0.0f, 64},
+                       Case{1.0f, 1.0f, 0.05f, 7}, Case{0.5f, 1.0f, 0.0f, 1}}) {
+    SamplingParams p;
+    p.temperature = c.temperature;
+    p.top_p = c.top_p;
+    p.min_p = c.min_p;
+    p.top_k = c.top_k;
+    p.seed = 11;
+    Sampler whole(p, {}), narrowed(p, {});
+    int k = 0;
+    ASSERT_TRUE(narrowed.on_device_candidates(limit, &k));
+    EXPECT_EQ(k, c.temperature == 0.0f || c.top_k == 1 ? 1 : c.top_k);
+    for (int i = 0; i < 200; ++i) {
+      std::vector<float> copy = row;
+      ASSERT_EQ(whole.sample(copy), narrowed.sample_top(values, ids)) << "draw " << i << " top_k " << c.top_k;
+    }
+  }
+  int k = 0;
+  SamplingParams open;  // temperature 1, no top-k: the whole vocabulary
+  EXPECT_FALSE(Sampler(open, {}).on_device_candidates(limit, &k));
+  SamplingParams wide;
+  wide.top_k = limit + 1;
+  EXPECT_FALSE(Sampler(wide, {}).on_device_candidates(limit, &k));
+  SamplingParams penalised;
+  penalised.temperature = 0.0f;
+  penalised.presence_penalty = 0.5f;
+  EXPECT_FALSE(Sampler(penalised, {}).on_device_candidates(limit, &k));
 }
 
 TEST(Sampler, ValidateNamesTheField) {
