@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/engine/qwen2_shard.h"
 #include "runtime/parallel/weight_recipes.h"
 
 namespace sx::engine {
@@ -18,7 +19,6 @@ namespace sx::engine {
 namespace {
 
 constexpr std::uint64_t kF32 = 4;
-constexpr std::uint64_t kI32 = 4;
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr int kMaxTp = 64;
 constexpr std::int64_t kMaxCount = std::int64_t{1} << 24;  // max_num_seqs, max_num_batched_tokens, block_size
@@ -315,7 +315,17 @@ Workspace rank_workspace(const model::ModelConfig& c, const parallel::ShardPlan&
   const std::uint64_t q = u64(r.q_heads.size() * c.head_dim), kv = u64(r.kv_heads.size() * c.head_dim);
   const std::uint64_t f = u64(r.ffn.size());
   Workspace w;
-  w.activations = kF32 * T * (3 * H + 2 * q + 2 * kv + 2 * f) + kI32 * (5 * T + 1);
+  w.activations = kF32 * T * (3 * H + 2 * q + 2 * kv + 2 * f);
+  ModelOptions mo;
+  mo.max_batch_tokens = o.max_num_batched_tokens;
+  mo.max_logit_rows = o.max_num_seqs;
+  const std::int64_t len = o.max_model_len > 0 ? o.max_model_len : c.context_length;
+  mo.max_blocks_per_seq = (len + o.block_size - 1) / o.block_size;
+  std::int64_t vocab_shard = 0;
+  for (const parallel::RankPlan& x : shards.ranks) {
+    if (x.has_lm_head) vocab_shard = std::max(vocab_shard, x.vocab.size());
+  }
+  w.io = Qwen2Shard::step_io_bytes(mo, r, shards.tp, vocab_shard);
   if (r.has_lm_head) {
     const std::uint64_t tp = u64(shards.tp);
     const std::uint64_t v = (u64(c.vocab) + tp - 1) / tp;
@@ -414,10 +424,12 @@ std::string format_memory_plan(const MemoryPlan& plan, bool verbose) {
   out += "free: usable memory left after all of it (negative: over). KV/token: the rank's KV-cache bytes per token.\n";
 
   if (verbose) {
-    out += "\nWorkspace per device (GiB): activations + logits + matmul scratch (an estimate; see memory_planner.h)\n";
+    out += "\nWorkspace per device (GiB): activations + logits + step I/O + matmul scratch (an estimate; see "
+           "memory_planner.h)\n";
     for (const DeviceMemory& m : plan.devices) {
-      out += fmt::format("  rank {} {}: {} + {} + {} = {}\n", m.rank, m.name, gib_number(m.workspace_parts.activations),
-                         gib_number(m.workspace_parts.logits), gib_number(m.workspace_parts.scratch),
+      out += fmt::format("  rank {} {}: {} + {} + {} + {} = {}\n", m.rank, m.name,
+                         gib_number(m.workspace_parts.activations), gib_number(m.workspace_parts.logits),
+                         gib_number(m.workspace_parts.io), gib_number(m.workspace_parts.scratch),
                          gib_number(m.workspace));
     }
     out += fmt::format("\nKV cache per layer ({}; KV/token summed over the stage's ranks; pool = {} blocks x {} tokens):\n",

@@ -6,16 +6,24 @@
 // The model, for rank r of a TP x PP shard plan on device r (one device per rank):
 //   usable_r     = floor(capacity_r x memory_utilization)
 //   weights_r    = the shard plan's weight bytes of the rank
-//   workspace_r  = activations + logits + matmul scratch for the largest step, all F32 as the
+//   workspace_r  = activations + logits + step I/O + matmul scratch for the largest step, as the
 //                  engine allocates them (qwen2_shard.cpp), with T = max_num_batched_tokens,
 //                  S = max_num_seqs, H = hidden, q / kv = the rank's query / KV heads x head_dim,
-//                  f = its FFN rows, V = ceil(vocab / tp) (the largest vocab shard):
-//       activations = 4 T (3H + 2q + 2kv + 2f) + 4 (5T + 1)
-//                     (h, normed x, residual delta; q, attention out; k, v; gate, up; then token
-//                     ids, positions, KV slots, sequence starts and lengths)
+//                  f = its FFN rows, V = ceil(vocab / tp) (the largest vocab shard),
+//                  B = ceil(max_model_len / block_size), r(n) = n rounded up to 256:
+//       activations = 4 T (3H + 2q + 2kv + 2f)
+//                     (F32 h, normed x, residual delta; q, attention out; k, v; gate, up)
 //       logits      = last stage only: 4 S 3H + 4 S V (1 + tp when tp > 1)
 //                     (the S selected rows, their delta and norm; the rank's logits and, with TP,
 //                     the all-gathered copy)
+//       io          = Qwen2Shard::step_io_bytes: 2 (3 r(4T) + r(4(S + 1)) + r(4S) + r(4 S B))
+//                     (token ids, positions, KV slots, sequence starts, lengths and the block
+//                     table, in device memory and in upload staging), + on the last stage
+//                     c = r(4 S 64) + 4 S 64 (top-64 values and ids of S rows), tp c more when
+//                     tp > 1, and on its tp rank 0 the readback max(4 S V, c) tp. Staging and
+//                     readback are host-visible: a discrete GPU holds them in host memory, so
+//                     the plan over-counts its device memory by their size (39 MB for the
+//                     readback of 64 rows of a 152k vocab at tp 1, 1.1 MB for the staging).
 //       scratch     = an estimate of the matmul kernels' scratch: with K = max(H, q, f), the widest
 //                     matmul input, 1.125 T K (int8 activations + one f32 scale per 32) + 4 T K
 //                     (packed activation panels, the F32 GEMM's, the widest) + 32 MiB (per-thread
@@ -78,8 +86,9 @@ struct MemoryPlanOptions {
 struct Workspace {
   std::uint64_t activations = 0;
   std::uint64_t logits = 0;
+  std::uint64_t io = 0;
   std::uint64_t scratch = 0;
-  std::uint64_t total() const { return activations + logits + scratch; }
+  std::uint64_t total() const { return activations + logits + io + scratch; }
 };
 
 struct DeviceMemory {

@@ -166,6 +166,28 @@ std::size_t Qwen2Shard::top_k_bytes(std::int64_t rows, std::int64_t k) {
   return top_k_ids_offset(rows, k) + i32_bytes(rows * k);
 }
 
+namespace {
+
+// The readback buffer of the last stage's tp rank 0: every rank's logit rows, or every rank's
+// top-k candidates, whichever is larger.
+std::size_t readback_bytes(std::int64_t rows, std::int64_t max_vocab_shard, int tp) {
+  return std::max(f32_bytes(rows * max_vocab_shard), Qwen2Shard::top_k_bytes(rows, hal::kMaxTopK)) *
+         static_cast<std::size_t>(tp);
+}
+
+}  // namespace
+
+std::uint64_t Qwen2Shard::step_io_bytes(const ModelOptions& o, const parallel::RankPlan& rp, int tp,
+                                        std::int64_t max_vocab_shard) {
+  std::uint64_t bytes = 2 * StepInputs(o).bytes;  // device buffer + upload staging
+  if (rp.has_lm_head) {
+    const std::size_t top = top_k_bytes(o.max_logit_rows, hal::kMaxTopK);
+    bytes += top * (tp > 1 ? 1 + static_cast<std::size_t>(tp) : 1);
+    if (rp.tp_rank == 0) bytes += readback_bytes(o.max_logit_rows, max_vocab_shard, tp);
+  }
+  return bytes;
+}
+
 std::vector<hal::Op> Qwen2Shard::step_ops(const model::ModelConfig& c, const parallel::RankPlan& rp,
                                           const parallel::WeightTypes& types, const ModelOptions& o, int tp) {
   const std::int64_t T = o.max_batch_tokens, R = o.max_logit_rows, H = c.hidden, hd = c.head_dim;
@@ -366,8 +388,8 @@ Result<std::unique_ptr<Qwen2Shard>> Qwen2Shard::load(const model::TensorSource& 
       SX_ASSIGN_OR_RETURN(im.top_gathered, device.alloc(top * static_cast<std::size_t>(im.tp())));
     }
     if (rp.tp_rank == 0) {
-      const std::size_t back = std::max(f32_bytes(chunk), top) * static_cast<std::size_t>(im.tp());
-      SX_ASSIGN_OR_RETURN(im.readback, device.alloc(back, hal::BufferUsage::kReadback));
+      SX_ASSIGN_OR_RETURN(im.readback, device.alloc(readback_bytes(R, shard->max_vocab_shard_, im.tp()),
+                                                    hal::BufferUsage::kReadback));
     }
   }
   im.in = StepInputs(options);

@@ -52,6 +52,15 @@ class Qwen2Shard {
   std::span<const std::byte> result() const;
   static std::size_t top_k_ids_offset(std::int64_t rows, std::int64_t k);  // 256-byte aligned
   static std::size_t top_k_bytes(std::int64_t rows, std::int64_t k);
+  // Bytes of the buffers a step's inputs and results pass through on rank `rp` of a stage of `tp`
+  // ranks, as load() allocates them: the step's integer inputs (token ids, positions, KV slots,
+  // sequence starts and lengths, the block table of max_logit_rows x blocks_per_seq(), each
+  // 256-byte aligned) in device memory and again in upload staging; on the last stage the top-k
+  // candidates for kMaxTopK (and their all-gathered copy when tp > 1), and on its tp rank 0 the
+  // readback buffer (the larger of all ranks' logit rows and all ranks' candidates).
+  // max_vocab_shard: the widest vocab shard of the stage. For the memory planner.
+  static std::uint64_t step_io_bytes(const ModelOptions& o, const parallel::RankPlan& rp, int tp,
+                                     std::int64_t max_vocab_shard);
 
   // Fails this rank's channels (called when run() failed here, so that no peer waits).
   void abort_channels(const Status& why);

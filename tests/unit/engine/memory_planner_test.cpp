@@ -4,6 +4,10 @@
 // Common to the acceptance cases: devices of 24 GiB = 25,769,803,776 bytes with zero overhead (the
 // CLI's 0.5 GiB GPU default is a flag default, not part of the model), KV cache BF16 (2 bytes),
 // block_size 16, max_num_batched_tokens T = 2048, max_num_seqs S = 64.
+// Step I/O (memory_planner.h, r(n) = n rounded up to 256) with T 2048 and S 64: 3 r(4T) = 24,576 +
+// r(260) = 512 + r(256) = 256 + the block table r(4 S B) = 256 B bytes, twice (device + staging);
+// the top-64 candidates c = r(4 x 64 x 64) + 4 x 64 x 64 = 32,768, tp c more when tp > 1, and on
+// tp rank 0 the readback max(4 S V, c) x tp.
 #include <cmath>
 #include <limits>
 #include <string>
@@ -163,18 +167,21 @@ TEST(MemoryPlanner, Qwen25_72bAwqOn6x24GiBStarts) {
   //   = 42,291,855,360 bytes (39.39 GiB, ~42.3 GB).
   // KV per token per rank: 80 layers x 2 (k, v) x 2 KV heads x 128 x 2 bytes = 81,920.
   // Workspace of rank 1 (H 8192, q 1408, kv 256, f 4992; T 2048, S 64, vocab shard 25344, tp 6):
-  //   activations 4 x 2048 x (3 x 8192 + 2 x 1408 + 2 x 256 + 2 x 4992) + 4 x (5 x 2048 + 1)
-  //             = 8192 x 37888 + 40,964                          = 310,419,460
+  //   activations 4 x 2048 x (3 x 8192 + 2 x 1408 + 2 x 256 + 2 x 4992)
+  //             = 8192 x 37888                                   = 310,378,496
   //   logits    4 x 64 x 3 x 8192 + 4 x 64 x 25344 x (1 + 6)     =  51,707,904
+  //   io        2 x (25,344 + 256 x 2048 blocks a sequence) = 1,099,264 + 32,768 x (1 + 6)
+  //             (not tp rank 0: no readback)                     =   1,328,640
   //   scratch   K = 8192: 2048 x 8192 + 2048 x 256 x 4 + 4 x 2048 x 8192 + 32 MiB
   //             = 16,777,216 + 2,097,152 + 67,108,864 + 33,554,432 = 119,537,664
-  //                                                       total = 481,665,028
+  //                                                       total = 482,952,704
+  // (Rank 0 adds the readback 4 x 64 x 25344 x 6 = 38,928,384 but holds one head fewer.)
   // usable = floor(25,769,803,776 x 0.9) = 23,192,823,398 (21.60 GiB)
-  // KV budget of rank 1 = 23,192,823,398 - 7,209,082,880 - 481,665,028 = 15,502,075,490
-  // blocks = floor(15,502,075,490 / (16 x 81,920 = 1,310,720)) = 11,827 (the minimum: rank 1 = 5)
-  // kv tokens = 11,827 x 16 = 189,232; a 32768-token request needs 2048 blocks, so
-  // full-length requests = floor(11,827 / 2048) = 5 < 64. All 64 sequences reach at most
-  // floor(11,827 / 64) = 184 blocks = 2944 tokens.
+  // KV budget of rank 1 = 23,192,823,398 - 7,209,082,880 - 482,952,704 = 15,500,787,814
+  // blocks = floor(15,500,787,814 / (16 x 81,920 = 1,310,720)) = 11,826 (the minimum: rank 1 = 5)
+  // kv tokens = 11,826 x 16 = 189,216; a 32768-token request needs 2048 blocks, so
+  // full-length requests = floor(11,826 / 2048) = 5 < 64. All 64 sequences reach at most
+  // floor(11,826 / 64) = 184 blocks = 2944 tokens.
   Case c = make_case("72b", true, 6);
   EXPECT_EQ(c.shards.ffn_unit, 128);
   EXPECT_EQ(c.shards.model_weight_bytes, 42'291'855'360u);
@@ -185,32 +192,34 @@ TEST(MemoryPlanner, Qwen25_72bAwqOn6x24GiBStarts) {
   const DeviceMemory& r1 = p->devices[1];
   EXPECT_EQ(r1.usable, 23'192'823'398u);
   EXPECT_EQ(r1.kv_bytes_per_token, 81'920u);
-  EXPECT_EQ(r1.workspace_parts.activations, 310'419'460u);
+  EXPECT_EQ(r1.workspace_parts.activations, 310'378'496u);
   EXPECT_EQ(r1.workspace_parts.logits, 51'707'904u);
+  EXPECT_EQ(r1.workspace_parts.io, 1'328'640u);
+  EXPECT_EQ(p->devices[0].workspace_parts.io, 1'328'640u + 38'928'384u);
   EXPECT_EQ(r1.workspace_parts.scratch, 119'537'664u);
-  EXPECT_EQ(r1.workspace, 481'665'028u);
-  EXPECT_EQ(r1.kv_budget, 15'502'075'490u);
-  EXPECT_EQ(r1.max_blocks, 11'827);
-  EXPECT_EQ(p->num_blocks, 11'827);
+  EXPECT_EQ(r1.workspace, 482'952'704u);
+  EXPECT_EQ(r1.kv_budget, 15'500'787'814u);
+  EXPECT_EQ(r1.max_blocks, 11'826);
+  EXPECT_EQ(p->num_blocks, 11'826);
   EXPECT_EQ(p->limiting_rank, 1);
-  EXPECT_EQ(p->kv_tokens, 189'232);
+  EXPECT_EQ(p->kv_tokens, 189'216);
   EXPECT_EQ(p->blocks_per_request, 2048);
   EXPECT_EQ(p->full_length_requests, 5);
   EXPECT_FALSE(p->all_seqs_reach_full_length);
   EXPECT_TRUE(p->fits);
   EXPECT_TRUE(p->refusal.empty());
   EXPECT_EQ(p->longest_for_all_seqs, 2944);
-  // Every rank's pool holds the same 11,827 blocks: 11,827 x 1,310,720 = 15,501,885,440 bytes,
-  // leaving 190,050 bytes free on rank 1.
+  // Every rank's pool holds the same 11,826 blocks: 11,826 x 1,310,720 = 15,500,574,720 bytes,
+  // leaving 213,094 bytes free on rank 1.
   for (const DeviceMemory& d : p->devices) {
-    EXPECT_EQ(d.kv_pool, 15'501'885'440u);
+    EXPECT_EQ(d.kv_pool, 15'500'574'720u);
     EXPECT_EQ(d.free, d.usable - d.weights - d.workspace - d.overhead - d.kv_pool);
   }
-  EXPECT_EQ(r1.free, 190'050u);
+  EXPECT_EQ(r1.free, 213'094u);
   ASSERT_NE(find_suggestion(*p, "--max-num-seqs 5:"), nullptr) << all_suggestions(*p);
   ASSERT_NE(find_suggestion(*p, "--max-model-len 2944:"), nullptr) << all_suggestions(*p);
   const std::string text = format_memory_plan(*p, false);
-  EXPECT_TRUE(contains(text, "11827 blocks of 16 tokens = 189232 tokens")) << text;
+  EXPECT_TRUE(contains(text, "11826 blocks of 16 tokens = 189216 tokens")) << text;
   EXPECT_TRUE(contains(text, "5 full-length requests fit at once")) << text;
   EXPECT_TRUE(contains(text, "max_num_seqs 64 cannot all reach full length")) << text;
   EXPECT_TRUE(contains(text, "Fits.")) << text;
@@ -226,23 +235,24 @@ TEST(MemoryPlanner, Qwen25_14bBf16On6x24GiBFits) {
   //   x 48 = 4,532,084,736 + embedding / LM head rows 2 x 25344 x 5120 x 2 = 519,045,120
   //   + output_norm 20,480 = 5,051,150,336 (4.70 GiB).
   // KV per token: 48 x 2 x 2 x 128 x 2 = 49,152.
-  // Workspace: activations 4 x 2048 x (15360 + 1792 + 512 + 4608) + 40,964 = 182,493,188;
+  // Workspace: activations 4 x 2048 x (15360 + 1792 + 512 + 4608) = 182,452,224;
   //   logits 4 x 64 x 3 x 5120 + 4 x 64 x 25344 x 7 = 49,348,608;
-  //   scratch (K 5120) 2048 x 5120 x 5 + 2048 x 160 x 4 + 32 MiB = 87,293,952; total 319,135,748.
-  // KV budget = 23,192,823,398 - 5,051,150,336 - 319,135,748 = 17,822,537,314
-  // blocks = floor(17,822,537,314 / (16 x 49,152 = 786,432)) = 22,662 = 362,592 tokens
-  // full-length (8192 = 512 blocks): floor(22,662 / 512) = 44 < 64; all 64 reach
-  // floor(22,662 / 64) = 354 blocks = 5664 tokens.
+  //   io 2 x (25,344 + 256 x 512 blocks) + 32,768 x 7 = 542,208;
+  //   scratch (K 5120) 2048 x 5120 x 5 + 2048 x 160 x 4 + 32 MiB = 87,293,952; total 319,636,992.
+  // KV budget = 23,192,823,398 - 5,051,150,336 - 319,636,992 = 17,822,036,070
+  // blocks = floor(17,822,036,070 / (16 x 49,152 = 786,432)) = 22,661 = 362,576 tokens
+  // full-length (8192 = 512 blocks): floor(22,661 / 512) = 44 < 64; all 64 reach
+  // floor(22,661 / 64) = 354 blocks = 5664 tokens.
   Case c = make_case("14b", false, 6);
   EXPECT_EQ(c.shards.ranks[1].weight_bytes, 5'051'150'336u);
   auto p = plan_memory(c.config, c.types, c.shards, c.devices, options(0.9, 8192));
   ASSERT_TRUE(p.ok()) << p.status().to_string();
   EXPECT_TRUE(p->fits);
   EXPECT_EQ(p->devices[1].kv_bytes_per_token, 49'152u);
-  EXPECT_EQ(p->devices[1].workspace, 319'135'748u);
-  EXPECT_EQ(p->devices[1].kv_budget, 17'822'537'314u);
-  EXPECT_EQ(p->num_blocks, 22'662);
-  EXPECT_EQ(p->kv_tokens, 362'592);
+  EXPECT_EQ(p->devices[1].workspace, 319'636'992u);
+  EXPECT_EQ(p->devices[1].kv_budget, 17'822'036'070u);
+  EXPECT_EQ(p->num_blocks, 22'661);
+  EXPECT_EQ(p->kv_tokens, 362'576);
   EXPECT_EQ(p->blocks_per_request, 512);
   EXPECT_EQ(p->full_length_requests, 44);
   EXPECT_FALSE(p->all_seqs_reach_full_length);
@@ -257,7 +267,7 @@ TEST(MemoryPlanner, Qwen25_14bBf16On6x24GiBFits) {
   EXPECT_TRUE(q->suggestions.empty()) << all_suggestions(*q);
 }
 
-// Qwen2.5-7B BF16 on one 24 GiB device with max_model_len 131072: refused; 125,920 tokens fit.
+// Qwen2.5-7B BF16 on one 24 GiB device with max_model_len 131072: refused; 125,168 tokens fit.
 TEST(MemoryPlanner, Qwen25_7bBf16On24GiBAt128kIsRefused) {
   // 7B: 28 layers, hidden 3584, 28 heads / 4 KV heads of 128, FFN 18944, vocab 152064, untied.
   // Per layer: norms 28,672 + q 3584 x 3584 x 2 = 25,690,112 + k, v 2 x 512 x 3584 x 2 = 7,340,032
@@ -266,34 +276,36 @@ TEST(MemoryPlanner, Qwen25_7bBf16On24GiBAt128kIsRefused) {
   //   + embedding and LM head 2 x 152064 x 3584 x 2 = 2,179,989,504 + output_norm 14,336
   //   = 15,231,899,648 (14.19 GiB).
   // KV per token: 28 x 2 x 4 x 128 x 2 = 57,344.
-  // Workspace: activations 4 x 2048 x (10752 + 7168 + 1024 + 37888) + 40,964 = 465,608,708;
+  // Workspace: activations 4 x 2048 x (10752 + 7168 + 1024 + 37888) = 465,567,744;
   //   logits 4 x 64 x 3 x 3584 + 4 x 64 x 152064 = 41,680,896 (tp 1: no gathered copy);
-  //   scratch (K 18944) 2048 x 18944 x 5 + 2048 x 592 x 4 + 32 MiB = 232,390,656; total 739,680,260.
-  // KV budget = 23,192,823,398 - 15,231,899,648 - 739,680,260 = 7,221,243,490
-  // blocks = floor(7,221,243,490 / (16 x 57,344 = 917,504)) = 7,870 = 125,920 tokens
-  // < 131072 tokens (8192 blocks): refused; the longest request that fits is 125,920 tokens.
+  //   io 2 x (25,344 + 256 x 8192 blocks) = 4,244,992 + c 32,768 + the readback 4 x 64 x 152064
+  //   = 38,928,384: 43,206,144;
+  //   scratch (K 18944) 2048 x 18944 x 5 + 2048 x 592 x 4 + 32 MiB = 232,390,656; total 782,845,440.
+  // KV budget = 23,192,823,398 - 15,231,899,648 - 782,845,440 = 7,178,078,310
+  // blocks = floor(7,178,078,310 / (16 x 57,344 = 917,504)) = 7,823 = 125,168 tokens
+  // < 131072 tokens (8192 blocks): refused; the longest request that fits is 125,168 tokens.
   Case c = make_case("7b", false, 1);
   EXPECT_EQ(c.shards.ranks[0].weight_bytes, 15'231'899'648u);
   auto p = plan_memory(c.config, c.types, c.shards, c.devices, options(0.9, 131072));
   ASSERT_TRUE(p.ok()) << p.status().to_string();
   EXPECT_FALSE(p->fits);
   EXPECT_EQ(p->devices[0].kv_bytes_per_token, 57'344u);
-  EXPECT_EQ(p->devices[0].workspace, 739'680'260u);
-  EXPECT_EQ(p->devices[0].kv_budget, 7'221'243'490u);
-  EXPECT_EQ(p->num_blocks, 7'870);
-  EXPECT_EQ(p->kv_tokens, 125'920);
+  EXPECT_EQ(p->devices[0].workspace, 782'845'440u);
+  EXPECT_EQ(p->devices[0].kv_budget, 7'178'078'310u);
+  EXPECT_EQ(p->num_blocks, 7'823);
+  EXPECT_EQ(p->kv_tokens, 125'168);
   EXPECT_EQ(p->blocks_per_request, 8192);
   EXPECT_EQ(p->full_length_requests, 0);
-  EXPECT_EQ(p->longest_request, 125'920);
+  EXPECT_EQ(p->longest_request, 125'168);
   EXPECT_TRUE(contains(p->refusal, "max_model_len 131072 does not fit")) << p->refusal;
   EXPECT_TRUE(contains(p->refusal, "8192 blocks")) << p->refusal;
-  EXPECT_TRUE(contains(p->refusal, "7870 blocks = 125920 tokens")) << p->refusal;
+  EXPECT_TRUE(contains(p->refusal, "7823 blocks = 125168 tokens")) << p->refusal;
   EXPECT_TRUE(contains(p->refusal, "rank 0 on gpu0")) << p->refusal;
-  ASSERT_NE(find_suggestion(*p, "--max-model-len 125920:"), nullptr) << all_suggestions(*p);
-  // All 64 sequences reach floor(7870 / 64) = 122 blocks = 1952 tokens.
+  ASSERT_NE(find_suggestion(*p, "--max-model-len 125168:"), nullptr) << all_suggestions(*p);
+  // All 64 sequences reach floor(7823 / 64) = 122 blocks = 1952 tokens.
   ASSERT_NE(find_suggestion(*p, "--max-model-len 1952:"), nullptr) << all_suggestions(*p);
-  // The least utilisation holding one 131072-token request: (15,231,899,648 + 739,680,260
-  //   + 8192 x 16 x 57,344) / 25,769,803,776 = 23,487,772,676 / 25,769,803,776 = 0.9114 -> 0.92.
+  // The least utilisation holding one 131072-token request: (15,231,899,648 + 782,845,440
+  //   + 8192 x 16 x 57,344) / 25,769,803,776 = 23,530,937,856 / 25,769,803,776 = 0.9131 -> 0.92.
   ASSERT_NE(find_suggestion(*p, "--memory-utilization 0.92:"), nullptr) << all_suggestions(*p);
   // A second device (tp 2) fits; so does the 4-bit file on this one.
   const std::string* more = find_suggestion(*p, "devices like gpu0");
@@ -310,10 +322,12 @@ TEST(MemoryPlanner, Qwen25_7bBf16On24GiBAt128kIsRefused) {
 
 TEST(MemoryPlanner, WorkspaceFormulaOnTheSmallestShape) {
   // 0.5B at tp 1: H 896, 14 heads x 64 = 896 q, 2 KV heads x 64 = 128, FFN 4864, vocab 151936.
-  // T = 512, S = 4:
-  //   activations 4 x 512 x (3 x 896 + 2 x 896 + 2 x 128 + 2 x 4864) + 4 x (5 x 512 + 1)
-  //             = 2048 x 14464 + 10,244 = 29,632,516
+  // T = 512, S = 4, max_model_len 0 = the context length 32768, block 16: B = 2048:
+  //   activations 4 x 512 x (3 x 896 + 2 x 896 + 2 x 128 + 2 x 4864) = 2048 x 14464 = 29,622,272
   //   logits    4 x 4 x 3 x 896 + 4 x 4 x 151936 = 43,008 + 2,430,976 = 2,473,984
+  //   io        2 x (3 x 2048 + r(20) + r(16) + 4 x 4 x 2048) = 2 x 39,424 = 78,848
+  //             + c = r(1024) + 1024 = 2048 + the readback max(4 x 4 x 151936, c) = 2,430,976
+  //             = 2,511,872; on the first of two stages only the 78,848 of the inputs
   //   scratch   K = 4864: 512 x 4864 + 512 x 152 x 4 + 4 x 512 x 4864 + 32 MiB = 46,317,568
   const auto c = model::qwen2_5_config("0.5b");
   auto s = parallel::plan_shards(c, bf16(c), {1, 1, DType::kBF16});
@@ -322,14 +336,17 @@ TEST(MemoryPlanner, WorkspaceFormulaOnTheSmallestShape) {
   o.max_num_batched_tokens = 512;
   o.max_num_seqs = 4;
   const Workspace w = rank_workspace(c, *s, 0, o);
-  EXPECT_EQ(w.activations, 29'632'516u);
+  EXPECT_EQ(w.activations, 29'622'272u);
   EXPECT_EQ(w.logits, 2'473'984u);
+  EXPECT_EQ(w.io, 2'511'872u);
   EXPECT_EQ(w.scratch, 46'317'568u);
   // With pp 2 the first stage computes no logits.
   auto s2 = parallel::plan_shards(c, bf16(c), {1, 2, DType::kBF16});
   ASSERT_TRUE(s2.ok());
   EXPECT_EQ(rank_workspace(c, *s2, 0, o).logits, 0u);
+  EXPECT_EQ(rank_workspace(c, *s2, 0, o).io, 78'848u);
   EXPECT_EQ(rank_workspace(c, *s2, 1, o).logits, 2'473'984u);
+  EXPECT_EQ(rank_workspace(c, *s2, 1, o).io, 2'511'872u);
 }
 
 TEST(MemoryPlanner, CpuBudgetIsSharedByTheLogicalDevices) {
@@ -454,15 +471,18 @@ TEST(MemoryPlanner, OptionErrors) {
 }
 
 TEST(MemoryPlanner, BlockSizeRoundsRequestsUp) {
-  // 7B on one 24 GiB device at 0.9 with blocks of 1000 tokens: the KV budget of 7,221,243,490
-  // bytes holds floor(7,221,243,490 / (1000 x 57,344)) = 125 blocks; a 4097-token request needs
-  // ceil(4097 / 1000) = 5 blocks, so 25 of them fit; the longest request is 125,000 tokens.
+  // 7B on one 24 GiB device at 0.9 with blocks of 1000 tokens: 5 blocks a sequence (the block
+  // table 256 x 5 = 1280 bytes, io 2 x (25,344 + 1,280) + 32,768 + 38,928,384 = 39,014,400, the
+  // workspace 778,653,696), so the KV budget of 23,192,823,398 - 15,231,899,648 - 778,653,696 =
+  // 7,182,270,054 bytes holds floor(7,182,270,054 / (1000 x 57,344)) = 125 blocks; a 4097-token
+  // request needs ceil(4097 / 1000) = 5 blocks, so 25 of them fit; the longest is 125,000 tokens.
   Case c = make_case("7b", false, 1);
   MemoryPlanOptions o = options(0.9, 4097);
   o.block_size = 1000;
-  // The workspace does not depend on the block size.
   auto p = plan_memory(c.config, c.types, c.shards, c.devices, o);
   ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->devices[0].workspace_parts.io, 39'014'400u);
+  EXPECT_EQ(p->devices[0].kv_budget, 7'182'270'054u);
   EXPECT_EQ(p->num_blocks, 125);
   EXPECT_EQ(p->blocks_per_request, 5);
   EXPECT_EQ(p->full_length_requests, 25);
@@ -472,16 +492,17 @@ TEST(MemoryPlanner, BlockSizeRoundsRequestsUp) {
 TEST(MemoryPlanner, OverheadAndUnevenDevices) {
   // 72B AWQ at tp 6 with a 0.5 GiB context on each device and one device of 20 GiB: that device
   // sets the pool. Its KV budget: floor(20 GiB x 0.9) = 19,327,352,832 - 7,209,082,880 (rank 5's
-  // weights) - 481,665,028 - 536,870,912 = 11,099,734,012 -> floor(/ 1,310,720) = 8,468 blocks.
+  // weights) - 482,952,704 (its workspace, as rank 1's) - 536,870,912 = 11,098,446,336
+  // -> floor(/ 1,310,720) = 8,467 blocks.
   Case c = make_case("72b", true, 6);
   for (DeviceBudget& d : c.devices) d.overhead_bytes = kGiB / 2;
   c.devices[5].capacity_bytes = 20 * kGiB;
   auto p = plan_memory(c.config, c.types, c.shards, c.devices, options(0.9, 32768));
   ASSERT_TRUE(p.ok());
-  EXPECT_EQ(p->devices[5].kv_budget, 11'099'734'012u);
-  EXPECT_EQ(p->num_blocks, 8'468);
+  EXPECT_EQ(p->devices[5].kv_budget, 11'098'446'336u);
+  EXPECT_EQ(p->num_blocks, 8'467);
   EXPECT_EQ(p->limiting_rank, 5);
-  EXPECT_EQ(p->full_length_requests, 4);  // floor(8468 / 2048)
+  EXPECT_EQ(p->full_length_requests, 4);  // floor(8467 / 2048)
   const std::string text = format_memory_plan(*p, false);
   EXPECT_TRUE(contains(text, "set by rank 5 on gpu5")) << text;
 }
@@ -505,7 +526,7 @@ TEST(MemoryPlanner, VerboseShowsPerLayerKv) {
   int layer_lines = 0;
   for (std::size_t pos = 0; (pos = text.find("4.00 KiB", pos)) != std::string::npos; ++pos) ++layer_lines;
   EXPECT_EQ(layer_lines, 80) << text;
-  EXPECT_TRUE(contains(text, "activations + logits + matmul scratch")) << text;
+  EXPECT_TRUE(contains(text, "activations + logits + step I/O + matmul scratch")) << text;
   EXPECT_FALSE(contains(format_memory_plan(*p, false), "KV cache per layer"));
 }
 

@@ -3,7 +3,8 @@
 // count for speed), every TP in 1..8 and TP x PP in {2x2, 3x2, 2x3} gives the logits of a single
 // device within 1e-4 (relative to the largest logit) at every step and the same 64 greedy tokens
 // (with quantised weights, within a tenth of the quantisation error: see the test below);
-// a rank that fails mid-forward fails the step within a second, naming the rank.
+// a rank that fails mid-forward fails the step within a second, naming the rank; and each rank's
+// device memory after a load is what the memory planner counts for it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,9 +17,12 @@
 
 #include "backends/registry.h"
 #include "runtime/engine/device_group.h"
+#include "runtime/engine/memory_planner.h"
 #include "runtime/engine/qwen2_model.h"
 #include "runtime/engine/sampler.h"
 #include "runtime/model/random_model.h"
+#include "runtime/parallel/shard_plan.h"
+#include "runtime/parallel/weight_recipes.h"
 
 namespace sx::engine {
 namespace {
@@ -266,6 +270,65 @@ TEST(ParallelForwardQuantized, EveryLayoutStaysWithinTheQuantisationError) {
 
 INSTANTIATE_TEST_SUITE_P(Qwen25Shapes, ParallelForward, ::testing::ValuesIn(kShapes),
                          [](const auto& info) { return std::string("qwen2_5_") + (info.param.name[1] == '.' ? std::string(info.param.name).replace(1, 1, "_") : std::string(info.param.name)); });
+
+// The memory planner counts what load() allocates: on every rank of every layout tried, the
+// device memory in use after the load is the plan's weights + the KV pool of the options'
+// blocks + activations + logits + step I/O exactly (F32 weights, which the CPU keeps as the
+// file has them; the matmul scratch is the CPU kernels' own, outside device buffers).
+TEST(ParallelMemory, ThePlanCountsWhatTheLoadAllocates) {
+  const Shape shape = kShapes[3];  // 7b-shaped: untied, 28 heads / 4 KV heads
+  model::RandomModelSpec spec;
+  spec.config = shape_config(shape);
+  const std::string path = model_path(shape) + ".plan.gguf";
+  ASSERT_TRUE(model::write_random_qwen2_gguf(spec, path).ok());
+  auto file = model::GgufFile::open(path);
+  ASSERT_TRUE(file.ok());
+  auto config = model::model_config_from_gguf(**file);
+  ASSERT_TRUE(config.ok());
+  hal::Backend& backend = **backends::default_registry().find("cpu");
+  ModelOptions mo;
+  mo.kv.num_blocks = 9;
+  mo.kv.block_size = 16;
+  mo.max_batch_tokens = 48;
+  mo.max_logit_rows = 3;
+  mo.max_blocks_per_seq = 5;
+  MemoryPlanOptions po;
+  po.max_num_batched_tokens = mo.max_batch_tokens;
+  po.max_num_seqs = mo.max_logit_rows;
+  po.block_size = mo.kv.block_size;
+  po.max_model_len = mo.max_blocks_per_seq * mo.kv.block_size;
+  for (const Layout lay : {Layout{1, 1}, Layout{3, 1}, Layout{1, 2}, Layout{2, 3}}) {
+    SCOPED_TRACE(::testing::Message() << "tp " << lay.tp << " pp " << lay.pp);
+    auto group = create_device_group(backend, lay.tp * lay.pp, hal::DeviceOptions{});
+    ASSERT_TRUE(group.ok());
+    auto types = parallel::weight_types_from_source(**file, *config);
+    ASSERT_TRUE(types.ok());
+    auto shards = parallel::plan_shards(*config, *types, {lay.tp, lay.pp, mo.kv.dtype});
+    ASSERT_TRUE(shards.ok());
+    std::vector<DeviceBudget> budgets;
+    for (hal::Device* d : group->devices) budgets.push_back({d->info().name, std::uint64_t{1} << 32, 0});
+    auto plan = plan_memory(*config, *types, *shards, budgets, po);
+    ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+    std::vector<std::uint64_t> before;
+    for (hal::Device* d : group->devices) before.push_back(d->memory().used_bytes);
+    ParallelOptions par;
+    par.tp = lay.tp;
+    par.pp = lay.pp;
+    auto m = Qwen2Model::load(**file, *config, backend, group->devices, par, mo);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    for (std::size_t r = 0; r < group->devices.size(); ++r) {
+      const DeviceMemory& d = plan->devices[r];
+      const std::uint64_t kv = static_cast<std::uint64_t>(mo.kv.num_blocks * mo.kv.block_size) * d.kv_bytes_per_token;
+      const std::uint64_t want = d.weights + kv + d.workspace_parts.activations + d.workspace_parts.logits +
+                                 d.workspace_parts.io;
+      EXPECT_EQ(group->devices[r]->memory().used_bytes - before[r], want)
+          << "rank " << r << ": weights " << d.weights << ", kv " << kv << ", activations "
+          << d.workspace_parts.activations << ", logits " << d.workspace_parts.logits << ", io "
+          << d.workspace_parts.io;
+    }
+  }
+  std::filesystem::remove(path);
+}
 
 TEST(ParallelFailure, ARankThatFailsMidForwardFailsTheStepWithinASecond) {
   const Shape shape = kShapes[3];  // 28 / 4 heads
