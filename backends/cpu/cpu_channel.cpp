@@ -22,9 +22,13 @@ using Clock = std::chrono::steady_clock;
 // State shared by the ranks of one group.
 class Group {
  public:
-  Group(int n, hal::ChannelOptions options)
-      : n_(n), options_(options), here_(static_cast<std::size_t>(n), false), mail_(static_cast<std::size_t>(n * n)) {
-    for (auto& s : staging_) s.resize(static_cast<std::size_t>(n));
+  Group(std::vector<std::string> device_names, hal::ChannelOptions options)
+      : n_(static_cast<int>(device_names.size())),
+        options_(std::move(options)),
+        names_(std::move(device_names)),
+        here_(names_.size(), false),
+        mail_(names_.size() * names_.size()) {
+    for (auto& s : staging_) s.resize(names_.size());
   }
   int size() const { return n_; }
 
@@ -44,14 +48,13 @@ class Group {
     const auto deadline = Clock::now() + options_.timeout;
     while (!failed_ && generation_ == mine) {
       if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !failed_ && generation_ == mine) {
-        std::vector<int> missing;
+        std::vector<std::string> missing;
         for (int r = 0; r < n_; ++r) {
-          if (!here_[static_cast<std::size_t>(r)]) missing.push_back(r);
+          if (!here_[static_cast<std::size_t>(r)]) missing.push_back(who(r));
         }
         fail_locked(deadline_exceeded_error(
-            "channel of {} ranks: rank {} waited {} ms in {} for rank(s) {}, which never arrived (hung, or not "
-            "issuing the same collectives)",
-            n_, rank, options_.timeout.count(), what, fmt::join(missing, ", ")));
+            "{}: {} waited {} ms in {} for {}, which never arrived (hung, or not issuing the same collectives)",
+            group_name(), who(rank), options_.timeout.count(), what, fmt::join(missing, ", ")));
       }
     }
     if (generation_ != mine) return ok_status();
@@ -62,7 +65,8 @@ class Group {
     std::lock_guard<std::mutex> lock(mu_);
     if (failed_) return;
     fail_locked(Status(why.ok() ? StatusCode::kAborted : why.code(),
-                       fmt::format("rank {} of {} failed: {}", rank, n_, why.ok() ? "aborted" : why.message())));
+                       fmt::format("{}: {} failed: {}", group_name(), who(rank),
+                                   why.ok() ? "aborted" : why.message())));
   }
 
   void post(int from, int to, std::vector<std::byte> data) {
@@ -77,9 +81,8 @@ class Group {
     const auto deadline = Clock::now() + options_.timeout;
     while (!failed_ && box.empty()) {
       if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !failed_ && box.empty()) {
-        fail_locked(deadline_exceeded_error("channel of {} ranks: rank {} waited {} ms to receive from rank {}, "
-                                            "which never sent",
-                                            n_, to, options_.timeout.count(), from));
+        fail_locked(deadline_exceeded_error("{}: {} waited {} ms to receive from {}, which never sent",
+                                            group_name(), who(to), options_.timeout.count(), who(from)));
       }
     }
     if (failed_) return failure_;
@@ -101,8 +104,16 @@ class Group {
     cv_.notify_all();
   }
 
+  // "tp group of stage 1", or "channel of 3 ranks" when the creator gave no name.
+  std::string group_name() const {
+    return options_.name.empty() ? fmt::format("channel of {} ranks", n_) : options_.name;
+  }
+  // "rank 2 on cpu:5": a rank of this group and its device.
+  std::string who(int rank) const { return fmt::format("rank {} on {}", rank, names_[static_cast<std::size_t>(rank)]); }
+
   const int n_;
   const hal::ChannelOptions options_;
+  const std::vector<std::string> names_;  // device of each rank
   std::mutex mu_;
   std::condition_variable cv_;
   std::uint64_t generation_ = 0;
@@ -282,14 +293,14 @@ class CpuChannel final : public hal::Channel {
     for (const Operand& o : operands) SX_RETURN_IF_ERROR(resolve_view(device_, o.view, o.bytes, what, "operand").status());
     if (group_->size() == 1) return ok_status();
     const std::uint64_t seq = next_seq_++;
-    return s->enqueue([body = std::move(body), seq]() { return body(seq); });
+    return s->host_call([body = std::move(body), seq]() { return body(seq); });
   }
 
   Status submit_p2p(hal::Stream& stream, const char* what, hal::BufView data, std::size_t bytes,
                     std::function<Status()> body) {
     SX_ASSIGN_OR_RETURN(CpuStream * s, cpu_stream(stream, what));
     SX_RETURN_IF_ERROR(resolve_view(device_, data, bytes, what, "data").status());
-    return s->enqueue(std::move(body));
+    return s->host_call(std::move(body));
   }
 
   std::shared_ptr<Group> group_;
@@ -313,7 +324,9 @@ Result<std::vector<std::unique_ptr<hal::Channel>>> create_cpu_channels(std::span
     }
     cpu.push_back(d);
   }
-  auto group = std::make_shared<Group>(static_cast<int>(cpu.size()), options);
+  std::vector<std::string> names;
+  for (const CpuDevice* d : cpu) names.push_back(d->info().name);
+  auto group = std::make_shared<Group>(std::move(names), options);
   std::vector<std::unique_ptr<hal::Channel>> out;
   for (std::size_t i = 0; i < cpu.size(); ++i) {
     out.push_back(std::make_unique<CpuChannel>(group, static_cast<int>(i), *cpu[i]));

@@ -124,16 +124,18 @@ class CpuStream final : public hal::Stream {
   Status copy(hal::Buffer& dst, std::size_t dst_offset, const hal::Buffer& src, std::size_t src_offset,
               std::size_t bytes) override;
   Status run(const hal::Op& op) override;
+  // Runs `fn` in stream order on the calling thread now, or at sync() in strict mode, like every
+  // piece of work of a CPU stream; the CPU Channel enqueues its collectives this way.
+  Status host_call(std::function<Status()> fn) override { return enqueue(std::move(fn)); }
   Status record(hal::Event& event) override;
   Status wait(const hal::Event& event) override;
   Status sync() override;
 
   CpuDevice& device() const { return device_; }
-  // Backend-internal: runs `work` in stream order on the device (now, or at sync() in strict
-  // mode). Its error latches. Used by the ops above and by the CPU Channel.
-  Status enqueue(std::function<Status()> work);
 
  private:
+  // Runs `work` in stream order on the device (now, or at sync() in strict mode); its error latches.
+  Status enqueue(std::function<Status()> work);
   Status latch(Status s);
   CpuDevice& device_;
   Scratch scratch_;

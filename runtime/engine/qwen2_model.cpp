@@ -74,14 +74,20 @@ Result<std::unique_ptr<Qwen2Model>> Qwen2Model::load_group(const model::TensorSo
   Impl& im = *m->impl_;
   im.plan = std::move(plan);
   const int tp = parallel.tp, pp = parallel.pp, n = tp * pp;
+  // Each group is named for its errors (a deadline names the group, its waiting and missing ranks).
   if (pp > 1) {
-    SX_ASSIGN_OR_RETURN(im.world, backend->create_channels(devices, parallel.channel));
+    hal::ChannelOptions co = parallel.channel;
+    co.name = fmt::format("pipeline group of {} stages (model ranks 0-{})", pp, n - 1);
+    SX_ASSIGN_OR_RETURN(im.world, backend->create_channels(devices, co));
   }
   if (tp > 1) {
     for (int s = 0; s < pp; ++s) {
+      hal::ChannelOptions co = parallel.channel;
+      co.name = pp > 1 ? fmt::format("tp group of stage {} (model ranks {}-{})", s, s * tp, s * tp + tp - 1)
+                       : fmt::format("tp group of {} ranks", tp);
       SX_ASSIGN_OR_RETURN(auto group, backend->create_channels(devices.subspan(static_cast<std::size_t>(s * tp),
                                                                               static_cast<std::size_t>(tp)),
-                                                              parallel.channel));
+                                                              co));
       im.tp.push_back(std::move(group));
     }
   }

@@ -20,9 +20,12 @@
 // Failure: a rank that fails (a device error, an exception in its thread, anything that makes it
 // stop issuing collectives) calls abort(why). From then on every pending and later collective of
 // every rank of the group returns an error naming the failed rank and its reason, promptly (no
-// rank waits out a timeout). A rank that waits longer than ChannelOptions::timeout for its peers
-// fails the group with DEADLINE_EXCEEDED naming the ranks that did not arrive. A failed group stays
-// failed; create a new one to continue.
+// rank waits out a timeout). A collective that has not completed ChannelOptions::timeout after a
+// rank issued it aborts the group with DEADLINE_EXCEEDED naming the group (ChannelOptions::name),
+// the rank that waited and the ranks it waited for, each with its device's name, e.g.
+//   tp group of stage 1: rank 0 on cpu:3 waited 100 ms in all_reduce #7 for rank 2 on cpu:5, ...
+// A failed group stays failed; create a new one to continue. (A backend whose collectives run on
+// the device, like NCCL, watches them from a host thread and aborts the communicator.)
 // A group of one rank skips every collective (they return OK without doing anything).
 //
 // Threading: one thread per Channel; abort() may be called from any thread.
@@ -32,6 +35,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "runtime/base/status.h"
 #include "runtime/hal/dtype.h"
@@ -43,6 +47,9 @@ class Stream;
 
 struct ChannelOptions {
   std::chrono::milliseconds timeout{60'000};  // longest wait for the other ranks of a collective
+  // What the group is, for its errors (the engine: "tp group of stage 1", "pipeline group");
+  // empty: "channel of N ranks".
+  std::string name;
 };
 
 class Channel {

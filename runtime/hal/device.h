@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -93,6 +94,12 @@ class Stream {
   // Sets `bytes` bytes of dst from dst_offset to `value` (e.g. zeroing a KV pool at start-up).
   virtual Status fill(Buffer& dst, std::size_t dst_offset, std::size_t bytes, std::uint8_t value) = 0;
   virtual Status run(const Op& op) = 0;
+  // Runs `fn` on a host thread once all work enqueued before it has completed, and before any work
+  // enqueued after it starts (CUDA: cudaLaunchHostFunc; Vulkan: a timeline semaphore a host thread
+  // waits on). It may read and write host-visible buffers (Buffer::host) and host memory, e.g. a
+  // channel that stages through host memory copies a readback buffer out and an upload buffer in;
+  // it must not enqueue on, or sync, any stream. Its error latches like an op's.
+  virtual Status host_call(std::function<Status()> fn) = 0;
   // Marks `event` after the work enqueued so far on this stream.
   virtual Status record(Event& event) = 0;
   // Work enqueued after this call runs after the work `event` marks (FAILED_PRECONDITION when the

@@ -10,12 +10,13 @@
 // latched errors. Channel (backends with collectives): all_reduce equal to the rank-order sum
 // within the header's tolerance on every rank, all_gather, broadcast, send / recv in a ring,
 // barrier; an aborting rank fails its peers promptly naming itself; a missing rank times out and
-// is named.
+// is named with its device and the group's name. Host calls run in stream order and latch errors.
 #include <gtest/gtest.h>
 
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <numeric>
@@ -235,6 +236,51 @@ TEST_P(Cts, AnEventOrdersTwoStreams) {
   EXPECT_EQ(s3->wait(*never).code(), StatusCode::kFailedPrecondition);
 }
 
+// A host call runs after the work enqueued before it (it reads the op's result through a readback
+// buffer) and before the work enqueued after it (a copy takes what it wrote into an upload buffer);
+// the error it returns latches.
+TEST_P(Cts, AHostCallRunsBetweenTheWorkAroundIt) {
+  CTS_BACKEND(b, 1);
+  auto d = device(*b);
+  ASSERT_NE(d, nullptr);
+  auto s = *d->create_stream();
+  constexpr std::size_t kN = 64, kBytes = kN * sizeof(float);
+  auto a = *d->alloc(kBytes);
+  auto up = *d->alloc(kBytes, BufferUsage::kUpload);
+  auto back = *d->alloc(kBytes, BufferUsage::kReadback);
+  std::vector<float> x(kN), seen(kN), after(kN);
+  std::iota(x.begin(), x.end(), 1.0f);
+  int calls = 0;
+  ASSERT_TRUE(upload_span<float>(*s, *a, 0, x).ok());
+  ASSERT_TRUE(s->run(AddArgs{{a.get(), 0}, {a.get(), 0}, {a.get(), 0}, kN}).ok());  // a = 2x
+  ASSERT_TRUE(s->copy(*back, 0, *a, 0, kBytes).ok());
+  ASSERT_TRUE(s->host_call([&]() -> Status {
+                 ++calls;
+                 std::memcpy(seen.data(), back->host().data(), kBytes);
+                 for (std::size_t i = 0; i < kN; ++i) {
+                   const float v = 3.0f * x[i];
+                   std::memcpy(up->host().data() + i * sizeof(float), &v, sizeof v);
+                 }
+                 return ok_status();
+               }).ok());
+  ASSERT_TRUE(s->copy(*a, 0, *up, 0, kBytes).ok());
+  ASSERT_TRUE(download_span<float>(*s, std::span<float>(after), *a, 0).ok());
+  ASSERT_TRUE(s->sync().ok());
+  EXPECT_EQ(calls, 1);
+  for (std::size_t i = 0; i < kN; ++i) {
+    EXPECT_EQ(seen[i], 2.0f * x[i]) << i;
+    EXPECT_EQ(after[i], 3.0f * x[i]) << i;
+  }
+  const Status first = s->host_call([] { return data_loss_error("the host side of the call failed"); });
+  const Status synced = s->sync();
+  const Status err = first.ok() ? synced : first;
+  EXPECT_EQ(err.code(), StatusCode::kDataLoss) << err.to_string();
+  EXPECT_NE(err.message().find("the host side of the call failed"), std::string::npos) << err.to_string();
+  EXPECT_EQ(s->host_call([&] { ++calls; return ok_status(); }).code(), StatusCode::kDataLoss);
+  EXPECT_EQ(s->sync().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(calls, 1);  // nothing runs after a latched error
+}
+
 // The first error latches: sync() and every later call return it, whatever they are.
 TEST_P(Cts, TheFirstErrorLatches) {
   CTS_BACKEND(b, 1);
@@ -274,6 +320,7 @@ struct Group {
 
 class CtsChannel : public Cts {
  protected:
+  static constexpr const char* kGroupName = "cts group";
   // The group, or empty with skip_reason_ set (no collectives: a backend may serve groups of one).
   Group group(Backend& b, int n, std::chrono::milliseconds timeout) {
     Group g;
@@ -288,6 +335,7 @@ class CtsChannel : public Cts {
     }
     ChannelOptions co;
     co.timeout = timeout;
+    co.name = kGroupName;
     auto ch = b.create_channels(raw, co);
     if (!ch.ok()) {
       skip_reason_ = ch.status().to_string();
@@ -427,6 +475,10 @@ TEST_P(CtsChannel, AMissingRankTimesOutAndIsNamed) {
     const Status& s = st[static_cast<std::size_t>(r)];
     ASSERT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.to_string();
     EXPECT_TRUE(names_number(s.message(), 1)) << s.to_string();
+    // The group by the name its creator gave, and the missing rank's device.
+    EXPECT_NE(s.message().find(kGroupName), std::string::npos) << s.to_string();
+    EXPECT_NE(s.message().find(g.devices[1]->info().name), std::string::npos) << s.to_string();
+    if (r == 0) std::printf("%s: %s\n", GetParam().label, s.to_string().c_str());
   }
 }
 

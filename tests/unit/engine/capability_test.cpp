@@ -55,6 +55,7 @@ class PickyStream final : public hal::Stream {
     rec_.ran.push_back(op);
     return inner_->run(op);
   }
+  Status host_call(std::function<Status()> fn) override { return inner_->host_call(std::move(fn)); }
   Status record(hal::Event& e) override { return inner_->record(e); }
   Status wait(const hal::Event& e) override { return inner_->wait(e); }
   Status sync() override { return inner_->sync(); }
