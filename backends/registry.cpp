@@ -2,10 +2,21 @@
 #include "backends/registry.h"
 
 #include "backends/cpu/cpu_device.h"
+#ifdef SX_HAVE_VULKAN
+#include "backends/vulkan/vk_device.h"
+#endif
 
 namespace sx::backends {
 
-void register_compiled_backends(hal::Registry& registry) { registry.add(cpu::make_cpu_backend()); }
+// Registration order is `--backend auto`'s order of preference: a GPU backend first, taken only
+// when it reports a device (Vulkan leaves CPU implementations such as lavapipe out unless they are
+// named), then the CPU.
+void register_compiled_backends(hal::Registry& registry) {
+#ifdef SX_HAVE_VULKAN
+  registry.add(vk::make_vulkan_backend());
+#endif
+  registry.add(cpu::make_cpu_backend());
+}
 
 hal::Registry& default_registry() {
   static hal::Registry registry = [] {

@@ -374,7 +374,7 @@ int cmd_plan(int argc, char** argv) {
     if (!backend_name.ok()) return usage_error(backend_name.status());
     auto backend = backends::default_registry().pick(*backend_name);
     if (!backend.ok()) return plan_failure(backend.status());
-    auto infos = (*backend)->devices();
+    auto infos = hal::list_devices(**backend);
     if (!infos.ok()) return plan_failure(infos.status());
     auto budgets = engine::group_budgets(*infos, ranks, *overhead);
     if (!budgets.ok()) return plan_failure(budgets.status());

@@ -5,7 +5,7 @@ namespace sx::engine {
 
 Result<DeviceGroup> create_device_group(hal::Backend& backend, int count, const hal::DeviceOptions& options) {
   if (count < 1) return invalid_argument_error("a device group needs at least one device, got {}", count);
-  SX_ASSIGN_OR_RETURN(std::vector<hal::DeviceInfo> available, backend.devices());
+  SX_ASSIGN_OR_RETURN(std::vector<hal::DeviceInfo> available, hal::list_devices(backend));
   if (static_cast<std::size_t>(count) > available.size()) {
     return invalid_argument_error("{} devices are needed but backend '{}' has {}", count, backend.name(),
                                   available.size());

@@ -30,6 +30,15 @@ Result<Backend*> Registry::find(std::string_view name) const {
                          fmt::join(names(), ", "));
 }
 
+Result<std::vector<DeviceInfo>> list_devices(const Backend& backend) {
+  auto infos = backend.devices();
+  if (!infos.ok()) {
+    return Status(infos.status().code(),
+                  fmt::format("backend {} unavailable: {}", backend.name(), infos.status().message()));
+  }
+  return infos;
+}
+
 Result<Backend*> Registry::pick(std::string_view name, std::string* why) const {
   if (name != "auto") {
     SX_ASSIGN_OR_RETURN(Backend * b, find(name));

@@ -34,6 +34,10 @@ class Backend {
                                                                          const ChannelOptions& options);
 };
 
+// backend.devices(), its error (a missing driver, no device) as "backend NAME unavailable:
+// REASON" with the code kept: what every command that opens devices reports.
+Result<std::vector<DeviceInfo>> list_devices(const Backend& backend);
+
 class Registry {
  public:
   void add(std::unique_ptr<Backend> backend);

@@ -13,8 +13,9 @@ TEXT = open(os.path.join(MODELS, "text.txt"), encoding="utf-8").read()
 results = []
 
 
-def run(*args, check=True):
-    p = subprocess.run([SEXTANT, *args], capture_output=True, timeout=120)
+def run(*args, check=True, env=None):
+    p = subprocess.run([SEXTANT, *args], capture_output=True, timeout=120,
+                       env=None if env is None else dict(os.environ, **env))
     if check and p.returncode != 0:
         raise AssertionError(f"sextant {' '.join(args)} exited {p.returncode}: {p.stderr.decode(errors='replace')}")
     return p
@@ -144,6 +145,28 @@ def errors_name_the_cause():
     assert p.returncode != 0 and b"top_p" in p.stderr, p.stderr
     p = run("bench", "--model", model("f32"), "-p", "4000", "-n", "1", check=False)
     assert p.returncode != 0 and b"context" in p.stderr, p.stderr
+
+
+@case
+def vulkan_without_a_driver_is_unavailable_naming_the_cause():
+    # No ICD (VK_ICD_FILENAMES naming no file): serve exits 1 naming the backend and the cause; the
+    # CPU backend is unaffected. A build without Vulkan refuses the name instead.
+    no_icd = {"VK_ICD_FILENAMES": "/nonexistent/icd.json", "SEXTANT_VULKAN_DEVICES": "0"}
+    p = run("serve", "--backend", "vulkan", "--model", model("f32"), "--port", "0", check=False, env=no_icd)
+    err = p.stderr.decode()
+    if "not available in this build" in err:
+        assert p.returncode != 0, err
+        return
+    assert p.returncode == 1 and "backend vulkan unavailable: " in err and "no usable Vulkan driver" in err, err
+    p = run("plan", "--backend", "vulkan", "--model", model("f32"), check=False, env=no_icd)
+    assert p.returncode != 0 and "backend vulkan unavailable: " in p.stderr.decode(), p.stderr
+    p = run("generate", "--model", model("f32"), "--prompt", "Alice", "-n", "2", env=no_icd)
+    # Without a selection, lavapipe (a CPU implementation) is not taken: the reason says how to.
+    p = run("generate", "--backend", "vulkan", "--model", model("f32"), "--prompt", "Alice", "-n", "2", check=False,
+            env={"SEXTANT_VULKAN_DEVICES": ""})
+    err = p.stderr.decode()
+    assert p.returncode != 0 and "backend vulkan unavailable: " in err, err
+    assert "no Vulkan GPU" in err or "no usable Vulkan driver" in err, err
 
 
 @case

@@ -1,5 +1,6 @@
 // Registry::find / pick: a backend is chosen by name, or with "auto" as the first registered one
-// that reports a device, with the reason; hal::describe_op and device_kind_name.
+// that reports a device, with the reason; list_devices names an unavailable backend;
+// hal::describe_op and device_kind_name.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -65,6 +66,17 @@ TEST(Registry, AutoWithoutAnyDeviceIsNotFoundNamingEveryBackend) {
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().message(), "backend auto: no backend has a device (gpu1: UNAVAILABLE: no driver)");
   EXPECT_EQ(Registry().pick("auto").status().message(), "backend auto: no backend has a device (none compiled in)");
+}
+
+TEST(Registry, ListDevicesNamesAnUnavailableBackend) {
+  const FakeBackend gpu("gpu1", unavailable_error("no driver"));
+  auto infos = list_devices(gpu);
+  ASSERT_FALSE(infos.ok());
+  EXPECT_EQ(infos.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(infos.status().message(), "backend gpu1 unavailable: no driver");
+  const FakeBackend host("host", std::vector<DeviceInfo>(2));
+  ASSERT_TRUE(list_devices(host).ok());
+  EXPECT_EQ(list_devices(host)->size(), 2u);
 }
 
 TEST(Ops, DescriptionsNameWhatSupportDependsOn) {

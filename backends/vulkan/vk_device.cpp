@@ -1,0 +1,930 @@
+// The Vulkan backend: instance, devices, buffers, streams, events and the op pipelines
+// (vk_device.h).
+#include "backends/vulkan/vk_device.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "backends/vulkan/vk_api.h"
+#include "backends/vulkan/vk_select.h"
+#include "runtime/hal/device_options.h"
+
+namespace sx::vk {
+
+namespace {
+
+// The SPIR-V of each shader, embedded by shaders/meson.build (glslc -mfmt=c).
+const std::uint32_t kAddSpv[] =
+#include "add.spv.inc"
+    ;
+
+// ---------------------------------------------------------------------------------------------
+// The process-wide instance and what it found.
+
+struct Instance {
+  const GlobalApi* g = nullptr;
+  InstanceApi api;
+  VkInstance instance = VK_NULL_HANDLE;
+  std::vector<VkPhysicalDevice> physical;
+  std::vector<PhysicalDesc> found;
+};
+
+std::string type_name(VkPhysicalDeviceType t) {
+  switch (t) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
+      return "discrete gpu";
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
+      return "integrated gpu";
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
+      return "virtual gpu";
+    case VK_PHYSICAL_DEVICE_TYPE_CPU:
+      return "cpu";
+    default:
+      return "other";
+  }
+}
+
+hal::DeviceKind kind_of(VkPhysicalDeviceType t) {
+  switch (t) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
+      return hal::DeviceKind::kDiscreteGpu;
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
+      return hal::DeviceKind::kIntegratedGpu;
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
+      return hal::DeviceKind::kVirtualGpu;
+    case VK_PHYSICAL_DEVICE_TYPE_CPU:
+      return hal::DeviceKind::kCpu;
+    default:
+      return hal::DeviceKind::kOther;
+  }
+}
+
+Result<const Instance*> instance() {
+  static std::once_flag once;
+  static Instance inst;
+  static Status failure;
+  std::call_once(once, [] {
+    auto g = global_api();
+    if (!g.ok()) {
+      failure = g.status();
+      return;
+    }
+    inst.g = *g;
+    std::uint32_t version = VK_API_VERSION_1_0;
+    if (inst.g->vkEnumerateInstanceVersion(&version) != VK_SUCCESS || version < VK_API_VERSION_1_2) {
+      failure = unavailable_error("the Vulkan loader offers version {}.{}; Sextant needs 1.2", VK_API_VERSION_MAJOR(version),
+                                  VK_API_VERSION_MINOR(version));
+      return;
+    }
+    VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
+    app.pApplicationName = "sextant";
+    app.apiVersion = VK_API_VERSION_1_2;
+    VkInstanceCreateInfo ci{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
+    ci.pApplicationInfo = &app;
+    const VkResult r = inst.g->vkCreateInstance(&ci, nullptr, &inst.instance);
+    if (r != VK_SUCCESS) {
+      failure = unavailable_error("vkCreateInstance failed ({}): no usable Vulkan driver (ICD)", result_name(r));
+      return;
+    }
+    auto api = load_instance_api(*inst.g, inst.instance);
+    if (!api.ok()) {
+      failure = unavailable_error("{}", api.status().message());
+      return;
+    }
+    inst.api = *api;
+    std::uint32_t n = 0;
+    if (inst.api.vkEnumeratePhysicalDevices(inst.instance, &n, nullptr) != VK_SUCCESS) n = 0;
+    inst.physical.resize(n);
+    if (n > 0) inst.api.vkEnumeratePhysicalDevices(inst.instance, &n, inst.physical.data());
+    inst.physical.resize(n);
+    for (VkPhysicalDevice p : inst.physical) {
+      VkPhysicalDeviceIDProperties id{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES};
+      VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+      props.pNext = &id;
+      inst.api.vkGetPhysicalDeviceProperties2(p, &props);
+      PhysicalDesc d;
+      d.name = props.properties.deviceName;
+      d.cpu = props.properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+      d.type = type_name(props.properties.deviceType);
+      d.uuid = uuid_hex(id.deviceUUID);
+      inst.found.push_back(std::move(d));
+    }
+    // The instance lives for the process (drivers' own atexit teardown is not ordered with ours).
+  });
+  if (!failure.ok()) return failure;
+  return &inst;
+}
+
+// The selection of physical devices: $SEXTANT_VULKAN_DEVICES (vk_select.h).
+Result<std::vector<int>> selection(const Instance& inst) {
+  const char* env = std::getenv("SEXTANT_VULKAN_DEVICES");
+  auto picked = select_devices(env != nullptr ? env : "", inst.found);
+  if (!picked.ok()) {
+    return Status(picked.status().code(), fmt::format("SEXTANT_VULKAN_DEVICES: {}", picked.status().message()));
+  }
+  return picked;
+}
+
+std::uint64_t largest_device_heap(const VkPhysicalDeviceMemoryProperties& m) {
+  std::uint64_t best = 0;
+  for (std::uint32_t i = 0; i < m.memoryHeapCount; ++i) {
+    if (m.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) best = std::max<std::uint64_t>(best, m.memoryHeaps[i].size);
+  }
+  return best;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct VkOptions {
+  std::uint64_t memory_budget = 0;
+};
+
+Result<VkOptions> parse_options(const hal::DeviceOptions& options) {
+  hal::OptionReader r("vulkan", options);
+  VkOptions o;
+  SX_ASSIGN_OR_RETURN(std::int64_t budget, r.integer("memory_budget", 0, 0, INT64_MAX));
+  SX_RETURN_IF_ERROR(r.finish());
+  o.memory_budget = static_cast<std::uint64_t>(budget);
+  return o;
+}
+
+class VulkanDevice;
+
+class VulkanBuffer final : public hal::Buffer {
+ public:
+  VulkanBuffer(VulkanDevice& device, VkBuffer buffer, VkDeviceMemory memory, std::size_t size, std::size_t charged,
+               hal::BufferUsage usage, std::byte* mapped)
+      : device_(device), buffer_(buffer), memory_(memory), size_(size), charged_(charged), usage_(usage), mapped_(mapped) {}
+  ~VulkanBuffer() override;
+  std::size_t size() const override { return size_; }
+  hal::Device& device() const override;
+  hal::BufferUsage usage() const override { return usage_; }
+  std::span<std::byte> host() const override {
+    if (mapped_ == nullptr || usage_ == hal::BufferUsage::kDevice) return {};
+    return {mapped_, size_};
+  }
+  VkBuffer handle() const { return buffer_; }
+  VulkanDevice& vk_device() const { return device_; }
+  std::byte* mapped() const { return mapped_; }
+
+ private:
+  VulkanDevice& device_;
+  VkBuffer buffer_;
+  VkDeviceMemory memory_;
+  std::size_t size_, charged_;
+  hal::BufferUsage usage_;
+  std::byte* mapped_;
+};
+
+class VulkanEvent final : public hal::Event {
+ public:
+  VulkanEvent(VulkanDevice& device, VkSemaphore sem) : device_(device), sem_(sem) {}
+  ~VulkanEvent() override;
+  VulkanDevice& device_;
+  VkSemaphore sem_;
+  std::uint64_t value = 0;  // 0: never recorded
+};
+
+// A compute pipeline: `bindings` storage buffers pushed as descriptors, push constants.
+struct Pipeline {
+  VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
+  VkPipelineLayout layout = VK_NULL_HANDLE;
+  VkPipeline pipeline = VK_NULL_HANDLE;
+  std::uint32_t bindings = 0;
+};
+
+constexpr std::uint32_t kPushConstantBytes = 128;
+constexpr std::uint32_t kWorkgroup = 256;  // local_size_x of the elementwise shaders
+
+class VulkanDevice final : public hal::Device {
+ public:
+  static Result<std::unique_ptr<VulkanDevice>> create(const Instance& inst, int index, int physical_index,
+                                                      bool shares_physical, const VkOptions& options);
+  ~VulkanDevice() override;
+
+  const hal::DeviceInfo& info() const override { return info_; }
+  hal::MemoryInfo memory() const override { return {info_.memory_bytes, used_.load()}; }
+  Status supports(const hal::Op& op) const override;
+  Result<std::unique_ptr<hal::Buffer>> alloc(std::size_t bytes, hal::BufferUsage usage) override;
+  Result<std::unique_ptr<hal::Stream>> create_stream() override;
+  Result<std::unique_ptr<hal::Event>> create_event() override;
+
+  const DeviceApi& api() const { return api_; }
+  VkDevice handle() const { return device_; }
+  std::uint32_t queue_family() const { return family_; }
+  const VkPhysicalDeviceLimits& limits() const { return limits_; }
+  const Pipeline& add_pipeline() const { return add_; }
+  Status submit(const VkSubmitInfo& info) {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    return check(api_.vkQueueSubmit(queue_, 1, &info, VK_NULL_HANDLE), fmt::format("{}: vkQueueSubmit", info_.name));
+  }
+  void release(std::size_t charged) { used_.fetch_sub(charged); }
+
+ private:
+  VulkanDevice() = default;
+  Result<Pipeline> make_pipeline(std::span<const std::uint32_t> spirv, std::uint32_t bindings, const char* name);
+  void destroy(Pipeline& p);
+
+  hal::DeviceInfo info_;
+  DeviceApi api_;
+  VkDevice device_ = VK_NULL_HANDLE;
+  VkQueue queue_ = VK_NULL_HANDLE;
+  std::uint32_t family_ = 0;
+  VkPhysicalDeviceLimits limits_{};
+  std::uint32_t device_type_ = UINT32_MAX, upload_type_ = UINT32_MAX, readback_type_ = UINT32_MAX;
+  std::mutex queue_mu_;
+  std::atomic<std::uint64_t> used_{0};
+  Pipeline add_;
+};
+
+VulkanBuffer::~VulkanBuffer() {
+  const DeviceApi& a = device_.api();
+  if (mapped_ != nullptr) a.vkUnmapMemory(device_.handle(), memory_);
+  a.vkDestroyBuffer(device_.handle(), buffer_, nullptr);
+  a.vkFreeMemory(device_.handle(), memory_, nullptr);
+  device_.release(charged_);
+}
+
+hal::Device& VulkanBuffer::device() const { return device_; }
+
+VulkanEvent::~VulkanEvent() { device_.api().vkDestroySemaphore(device_.handle(), sem_, nullptr); }
+
+// The memory type index for `usage` (UINT32_MAX when none): device-local for kDevice (any type
+// when none is), host-visible + coherent for staging (preferring host-cached for readback).
+std::uint32_t pick_memory_type(const VkPhysicalDeviceMemoryProperties& m, hal::BufferUsage usage) {
+  auto find = [&](VkMemoryPropertyFlags want) -> std::uint32_t {
+    for (std::uint32_t i = 0; i < m.memoryTypeCount; ++i) {
+      if ((m.memoryTypes[i].propertyFlags & want) == want) return i;
+    }
+    return UINT32_MAX;
+  };
+  switch (usage) {
+    case hal::BufferUsage::kDevice: {
+      const std::uint32_t t = find(VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
+      return t != UINT32_MAX ? t : find(0);
+    }
+    case hal::BufferUsage::kUpload:
+      return find(VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
+    case hal::BufferUsage::kReadback: {
+      const std::uint32_t t = find(VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT |
+                                   VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
+      return t != UINT32_MAX ? t : find(VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
+    }
+  }
+  return UINT32_MAX;
+}
+
+Result<std::unique_ptr<VulkanDevice>> VulkanDevice::create(const Instance& inst, int index, int physical_index,
+                                                           bool shares_physical, const VkOptions& options) {
+  auto d = std::unique_ptr<VulkanDevice>(new VulkanDevice());
+  const VkPhysicalDevice phys = inst.physical[static_cast<std::size_t>(physical_index)];
+  VkPhysicalDeviceProperties props;
+  inst.api.vkGetPhysicalDeviceProperties(phys, &props);
+  d->limits_ = props.limits;
+  if (props.apiVersion < VK_API_VERSION_1_2) {
+    return unavailable_error("vulkan:{} ({}) supports Vulkan {}.{}; Sextant needs 1.2", index, props.deviceName,
+                             VK_API_VERSION_MAJOR(props.apiVersion), VK_API_VERSION_MINOR(props.apiVersion));
+  }
+  // A queue family with compute.
+  std::uint32_t nf = 0;
+  inst.api.vkGetPhysicalDeviceQueueFamilyProperties(phys, &nf, nullptr);
+  std::vector<VkQueueFamilyProperties> families(nf);
+  inst.api.vkGetPhysicalDeviceQueueFamilyProperties(phys, &nf, families.data());
+  d->family_ = UINT32_MAX;
+  for (std::uint32_t i = 0; i < nf; ++i) {
+    if (families[i].queueFlags & VK_QUEUE_COMPUTE_BIT) {
+      d->family_ = i;
+      break;
+    }
+  }
+  if (d->family_ == UINT32_MAX) return unavailable_error("vulkan:{} ({}) has no compute queue", index, props.deviceName);
+  // Required: push descriptors and timeline semaphores.
+  std::uint32_t ne = 0;
+  inst.api.vkEnumerateDeviceExtensionProperties(phys, nullptr, &ne, nullptr);
+  std::vector<VkExtensionProperties> exts(ne);
+  inst.api.vkEnumerateDeviceExtensionProperties(phys, nullptr, &ne, exts.data());
+  const bool push = std::any_of(exts.begin(), exts.end(), [](const VkExtensionProperties& e) {
+    return std::strcmp(e.extensionName, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME) == 0;
+  });
+  if (!push) {
+    return unavailable_error("vulkan:{} ({}) lacks {}, which the backend binds its buffers with", index,
+                             props.deviceName, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
+  }
+  VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+  VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+  f2.pNext = &f12;
+  inst.api.vkGetPhysicalDeviceFeatures2(phys, &f2);
+  if (!f12.timelineSemaphore) {
+    return unavailable_error("vulkan:{} ({}) lacks timeline semaphores", index, props.deviceName);
+  }
+  VkPhysicalDeviceVulkan12Features enable12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+  enable12.timelineSemaphore = VK_TRUE;
+  const float priority = 1.0f;
+  VkDeviceQueueCreateInfo q{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
+  q.queueFamilyIndex = d->family_;
+  q.queueCount = 1;
+  q.pQueuePriorities = &priority;
+  const char* enabled[] = {VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME};
+  VkDeviceCreateInfo ci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
+  ci.pNext = &enable12;
+  ci.queueCreateInfoCount = 1;
+  ci.pQueueCreateInfos = &q;
+  ci.enabledExtensionCount = 1;
+  ci.ppEnabledExtensionNames = enabled;
+  SX_RETURN_IF_ERROR(check(inst.api.vkCreateDevice(phys, &ci, nullptr, &d->device_),
+                           fmt::format("vulkan:{} ({}): vkCreateDevice", index, props.deviceName)));
+  SX_ASSIGN_OR_RETURN(d->api_, load_device_api(inst.api, d->device_));
+  d->api_.vkGetDeviceQueue(d->device_, d->family_, 0, &d->queue_);
+
+  VkPhysicalDeviceMemoryProperties mem;
+  inst.api.vkGetPhysicalDeviceMemoryProperties(phys, &mem);
+  d->device_type_ = pick_memory_type(mem, hal::BufferUsage::kDevice);
+  d->upload_type_ = pick_memory_type(mem, hal::BufferUsage::kUpload);
+  d->readback_type_ = pick_memory_type(mem, hal::BufferUsage::kReadback);
+  if (d->upload_type_ == UINT32_MAX || d->readback_type_ == UINT32_MAX) {
+    return unavailable_error("vulkan:{} ({}) has no host-visible coherent memory for staging", index, props.deviceName);
+  }
+
+  hal::DeviceInfo& info = d->info_;
+  info.backend = "vulkan";
+  info.index = index;
+  info.kind = kind_of(props.deviceType);
+  const std::uint64_t heap = largest_device_heap(mem);
+  info.memory_bytes = options.memory_budget > 0 ? std::min<std::uint64_t>(options.memory_budget, heap) : heap;
+  info.free_bytes = info.memory_bytes;
+  // Several Sextant devices on one physical device, or a device on the host's RAM, share memory
+  // (unless each has its own emulated budget).
+  info.shared_memory = options.memory_budget == 0 && (shares_physical || props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU);
+  info.name = fmt::format("vulkan:{} ({}, {}; Vulkan {}.{}.{})", index, props.deviceName, type_name(props.deviceType),
+                          VK_API_VERSION_MAJOR(props.apiVersion), VK_API_VERSION_MINOR(props.apiVersion),
+                          VK_API_VERSION_PATCH(props.apiVersion));
+
+  SX_ASSIGN_OR_RETURN(d->add_, d->make_pipeline(kAddSpv, 3, "add"));
+  return d;
+}
+
+VulkanDevice::~VulkanDevice() {
+  if (device_ == VK_NULL_HANDLE) return;
+  api_.vkDeviceWaitIdle(device_);
+  destroy(add_);
+  api_.vkDestroyDevice(device_, nullptr);
+}
+
+Result<Pipeline> VulkanDevice::make_pipeline(std::span<const std::uint32_t> spirv, std::uint32_t bindings,
+                                             const char* name) {
+  Pipeline p;
+  p.bindings = bindings;
+  std::vector<VkDescriptorSetLayoutBinding> b(bindings);
+  for (std::uint32_t i = 0; i < bindings; ++i) {
+    b[i].binding = i;
+    b[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    b[i].descriptorCount = 1;
+    b[i].stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
+  }
+  VkDescriptorSetLayoutCreateInfo sl{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
+  sl.flags = VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR;
+  sl.bindingCount = bindings;
+  sl.pBindings = b.data();
+  const std::string what = fmt::format("{}: pipeline '{}'", info_.name, name);
+  SX_RETURN_IF_ERROR(check(api_.vkCreateDescriptorSetLayout(device_, &sl, nullptr, &p.set_layout), what));
+  VkPushConstantRange pc{VK_SHADER_STAGE_COMPUTE_BIT, 0, kPushConstantBytes};
+  VkPipelineLayoutCreateInfo pl{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
+  pl.setLayoutCount = 1;
+  pl.pSetLayouts = &p.set_layout;
+  pl.pushConstantRangeCount = 1;
+  pl.pPushConstantRanges = &pc;
+  SX_RETURN_IF_ERROR(check(api_.vkCreatePipelineLayout(device_, &pl, nullptr, &p.layout), what));
+  VkShaderModuleCreateInfo sm{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
+  sm.codeSize = spirv.size_bytes();
+  sm.pCode = spirv.data();
+  VkShaderModule module = VK_NULL_HANDLE;
+  SX_RETURN_IF_ERROR(check(api_.vkCreateShaderModule(device_, &sm, nullptr, &module), what));
+  VkComputePipelineCreateInfo cp{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
+  cp.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
+  cp.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+  cp.stage.module = module;
+  cp.stage.pName = "main";
+  cp.layout = p.layout;
+  const VkResult r = api_.vkCreateComputePipelines(device_, VK_NULL_HANDLE, 1, &cp, nullptr, &p.pipeline);
+  api_.vkDestroyShaderModule(device_, module, nullptr);
+  SX_RETURN_IF_ERROR(check(r, what));
+  return p;
+}
+
+void VulkanDevice::destroy(Pipeline& p) {
+  if (p.pipeline != VK_NULL_HANDLE) api_.vkDestroyPipeline(device_, p.pipeline, nullptr);
+  if (p.layout != VK_NULL_HANDLE) api_.vkDestroyPipelineLayout(device_, p.layout, nullptr);
+  if (p.set_layout != VK_NULL_HANDLE) api_.vkDestroyDescriptorSetLayout(device_, p.set_layout, nullptr);
+  p = {};
+}
+
+Status VulkanDevice::supports(const hal::Op& op) const {
+  if (std::holds_alternative<hal::AddArgs>(op)) return ok_status();
+  return unimplemented_error("the Vulkan backend has no shader for {} yet", hal::op_name(op));
+}
+
+Result<std::unique_ptr<hal::Buffer>> VulkanDevice::alloc(std::size_t bytes, hal::BufferUsage usage) {
+  const std::size_t size = std::max<std::size_t>(bytes, 4);
+  VkBufferCreateInfo bi{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
+  bi.size = size;
+  bi.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+  bi.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+  VkBuffer buffer = VK_NULL_HANDLE;
+  SX_RETURN_IF_ERROR(check(api_.vkCreateBuffer(device_, &bi, nullptr, &buffer),
+                           fmt::format("{}: a buffer of {} bytes", info_.name, bytes)));
+  VkMemoryRequirements req;
+  api_.vkGetBufferMemoryRequirements(device_, buffer, &req);
+  const std::uint64_t used = used_.fetch_add(req.size) + req.size;
+  auto undo = [&] {
+    used_.fetch_sub(req.size);
+    api_.vkDestroyBuffer(device_, buffer, nullptr);
+  };
+  if (used > info_.memory_bytes) {
+    undo();
+    return resource_exhausted_error("{}: cannot allocate {} bytes: {} of {} bytes in use", info_.name, bytes,
+                                    used - req.size, info_.memory_bytes);
+  }
+  const std::uint32_t type = usage == hal::BufferUsage::kDevice   ? device_type_
+                             : usage == hal::BufferUsage::kUpload ? upload_type_
+                                                                  : readback_type_;
+  if (type == UINT32_MAX || !(req.memoryTypeBits & (1u << type))) {
+    undo();
+    return resource_exhausted_error("{}: no memory type for a {} buffer", info_.name, hal::buffer_usage_name(usage));
+  }
+  VkMemoryAllocateInfo ai{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
+  ai.allocationSize = req.size;
+  ai.memoryTypeIndex = type;
+  VkDeviceMemory memory = VK_NULL_HANDLE;
+  if (Status s = check(api_.vkAllocateMemory(device_, &ai, nullptr, &memory),
+                       fmt::format("{}: {} bytes of {} memory", info_.name, bytes, hal::buffer_usage_name(usage)));
+      !s.ok()) {
+    undo();
+    return s;
+  }
+  std::byte* mapped = nullptr;
+  Status s = check(api_.vkBindBufferMemory(device_, buffer, memory, 0), fmt::format("{}: vkBindBufferMemory", info_.name));
+  if (s.ok() && usage != hal::BufferUsage::kDevice) {
+    void* p = nullptr;
+    s = check(api_.vkMapMemory(device_, memory, 0, VK_WHOLE_SIZE, 0, &p), fmt::format("{}: vkMapMemory", info_.name));
+    mapped = static_cast<std::byte*>(p);
+  }
+  if (!s.ok()) {
+    api_.vkFreeMemory(device_, memory, nullptr);
+    undo();
+    return s;
+  }
+  return std::unique_ptr<hal::Buffer>(
+      std::make_unique<VulkanBuffer>(*this, buffer, memory, bytes, req.size, usage, mapped));
+}
+
+Result<std::unique_ptr<hal::Event>> VulkanDevice::create_event() {
+  VkSemaphoreTypeCreateInfo type{VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO};
+  type.semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE;
+  type.initialValue = 0;
+  VkSemaphoreCreateInfo ci{VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO};
+  ci.pNext = &type;
+  VkSemaphore sem = VK_NULL_HANDLE;
+  SX_RETURN_IF_ERROR(check(api_.vkCreateSemaphore(device_, &ci, nullptr, &sem), fmt::format("{}: an event", info_.name)));
+  return std::unique_ptr<hal::Event>(std::make_unique<VulkanEvent>(*this, sem));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streams.
+
+// Host bytes staged by upload / update / fill edges and not yet copied out by the device: past
+// this, the stream waits for its work before taking more (bounding staging during a model load).
+constexpr std::size_t kMaxStagedBytes = std::size_t{256} << 20;
+
+class VulkanStream final : public hal::Stream {
+ public:
+  explicit VulkanStream(VulkanDevice& d) : d_(d), a_(d.api()) {}
+  ~VulkanStream() override;
+  Status init();
+
+  Status upload(hal::Buffer& dst, std::size_t dst_offset, std::span<const std::byte> src) override;
+  Status download(std::span<std::byte> dst, const hal::Buffer& src, std::size_t src_offset) override;
+  Status update(hal::Buffer& dst, std::size_t dst_offset, std::span<const std::byte> src) override;
+  Status copy(hal::Buffer& dst, std::size_t dst_offset, const hal::Buffer& src, std::size_t src_offset,
+              std::size_t bytes) override;
+  Status fill(hal::Buffer& dst, std::size_t dst_offset, std::size_t bytes, std::uint8_t value) override;
+  Status run(const hal::Op& op) override;
+  Status host_call(std::function<Status()> fn) override;
+  Status record(hal::Event& event) override;
+  Status wait(const hal::Event& event) override;
+  Status sync() override;
+
+ private:
+  Status latch(Status s) {
+    if (!s.ok() && latched_.ok()) latched_ = s;
+    return s;
+  }
+  template <typename... Args>
+  Status latch_invalid(fmt::format_string<Args...> f, Args&&... args) {
+    return latch(invalid_argument_error(f, std::forward<Args>(args)...));
+  }
+  // The buffer behind `b` when it is one of this device's, with [offset, offset + bytes) inside.
+  // Errors latch, like every error of a stream (the first one is returned by every later call).
+  Result<VulkanBuffer*> resolve(const hal::Buffer& b, std::size_t offset, std::size_t bytes, std::string_view what,
+                                bool device_only);
+  Result<VulkanBuffer*> resolve_view(const hal::BufView& v, std::size_t bytes, std::string_view op,
+                                     std::string_view what);
+  // The command buffer being recorded (begun on first use), after a full memory barrier that
+  // orders the command about to be recorded after everything before it on the queue.
+  Result<VkCommandBuffer> command();
+  // Submits what was recorded (and the waits), signalling the stream's semaphore and `event`.
+  Status submit(VulkanEvent* event = nullptr);
+  // submit(), then waits for all of this stream's work and frees what it used.
+  Status drain();
+  // A host-visible buffer holding `src`, kept until the work that reads it has completed.
+  Result<VulkanBuffer*> stage(std::span<const std::byte> src);
+  Status copy_from_host(VulkanBuffer& dst, std::size_t offset, std::span<const std::byte> src);
+
+  VulkanDevice& d_;
+  const DeviceApi& a_;
+  VkCommandPool pool_ = VK_NULL_HANDLE;
+  VkSemaphore done_ = VK_NULL_HANDLE;  // timeline: signalled to `submitted_` by the last submission
+  std::uint64_t submitted_ = 0;
+  VkCommandBuffer recording_ = VK_NULL_HANDLE;
+  std::vector<VkCommandBuffer> in_flight_;
+  std::vector<std::pair<VkSemaphore, std::uint64_t>> waits_;
+  std::vector<std::unique_ptr<hal::Buffer>> staged_;
+  std::size_t staged_bytes_ = 0;
+  Status latched_;
+};
+
+Status VulkanStream::init() {
+  VkCommandPoolCreateInfo pi{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+  pi.flags = VK_COMMAND_POOL_CREATE_TRANSIENT_BIT;
+  pi.queueFamilyIndex = d_.queue_family();
+  SX_RETURN_IF_ERROR(check(a_.vkCreateCommandPool(d_.handle(), &pi, nullptr, &pool_), "vkCreateCommandPool"));
+  VkSemaphoreTypeCreateInfo type{VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO};
+  type.semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE;
+  VkSemaphoreCreateInfo ci{VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO};
+  ci.pNext = &type;
+  return check(a_.vkCreateSemaphore(d_.handle(), &ci, nullptr, &done_), "vkCreateSemaphore");
+}
+
+VulkanStream::~VulkanStream() {
+  (void)drain();
+  if (recording_ != VK_NULL_HANDLE) a_.vkEndCommandBuffer(recording_);
+  if (done_ != VK_NULL_HANDLE) a_.vkDestroySemaphore(d_.handle(), done_, nullptr);
+  if (pool_ != VK_NULL_HANDLE) a_.vkDestroyCommandPool(d_.handle(), pool_, nullptr);
+}
+
+Result<VulkanBuffer*> VulkanStream::resolve(const hal::Buffer& b, std::size_t offset, std::size_t bytes,
+                                            std::string_view what, bool device_only) {
+  auto* vb = dynamic_cast<const VulkanBuffer*>(&b);
+  if (vb == nullptr || &vb->vk_device() != &d_) {
+    return latch_invalid("{}: the buffer belongs to {}, not to {}", what, b.device().info().name, d_.info().name);
+  }
+  if (offset > vb->size() || bytes > vb->size() - offset) {
+    return latch_invalid("{}: {} bytes at offset {} overrun a buffer of {} bytes", what, bytes, offset,
+                                  vb->size());
+  }
+  if (device_only && vb->usage() != hal::BufferUsage::kDevice) {
+    return latch_invalid("{}: an {} buffer; ops take device buffers", what, hal::buffer_usage_name(vb->usage()));
+  }
+  return const_cast<VulkanBuffer*>(vb);
+}
+
+Result<VulkanBuffer*> VulkanStream::resolve_view(const hal::BufView& v, std::size_t bytes, std::string_view op,
+                                                 std::string_view what) {
+  if (!v) return latch_invalid("{}: {} is not set", op, what);
+  return resolve(*v.buffer, v.offset, bytes, fmt::format("{}: {}", op, what), true);
+}
+
+Result<VkCommandBuffer> VulkanStream::command() {
+  if (!latched_.ok()) return latched_;
+  if (recording_ == VK_NULL_HANDLE) {
+    VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+    ai.commandPool = pool_;
+    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    ai.commandBufferCount = 1;
+    SX_RETURN_IF_ERROR(latch(check(a_.vkAllocateCommandBuffers(d_.handle(), &ai, &recording_), "vkAllocateCommandBuffers")));
+    VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+    SX_RETURN_IF_ERROR(latch(check(a_.vkBeginCommandBuffer(recording_, &bi), "vkBeginCommandBuffer")));
+  }
+  VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+  mb.srcAccessMask = VK_ACCESS_MEMORY_WRITE_BIT;
+  mb.dstAccessMask = VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT;
+  a_.vkCmdPipelineBarrier(recording_, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, 0, 1, &mb,
+                          0, nullptr, 0, nullptr);
+  return recording_;
+}
+
+Status VulkanStream::submit(VulkanEvent* event) {
+  if (!latched_.ok()) return latched_;
+  if (recording_ == VK_NULL_HANDLE && waits_.empty() && event == nullptr) return ok_status();
+  if (recording_ != VK_NULL_HANDLE) {
+    SX_RETURN_IF_ERROR(latch(check(a_.vkEndCommandBuffer(recording_), "vkEndCommandBuffer")));
+  }
+  std::vector<VkSemaphore> wait_sems;
+  std::vector<std::uint64_t> wait_values;
+  std::vector<VkPipelineStageFlags> stages;
+  for (const auto& [sem, value] : waits_) {
+    wait_sems.push_back(sem);
+    wait_values.push_back(value);
+    stages.push_back(VK_PIPELINE_STAGE_ALL_COMMANDS_BIT);
+  }
+  VkSemaphore signal_sems[2] = {done_, VK_NULL_HANDLE};
+  std::uint64_t signal_values[2] = {submitted_ + 1, 0};
+  std::uint32_t n_signal = 1;
+  if (event != nullptr) {
+    signal_sems[1] = event->sem_;
+    signal_values[1] = event->value + 1;
+    n_signal = 2;
+  }
+  VkTimelineSemaphoreSubmitInfo ts{VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
+  ts.waitSemaphoreValueCount = static_cast<std::uint32_t>(wait_values.size());
+  ts.pWaitSemaphoreValues = wait_values.data();
+  ts.signalSemaphoreValueCount = n_signal;
+  ts.pSignalSemaphoreValues = signal_values;
+  VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+  si.pNext = &ts;
+  si.waitSemaphoreCount = static_cast<std::uint32_t>(wait_sems.size());
+  si.pWaitSemaphores = wait_sems.data();
+  si.pWaitDstStageMask = stages.data();
+  si.commandBufferCount = recording_ != VK_NULL_HANDLE ? 1 : 0;
+  si.pCommandBuffers = &recording_;
+  si.signalSemaphoreCount = n_signal;
+  si.pSignalSemaphores = signal_sems;
+  SX_RETURN_IF_ERROR(latch(d_.submit(si)));
+  ++submitted_;
+  if (event != nullptr) ++event->value;
+  waits_.clear();
+  if (recording_ != VK_NULL_HANDLE) in_flight_.push_back(recording_);
+  recording_ = VK_NULL_HANDLE;
+  return ok_status();
+}
+
+Status VulkanStream::drain() {
+  Status st = submit();
+  if (submitted_ > 0) {
+    VkSemaphoreWaitInfo wi{VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO};
+    wi.semaphoreCount = 1;
+    wi.pSemaphores = &done_;
+    wi.pValues = &submitted_;
+    const Status waited = latch(check(a_.vkWaitSemaphores(d_.handle(), &wi, UINT64_MAX),
+                                      fmt::format("{}: waiting for the stream", d_.info().name)));
+    if (st.ok()) st = waited;
+  }
+  if (!in_flight_.empty()) {
+    a_.vkFreeCommandBuffers(d_.handle(), pool_, static_cast<std::uint32_t>(in_flight_.size()), in_flight_.data());
+    in_flight_.clear();
+  }
+  staged_.clear();
+  staged_bytes_ = 0;
+  return st;
+}
+
+Result<VulkanBuffer*> VulkanStream::stage(std::span<const std::byte> src) {
+  if (staged_bytes_ + src.size() > kMaxStagedBytes && staged_bytes_ > 0) SX_RETURN_IF_ERROR(drain());
+  SX_ASSIGN_OR_RETURN(std::unique_ptr<hal::Buffer> b, d_.alloc(src.size(), hal::BufferUsage::kUpload));
+  auto* vb = static_cast<VulkanBuffer*>(b.get());
+  if (!src.empty()) std::memcpy(vb->mapped(), src.data(), src.size());
+  staged_bytes_ += src.size();
+  staged_.push_back(std::move(b));
+  return vb;
+}
+
+Status VulkanStream::copy_from_host(VulkanBuffer& dst, std::size_t offset, std::span<const std::byte> src) {
+  if (src.empty()) return ok_status();
+  SX_ASSIGN_OR_RETURN(VulkanBuffer * st, stage(src));
+  SX_ASSIGN_OR_RETURN(VkCommandBuffer cb, command());
+  const VkBufferCopy region{0, offset, src.size()};
+  a_.vkCmdCopyBuffer(cb, st->handle(), dst.handle(), 1, &region);
+  return ok_status();
+}
+
+Status VulkanStream::upload(hal::Buffer& dst, std::size_t dst_offset, std::span<const std::byte> src) {
+  if (!latched_.ok()) return latched_;
+  SX_ASSIGN_OR_RETURN(VulkanBuffer * d, resolve(dst, dst_offset, src.size(), "upload", false));
+  return copy_from_host(*d, dst_offset, src);
+}
+
+Status VulkanStream::update(hal::Buffer& dst, std::size_t dst_offset, std::span<const std::byte> src) {
+  if (!latched_.ok()) return latched_;
+  if (src.size() > kMaxUpdateBytes) {
+    return latch_invalid("update: {} bytes; at most {} (use upload or a staging buffer)", src.size(),
+                         kMaxUpdateBytes);
+  }
+  SX_ASSIGN_OR_RETURN(VulkanBuffer * d, resolve(dst, dst_offset, src.size(), "update", false));
+  return copy_from_host(*d, dst_offset, src);  // staged now: src may change at once
+}
+
+Status VulkanStream::download(std::span<std::byte> dst, const hal::Buffer& src, std::size_t src_offset) {
+  if (!latched_.ok()) return latched_;
+  SX_ASSIGN_OR_RETURN(VulkanBuffer * s, resolve(src, src_offset, dst.size(), "download", false));
+  if (dst.empty()) return ok_status();
+  SX_ASSIGN_OR_RETURN(std::unique_ptr<hal::Buffer> back, d_.alloc(dst.size(), hal::BufferUsage::kReadback));
+  auto* vb = static_cast<VulkanBuffer*>(back.get());
+  SX_ASSIGN_OR_RETURN(VkCommandBuffer cb, command());
+  const VkBufferCopy region{src_offset, 0, dst.size()};
+  a_.vkCmdCopyBuffer(cb, s->handle(), vb->handle(), 1, &region);
+  SX_RETURN_IF_ERROR(drain());
+  std::memcpy(dst.data(), vb->mapped(), dst.size());
+  return ok_status();
+}
+
+Status VulkanStream::copy(hal::Buffer& dst, std::size_t dst_offset, const hal::Buffer& src, std::size_t src_offset,
+                          std::size_t bytes) {
+  if (!latched_.ok()) return latched_;
+  SX_ASSIGN_OR_RETURN(VulkanBuffer * d, resolve(dst, dst_offset, bytes, "copy (destination)", false));
+  SX_ASSIGN_OR_RETURN(VulkanBuffer * s, resolve(src, src_offset, bytes, "copy (source)", false));
+  if (bytes == 0) return ok_status();
+  SX_ASSIGN_OR_RETURN(VkCommandBuffer cb, command());
+  const VkBufferCopy region{src_offset, dst_offset, bytes};
+  a_.vkCmdCopyBuffer(cb, s->handle(), d->handle(), 1, &region);
+  return ok_status();
+}
+
+Status VulkanStream::fill(hal::Buffer& dst, std::size_t dst_offset, std::size_t bytes, std::uint8_t value) {
+  if (!latched_.ok()) return latched_;
+  SX_ASSIGN_OR_RETURN(VulkanBuffer * d, resolve(dst, dst_offset, bytes, "fill", false));
+  if (bytes == 0) return ok_status();
+  // vkCmdFillBuffer writes whole 4-byte words at 4-byte offsets; the edges around them are copied
+  // from staged bytes.
+  const std::size_t begin = (dst_offset + 3) / 4 * 4, end = std::max(begin, (dst_offset + bytes) / 4 * 4);
+  const std::vector<std::byte> edge(4, std::byte{value});
+  const std::size_t head = std::min(begin, dst_offset + bytes) - dst_offset;
+  SX_RETURN_IF_ERROR(copy_from_host(*d, dst_offset, std::span(edge).first(head)));
+  if (end > begin) {
+    SX_ASSIGN_OR_RETURN(VkCommandBuffer cb, command());
+    a_.vkCmdFillBuffer(cb, d->handle(), begin, end - begin, 0x01010101u * value);
+  }
+  if (dst_offset + bytes > end) {  // (never when the range ends before `begin`: the head took it all)
+    SX_RETURN_IF_ERROR(copy_from_host(*d, end, std::span(edge).first(dst_offset + bytes - end)));
+  }
+  return ok_status();
+}
+
+Status VulkanStream::host_call(std::function<Status()> fn) {
+  if (!latched_.ok()) return latched_;
+  SX_RETURN_IF_ERROR(drain());
+  return latch(fn());
+}
+
+Status VulkanStream::record(hal::Event& event) {
+  if (!latched_.ok()) return latched_;
+  auto* e = dynamic_cast<VulkanEvent*>(&event);
+  if (e == nullptr || &e->device_ != &d_) {
+    return latch_invalid("record: the event is not one of {}", d_.info().name);
+  }
+  return submit(e);
+}
+
+Status VulkanStream::wait(const hal::Event& event) {
+  if (!latched_.ok()) return latched_;
+  const auto* e = dynamic_cast<const VulkanEvent*>(&event);
+  if (e == nullptr || &e->device_ != &d_) {
+    return latch_invalid("wait: the event is not one of {}", d_.info().name);
+  }
+  if (e->value == 0) return latch(failed_precondition_error("wait: the event was never recorded"));
+  SX_RETURN_IF_ERROR(submit());  // what was enqueued before the wait need not wait
+  waits_.emplace_back(e->sem_, e->value);
+  return ok_status();
+}
+
+Status VulkanStream::sync() {
+  const Status st = drain();
+  return latched_.ok() ? st : latched_;
+}
+
+// Binds `v` (`bytes` from its offset) at `binding`: from the offset rounded down to the device's
+// alignment; the returned remainder, in 4-byte elements, goes to the shader.
+struct Bound {
+  VkDescriptorBufferInfo info;
+  std::uint32_t element_offset;
+};
+
+Result<Bound> bind_window(const VulkanDevice& d, const VulkanBuffer& b, std::size_t offset, std::size_t bytes,
+                          std::string_view what) {
+  const std::size_t align = std::max<std::size_t>(d.limits().minStorageBufferOffsetAlignment, 4);
+  if (offset % 4 != 0) return invalid_argument_error("{}: offset {} is not a multiple of 4 bytes", what, offset);
+  const std::size_t base = offset / align * align;
+  const std::size_t range = offset - base + std::max<std::size_t>(bytes, 4);
+  if (range > d.limits().maxStorageBufferRange) {
+    return invalid_argument_error("{}: a window of {} bytes exceeds the device's maxStorageBufferRange {}", what, range,
+                                  d.limits().maxStorageBufferRange);
+  }
+  return Bound{{b.handle(), base, std::min<std::size_t>(range, b.size() - base)},
+               static_cast<std::uint32_t>((offset - base) / 4)};
+}
+
+Status VulkanStream::run(const hal::Op& op) {
+  if (!latched_.ok()) return latched_;
+  const auto* add = std::get_if<hal::AddArgs>(&op);
+  if (add == nullptr) return latch(d_.supports(op));
+  if (add->n < 0) return latch_invalid("add: n {} is negative", add->n);
+  if (add->n == 0) return ok_status();
+  const auto n = static_cast<std::size_t>(add->n);
+  SX_ASSIGN_OR_RETURN(VulkanBuffer * a, resolve_view(add->a, n * 4, "add", "a"));
+  SX_ASSIGN_OR_RETURN(VulkanBuffer * b, resolve_view(add->b, n * 4, "add", "b"));
+  SX_ASSIGN_OR_RETURN(VulkanBuffer * o, resolve_view(add->out, n * 4, "add", "out"));
+  const Pipeline& p = d_.add_pipeline();
+  // Windows of at most `chunk` elements, each within maxStorageBufferRange with its alignment.
+  const std::size_t align = std::max<std::size_t>(d_.limits().minStorageBufferOffsetAlignment, 4);
+  const std::size_t chunk =
+      std::max<std::size_t>((d_.limits().maxStorageBufferRange - align) / 4 / kWorkgroup * kWorkgroup, kWorkgroup);
+  for (std::size_t at = 0; at < n; at += chunk) {
+    const std::size_t m = std::min(chunk, n - at);
+    auto wa = bind_window(d_, *a, add->a.offset + at * 4, m * 4, "add: a");
+    auto wb = bind_window(d_, *b, add->b.offset + at * 4, m * 4, "add: b");
+    auto wo = bind_window(d_, *o, add->out.offset + at * 4, m * 4, "add: out");
+    for (const Status& st : {wa.status(), wb.status(), wo.status()}) SX_RETURN_IF_ERROR(latch(st));
+    const Bound &ba = *wa, &bb = *wb, &bo = *wo;
+    SX_ASSIGN_OR_RETURN(VkCommandBuffer cb, command());
+    VkWriteDescriptorSet w[3];
+    const VkDescriptorBufferInfo* infos[3] = {&ba.info, &bb.info, &bo.info};
+    for (std::uint32_t i = 0; i < 3; ++i) {
+      w[i] = VkWriteDescriptorSet{VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+      w[i].dstBinding = i;
+      w[i].descriptorCount = 1;
+      w[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+      w[i].pBufferInfo = infos[i];
+    }
+    const std::uint32_t groups = static_cast<std::uint32_t>((m + kWorkgroup - 1) / kWorkgroup);
+    const std::uint32_t gx = std::min<std::uint32_t>(groups, d_.limits().maxComputeWorkGroupCount[0]);
+    const std::uint32_t gy = (groups + gx - 1) / gx;
+    const std::uint32_t pc[5] = {static_cast<std::uint32_t>(m), ba.element_offset, bb.element_offset,
+                                 bo.element_offset, gx * kWorkgroup};
+    a_.vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
+    a_.vkCmdPushDescriptorSetKHR(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0, 3, w);
+    a_.vkCmdPushConstants(cb, p.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pc, pc);
+    a_.vkCmdDispatch(cb, gx, gy, 1);
+  }
+  return ok_status();
+}
+
+Result<std::unique_ptr<hal::Stream>> VulkanDevice::create_stream() {
+  auto s = std::make_unique<VulkanStream>(*this);
+  SX_RETURN_IF_ERROR(s->init());
+  return std::unique_ptr<hal::Stream>(std::move(s));
+}
+
+// ---------------------------------------------------------------------------------------------
+
+class VulkanBackend final : public hal::Backend {
+ public:
+  std::string_view name() const override { return "vulkan"; }
+
+  Result<std::vector<hal::DeviceInfo>> devices() const override {
+    SX_ASSIGN_OR_RETURN(const Instance* inst, instance());
+    SX_ASSIGN_OR_RETURN(std::vector<int> picked, selection(*inst));
+    std::vector<hal::DeviceInfo> out;
+    for (std::size_t i = 0; i < picked.size(); ++i) {
+      const VkPhysicalDevice phys = inst->physical[static_cast<std::size_t>(picked[i])];
+      VkPhysicalDeviceProperties props;
+      inst->api.vkGetPhysicalDeviceProperties(phys, &props);
+      VkPhysicalDeviceMemoryProperties mem;
+      inst->api.vkGetPhysicalDeviceMemoryProperties(phys, &mem);
+      hal::DeviceInfo info;
+      info.backend = "vulkan";
+      info.index = static_cast<int>(i);
+      info.kind = kind_of(props.deviceType);
+      info.memory_bytes = info.free_bytes = largest_device_heap(mem);
+      info.shared_memory = shares(picked, i) || props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+      info.name = fmt::format("vulkan:{} ({}, {})", i, props.deviceName, type_name(props.deviceType));
+      out.push_back(std::move(info));
+    }
+    if (out.empty()) {
+      return unavailable_error("no Vulkan GPU (found: {}); CPU implementations such as lavapipe are used only when "
+                               "named in SEXTANT_VULKAN_DEVICES, e.g. SEXTANT_VULKAN_DEVICES=0",
+                               describe_found(inst->found));
+    }
+    return out;
+  }
+
+  Result<std::unique_ptr<hal::Device>> create_device(int index, const hal::DeviceOptions& options) override {
+    SX_ASSIGN_OR_RETURN(const VkOptions o, parse_options(options));
+    SX_ASSIGN_OR_RETURN(const Instance* inst, instance());
+    SX_ASSIGN_OR_RETURN(std::vector<int> picked, selection(*inst));
+    if (index < 0 || static_cast<std::size_t>(index) >= picked.size()) {
+      return invalid_argument_error("vulkan: there is no device {} ({} selected: {})", index, picked.size(),
+                                    describe_found(inst->found));
+    }
+    SX_ASSIGN_OR_RETURN(auto d, VulkanDevice::create(*inst, index, picked[static_cast<std::size_t>(index)],
+                                                     shares(picked, static_cast<std::size_t>(index)), o));
+    return std::unique_ptr<hal::Device>(std::move(d));
+  }
+
+ private:
+  // Another selected device is on the same physical device as picked[i].
+  static bool shares(const std::vector<int>& picked, std::size_t i) {
+    return std::count(picked.begin(), picked.end(), picked[i]) > 1;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<hal::Backend> make_vulkan_backend() { return std::make_unique<VulkanBackend>(); }
+
+}  // namespace sx::vk
