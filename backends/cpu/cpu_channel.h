@@ -1,13 +1,6 @@
 // The CPU backend's Channel (hal/channel.h): collectives between the rank threads of one process
-// through shared host memory.
-//
-// Each collective stages every rank's contribution in group-owned host memory (device buffers of
-// one rank are never touched by another rank's thread), meets at a barrier, and each rank then
-// computes or copies what it needs. all_reduce: rank r sums elements [r*n/N, (r+1)*n/N) of all
-// contributions in rank order into a shared result, a second barrier, then every rank copies the
-// whole result; so every element is added in the same order on every rank and run. Staging is
-// double-buffered by the collective's sequence number, so no trailing barrier is needed. Waiting
-// uses a condition variable with the group's deadline; abort() wakes every waiter at once.
+// through shared host memory: backends/common/host_group.h, called from each rank's stream with
+// the device buffers' own memory (the CPU's device memory is the host's).
 #pragma once
 
 #include <memory>

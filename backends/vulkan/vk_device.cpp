@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "backends/common/staged_channel.h"
 #include "backends/vulkan/vk_api.h"
 #include "backends/vulkan/vk_select.h"
 #include "runtime/hal/device_options.h"
@@ -254,7 +255,18 @@ VulkanBuffer::~VulkanBuffer() {
 
 hal::Device& VulkanBuffer::device() const { return device_; }
 
-VulkanEvent::~VulkanEvent() { device_.api().vkDestroySemaphore(device_.handle(), sem_, nullptr); }
+// A batch's signal operations need not happen together: the stream that recorded the event may
+// have seen its own semaphore signalled while this one is still to be, so wait for it first.
+VulkanEvent::~VulkanEvent() {
+  if (value > 0) {
+    VkSemaphoreWaitInfo wi{VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO};
+    wi.semaphoreCount = 1;
+    wi.pSemaphores = &sem_;
+    wi.pValues = &value;
+    (void)device_.api().vkWaitSemaphores(device_.handle(), &wi, UINT64_MAX);
+  }
+  device_.api().vkDestroySemaphore(device_.handle(), sem_, nullptr);
+}
 
 // The memory type index for `usage` (UINT32_MAX when none): device-local for kDevice (any type
 // when none is), host-visible + coherent for staging (preferring host-cached for readback).
@@ -914,6 +926,17 @@ class VulkanBackend final : public hal::Backend {
     SX_ASSIGN_OR_RETURN(auto d, VulkanDevice::create(*inst, index, picked[static_cast<std::size_t>(index)],
                                                      shares(picked, static_cast<std::size_t>(index)), o));
     return std::unique_ptr<hal::Device>(std::move(d));
+  }
+
+  // Collectives staged through host-visible buffers (backends/common/staged_channel.h).
+  Result<std::vector<std::unique_ptr<hal::Channel>>> create_channels(std::span<hal::Device* const> devices,
+                                                                     const hal::ChannelOptions& options) override {
+    for (std::size_t i = 0; i < devices.size(); ++i) {
+      if (dynamic_cast<VulkanDevice*>(devices[i]) == nullptr) {
+        return invalid_argument_error("channel: device {} of the group is not a Vulkan device", i);
+      }
+    }
+    return backends::create_staged_channels(devices, options);
   }
 
  private:

@@ -8,6 +8,9 @@
 // work, then run on the calling thread. Events are timeline-semaphore values. Errors from the
 // driver latch as Status (device lost: UNAVAILABLE, out of memory: RESOURCE_EXHAUSTED).
 //
+// Channels: collectives staged through host-visible buffers around host calls
+// (backends/common/staged_channel.h).
+//
 // Ops are compute shaders from shaders/ (SPIR-V embedded at build time), bound with push
 // descriptors; operands are bound from their offset rounded down to the device's storage-buffer
 // offset alignment, the remainder passed as an element offset. Implemented so far: add. Every
