@@ -271,6 +271,19 @@ TEST(ParallelForwardQuantized, EveryLayoutStaysWithinTheQuantisationError) {
 INSTANTIATE_TEST_SUITE_P(Qwen25Shapes, ParallelForward, ::testing::ValuesIn(kShapes),
                          [](const auto& info) { return std::string("qwen2_5_") + (info.param.name[1] == '.' ? std::string(info.param.name).replace(1, 1, "_") : std::string(info.param.name)); });
 
+// `spec` written to `path` and opened again, with the config read back from the file.
+struct OpenedModel {
+  std::unique_ptr<model::GgufFile> file;
+  model::ModelConfig config;
+};
+Result<OpenedModel> write_and_open(const model::RandomModelSpec& spec, const std::string& path) {
+  SX_RETURN_IF_ERROR(model::write_random_qwen2_gguf(spec, path));
+  OpenedModel m;
+  SX_ASSIGN_OR_RETURN(m.file, model::GgufFile::open(path));
+  SX_ASSIGN_OR_RETURN(m.config, model::model_config_from_gguf(*m.file));
+  return m;
+}
+
 // The memory planner counts what load() allocates: on every rank of every layout tried, the
 // device memory in use after the load is the plan's weights + the KV pool of the options'
 // blocks + activations + logits + step I/O exactly (F32 weights, which the CPU keeps as the
@@ -280,11 +293,10 @@ TEST(ParallelMemory, ThePlanCountsWhatTheLoadAllocates) {
   model::RandomModelSpec spec;
   spec.config = shape_config(shape);
   const std::string path = model_path(shape) + ".plan.gguf";
-  ASSERT_TRUE(model::write_random_qwen2_gguf(spec, path).ok());
-  auto file = model::GgufFile::open(path);
-  ASSERT_TRUE(file.ok());
-  auto config = model::model_config_from_gguf(**file);
-  ASSERT_TRUE(config.ok());
+  auto opened = write_and_open(spec, path);
+  ASSERT_TRUE(opened.ok()) << opened.status().to_string();
+  const model::GgufFile& file = *opened->file;
+  const model::ModelConfig* config = &opened->config;
   hal::Backend& backend = **backends::default_registry().find("cpu");
   ModelOptions mo;
   mo.kv.num_blocks = 9;
@@ -301,7 +313,7 @@ TEST(ParallelMemory, ThePlanCountsWhatTheLoadAllocates) {
     SCOPED_TRACE(::testing::Message() << "tp " << lay.tp << " pp " << lay.pp);
     auto group = create_device_group(backend, lay.tp * lay.pp, hal::DeviceOptions{});
     ASSERT_TRUE(group.ok());
-    auto types = parallel::weight_types_from_source(**file, *config);
+    auto types = parallel::weight_types_from_source(file, *config);
     ASSERT_TRUE(types.ok());
     auto shards = parallel::plan_shards(*config, *types, {lay.tp, lay.pp, mo.kv.dtype});
     ASSERT_TRUE(shards.ok());
@@ -314,7 +326,7 @@ TEST(ParallelMemory, ThePlanCountsWhatTheLoadAllocates) {
     ParallelOptions par;
     par.tp = lay.tp;
     par.pp = lay.pp;
-    auto m = Qwen2Model::load(**file, *config, backend, group->devices, par, mo);
+    auto m = Qwen2Model::load(file, *config, backend, group->devices, par, mo);
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     for (std::size_t r = 0; r < group->devices.size(); ++r) {
       const DeviceMemory& d = plan->devices[r];
@@ -336,11 +348,10 @@ TEST(ParallelFailure, ARankThatFailsMidForwardFailsTheStepWithinASecond) {
   spec.config = shape_config(shape);
   spec.seed = 3;
   const std::string path = model_path(shape) + ".fail.gguf";
-  ASSERT_TRUE(model::write_random_qwen2_gguf(spec, path).ok());
-  auto file = model::GgufFile::open(path);
-  ASSERT_TRUE(file.ok());
-  auto config = model::model_config_from_gguf(**file);
-  ASSERT_TRUE(config.ok());
+  auto opened = write_and_open(spec, path);
+  ASSERT_TRUE(opened.ok()) << opened.status().to_string();
+  const model::GgufFile& file = *opened->file;
+  const model::ModelConfig* config = &opened->config;
   hal::Backend& backend = **backends::default_registry().find("cpu");
   for (const Layout lay : {Layout{4, 1}, Layout{2, 2}}) {
     SCOPED_TRACE(::testing::Message() << "tp " << lay.tp << " pp " << lay.pp);
@@ -358,7 +369,7 @@ TEST(ParallelFailure, ARankThatFailsMidForwardFailsTheStepWithinASecond) {
     po.tp = lay.tp;
     po.pp = lay.pp;
     po.channel.timeout = std::chrono::milliseconds(30'000);  // a hang would show as a 30 s wait
-    auto m = Qwen2Model::load(**file, *config, backend, devices, po, model_options());
+    auto m = Qwen2Model::load(file, *config, backend, devices, po, model_options());
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     std::vector<std::int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8};
     std::vector<float> logits;
