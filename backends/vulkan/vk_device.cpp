@@ -25,6 +25,25 @@ namespace {
 const std::uint32_t kAddSpv[] =
 #include "add.spv.inc"
     ;
+const std::uint32_t kSiluMulSpv[] =
+#include "silu_mul.spv.inc"
+    ;
+const std::uint32_t kRmsNormSpv[] =
+#include "rmsnorm.spv.inc"
+    ;
+const std::uint32_t kTopKSpv[] =
+#include "top_k.spv.inc"
+    ;
+
+// The compute pipelines, one per shader, created with the device.
+enum Shader { kShaderAdd, kShaderSiluMul, kShaderRmsNorm, kShaderTopK, kShaderCount };
+struct ShaderSource {
+  std::span<const std::uint32_t> spirv;
+  std::uint32_t bindings;
+  const char* name;
+};
+const ShaderSource kShaders[kShaderCount] = {
+    {kAddSpv, 3, "add"}, {kSiluMulSpv, 3, "silu_mul"}, {kRmsNormSpv, 4, "rmsnorm"}, {kTopKSpv, 3, "top_k"}};
 
 // ---------------------------------------------------------------------------------------------
 // The process-wide instance and what it found.
@@ -221,7 +240,7 @@ class VulkanDevice final : public hal::Device {
   VkDevice handle() const { return device_; }
   std::uint32_t queue_family() const { return family_; }
   const VkPhysicalDeviceLimits& limits() const { return limits_; }
-  const Pipeline& add_pipeline() const { return add_; }
+  const Pipeline& pipeline(Shader s) const { return pipelines_[s]; }
   Status submit(const VkSubmitInfo& info) {
     std::lock_guard<std::mutex> lock(queue_mu_);
     return check(api_.vkQueueSubmit(queue_, 1, &info, VK_NULL_HANDLE), fmt::format("{}: vkQueueSubmit", info_.name));
@@ -242,7 +261,7 @@ class VulkanDevice final : public hal::Device {
   std::uint32_t device_type_ = UINT32_MAX, upload_type_ = UINT32_MAX, readback_type_ = UINT32_MAX;
   std::mutex queue_mu_;
   std::atomic<std::uint64_t> used_{0};
-  Pipeline add_;
+  Pipeline pipelines_[kShaderCount];
 };
 
 VulkanBuffer::~VulkanBuffer() {
@@ -378,14 +397,16 @@ Result<std::unique_ptr<VulkanDevice>> VulkanDevice::create(const Instance& inst,
                           VK_API_VERSION_MAJOR(props.apiVersion), VK_API_VERSION_MINOR(props.apiVersion),
                           VK_API_VERSION_PATCH(props.apiVersion));
 
-  SX_ASSIGN_OR_RETURN(d->add_, d->make_pipeline(kAddSpv, 3, "add"));
+  for (int i = 0; i < kShaderCount; ++i) {
+    SX_ASSIGN_OR_RETURN(d->pipelines_[i], d->make_pipeline(kShaders[i].spirv, kShaders[i].bindings, kShaders[i].name));
+  }
   return d;
 }
 
 VulkanDevice::~VulkanDevice() {
   if (device_ == VK_NULL_HANDLE) return;
   api_.vkDeviceWaitIdle(device_);
-  destroy(add_);
+  for (Pipeline& p : pipelines_) destroy(p);
   api_.vkDestroyDevice(device_, nullptr);
 }
 
@@ -438,7 +459,10 @@ void VulkanDevice::destroy(Pipeline& p) {
 }
 
 Status VulkanDevice::supports(const hal::Op& op) const {
-  if (std::holds_alternative<hal::AddArgs>(op)) return ok_status();
+  if (std::holds_alternative<hal::AddArgs>(op) || std::holds_alternative<hal::SiluMulArgs>(op) ||
+      std::holds_alternative<hal::RmsNormArgs>(op) || std::holds_alternative<hal::TopKArgs>(op)) {
+    return ok_status();
+  }
   return unimplemented_error("the Vulkan backend has no shader for {} yet", hal::op_name(op));
 }
 
@@ -557,6 +581,22 @@ class VulkanStream final : public hal::Stream {
   // A host-visible buffer holding `src`, kept until the work that reads it has completed.
   Result<VulkanBuffer*> stage(std::span<const std::byte> src);
   Status copy_from_host(VulkanBuffer& dst, std::size_t offset, std::span<const std::byte> src);
+  // One operand of a dispatch: `bytes` of a device buffer of this device from `view`.
+  struct Arg {
+    hal::BufView view;
+    std::size_t bytes;
+    const char* name;
+  };
+  // Records `shader` over `args` (binding i = args[i], bound from its offset rounded down to the
+  // device's alignment) with push constants: each operand's remaining offset in 4-byte words,
+  // then `params`, then the grid's row length in workgroups (`groups` are laid out in rows of at
+  // most maxComputeWorkGroupCount[0]; a shader's linear workgroup index is x + y * that).
+  Status dispatch(Shader shader, const char* op, std::span<const Arg> args, std::span<const std::uint32_t> params,
+                  std::uint64_t groups);
+  Status run_add(const hal::AddArgs& a);
+  Status run_silu_mul(const hal::SiluMulArgs& a);
+  Status run_rmsnorm(const hal::RmsNormArgs& a);
+  Status run_top_k(const hal::TopKArgs& a);
 
   VulkanDevice& d_;
   const DeviceApi& a_;
@@ -831,49 +871,126 @@ Result<Bound> bind_window(const VulkanDevice& d, const VulkanBuffer& b, std::siz
                static_cast<std::uint32_t>((offset - base) / 4)};
 }
 
-Status VulkanStream::run(const hal::Op& op) {
-  if (!latched_.ok()) return latched_;
-  const auto* add = std::get_if<hal::AddArgs>(&op);
-  if (add == nullptr) return latch(d_.supports(op));
-  if (add->n < 0) return latch_invalid("add: n {} is negative", add->n);
-  if (add->n == 0) return ok_status();
-  const auto n = static_cast<std::size_t>(add->n);
-  SX_ASSIGN_OR_RETURN(VulkanBuffer * a, resolve_view(add->a, n * 4, "add", "a"));
-  SX_ASSIGN_OR_RETURN(VulkanBuffer * b, resolve_view(add->b, n * 4, "add", "b"));
-  SX_ASSIGN_OR_RETURN(VulkanBuffer * o, resolve_view(add->out, n * 4, "add", "out"));
-  const Pipeline& p = d_.add_pipeline();
+Status VulkanStream::dispatch(Shader shader, const char* op, std::span<const Arg> args,
+                              std::span<const std::uint32_t> params, std::uint64_t groups) {
+  const Pipeline& p = d_.pipeline(shader);
+  if (args.size() != p.bindings) return latch(internal_error("{}: {} operands for {} bindings", op, args.size(), p.bindings));
+  std::vector<VkDescriptorBufferInfo> infos(args.size());
+  std::vector<std::uint32_t> pc;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const Arg& a = args[i];
+    SX_ASSIGN_OR_RETURN(VulkanBuffer * b, resolve_view(a.view, a.bytes, op, a.name));
+    auto w = bind_window(d_, *b, a.view.offset, a.bytes, fmt::format("{}: {}", op, a.name));
+    SX_RETURN_IF_ERROR(latch(w.status()));
+    infos[i] = w->info;
+    pc.push_back(w->element_offset);
+  }
+  pc.insert(pc.end(), params.begin(), params.end());
+  if (groups == 0) return ok_status();
+  const std::uint64_t max_x = d_.limits().maxComputeWorkGroupCount[0];
+  const auto gx = static_cast<std::uint32_t>(std::min<std::uint64_t>(groups, max_x));
+  const std::uint64_t gy = (groups + gx - 1) / gx;
+  if (gy > d_.limits().maxComputeWorkGroupCount[1]) {
+    return latch_invalid("{}: {} workgroups exceed the device's grid", op, groups);
+  }
+  pc.push_back(gx);
+  if (pc.size() * 4 > kPushConstantBytes) return latch(internal_error("{}: {} push-constant words", op, pc.size()));
+  std::vector<VkWriteDescriptorSet> writes(args.size());
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    writes[i] = VkWriteDescriptorSet{VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+    writes[i].dstBinding = static_cast<std::uint32_t>(i);
+    writes[i].descriptorCount = 1;
+    writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    writes[i].pBufferInfo = &infos[i];
+  }
+  SX_ASSIGN_OR_RETURN(VkCommandBuffer cb, command());
+  a_.vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
+  a_.vkCmdPushDescriptorSetKHR(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0,
+                               static_cast<std::uint32_t>(writes.size()), writes.data());
+  a_.vkCmdPushConstants(cb, p.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, static_cast<std::uint32_t>(pc.size() * 4),
+                        pc.data());
+  a_.vkCmdDispatch(cb, gx, static_cast<std::uint32_t>(gy), 1);
+  return ok_status();
+}
+
+namespace {
+
+std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
+std::uint32_t float_bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+// Counts a shader indexes with 32-bit arithmetic.
+bool fits_u32(std::int64_t v) { return v >= 0 && v <= std::int64_t{UINT32_MAX}; }
+
+}  // namespace
+
+Status VulkanStream::run_add(const hal::AddArgs& a) {
+  if (a.n < 0) return latch_invalid("add: n {} is negative", a.n);
+  if (a.n == 0) return ok_status();
   // Windows of at most `chunk` elements, each within maxStorageBufferRange with its alignment.
   const std::size_t align = std::max<std::size_t>(d_.limits().minStorageBufferOffsetAlignment, 4);
   const std::size_t chunk =
       std::max<std::size_t>((d_.limits().maxStorageBufferRange - align) / 4 / kWorkgroup * kWorkgroup, kWorkgroup);
+  const auto n = static_cast<std::size_t>(a.n);
   for (std::size_t at = 0; at < n; at += chunk) {
     const std::size_t m = std::min(chunk, n - at);
-    auto wa = bind_window(d_, *a, add->a.offset + at * 4, m * 4, "add: a");
-    auto wb = bind_window(d_, *b, add->b.offset + at * 4, m * 4, "add: b");
-    auto wo = bind_window(d_, *o, add->out.offset + at * 4, m * 4, "add: out");
-    for (const Status& st : {wa.status(), wb.status(), wo.status()}) SX_RETURN_IF_ERROR(latch(st));
-    const Bound &ba = *wa, &bb = *wb, &bo = *wo;
-    SX_ASSIGN_OR_RETURN(VkCommandBuffer cb, command());
-    VkWriteDescriptorSet w[3];
-    const VkDescriptorBufferInfo* infos[3] = {&ba.info, &bb.info, &bo.info};
-    for (std::uint32_t i = 0; i < 3; ++i) {
-      w[i] = VkWriteDescriptorSet{VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
-      w[i].dstBinding = i;
-      w[i].descriptorCount = 1;
-      w[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-      w[i].pBufferInfo = infos[i];
-    }
-    const std::uint32_t groups = static_cast<std::uint32_t>((m + kWorkgroup - 1) / kWorkgroup);
-    const std::uint32_t gx = std::min<std::uint32_t>(groups, d_.limits().maxComputeWorkGroupCount[0]);
-    const std::uint32_t gy = (groups + gx - 1) / gx;
-    const std::uint32_t pc[5] = {static_cast<std::uint32_t>(m), ba.element_offset, bb.element_offset,
-                                 bo.element_offset, gx * kWorkgroup};
-    a_.vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
-    a_.vkCmdPushDescriptorSetKHR(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0, 3, w);
-    a_.vkCmdPushConstants(cb, p.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pc, pc);
-    a_.vkCmdDispatch(cb, gx, gy, 1);
+    const Arg args[] = {{a.a.at(at * 4), m * 4, "a"}, {a.b.at(at * 4), m * 4, "b"}, {a.out.at(at * 4), m * 4, "out"}};
+    const std::uint32_t params[] = {static_cast<std::uint32_t>(m)};
+    SX_RETURN_IF_ERROR(dispatch(kShaderAdd, "add", args, params, (m + kWorkgroup - 1) / kWorkgroup));
   }
   return ok_status();
+}
+
+Status VulkanStream::run_silu_mul(const hal::SiluMulArgs& a) {
+  if (a.n_rows < 0 || a.n_cols < 0) return latch_invalid("silu_mul: {} rows of {} columns", a.n_rows, a.n_cols);
+  const std::int64_t gs = a.gate_stride > 0 ? a.gate_stride : a.n_cols, us = a.up_stride > 0 ? a.up_stride : a.n_cols,
+                     os = a.out_stride > 0 ? a.out_stride : a.n_cols;
+  if (gs < a.n_cols || us < a.n_cols || os < a.n_cols || !fits_u32(a.n_rows * std::max({gs, us, os}))) {
+    return latch_invalid("silu_mul: strides {}, {}, {} for rows of {}", gs, us, os, a.n_cols);
+  }
+  if (a.n_rows == 0 || a.n_cols == 0) return ok_status();
+  auto bytes = [&](std::int64_t stride) { return static_cast<std::size_t>((a.n_rows - 1) * stride + a.n_cols) * 4; };
+  const Arg args[] = {{a.gate, bytes(gs), "gate"}, {a.up, bytes(us), "up"}, {a.out, bytes(os), "out"}};
+  const std::uint32_t params[] = {u32(a.n_rows), u32(a.n_cols), u32(gs), u32(us), u32(os)};
+  return dispatch(kShaderSiluMul, "silu_mul", args, params,
+                  (static_cast<std::uint64_t>(a.n_rows * a.n_cols) + kWorkgroup - 1) / kWorkgroup);
+}
+
+Status VulkanStream::run_rmsnorm(const hal::RmsNormArgs& a) {
+  if (a.n_rows < 0 || a.dim <= 0 || !fits_u32(a.n_rows * a.dim)) {
+    return latch_invalid("rmsnorm: {} rows of {}", a.n_rows, a.dim);
+  }
+  if (a.n_rows == 0) return ok_status();
+  const auto bytes = static_cast<std::size_t>(a.n_rows * a.dim) * 4;
+  const Arg args[] = {{a.x, bytes, "x"}, {a.add ? a.add : a.x, bytes, "add"},
+                      {a.weight, static_cast<std::size_t>(a.dim) * 4, "weight"}, {a.out, bytes, "out"}};
+  const std::uint32_t params[] = {u32(a.n_rows), u32(a.dim), a.add ? 1u : 0u, float_bits(a.eps)};
+  return dispatch(kShaderRmsNorm, "rmsnorm", args, params, static_cast<std::uint64_t>(a.n_rows));
+}
+
+Status VulkanStream::run_top_k(const hal::TopKArgs& a) {
+  if (a.n_rows < 0 || a.n_cols < 1 || a.k < 1 || a.k > std::min(a.n_cols, hal::kMaxTopK) ||
+      !fits_u32(a.n_rows * a.n_cols) || a.id_offset < 0 || a.id_offset + a.n_cols > INT32_MAX) {
+    return latch_invalid("top_k: k {} of rows of {} (1 <= k <= min(n_cols, {})), id offset {}", a.k, a.n_cols,
+                         hal::kMaxTopK, a.id_offset);
+  }
+  if (a.n_rows == 0) return ok_status();
+  const auto out = static_cast<std::size_t>(a.n_rows * a.k) * 4;
+  const Arg args[] = {{a.x, static_cast<std::size_t>(a.n_rows * a.n_cols) * 4, "x"}, {a.values, out, "values"},
+                      {a.ids, out, "ids"}};
+  const std::uint32_t params[] = {u32(a.n_rows), u32(a.n_cols), u32(a.k), u32(a.id_offset)};
+  return dispatch(kShaderTopK, "top_k", args, params, static_cast<std::uint64_t>(a.n_rows));
+}
+
+Status VulkanStream::run(const hal::Op& op) {
+  if (!latched_.ok()) return latched_;
+  if (const auto* a = std::get_if<hal::AddArgs>(&op)) return run_add(*a);
+  if (const auto* a = std::get_if<hal::SiluMulArgs>(&op)) return run_silu_mul(*a);
+  if (const auto* a = std::get_if<hal::RmsNormArgs>(&op)) return run_rmsnorm(*a);
+  if (const auto* a = std::get_if<hal::TopKArgs>(&op)) return run_top_k(*a);
+  return latch(d_.supports(op));
 }
 
 Result<std::unique_ptr<hal::Stream>> VulkanDevice::create_stream() {
