@@ -637,8 +637,8 @@ Result<VulkanBuffer*> VulkanStream::resolve(const hal::Buffer& b, std::size_t of
     return latch_invalid("{}: the buffer belongs to {}, not to {}", what, b.device().info().name, d_.info().name);
   }
   if (offset > vb->size() || bytes > vb->size() - offset) {
-    return latch_invalid("{}: {} bytes at offset {} overrun a buffer of {} bytes", what, bytes, offset,
-                                  vb->size());
+    return latch(out_of_range_error("{}: {} bytes at offset {} overrun a buffer of {} bytes", what, bytes, offset,
+                                    vb->size()));
   }
   if (device_only && vb->usage() != hal::BufferUsage::kDevice) {
     return latch_invalid("{}: an {} buffer; ops take device buffers", what, hal::buffer_usage_name(vb->usage()));
