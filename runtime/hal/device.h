@@ -70,8 +70,10 @@ class Buffer {
   virtual Device& device() const = 0;
   virtual BufferUsage usage() const = 0;
   // The bytes of an upload or readback buffer as the host sees them (size() of them); empty for
-  // a device-local buffer. The host may write an upload buffer, or read a readback buffer, only
-  // while no enqueued work uses it: after the sync() of the stream that last did.
+  // a device-local buffer. The host may read and write them only while no enqueued work uses them
+  // (after the sync() of the stream that last did, or in a host_call ordered after that work).
+  // Both directions work on both; upload is the one made for host -> device, readback for
+  // device -> host (host-cached memory where the device has it).
   virtual std::span<std::byte> host() const = 0;
 };
 
@@ -95,10 +97,11 @@ class Stream {
   virtual Status fill(Buffer& dst, std::size_t dst_offset, std::size_t bytes, std::uint8_t value) = 0;
   virtual Status run(const Op& op) = 0;
   // Runs `fn` on a host thread once all work enqueued before it has completed, and before any work
-  // enqueued after it starts (CUDA: cudaLaunchHostFunc; Vulkan: a timeline semaphore a host thread
-  // waits on). It may read and write host-visible buffers (Buffer::host) and host memory, e.g. a
-  // channel that stages through host memory copies a readback buffer out and an upload buffer in;
-  // it must not enqueue on, or sync, any stream. Its error latches like an op's.
+  // enqueued after it starts (CUDA would use cudaLaunchHostFunc; the Vulkan backend drains the
+  // stream and calls fn on the calling thread). It may read and write host-visible buffers
+  // (Buffer::host) and host memory, e.g. a channel that stages through host memory
+  // (backends/common/staged_channel.h); it must not enqueue on, or sync, any stream. Its error
+  // latches like an op's.
   virtual Status host_call(std::function<Status()> fn) = 0;
   // Marks `event` after the work enqueued so far on this stream.
   virtual Status record(Event& event) = 0;
