@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,16 +35,38 @@ const std::uint32_t kRmsNormSpv[] =
 const std::uint32_t kTopKSpv[] =
 #include "top_k.spv.inc"
     ;
+const std::uint32_t kEmbeddingSpv[] =
+#include "embedding.spv.inc"
+    ;
 
 // The compute pipelines, one per shader, created with the device.
-enum Shader { kShaderAdd, kShaderSiluMul, kShaderRmsNorm, kShaderTopK, kShaderCount };
+enum Shader { kShaderAdd, kShaderSiluMul, kShaderRmsNorm, kShaderTopK, kShaderEmbedding, kShaderCount };
 struct ShaderSource {
   std::span<const std::uint32_t> spirv;
   std::uint32_t bindings;
   const char* name;
 };
 const ShaderSource kShaders[kShaderCount] = {
-    {kAddSpv, 3, "add"}, {kSiluMulSpv, 3, "silu_mul"}, {kRmsNormSpv, 4, "rmsnorm"}, {kTopKSpv, 3, "top_k"}};
+    {kAddSpv, 3, "add"},         {kSiluMulSpv, 3, "silu_mul"},      {kRmsNormSpv, 4, "rmsnorm"},
+    {kTopKSpv, 3, "top_k"},      {kEmbeddingSpv, 4, "embedding"}};
+
+// The table formats embedding.comp reads, by its `format` code.
+int embedding_format(hal::DType t) {
+  switch (t) {
+    case hal::DType::kF32:
+      return 0;
+    case hal::DType::kF16:
+      return 1;
+    case hal::DType::kBF16:
+      return 2;
+    case hal::DType::kQ8_0:
+      return 3;
+    case hal::DType::kQ5_0:
+      return 4;
+    default:
+      return -1;
+  }
+}
 
 // ---------------------------------------------------------------------------------------------
 // The process-wide instance and what it found.
@@ -182,6 +205,8 @@ class VulkanBuffer final : public hal::Buffer {
   VulkanBuffer(VulkanDevice& device, VkBuffer buffer, VkDeviceMemory memory, std::size_t size, std::size_t charged,
                hal::BufferUsage usage, std::byte* mapped)
       : device_(device), buffer_(buffer), memory_(memory), size_(size), charged_(charged), usage_(usage), mapped_(mapped) {}
+  // The file format of a buffer made by upload_weight (ops read it only as that format).
+  std::optional<hal::DType> weight_format;
   ~VulkanBuffer() override;
   std::size_t size() const override { return size_; }
   hal::Device& device() const override;
@@ -233,6 +258,13 @@ class VulkanDevice final : public hal::Device {
   hal::MemoryInfo memory() const override { return {info_.memory_bytes, used_.load()}; }
   Status supports(const hal::Op& op) const override;
   Result<std::unique_ptr<hal::Buffer>> alloc(std::size_t bytes, hal::BufferUsage usage) override;
+  // The file's bytes as they are (no layout of its own yet), remembering their format.
+  Result<std::unique_ptr<hal::Buffer>> upload_weight(hal::Stream& stream, const hal::WeightDesc& w,
+                                                     std::span<const std::byte> bytes) override {
+    SX_ASSIGN_OR_RETURN(auto b, hal::Device::upload_weight(stream, w, bytes));
+    static_cast<VulkanBuffer*>(b.get())->weight_format = w.format;
+    return b;
+  }
   Result<std::unique_ptr<hal::Stream>> create_stream() override;
   Result<std::unique_ptr<hal::Event>> create_event() override;
 
@@ -463,6 +495,10 @@ Status VulkanDevice::supports(const hal::Op& op) const {
       std::holds_alternative<hal::RmsNormArgs>(op) || std::holds_alternative<hal::TopKArgs>(op)) {
     return ok_status();
   }
+  if (const auto* e = std::get_if<hal::EmbeddingArgs>(&op)) {
+    if (embedding_format(e->table_type) >= 0) return ok_status();
+    return unimplemented_error("the Vulkan backend reads embedding tables in f32, f16, bf16, q8_0 and q5_0");
+  }
   return unimplemented_error("the Vulkan backend has no shader for {} yet", hal::op_name(op));
 }
 
@@ -586,6 +622,7 @@ class VulkanStream final : public hal::Stream {
     hal::BufView view;
     std::size_t bytes;
     const char* name;
+    bool internal = false;  // the stream's own (host-visible) buffer, not an operand
   };
   // Records `shader` over `args` (binding i = args[i], bound from its offset rounded down to the
   // device's alignment) with push constants: each operand's remaining offset in 4-byte words,
@@ -597,6 +634,10 @@ class VulkanStream final : public hal::Stream {
   Status run_silu_mul(const hal::SiluMulArgs& a);
   Status run_rmsnorm(const hal::RmsNormArgs& a);
   Status run_top_k(const hal::TopKArgs& a);
+  Status run_embedding(const hal::EmbeddingArgs& a);
+  // Errors the shaders found in the data (an id outside the vocabulary), written into `errors_`
+  // (4 words: kind, then the op's values), turned into a latched status once the work completed.
+  Status take_device_errors();
 
   VulkanDevice& d_;
   const DeviceApi& a_;
@@ -608,6 +649,7 @@ class VulkanStream final : public hal::Stream {
   std::vector<std::pair<VkSemaphore, std::uint64_t>> waits_;
   std::vector<std::unique_ptr<hal::Buffer>> staged_;
   std::size_t staged_bytes_ = 0;
+  std::unique_ptr<hal::Buffer> errors_;  // kReadback, 16 bytes, zero when no error
   Status latched_;
 };
 
@@ -620,7 +662,19 @@ Status VulkanStream::init() {
   type.semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE;
   VkSemaphoreCreateInfo ci{VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO};
   ci.pNext = &type;
-  return check(a_.vkCreateSemaphore(d_.handle(), &ci, nullptr, &done_), "vkCreateSemaphore");
+  SX_RETURN_IF_ERROR(check(a_.vkCreateSemaphore(d_.handle(), &ci, nullptr, &done_), "vkCreateSemaphore"));
+  SX_ASSIGN_OR_RETURN(errors_, d_.alloc(16, hal::BufferUsage::kReadback));
+  std::memset(errors_->host().data(), 0, 16);
+  return ok_status();
+}
+
+Status VulkanStream::take_device_errors() {
+  std::uint32_t w[4];
+  std::memcpy(w, errors_->host().data(), sizeof w);
+  if (w[0] == 0) return ok_status();
+  std::memset(errors_->host().data(), 0, 16);
+  return latch(out_of_range_error("embedding: token id {} at position {} is outside the vocabulary of {}",
+                                  static_cast<std::int32_t>(w[2]), w[1], w[3]));
 }
 
 VulkanStream::~VulkanStream() {
@@ -676,6 +730,12 @@ Status VulkanStream::submit(VulkanEvent* event) {
   if (!latched_.ok()) return latched_;
   if (recording_ == VK_NULL_HANDLE && waits_.empty() && event == nullptr) return ok_status();
   if (recording_ != VK_NULL_HANDLE) {
+    // Device writes made visible to the host (readback buffers, the error word) once it waits.
+    VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    mb.srcAccessMask = VK_ACCESS_MEMORY_WRITE_BIT;
+    mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+    a_.vkCmdPipelineBarrier(recording_, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0,
+                            nullptr, 0, nullptr);
     SX_RETURN_IF_ERROR(latch(check(a_.vkEndCommandBuffer(recording_), "vkEndCommandBuffer")));
   }
   std::vector<VkSemaphore> wait_sems;
@@ -727,6 +787,7 @@ Status VulkanStream::drain() {
     const Status waited = latch(check(a_.vkWaitSemaphores(d_.handle(), &wi, UINT64_MAX),
                                       fmt::format("{}: waiting for the stream", d_.info().name)));
     if (st.ok()) st = waited;
+    if (st.ok()) st = take_device_errors();
   }
   if (!in_flight_.empty()) {
     a_.vkFreeCommandBuffers(d_.handle(), pool_, static_cast<std::uint32_t>(in_flight_.size()), in_flight_.data());
@@ -879,7 +940,8 @@ Status VulkanStream::dispatch(Shader shader, const char* op, std::span<const Arg
   std::vector<std::uint32_t> pc;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const Arg& a = args[i];
-    SX_ASSIGN_OR_RETURN(VulkanBuffer * b, resolve_view(a.view, a.bytes, op, a.name));
+    SX_ASSIGN_OR_RETURN(VulkanBuffer * b, a.internal ? resolve(*a.view.buffer, a.view.offset, a.bytes, op, false)
+                                                     : resolve_view(a.view, a.bytes, op, a.name));
     auto w = bind_window(d_, *b, a.view.offset, a.bytes, fmt::format("{}: {}", op, a.name));
     SX_RETURN_IF_ERROR(latch(w.status()));
     infos[i] = w->info;
@@ -984,12 +1046,54 @@ Status VulkanStream::run_top_k(const hal::TopKArgs& a) {
   return dispatch(kShaderTopK, "top_k", args, params, static_cast<std::uint64_t>(a.n_rows));
 }
 
+Status VulkanStream::run_embedding(const hal::EmbeddingArgs& a) {
+  const int format = embedding_format(a.table_type);
+  if (format < 0) return latch(d_.supports(a));
+  if (a.n_tokens < 0 || a.dim <= 0 || a.vocab <= 0 || !fits_u32(a.n_tokens * a.dim) || a.vocab > INT32_MAX ||
+      a.dim % hal::dtype_info(a.table_type).block_elems != 0) {
+    return latch_invalid("embedding: {} tokens of {} from a vocabulary of {} in {}", a.n_tokens, a.dim, a.vocab,
+                         hal::dtype_name(a.table_type));
+  }
+  if (a.table) {
+    const auto* t = dynamic_cast<const VulkanBuffer*>(a.table.buffer);
+    if (t != nullptr && t->weight_format && *t->weight_format != a.table_type) {
+      return latch_invalid("embedding: the table was uploaded as {} weights and cannot be read as {}",
+                           hal::dtype_name(*t->weight_format), hal::dtype_name(a.table_type));
+    }
+  }
+  if (a.n_tokens == 0) return ok_status();
+  const std::size_t rb = hal::row_bytes(a.table_type, a.dim);
+  // Windows of whole rows within maxStorageBufferRange, an even count (4-byte aligned starts).
+  const std::size_t align = std::max<std::size_t>(d_.limits().minStorageBufferOffsetAlignment, 4);
+  std::size_t rows = std::max<std::size_t>((d_.limits().maxStorageBufferRange - align) / rb / 2 * 2, 2);
+  if (rows * rb > d_.limits().maxStorageBufferRange - align) {
+    return latch_invalid("embedding: a row of {} bytes does not fit the device's storage-buffer range", rb);
+  }
+  const auto vocab = static_cast<std::size_t>(a.vocab);
+  const auto n = static_cast<std::size_t>(a.n_tokens);
+  for (std::size_t begin = 0; begin < vocab; begin += rows) {
+    const std::size_t m = std::min(rows, vocab - begin);
+    const Arg args[] = {{a.table.at(begin * rb), m * rb, "table"},
+                        {a.ids, n * 4, "ids"},
+                        {a.out, n * static_cast<std::size_t>(a.dim) * 4, "out"},
+                        {{errors_.get(), 0}, 16, "errors", true}};
+    const std::uint32_t params[] = {u32(a.n_tokens), u32(a.dim),    u32(a.vocab),    a.shard ? 1u : 0u,
+                                    u32(a.vocab_offset), u32(format), static_cast<std::uint32_t>(rb),
+                                    static_cast<std::uint32_t>(begin), static_cast<std::uint32_t>(m),
+                                    begin == 0 ? 1u : 0u};
+    SX_RETURN_IF_ERROR(dispatch(kShaderEmbedding, "embedding", args, params,
+                                (static_cast<std::uint64_t>(n) * a.dim + kWorkgroup - 1) / kWorkgroup));
+  }
+  return ok_status();
+}
+
 Status VulkanStream::run(const hal::Op& op) {
   if (!latched_.ok()) return latched_;
   if (const auto* a = std::get_if<hal::AddArgs>(&op)) return run_add(*a);
   if (const auto* a = std::get_if<hal::SiluMulArgs>(&op)) return run_silu_mul(*a);
   if (const auto* a = std::get_if<hal::RmsNormArgs>(&op)) return run_rmsnorm(*a);
   if (const auto* a = std::get_if<hal::TopKArgs>(&op)) return run_top_k(*a);
+  if (const auto* a = std::get_if<hal::EmbeddingArgs>(&op)) return run_embedding(*a);
   return latch(d_.supports(op));
 }
 
