@@ -187,14 +187,17 @@ std::uint64_t largest_device_heap(const VkPhysicalDeviceMemoryProperties& m) {
 
 struct VkOptions {
   std::uint64_t memory_budget = 0;
+  std::uint64_t max_binding = 0;  // bytes one binding may span; 0: the device's maxStorageBufferRange
 };
 
 Result<VkOptions> parse_options(const hal::DeviceOptions& options) {
   hal::OptionReader r("vulkan", options);
   VkOptions o;
   SX_ASSIGN_OR_RETURN(std::int64_t budget, r.integer("memory_budget", 0, 0, INT64_MAX));
+  SX_ASSIGN_OR_RETURN(std::int64_t binding, r.integer("max_binding", 0, 0, INT64_MAX));
   SX_RETURN_IF_ERROR(r.finish());
   o.memory_budget = static_cast<std::uint64_t>(budget);
+  o.max_binding = static_cast<std::uint64_t>(binding);
   return o;
 }
 
@@ -272,6 +275,9 @@ class VulkanDevice final : public hal::Device {
   VkDevice handle() const { return device_; }
   std::uint32_t queue_family() const { return family_; }
   const VkPhysicalDeviceLimits& limits() const { return limits_; }
+  // The most bytes one storage-buffer binding spans: the device's limit, or less when the
+  // max_binding option asks (so tests exercise the windows large tensors are bound in).
+  std::size_t binding_limit() const { return binding_limit_; }
   const Pipeline& pipeline(Shader s) const { return pipelines_[s]; }
   Status submit(const VkSubmitInfo& info) {
     std::lock_guard<std::mutex> lock(queue_mu_);
@@ -290,6 +296,7 @@ class VulkanDevice final : public hal::Device {
   VkQueue queue_ = VK_NULL_HANDLE;
   std::uint32_t family_ = 0;
   VkPhysicalDeviceLimits limits_{};
+  std::size_t binding_limit_ = 0;
   std::uint32_t device_type_ = UINT32_MAX, upload_type_ = UINT32_MAX, readback_type_ = UINT32_MAX;
   std::mutex queue_mu_;
   std::atomic<std::uint64_t> used_{0};
@@ -351,6 +358,8 @@ Result<std::unique_ptr<VulkanDevice>> VulkanDevice::create(const Instance& inst,
   VkPhysicalDeviceProperties props;
   inst.api.vkGetPhysicalDeviceProperties(phys, &props);
   d->limits_ = props.limits;
+  d->binding_limit_ = props.limits.maxStorageBufferRange;
+  if (options.max_binding > 0) d->binding_limit_ = std::min<std::size_t>(d->binding_limit_, options.max_binding);
   if (props.apiVersion < VK_API_VERSION_1_2) {
     return unavailable_error("vulkan:{} ({}) supports Vulkan {}.{}; Sextant needs 1.2", index, props.deviceName,
                              VK_API_VERSION_MAJOR(props.apiVersion), VK_API_VERSION_MINOR(props.apiVersion));
@@ -924,9 +933,9 @@ Result<Bound> bind_window(const VulkanDevice& d, const VulkanBuffer& b, std::siz
   if (offset % 4 != 0) return invalid_argument_error("{}: offset {} is not a multiple of 4 bytes", what, offset);
   const std::size_t base = offset / align * align;
   const std::size_t range = offset - base + std::max<std::size_t>(bytes, 4);
-  if (range > d.limits().maxStorageBufferRange) {
-    return invalid_argument_error("{}: a window of {} bytes exceeds the device's maxStorageBufferRange {}", what, range,
-                                  d.limits().maxStorageBufferRange);
+  if (range > d.binding_limit()) {
+    return invalid_argument_error("{}: a window of {} bytes exceeds the {} one binding may span on {}", what, range,
+                                  d.binding_limit(), d.info().name);
   }
   return Bound{{b.handle(), base, std::min<std::size_t>(range, b.size() - base)},
                static_cast<std::uint32_t>((offset - base) / 4)};
@@ -991,10 +1000,11 @@ bool fits_u32(std::int64_t v) { return v >= 0 && v <= std::int64_t{UINT32_MAX}; 
 Status VulkanStream::run_add(const hal::AddArgs& a) {
   if (a.n < 0) return latch_invalid("add: n {} is negative", a.n);
   if (a.n == 0) return ok_status();
-  // Windows of at most `chunk` elements, each within maxStorageBufferRange with its alignment.
+  // Windows of at most `chunk` elements, each within the binding limit with its alignment
+  // (whole workgroups of elements when the limit allows).
   const std::size_t align = std::max<std::size_t>(d_.limits().minStorageBufferOffsetAlignment, 4);
-  const std::size_t chunk =
-      std::max<std::size_t>((d_.limits().maxStorageBufferRange - align) / 4 / kWorkgroup * kWorkgroup, kWorkgroup);
+  std::size_t chunk = std::max<std::size_t>((d_.binding_limit() - std::min(d_.binding_limit(), align)) / 4, 1);
+  if (chunk >= kWorkgroup) chunk = chunk / kWorkgroup * kWorkgroup;
   const auto n = static_cast<std::size_t>(a.n);
   for (std::size_t at = 0; at < n; at += chunk) {
     const std::size_t m = std::min(chunk, n - at);
@@ -1063,10 +1073,11 @@ Status VulkanStream::run_embedding(const hal::EmbeddingArgs& a) {
   }
   if (a.n_tokens == 0) return ok_status();
   const std::size_t rb = hal::row_bytes(a.table_type, a.dim);
-  // Windows of whole rows within maxStorageBufferRange, an even count (4-byte aligned starts).
+  // Windows of whole rows within the binding limit, an even count (4-byte aligned starts).
   const std::size_t align = std::max<std::size_t>(d_.limits().minStorageBufferOffsetAlignment, 4);
-  std::size_t rows = std::max<std::size_t>((d_.limits().maxStorageBufferRange - align) / rb / 2 * 2, 2);
-  if (rows * rb > d_.limits().maxStorageBufferRange - align) {
+  const std::size_t room = d_.binding_limit() - std::min(d_.binding_limit(), align);
+  const std::size_t rows = std::max<std::size_t>(room / rb / 2 * 2, 2);
+  if (rows * rb > room) {
     return latch_invalid("embedding: a row of {} bytes does not fit the device's storage-buffer range", rb);
   }
   const auto vocab = static_cast<std::size_t>(a.vocab);

@@ -18,7 +18,9 @@
 // it is refused at load.
 //
 // Device options ("vulkan"): memory_budget (bytes; 0 = the largest device-local heap) emulates a
-// smaller device, so the memory planner has something real to plan against on lavapipe.
+// smaller device, so the memory planner has something real to plan against on lavapipe;
+// max_binding (bytes; 0 = maxStorageBufferRange) binds operands in smaller windows, so that tests
+// on small tensors take the paths large ones take.
 //
 // Threading: one thread per stream; a device's queue is shared by its streams under a mutex.
 #pragma once
