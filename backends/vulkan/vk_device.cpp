@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -38,9 +39,12 @@ const std::uint32_t kTopKSpv[] =
 const std::uint32_t kEmbeddingSpv[] =
 #include "embedding.spv.inc"
     ;
+const std::uint32_t kRopeSpv[] =
+#include "rope.spv.inc"
+    ;
 
 // The compute pipelines, one per shader, created with the device.
-enum Shader { kShaderAdd, kShaderSiluMul, kShaderRmsNorm, kShaderTopK, kShaderEmbedding, kShaderCount };
+enum Shader { kShaderAdd, kShaderSiluMul, kShaderRmsNorm, kShaderTopK, kShaderEmbedding, kShaderRope, kShaderCount };
 struct ShaderSource {
   std::span<const std::uint32_t> spirv;
   std::uint32_t bindings;
@@ -48,7 +52,9 @@ struct ShaderSource {
 };
 const ShaderSource kShaders[kShaderCount] = {
     {kAddSpv, 3, "add"},         {kSiluMulSpv, 3, "silu_mul"},      {kRmsNormSpv, 4, "rmsnorm"},
-    {kTopKSpv, 3, "top_k"},      {kEmbeddingSpv, 4, "embedding"}};
+    {kTopKSpv, 3, "top_k"},      {kEmbeddingSpv, 4, "embedding"},   {kRopeSpv, 3, "rope"}};
+
+constexpr std::int64_t kMaxRotDim = 512;  // rope: the frequency table each stream keeps
 
 // The table formats embedding.comp reads, by its `format` code.
 int embedding_format(hal::DType t) {
@@ -501,7 +507,8 @@ void VulkanDevice::destroy(Pipeline& p) {
 
 Status VulkanDevice::supports(const hal::Op& op) const {
   if (std::holds_alternative<hal::AddArgs>(op) || std::holds_alternative<hal::SiluMulArgs>(op) ||
-      std::holds_alternative<hal::RmsNormArgs>(op) || std::holds_alternative<hal::TopKArgs>(op)) {
+      std::holds_alternative<hal::RmsNormArgs>(op) || std::holds_alternative<hal::TopKArgs>(op) ||
+      std::holds_alternative<hal::RopeArgs>(op)) {
     return ok_status();
   }
   if (const auto* e = std::get_if<hal::EmbeddingArgs>(&op)) {
@@ -644,6 +651,7 @@ class VulkanStream final : public hal::Stream {
   Status run_rmsnorm(const hal::RmsNormArgs& a);
   Status run_top_k(const hal::TopKArgs& a);
   Status run_embedding(const hal::EmbeddingArgs& a);
+  Status run_rope(const hal::RopeArgs& a);
   // Errors the shaders found in the data (an id outside the vocabulary), written into `errors_`
   // (4 words: kind, then the op's values), turned into a latched status once the work completed.
   Status take_device_errors();
@@ -659,6 +667,11 @@ class VulkanStream final : public hal::Stream {
   std::vector<std::unique_ptr<hal::Buffer>> staged_;
   std::size_t staged_bytes_ = 0;
   std::unique_ptr<hal::Buffer> errors_;  // kReadback, 16 bytes, zero when no error
+  // rope's inv_freq[i] / (2 pi) as 64-bit fractions (kMaxRotDim / 2 of them) for rope_theta_ and
+  // rope_rot_.
+  std::unique_ptr<hal::Buffer> rope_freq_;
+  float rope_theta_ = 0.0f;
+  std::int64_t rope_rot_ = 0;
   Status latched_;
 };
 
@@ -674,6 +687,7 @@ Status VulkanStream::init() {
   SX_RETURN_IF_ERROR(check(a_.vkCreateSemaphore(d_.handle(), &ci, nullptr, &done_), "vkCreateSemaphore"));
   SX_ASSIGN_OR_RETURN(errors_, d_.alloc(16, hal::BufferUsage::kReadback));
   std::memset(errors_->host().data(), 0, 16);
+  SX_ASSIGN_OR_RETURN(rope_freq_, d_.alloc(kMaxRotDim * sizeof(float), hal::BufferUsage::kDevice));
   return ok_status();
 }
 
@@ -1098,6 +1112,40 @@ Status VulkanStream::run_embedding(const hal::EmbeddingArgs& a) {
   return ok_status();
 }
 
+Status VulkanStream::run_rope(const hal::RopeArgs& a) {
+  if (a.rot_dim <= 0 || a.rot_dim > a.head_dim || a.rot_dim % 2 != 0 || a.rot_dim > kMaxRotDim) {
+    return latch_invalid("rope: rot_dim {} must be even, positive, at most head_dim {} and {}", a.rot_dim, a.head_dim,
+                         kMaxRotDim);
+  }
+  if (a.n_tokens < 0 || a.n_heads < 0 || !fits_u32(a.n_tokens * a.n_heads * a.head_dim)) {
+    return latch_invalid("rope: {} tokens of {} heads of {}", a.n_tokens, a.n_heads, a.head_dim);
+  }
+  if (!(a.theta >= 1.0f) || !std::isfinite(a.theta)) {  // frequencies at most 1: fractions of a turn below 1
+    return latch_invalid("rope: theta {} must be finite and at least 1", a.theta);
+  }
+  if (a.n_tokens == 0 || a.n_heads == 0) return ok_status();
+  const std::int64_t half = a.rot_dim / 2;
+  if (a.theta != rope_theta_ || a.rot_dim != rope_rot_) {
+    // inv_freq[i] / (2 pi) as a 64-bit binary fraction, high word first (shaders/rope.comp).
+    std::vector<std::uint32_t> table(static_cast<std::size_t>(2 * half));
+    for (std::int64_t i = 0; i < half; ++i) {
+      const double f = std::pow(static_cast<double>(a.theta), -2.0 * static_cast<double>(i) / static_cast<double>(a.rot_dim));
+      const auto fixed = static_cast<std::uint64_t>(std::ldexp(f / (2.0 * M_PI), 64));  // f <= 1: below 2^62
+      table[static_cast<std::size_t>(2 * i)] = static_cast<std::uint32_t>(fixed >> 32);
+      table[static_cast<std::size_t>(2 * i + 1)] = static_cast<std::uint32_t>(fixed);
+    }
+    SX_RETURN_IF_ERROR(update(*rope_freq_, 0, std::as_bytes(std::span<const std::uint32_t>(table))));
+    rope_theta_ = a.theta;
+    rope_rot_ = a.rot_dim;
+  }
+  const Arg args[] = {{a.x, static_cast<std::size_t>(a.n_tokens * a.n_heads * a.head_dim) * 4, "x"},
+                      {a.positions, static_cast<std::size_t>(a.n_tokens) * 4, "positions"},
+                      {{rope_freq_.get(), 0}, static_cast<std::size_t>(2 * half) * 4, "frequencies"}};
+  const std::uint32_t params[] = {u32(a.n_tokens), u32(a.n_heads), u32(a.head_dim), u32(half)};
+  return dispatch(kShaderRope, "rope", args, params,
+                  (static_cast<std::uint64_t>(a.n_tokens * a.n_heads * half) + kWorkgroup - 1) / kWorkgroup);
+}
+
 Status VulkanStream::run(const hal::Op& op) {
   if (!latched_.ok()) return latched_;
   if (const auto* a = std::get_if<hal::AddArgs>(&op)) return run_add(*a);
@@ -1105,6 +1153,7 @@ Status VulkanStream::run(const hal::Op& op) {
   if (const auto* a = std::get_if<hal::RmsNormArgs>(&op)) return run_rmsnorm(*a);
   if (const auto* a = std::get_if<hal::TopKArgs>(&op)) return run_top_k(*a);
   if (const auto* a = std::get_if<hal::EmbeddingArgs>(&op)) return run_embedding(*a);
+  if (const auto* a = std::get_if<hal::RopeArgs>(&op)) return run_rope(*a);
   return latch(d_.supports(op));
 }
 

@@ -14,8 +14,8 @@
 // Ops are compute shaders from shaders/ (SPIR-V embedded at build time), bound with push
 // descriptors; operands are bound from their offset rounded down to the device's storage-buffer
 // offset alignment, the remainder passed as an element offset. Implemented so far: add, silu_mul,
-// rmsnorm, top_k; every other op is UNIMPLEMENTED in supports() and at run(), so a model needing
-// it is refused at load.
+// rmsnorm, top_k, embedding (f32, f16, bf16, q8_0, q5_0 tables), rope; every other op is
+// UNIMPLEMENTED in supports() and at run(), so a model needing it is refused at load.
 //
 // Device options ("vulkan"): memory_budget (bytes; 0 = the largest device-local heap) emulates a
 // smaller device, so the memory planner has something real to plan against on lavapipe;
