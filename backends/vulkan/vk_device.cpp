@@ -42,9 +42,21 @@ const std::uint32_t kEmbeddingSpv[] =
 const std::uint32_t kRopeSpv[] =
 #include "rope.spv.inc"
     ;
+const std::uint32_t kAttentionSpv[] =
+#include "attention.spv.inc"
+    ;
 
 // The compute pipelines, one per shader, created with the device.
-enum Shader { kShaderAdd, kShaderSiluMul, kShaderRmsNorm, kShaderTopK, kShaderEmbedding, kShaderRope, kShaderCount };
+enum Shader {
+  kShaderAdd,
+  kShaderSiluMul,
+  kShaderRmsNorm,
+  kShaderTopK,
+  kShaderEmbedding,
+  kShaderRope,
+  kShaderAttention,
+  kShaderCount
+};
 struct ShaderSource {
   std::span<const std::uint32_t> spirv;
   std::uint32_t bindings;
@@ -52,7 +64,10 @@ struct ShaderSource {
 };
 const ShaderSource kShaders[kShaderCount] = {
     {kAddSpv, 3, "add"},         {kSiluMulSpv, 3, "silu_mul"},      {kRmsNormSpv, 4, "rmsnorm"},
-    {kTopKSpv, 3, "top_k"},      {kEmbeddingSpv, 4, "embedding"},   {kRopeSpv, 3, "rope"}};
+    {kTopKSpv, 3, "top_k"},      {kEmbeddingSpv, 4, "embedding"},   {kRopeSpv, 3, "rope"},
+    {kAttentionSpv, 8, "attention"}};
+
+constexpr std::int64_t kMaxAttentionHeadDim = 256;  // one invocation per element of a head
 
 constexpr std::int64_t kMaxRotDim = 512;  // rope: the frequency table each stream keeps
 
@@ -511,6 +526,13 @@ Status VulkanDevice::supports(const hal::Op& op) const {
       std::holds_alternative<hal::RopeArgs>(op)) {
     return ok_status();
   }
+  if (const auto* a = std::get_if<hal::AttentionArgs>(&op)) {
+    if ((a->cache_type == hal::DType::kF32 || a->cache_type == hal::DType::kF16) && a->head_dim <= kMaxAttentionHeadDim) {
+      return ok_status();
+    }
+    return unimplemented_error("the Vulkan backend's attention takes f32 or f16 caches and heads of at most {}",
+                               kMaxAttentionHeadDim);
+  }
   if (const auto* e = std::get_if<hal::EmbeddingArgs>(&op)) {
     if (embedding_format(e->table_type) >= 0) return ok_status();
     return unimplemented_error("the Vulkan backend reads embedding tables in f32, f16, bf16, q8_0 and q5_0");
@@ -652,6 +674,7 @@ class VulkanStream final : public hal::Stream {
   Status run_top_k(const hal::TopKArgs& a);
   Status run_embedding(const hal::EmbeddingArgs& a);
   Status run_rope(const hal::RopeArgs& a);
+  Status run_attention(const hal::AttentionArgs& a);
   // Errors the shaders found in the data (an id outside the vocabulary), written into `errors_`
   // (4 words: kind, then the op's values), turned into a latched status once the work completed.
   Status take_device_errors();
@@ -696,6 +719,10 @@ Status VulkanStream::take_device_errors() {
   std::memcpy(w, errors_->host().data(), sizeof w);
   if (w[0] == 0) return ok_status();
   std::memset(errors_->host().data(), 0, 16);
+  if (w[0] == 2) {
+    return latch(out_of_range_error("attention: sequence {} block {} maps to block id {} outside the cache", w[1], w[2],
+                                    static_cast<std::int32_t>(w[3])));
+  }
   return latch(out_of_range_error("embedding: token id {} at position {} is outside the vocabulary of {}",
                                   static_cast<std::int32_t>(w[2]), w[1], w[3]));
 }
@@ -1146,6 +1173,35 @@ Status VulkanStream::run_rope(const hal::RopeArgs& a) {
                   (static_cast<std::uint64_t>(a.n_tokens * a.n_heads * half) + kWorkgroup - 1) / kWorkgroup);
 }
 
+Status VulkanStream::run_attention(const hal::AttentionArgs& a) {
+  SX_RETURN_IF_ERROR(latch(d_.supports(a)));
+  if (a.n_seqs < 1 || a.n_tokens < 0 || a.n_heads < 1 || a.n_kv_heads < 1 || a.head_dim < 1 || a.block_size < 1 ||
+      a.max_blocks_per_seq < 1 || a.n_slots < 1 || a.heads_per_kv < 1 || a.q_head_offset < 0 || a.kv_head_offset < 0 ||
+      !fits_u32(a.n_slots * a.n_kv_heads * a.head_dim) || !fits_u32(a.n_tokens * a.n_heads * a.head_dim)) {
+    return latch_invalid("attention: {} sequences, {} tokens, {} heads ({} KV) of {}, blocks of {} x {}, {} slots",
+                         a.n_seqs, a.n_tokens, a.n_heads, a.n_kv_heads, a.head_dim, a.block_size, a.max_blocks_per_seq,
+                         a.n_slots);
+  }
+  if (a.n_tokens == 0) return ok_status();
+  const std::size_t elem = hal::dtype_info(a.cache_type).block_bytes;
+  const auto cache = static_cast<std::size_t>(a.n_slots * a.n_kv_heads * a.head_dim) * elem;
+  const auto qo = static_cast<std::size_t>(a.n_tokens * a.n_heads * a.head_dim) * 4;
+  const Arg args[] = {{a.q, qo, "q"},
+                      {a.k_cache, cache, "k_cache"},
+                      {a.v_cache, cache, "v_cache"},
+                      {a.out, qo, "out"},
+                      {a.seq_token_start, static_cast<std::size_t>(a.n_seqs + 1) * 4, "seq_token_start"},
+                      {a.seq_context_len, static_cast<std::size_t>(a.n_seqs) * 4, "seq_context_len"},
+                      {a.block_table, static_cast<std::size_t>(a.n_seqs * a.max_blocks_per_seq) * 4, "block_table"},
+                      {{errors_.get(), 0}, 16, "errors", true}};
+  const std::uint32_t params[] = {u32(a.n_seqs),        u32(a.n_tokens),       u32(a.n_heads),
+                                  u32(a.n_kv_heads),    u32(a.head_dim),       u32(a.block_size),
+                                  u32(a.max_blocks_per_seq), u32(a.n_slots),   u32(a.q_head_offset),
+                                  u32(a.kv_head_offset), u32(a.heads_per_kv),
+                                  a.cache_type == hal::DType::kF16 ? 1u : 0u, float_bits(a.scale)};
+  return dispatch(kShaderAttention, "attention", args, params, static_cast<std::uint64_t>(a.n_tokens * a.n_heads));
+}
+
 Status VulkanStream::run(const hal::Op& op) {
   if (!latched_.ok()) return latched_;
   if (const auto* a = std::get_if<hal::AddArgs>(&op)) return run_add(*a);
@@ -1154,6 +1210,7 @@ Status VulkanStream::run(const hal::Op& op) {
   if (const auto* a = std::get_if<hal::TopKArgs>(&op)) return run_top_k(*a);
   if (const auto* a = std::get_if<hal::EmbeddingArgs>(&op)) return run_embedding(*a);
   if (const auto* a = std::get_if<hal::RopeArgs>(&op)) return run_rope(*a);
+  if (const auto* a = std::get_if<hal::AttentionArgs>(&op)) return run_attention(*a);
   return latch(d_.supports(op));
 }
 
