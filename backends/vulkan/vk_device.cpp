@@ -45,6 +45,12 @@ const std::uint32_t kRopeSpv[] =
 const std::uint32_t kAttentionSpv[] =
 #include "attention.spv.inc"
     ;
+const std::uint32_t kMatmulSpv[] =
+#include "matmul.spv.inc"
+    ;
+const std::uint32_t kKvWriteSpv[] =
+#include "kv_write.spv.inc"
+    ;
 
 // The compute pipelines, one per shader, created with the device.
 enum Shader {
@@ -55,6 +61,8 @@ enum Shader {
   kShaderEmbedding,
   kShaderRope,
   kShaderAttention,
+  kShaderMatmul,
+  kShaderKvWrite,
   kShaderCount
 };
 struct ShaderSource {
@@ -65,14 +73,14 @@ struct ShaderSource {
 const ShaderSource kShaders[kShaderCount] = {
     {kAddSpv, 3, "add"},         {kSiluMulSpv, 3, "silu_mul"},      {kRmsNormSpv, 4, "rmsnorm"},
     {kTopKSpv, 3, "top_k"},      {kEmbeddingSpv, 4, "embedding"},   {kRopeSpv, 3, "rope"},
-    {kAttentionSpv, 8, "attention"}};
+    {kAttentionSpv, 8, "attention"}, {kMatmulSpv, 4, "matmul"},   {kKvWriteSpv, 6, "kv_write"}};
 
 constexpr std::int64_t kMaxAttentionHeadDim = 256;  // one invocation per element of a head
 
 constexpr std::int64_t kMaxRotDim = 512;  // rope: the frequency table each stream keeps
 
-// The table formats embedding.comp reads, by its `format` code.
-int embedding_format(hal::DType t) {
+// The weight formats shaders/quant.glsl reads (embedding tables, matmul weights), by its codes.
+int weight_format(hal::DType t) {
   switch (t) {
     case hal::DType::kF32:
       return 0;
@@ -84,10 +92,23 @@ int embedding_format(hal::DType t) {
       return 3;
     case hal::DType::kQ5_0:
       return 4;
+    case hal::DType::kQ4_0:
+      return 5;
+    case hal::DType::kQ4_1:
+      return 6;
+    case hal::DType::kQ5_1:
+      return 7;
+    case hal::DType::kQ4_K:
+      return 8;
+    case hal::DType::kQ5_K:
+      return 9;
+    case hal::DType::kQ6_K:
+      return 10;
     default:
       return -1;
   }
 }
+constexpr const char* kWeightFormats = "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k and q6_k";
 
 // ---------------------------------------------------------------------------------------------
 // The process-wide instance and what it found.
@@ -526,6 +547,13 @@ Status VulkanDevice::supports(const hal::Op& op) const {
       std::holds_alternative<hal::RopeArgs>(op)) {
     return ok_status();
   }
+  if (const auto* w = std::get_if<hal::KvWriteArgs>(&op)) {
+    if ((w->cache_type == hal::DType::kF32 || w->cache_type == hal::DType::kF16) &&
+        (w->cache_type == hal::DType::kF32 || w->n_kv_heads * w->head_dim % 2 == 0)) {
+      return ok_status();
+    }
+    return unimplemented_error("the Vulkan backend's kv_write takes f32 caches, or f16 ones with rows of even length");
+  }
   if (const auto* a = std::get_if<hal::AttentionArgs>(&op)) {
     if ((a->cache_type == hal::DType::kF32 || a->cache_type == hal::DType::kF16) && a->head_dim <= kMaxAttentionHeadDim) {
       return ok_status();
@@ -534,8 +562,12 @@ Status VulkanDevice::supports(const hal::Op& op) const {
                                kMaxAttentionHeadDim);
   }
   if (const auto* e = std::get_if<hal::EmbeddingArgs>(&op)) {
-    if (embedding_format(e->table_type) >= 0) return ok_status();
-    return unimplemented_error("the Vulkan backend reads embedding tables in f32, f16, bf16, q8_0 and q5_0");
+    if (weight_format(e->table_type) >= 0) return ok_status();
+    return unimplemented_error("the Vulkan backend reads embedding tables in {}", kWeightFormats);
+  }
+  if (const auto* m = std::get_if<hal::MatmulArgs>(&op)) {
+    if (weight_format(m->w_type) >= 0) return ok_status();
+    return unimplemented_error("the Vulkan backend reads matmul weights in {}", kWeightFormats);
   }
   return unimplemented_error("the Vulkan backend has no shader for {} yet", hal::op_name(op));
 }
@@ -675,6 +707,13 @@ class VulkanStream final : public hal::Stream {
   Status run_embedding(const hal::EmbeddingArgs& a);
   Status run_rope(const hal::RopeArgs& a);
   Status run_attention(const hal::AttentionArgs& a);
+  Status run_matmul(const hal::MatmulArgs& a);
+  Status run_kv_write(const hal::KvWriteArgs& a);
+  // Rows of `row_bytes` one binding window holds (an even count, so windows start 4-byte aligned);
+  // 0 when not even two rows fit.
+  std::size_t window_rows(std::size_t row_bytes) const;
+  // INVALID_ARGUMENT when `b` was uploaded as weights of another format than `format`.
+  Status check_weight_format(const hal::BufView& b, hal::DType format, const char* op);
   // Errors the shaders found in the data (an id outside the vocabulary), written into `errors_`
   // (4 words: kind, then the op's values), turned into a latched status once the work completed.
   Status take_device_errors();
@@ -719,6 +758,10 @@ Status VulkanStream::take_device_errors() {
   std::memcpy(w, errors_->host().data(), sizeof w);
   if (w[0] == 0) return ok_status();
   std::memset(errors_->host().data(), 0, 16);
+  if (w[0] == 3) {
+    return latch(out_of_range_error("kv_write: slot {} of token {} is outside the cache of {} slots",
+                                    static_cast<std::int32_t>(w[1]), w[2], w[3]));
+  }
   if (w[0] == 2) {
     return latch(out_of_range_error("attention: sequence {} block {} maps to block id {} outside the cache", w[1], w[2],
                                     static_cast<std::int32_t>(w[3])));
@@ -1097,30 +1140,83 @@ Status VulkanStream::run_top_k(const hal::TopKArgs& a) {
   return dispatch(kShaderTopK, "top_k", args, params, static_cast<std::uint64_t>(a.n_rows));
 }
 
+std::size_t VulkanStream::window_rows(std::size_t row_bytes) const {
+  const std::size_t align = std::max<std::size_t>(d_.limits().minStorageBufferOffsetAlignment, 4);
+  const std::size_t room = d_.binding_limit() - std::min(d_.binding_limit(), align);
+  return room / row_bytes / 2 * 2;
+}
+
+Status VulkanStream::check_weight_format(const hal::BufView& b, hal::DType format, const char* op) {
+  const auto* t = b ? dynamic_cast<const VulkanBuffer*>(b.buffer) : nullptr;
+  if (t != nullptr && t->weight_format && *t->weight_format != format) {
+    return latch_invalid("{}: the buffer was uploaded as {} weights and cannot be read as {}", op,
+                         hal::dtype_name(*t->weight_format), hal::dtype_name(format));
+  }
+  return ok_status();
+}
+
+Status VulkanStream::run_kv_write(const hal::KvWriteArgs& a) {
+  SX_RETURN_IF_ERROR(latch(d_.supports(a)));
+  const std::int64_t row = a.n_kv_heads * a.head_dim;
+  if (a.n_tokens < 0 || row < 1 || a.n_slots < 1 || !fits_u32(a.n_slots * row) || !fits_u32(a.n_tokens * row)) {
+    return latch_invalid("kv_write: {} tokens of {} KV heads of {} into {} slots", a.n_tokens, a.n_kv_heads,
+                         a.head_dim, a.n_slots);
+  }
+  if (a.n_tokens == 0) return ok_status();
+  const bool f16 = a.cache_type == hal::DType::kF16;
+  const std::size_t elem = f16 ? 2 : 4;
+  const auto in = static_cast<std::size_t>(a.n_tokens * row) * 4, cache = static_cast<std::size_t>(a.n_slots * row) * elem;
+  const Arg args[] = {{a.k, in, "k"},
+                      {a.v, in, "v"},
+                      {a.k_cache, cache, "k_cache"},
+                      {a.v_cache, cache, "v_cache"},
+                      {a.slot_mapping, static_cast<std::size_t>(a.n_tokens) * 4, "slot_mapping"},
+                      {{errors_.get(), 0}, 16, "errors", true}};
+  const std::uint32_t params[] = {u32(a.n_tokens), u32(row), u32(a.n_slots), f16 ? 1u : 0u};
+  const std::uint64_t words = static_cast<std::uint64_t>(a.n_tokens * (f16 ? row / 2 : row));
+  return dispatch(kShaderKvWrite, "kv_write", args, params, (words + kWorkgroup - 1) / kWorkgroup);
+}
+
+Status VulkanStream::run_matmul(const hal::MatmulArgs& a) {
+  const int format = weight_format(a.w_type);
+  if (format < 0) return latch(d_.supports(a));
+  if (a.m < 0 || a.n < 1 || a.k < 1 || a.k % hal::dtype_info(a.w_type).block_elems != 0 || !fits_u32(a.m * a.n) ||
+      !fits_u32(a.m * a.k)) {
+    return latch_invalid("matmul: [{} x {}] x [{} x {}] {} weights", a.m, a.k, a.n, a.k, hal::dtype_name(a.w_type));
+  }
+  SX_RETURN_IF_ERROR(check_weight_format(a.w, a.w_type, "matmul"));
+  if (a.m == 0) return ok_status();
+  const std::size_t rb = hal::row_bytes(a.w_type, a.k);
+  const std::size_t rows = window_rows(rb);
+  if (rows == 0) return latch_invalid("matmul: a weight row of {} bytes does not fit one binding twice", rb);
+  const auto n = static_cast<std::size_t>(a.n);
+  for (std::size_t begin = 0; begin < n; begin += rows) {
+    const std::size_t r = std::min(rows, n - begin);
+    const Arg args[] = {{a.w.at(begin * rb), r * rb, "w"},
+                        {a.x, static_cast<std::size_t>(a.m * a.k) * 4, "x"},
+                        {a.bias ? a.bias : a.x, a.bias ? n * 4 : 4, "bias"},
+                        {a.y, static_cast<std::size_t>(a.m) * n * 4, "y"}};
+    const std::uint32_t params[] = {u32(a.m),  u32(a.n), u32(a.k), static_cast<std::uint32_t>(format),
+                                    static_cast<std::uint32_t>(rb), static_cast<std::uint32_t>(begin),
+                                    static_cast<std::uint32_t>(r), a.bias ? 1u : 0u};
+    SX_RETURN_IF_ERROR(dispatch(kShaderMatmul, "matmul", args, params, static_cast<std::uint64_t>(a.m) * r));
+  }
+  return ok_status();
+}
+
 Status VulkanStream::run_embedding(const hal::EmbeddingArgs& a) {
-  const int format = embedding_format(a.table_type);
+  const int format = weight_format(a.table_type);
   if (format < 0) return latch(d_.supports(a));
   if (a.n_tokens < 0 || a.dim <= 0 || a.vocab <= 0 || !fits_u32(a.n_tokens * a.dim) || a.vocab > INT32_MAX ||
       a.dim % hal::dtype_info(a.table_type).block_elems != 0) {
     return latch_invalid("embedding: {} tokens of {} from a vocabulary of {} in {}", a.n_tokens, a.dim, a.vocab,
                          hal::dtype_name(a.table_type));
   }
-  if (a.table) {
-    const auto* t = dynamic_cast<const VulkanBuffer*>(a.table.buffer);
-    if (t != nullptr && t->weight_format && *t->weight_format != a.table_type) {
-      return latch_invalid("embedding: the table was uploaded as {} weights and cannot be read as {}",
-                           hal::dtype_name(*t->weight_format), hal::dtype_name(a.table_type));
-    }
-  }
+  SX_RETURN_IF_ERROR(check_weight_format(a.table, a.table_type, "embedding"));
   if (a.n_tokens == 0) return ok_status();
   const std::size_t rb = hal::row_bytes(a.table_type, a.dim);
-  // Windows of whole rows within the binding limit, an even count (4-byte aligned starts).
-  const std::size_t align = std::max<std::size_t>(d_.limits().minStorageBufferOffsetAlignment, 4);
-  const std::size_t room = d_.binding_limit() - std::min(d_.binding_limit(), align);
-  const std::size_t rows = std::max<std::size_t>(room / rb / 2 * 2, 2);
-  if (rows * rb > room) {
-    return latch_invalid("embedding: a row of {} bytes does not fit the device's storage-buffer range", rb);
-  }
+  const std::size_t rows = window_rows(rb);
+  if (rows == 0) return latch_invalid("embedding: a row of {} bytes does not fit one binding twice", rb);
   const auto vocab = static_cast<std::size_t>(a.vocab);
   const auto n = static_cast<std::size_t>(a.n_tokens);
   for (std::size_t begin = 0; begin < vocab; begin += rows) {
@@ -1211,6 +1307,8 @@ Status VulkanStream::run(const hal::Op& op) {
   if (const auto* a = std::get_if<hal::EmbeddingArgs>(&op)) return run_embedding(*a);
   if (const auto* a = std::get_if<hal::RopeArgs>(&op)) return run_rope(*a);
   if (const auto* a = std::get_if<hal::AttentionArgs>(&op)) return run_attention(*a);
+  if (const auto* a = std::get_if<hal::MatmulArgs>(&op)) return run_matmul(*a);
+  if (const auto* a = std::get_if<hal::KvWriteArgs>(&op)) return run_kv_write(*a);
   return latch(d_.supports(op));
 }
 

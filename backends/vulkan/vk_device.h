@@ -14,9 +14,10 @@
 // Ops are compute shaders from shaders/ (SPIR-V embedded at build time), bound with push
 // descriptors; operands are bound from their offset rounded down to the device's storage-buffer
 // offset alignment, the remainder passed as an element offset. Implemented so far: add, silu_mul,
-// rmsnorm, top_k, embedding (f32, f16, bf16, q8_0, q5_0 tables), rope, paged attention (f32 and
-// f16 caches, heads up to 256); matmul and kv_write are UNIMPLEMENTED in supports() and at run(),
-// so a model is refused at load naming them.
+// rmsnorm, top_k, rope, paged attention (f32 and f16 caches, heads up to 256), embedding and
+// matmul over weights in their file formats (shaders/quant.glsl: f32, f16, bf16, q8_0, q4_0, q4_1,
+// q5_0, q5_1, q4_k, q5_k, q6_k; bound in windows of whole rows) and kv_write: the whole op set.
+// What a shader cannot do (e.g. a head over 256) is refused by supports(), so at load.
 //
 // Device options ("vulkan"): memory_budget (bytes; 0 = the largest device-local heap) emulates a
 // smaller device, so the memory planner has something real to plan against on lavapipe;

@@ -269,6 +269,55 @@ TEST_P(Ops, PagedAttentionMixedBatchMatchesNaive) {
   }
 }
 
+// K and V rows into their slots of the paged cache in f32 and f16 (f16: within one f16 ulp of
+// the rounded value, which a GPU may round either way at a tie), padding slots (-1) skipped and
+// the slots not written keeping what they held; a slot past the cache is OUT_OF_RANGE.
+TEST_P(Ops, KvWriteIntoPagedSlots) {
+  const int T = 5, kv_heads = 2, hd = 8, n_slots = 12, row = kv_heads * hd;
+  const std::vector<std::int32_t> slots = {7, -1, 0, 11, 3};
+  auto k = random(T * row), v = random(T * row);
+  auto bk = buf(k), bv = buf(v), bs = buf(slots);
+  for (hal::DType cache_type : {hal::DType::kF32, hal::DType::kF16}) {
+    SCOPED_TRACE(hal::dtype_name(cache_type));
+    const std::size_t elem = hal::dtype_info(cache_type).block_bytes;
+    const std::vector<std::uint8_t> sentinel(n_slots * row * elem, 0x3c);  // f32 0.0115, f16 1.05
+    auto kc = buf(sentinel), vc = buf(sentinel);
+    hal::KvWriteArgs a{V(bk), V(bv), V(kc), V(vc), cache_type, V(bs), T, kv_heads, hd, n_slots};
+    ASSERT_TRUE(stream_->run(a).ok());
+    for (const auto& [cache, src] : {std::pair{&kc, &k}, std::pair{&vc, &v}}) {
+      const auto got = read<std::uint8_t>(**cache, sentinel.size());
+      std::vector<float> as_float(n_slots * row), before(n_slots * row);
+      hal::dequantize_row(cache_type, got.data(), as_float.data(), n_slots * row);
+      hal::dequantize_row(cache_type, sentinel.data(), before.data(), n_slots * row);
+      for (int slot = 0; slot < n_slots; ++slot) {
+        int t = -1;
+        for (int i = 0; i < T; ++i) {
+          if (slots[i] == slot) t = i;
+        }
+        for (int e = 0; e < row; ++e) {
+          const float out = as_float[slot * row + e];
+          if (t < 0) {
+            ASSERT_EQ(out, before[slot * row + e]) << "slot " << slot << " was not written";
+            continue;
+          }
+          const float x = (*src)[t * row + e];
+          if (cache_type == hal::DType::kF32) {
+            ASSERT_EQ(out, x) << "slot " << slot;
+          } else {
+            ASSERT_NEAR(out, f16_to_f32(f32_to_f16(x)), std::ldexp(std::fabs(x), -10)) << "slot " << slot;
+          }
+        }
+      }
+    }
+  }
+  auto bad = buf(std::vector<std::int32_t>{0, 12, 1, 2, 3});
+  auto kc = buf(std::vector<float>(n_slots * row)), vc = buf(std::vector<float>(n_slots * row));
+  const Status st = run_and_sync(
+      hal::KvWriteArgs{V(bk), V(bv), V(kc), V(vc), hal::DType::kF32, V(bad), T, kv_heads, hd, n_slots});
+  EXPECT_EQ(st.code(), StatusCode::kOutOfRange) << st.to_string();
+  EXPECT_NE(st.message().find("slot 12"), std::string::npos) << st.to_string();
+}
+
 TEST_P(Ops, SiluMul) {
   auto g = random(2 * 40), u = random(2 * 40);
   auto bg = buf(g), bu = buf(u), bo = buf(std::vector<float>(80));
