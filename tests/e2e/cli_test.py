@@ -148,6 +148,25 @@ def errors_name_the_cause():
 
 
 @case
+def generate_on_vulkan_reproduces_the_text():
+    # On Vulkan devices (physical device 0, lavapipe in CI, several times over for TP / PP): the
+    # memorised continuation from every bundled format and layout. Passes, saying so, where the
+    # build or the machine has no Vulkan device.
+    n = 48
+    probe = run("plan", "--backend", "vulkan", "--model", model("f32"), check=False,
+                env={"SEXTANT_VULKAN_DEVICES": "0"})
+    if probe.returncode != 0:
+        print("  (no Vulkan device here: " + probe.stderr.decode().strip().splitlines()[-1] + ")")
+        return
+    for fmt, tp, pp in (("f32", 1, 1), ("f16", 1, 1), ("q8_0", 1, 1), ("f32", 6, 1), ("f16", 3, 2)):
+        p = run("generate", "--backend", "vulkan", "--model", model(fmt), "--prompt", REF["prompt_text"], "-n", str(n),
+                "--ids", "--ignore-eos", "--tp", str(tp), "--pp", str(pp),
+                env={"SEXTANT_VULKAN_DEVICES": ",".join(["0"] * (tp * pp))})
+        ids = [int(x) for x in p.stdout.split()]
+        assert ids == REF["continuation_ids"][:n], f"vulkan {fmt} tp {tp} pp {pp}: {ids[:10]}"
+
+
+@case
 def vulkan_without_a_driver_is_unavailable_naming_the_cause():
     # No ICD (VK_ICD_FILENAMES naming no file): serve exits 1 naming the backend and the cause; the
     # CPU backend is unaffected. A build without Vulkan refuses the name instead.

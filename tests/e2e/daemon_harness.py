@@ -47,13 +47,14 @@ def summary_exit():
 class Daemon:
     """A `sextant serve` process on an ephemeral port with its own admin socket."""
 
-    def __init__(self, sextant, model, *extra, max_num_seqs=32, env=None, ready=True, prefix=()):
+    def __init__(self, sextant, model, *extra, max_num_seqs=32, env=None, ready=True, prefix=(), threads=2):
         self.sextant = sextant
         self.dir = tempfile.mkdtemp(prefix="sx-serve-")
         self.socket = os.path.join(self.dir, "admin.sock")
         self.log_path = os.path.join(self.dir, "serve.log")
         self.log = open(self.log_path, "w+b")
-        args = [*prefix, sextant, "serve", "--model", model, "--port", "0", "--admin-socket", self.socket, "-t", "2",
+        args = [*prefix, sextant, "serve", "--model", model, "--port", "0", "--admin-socket", self.socket,
+                *(["-t", str(threads)] if threads else []),
                 "--max-num-seqs", str(max_num_seqs), "--max-model-len", "512", "--set", "http.header_timeout_ms=2000",
                 *extra]
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env)

@@ -62,6 +62,30 @@ def sdk_completion_reproduces_the_memorised_text():
 
 
 @case
+def sdk_chat_completion_on_vulkan_equals_the_cpu():
+    # The same greedy chat completion from a daemon on the Vulkan backend (device 0: lavapipe in CI)
+    # and from the CPU daemon. Skipped (passing) where the build or the machine has no Vulkan.
+    assert client is not None, "the openai package is missing from the test environment (scripts/setup)"
+    env = dict(os.environ, SEXTANT_VULKAN_DEVICES="0")
+    probe = subprocess.run([SEXTANT, "plan", "--backend", "vulkan", "--model", MODEL], capture_output=True, env=env)
+    if probe.returncode != 0:
+        print("  (no Vulkan device here: " + probe.stderr.decode().strip().splitlines()[-1] + ")")
+        return
+    vk = Daemon("--backend", "vulkan", env=env, threads=None, max_num_seqs=4)
+    try:
+        assert "vulkan:0" in vk.text(), vk.text()
+        vk_client = openai.OpenAI(base_url=vk.base + "/v1", api_key="unused", max_retries=0)
+        ask = dict(model=NAME, messages=[{"role": "user", "content": REF["prompt_text"]}], max_tokens=16,
+                   temperature=0, extra_body={"ignore_eos": True})
+        got = vk_client.chat.completions.create(**ask)
+        want = client.chat.completions.create(**ask)
+        assert got.choices[0].message.content == want.choices[0].message.content, (got, want)
+        assert got.usage.completion_tokens == want.usage.completion_tokens == 16, got.usage
+    finally:
+        vk.stop()
+
+
+@case
 def sdk_stream_equals_non_stream():
     assert client is not None, "no openai package"
     for kind in ("completion", "chat"):
