@@ -225,6 +225,25 @@ std::uint64_t largest_device_heap(const VkPhysicalDeviceMemoryProperties& m) {
   return best;
 }
 
+// What devices() lists and what a created device reports: the same description. `budget` (the
+// memory_budget option; 0: none) caps the memory; several Sextant devices on one physical device,
+// or a device on the host's RAM, share memory unless each has its own budget.
+hal::DeviceInfo describe_device(const VkPhysicalDeviceProperties& props, const VkPhysicalDeviceMemoryProperties& mem,
+                                int index, bool shares_physical, std::uint64_t budget) {
+  hal::DeviceInfo info;
+  info.backend = "vulkan";
+  info.index = index;
+  info.kind = kind_of(props.deviceType);
+  const std::uint64_t heap = largest_device_heap(mem);
+  info.memory_bytes = budget > 0 ? std::min<std::uint64_t>(budget, heap) : heap;
+  info.free_bytes = info.memory_bytes;
+  info.shared_memory = budget == 0 && (shares_physical || props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU);
+  info.name = fmt::format("vulkan:{} ({}, {}; Vulkan {}.{}.{})", index, props.deviceName, type_name(props.deviceType),
+                          VK_API_VERSION_MAJOR(props.apiVersion), VK_API_VERSION_MINOR(props.apiVersion),
+                          VK_API_VERSION_PATCH(props.apiVersion));
+  return info;
+}
+
 // ---------------------------------------------------------------------------------------------
 
 struct VkOptions {
@@ -466,19 +485,7 @@ Result<std::unique_ptr<VulkanDevice>> VulkanDevice::create(const Instance& inst,
     return unavailable_error("vulkan:{} ({}) has no host-visible coherent memory for staging", index, props.deviceName);
   }
 
-  hal::DeviceInfo& info = d->info_;
-  info.backend = "vulkan";
-  info.index = index;
-  info.kind = kind_of(props.deviceType);
-  const std::uint64_t heap = largest_device_heap(mem);
-  info.memory_bytes = options.memory_budget > 0 ? std::min<std::uint64_t>(options.memory_budget, heap) : heap;
-  info.free_bytes = info.memory_bytes;
-  // Several Sextant devices on one physical device, or a device on the host's RAM, share memory
-  // (unless each has its own emulated budget).
-  info.shared_memory = options.memory_budget == 0 && (shares_physical || props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU);
-  info.name = fmt::format("vulkan:{} ({}, {}; Vulkan {}.{}.{})", index, props.deviceName, type_name(props.deviceType),
-                          VK_API_VERSION_MAJOR(props.apiVersion), VK_API_VERSION_MINOR(props.apiVersion),
-                          VK_API_VERSION_PATCH(props.apiVersion));
+  d->info_ = describe_device(props, mem, index, shares_physical, options.memory_budget);
 
   for (int i = 0; i < kShaderCount; ++i) {
     SX_ASSIGN_OR_RETURN(d->pipelines_[i], d->make_pipeline(kShaders[i].spirv, kShaders[i].bindings, kShaders[i].name));
@@ -1334,14 +1341,7 @@ class VulkanBackend final : public hal::Backend {
       inst->api.vkGetPhysicalDeviceProperties(phys, &props);
       VkPhysicalDeviceMemoryProperties mem;
       inst->api.vkGetPhysicalDeviceMemoryProperties(phys, &mem);
-      hal::DeviceInfo info;
-      info.backend = "vulkan";
-      info.index = static_cast<int>(i);
-      info.kind = kind_of(props.deviceType);
-      info.memory_bytes = info.free_bytes = largest_device_heap(mem);
-      info.shared_memory = shares(picked, i) || props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
-      info.name = fmt::format("vulkan:{} ({}, {})", i, props.deviceName, type_name(props.deviceType));
-      out.push_back(std::move(info));
+      out.push_back(describe_device(props, mem, static_cast<int>(i), shares(picked, i), 0));
     }
     if (out.empty()) {
       return unavailable_error("no Vulkan GPU (found: {}); CPU implementations such as lavapipe are used only when "
