@@ -48,6 +48,12 @@ const std::uint32_t kAttentionSpv[] =
 const std::uint32_t kMatmulSpv[] =
 #include "matmul.spv.inc"
     ;
+const std::uint32_t kMatmulSubgroupSpv[] =
+#include "matmul_subgroup.spv.inc"
+    ;
+const std::uint32_t kQuantizeQ8Spv[] =
+#include "quantize_q8.spv.inc"
+    ;
 const std::uint32_t kKvWriteSpv[] =
 #include "kv_write.spv.inc"
     ;
@@ -61,19 +67,39 @@ enum Shader {
   kShaderEmbedding,
   kShaderRope,
   kShaderAttention,
-  kShaderMatmul,
+  kShaderMatmul,               // one weight row per invocation, one row of x (decode)
+  kShaderMatmulTiled,          // ... kMatmulTile rows of x (prefill)
+  kShaderMatmulSubgroup,       // one weight row per subgroup (devices with subgroup arithmetic)
+  kShaderMatmulSubgroupTiled,
+  kShaderQuantizeQ8,
   kShaderKvWrite,
   kShaderCount
 };
+// A pipeline: its SPIR-V, its storage-buffer bindings, its name, and the value of its
+// specialisation constant 0 where it has one (a variant of the shader).
 struct ShaderSource {
   std::span<const std::uint32_t> spirv;
   std::uint32_t bindings;
   const char* name;
+  std::optional<std::uint32_t> constant = std::nullopt;
+  bool subgroups = false;  // needs subgroup arithmetic in compute shaders (created only where present)
 };
+constexpr std::uint32_t kMatmulTile = 8;  // rows of x per invocation of matmul_tiled
+constexpr std::int64_t kMatmulTiledMinM = 4;
 const ShaderSource kShaders[kShaderCount] = {
-    {kAddSpv, 3, "add"},         {kSiluMulSpv, 3, "silu_mul"},      {kRmsNormSpv, 4, "rmsnorm"},
-    {kTopKSpv, 3, "top_k"},      {kEmbeddingSpv, 4, "embedding"},   {kRopeSpv, 3, "rope"},
-    {kAttentionSpv, 8, "attention"}, {kMatmulSpv, 4, "matmul"},   {kKvWriteSpv, 6, "kv_write"}};
+    {kAddSpv, 3, "add"},
+    {kSiluMulSpv, 3, "silu_mul"},
+    {kRmsNormSpv, 4, "rmsnorm"},
+    {kTopKSpv, 3, "top_k"},
+    {kEmbeddingSpv, 4, "embedding"},
+    {kRopeSpv, 3, "rope"},
+    {kAttentionSpv, 8, "attention"},
+    {kMatmulSpv, 6, "matmul", 1},
+    {kMatmulSpv, 6, "matmul_tiled", kMatmulTile},
+    {kMatmulSubgroupSpv, 6, "matmul_subgroup", 1, true},
+    {kMatmulSubgroupSpv, 6, "matmul_subgroup_tiled", kMatmulTile, true},
+    {kQuantizeQ8Spv, 3, "quantize_q8"},
+    {kKvWriteSpv, 6, "kv_write"}};
 
 constexpr std::int64_t kMaxAttentionHeadDim = 256;  // one invocation per element of a head
 
@@ -249,6 +275,9 @@ hal::DeviceInfo describe_device(const VkPhysicalDeviceProperties& props, const V
 struct VkOptions {
   std::uint64_t memory_budget = 0;
   std::uint64_t max_binding = 0;  // bytes one binding may span; 0: the device's maxStorageBufferRange
+  // The matmul variant: "auto" (by subgroups on GPUs with subgroup arithmetic, one row per
+  // invocation elsewhere: on lavapipe that measured twice as fast), "scalar" or "subgroup".
+  std::string matmul = "auto";
 };
 
 Result<VkOptions> parse_options(const hal::DeviceOptions& options) {
@@ -256,6 +285,7 @@ Result<VkOptions> parse_options(const hal::DeviceOptions& options) {
   VkOptions o;
   SX_ASSIGN_OR_RETURN(std::int64_t budget, r.integer("memory_budget", 0, 0, INT64_MAX));
   SX_ASSIGN_OR_RETURN(std::int64_t binding, r.integer("max_binding", 0, 0, INT64_MAX));
+  SX_ASSIGN_OR_RETURN(o.matmul, r.choice("matmul", "auto", {"auto", "scalar", "subgroup"}));
   SX_RETURN_IF_ERROR(r.finish());
   o.memory_budget = static_cast<std::uint64_t>(budget);
   o.max_binding = static_cast<std::uint64_t>(binding);
@@ -311,6 +341,7 @@ struct Pipeline {
 
 constexpr std::uint32_t kPushConstantBytes = 128;
 constexpr std::uint32_t kWorkgroup = 256;  // local_size_x of the elementwise shaders
+constexpr std::uint32_t kMatmulGroup = 64;  // local_size_x of matmul.comp
 
 class VulkanDevice final : public hal::Device {
  public:
@@ -340,6 +371,9 @@ class VulkanDevice final : public hal::Device {
   // max_binding option asks (so tests exercise the windows large tensors are bound in).
   std::size_t binding_limit() const { return binding_limit_; }
   const Pipeline& pipeline(Shader s) const { return pipelines_[s]; }
+  // The matmul variant the device's features chose: one weight row per subgroup, or per invocation.
+  bool matmul_subgroups() const { return matmul_subgroups_; }
+  std::uint32_t matmul_rows_per_group() const { return matmul_rows_per_group_; }
   Status submit(const VkSubmitInfo& info) {
     std::lock_guard<std::mutex> lock(queue_mu_);
     return check(api_.vkQueueSubmit(queue_, 1, &info, VK_NULL_HANDLE), fmt::format("{}: vkQueueSubmit", info_.name));
@@ -348,7 +382,7 @@ class VulkanDevice final : public hal::Device {
 
  private:
   VulkanDevice() = default;
-  Result<Pipeline> make_pipeline(std::span<const std::uint32_t> spirv, std::uint32_t bindings, const char* name);
+  Result<Pipeline> make_pipeline(const ShaderSource& source);
   void destroy(Pipeline& p);
 
   hal::DeviceInfo info_;
@@ -362,6 +396,8 @@ class VulkanDevice final : public hal::Device {
   std::mutex queue_mu_;
   std::atomic<std::uint64_t> used_{0};
   Pipeline pipelines_[kShaderCount];
+  bool matmul_subgroups_ = false;
+  std::uint32_t matmul_rows_per_group_ = 0;
 };
 
 VulkanBuffer::~VulkanBuffer() {
@@ -487,8 +523,34 @@ Result<std::unique_ptr<VulkanDevice>> VulkanDevice::create(const Instance& inst,
 
   d->info_ = describe_device(props, mem, index, shares_physical, options.memory_budget);
 
+  // Shader variants by the device's features (the option matmul= forces one).
+  VkPhysicalDeviceVulkan12Properties p12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_PROPERTIES};
+  VkPhysicalDeviceVulkan11Properties p11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_PROPERTIES};
+  p11.pNext = &p12;
+  VkPhysicalDeviceProperties2 pp{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+  pp.pNext = &p11;
+  inst.api.vkGetPhysicalDeviceProperties2(phys, &pp);
+  constexpr VkSubgroupFeatureFlags kNeeded = VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_ARITHMETIC_BIT;
+  const bool can_subgroup = (p11.subgroupSupportedStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0 &&
+                            (p11.subgroupSupportedOperations & kNeeded) == kNeeded && p11.subgroupSize >= 4 &&
+                            p11.subgroupSize <= kMatmulGroup;
+  if (options.matmul == "subgroup" && !can_subgroup) {
+    return unavailable_error("vulkan:{} ({}): matmul=subgroup, but the device has no subgroup arithmetic in compute "
+                             "shaders with subgroups of 4 to {} (its subgroups: {})",
+                             index, props.deviceName, kMatmulGroup, p11.subgroupSize);
+  }
+  const bool subgroups = options.matmul == "subgroup" ||
+                         (options.matmul == "auto" && can_subgroup && props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU);
+  d->matmul_subgroups_ = subgroups;
+  d->matmul_rows_per_group_ = subgroups ? kMatmulGroup / p11.subgroupSize : kMatmulGroup;
+  const std::string variant = subgroups ? fmt::format("matmul by subgroups of {}", p11.subgroupSize)
+                                        : "matmul by invocations";
+  d->info_.name.pop_back();  // the closing parenthesis of describe_device's name
+  d->info_.name += fmt::format("; driver {} {}; {})", p12.driverName, p12.driverInfo, variant);
+
   for (int i = 0; i < kShaderCount; ++i) {
-    SX_ASSIGN_OR_RETURN(d->pipelines_[i], d->make_pipeline(kShaders[i].spirv, kShaders[i].bindings, kShaders[i].name));
+    if (kShaders[i].subgroups && !subgroups) continue;
+    SX_ASSIGN_OR_RETURN(d->pipelines_[i], d->make_pipeline(kShaders[i]));
   }
   return d;
 }
@@ -500,8 +562,9 @@ VulkanDevice::~VulkanDevice() {
   api_.vkDestroyDevice(device_, nullptr);
 }
 
-Result<Pipeline> VulkanDevice::make_pipeline(std::span<const std::uint32_t> spirv, std::uint32_t bindings,
-                                             const char* name) {
+Result<Pipeline> VulkanDevice::make_pipeline(const ShaderSource& source) {
+  const std::uint32_t bindings = source.bindings;
+  const char* name = source.name;
   Pipeline p;
   p.bindings = bindings;
   std::vector<VkDescriptorSetLayoutBinding> b(bindings);
@@ -525,8 +588,8 @@ Result<Pipeline> VulkanDevice::make_pipeline(std::span<const std::uint32_t> spir
   pl.pPushConstantRanges = &pc;
   SX_RETURN_IF_ERROR(check(api_.vkCreatePipelineLayout(device_, &pl, nullptr, &p.layout), what));
   VkShaderModuleCreateInfo sm{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
-  sm.codeSize = spirv.size_bytes();
-  sm.pCode = spirv.data();
+  sm.codeSize = source.spirv.size_bytes();
+  sm.pCode = source.spirv.data();
   VkShaderModule module = VK_NULL_HANDLE;
   SX_RETURN_IF_ERROR(check(api_.vkCreateShaderModule(device_, &sm, nullptr, &module), what));
   VkComputePipelineCreateInfo cp{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
@@ -534,6 +597,12 @@ Result<Pipeline> VulkanDevice::make_pipeline(std::span<const std::uint32_t> spir
   cp.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
   cp.stage.module = module;
   cp.stage.pName = "main";
+  const VkSpecializationMapEntry entry{0, 0, sizeof(std::uint32_t)};
+  VkSpecializationInfo spec{1, &entry, sizeof(std::uint32_t), nullptr};
+  if (source.constant) {
+    spec.pData = &*source.constant;
+    cp.stage.pSpecializationInfo = &spec;
+  }
   cp.layout = p.layout;
   const VkResult r = api_.vkCreateComputePipelines(device_, VK_NULL_HANDLE, 1, &cp, nullptr, &p.pipeline);
   api_.vkDestroyShaderModule(device_, module, nullptr);
@@ -736,6 +805,9 @@ class VulkanStream final : public hal::Stream {
   std::vector<std::unique_ptr<hal::Buffer>> staged_;
   std::size_t staged_bytes_ = 0;
   std::unique_ptr<hal::Buffer> errors_;  // kReadback, 16 bytes, zero when no error
+  // The int8 activations of Q8_0 matmuls (quantize_q8.comp), grown on demand; a buffer it
+  // outgrew stays alive in staged_ until the work recorded on it has completed.
+  std::unique_ptr<hal::Buffer> q8_;
   // rope's inv_freq[i] / (2 pi) as 64-bit fractions (kMaxRotDim / 2 of them) for rope_theta_ and
   // rope_rot_.
   std::unique_ptr<hal::Buffer> rope_freq_;
@@ -1197,16 +1269,42 @@ Status VulkanStream::run_matmul(const hal::MatmulArgs& a) {
   const std::size_t rows = window_rows(rb);
   if (rows == 0) return latch_invalid("matmul: a weight row of {} bytes does not fit one binding twice", rb);
   const auto n = static_cast<std::size_t>(a.n);
+  const auto mk = static_cast<std::size_t>(a.m * a.k);
+  // Q8_0: x quantised once per call into q8_ (int8 values, then one F32 scale per 32).
+  const bool q8 = a.w_type == hal::DType::kQ8_0;
+  hal::BufView qx = a.x, dx = a.x;
+  if (q8) {
+    const std::size_t need = mk + mk / 8;
+    if (q8_ == nullptr || q8_->size() < need) {
+      if (q8_ != nullptr) staged_.push_back(std::move(q8_));
+      auto b = d_.alloc(std::max<std::size_t>(need, std::size_t{1} << 20), hal::BufferUsage::kDevice);
+      if (!b.ok()) return latch(b.status());
+      q8_ = std::move(*b);
+    }
+    qx = {q8_.get(), 0};
+    dx = {q8_.get(), mk};
+    const Arg args[] = {{a.x, mk * 4, "x"}, {qx, mk, "int8 x", true}, {dx, mk / 8, "int8 x scales", true}};
+    const std::uint32_t params[] = {static_cast<std::uint32_t>(mk / 32)};
+    SX_RETURN_IF_ERROR(dispatch(kShaderQuantizeQ8, "matmul", args, params, (mk / 32 + 63) / 64));
+  }
+  const bool tiled = a.m >= kMatmulTiledMinM;
+  const Shader shader = d_.matmul_subgroups() ? (tiled ? kShaderMatmulSubgroupTiled : kShaderMatmulSubgroup)
+                                              : (tiled ? kShaderMatmulTiled : kShaderMatmul);
+  const std::uint32_t per_group = d_.matmul_rows_per_group();
+  const std::uint64_t tiles = tiled ? (static_cast<std::uint64_t>(a.m) + kMatmulTile - 1) / kMatmulTile
+                                    : static_cast<std::uint64_t>(a.m);
   for (std::size_t begin = 0; begin < n; begin += rows) {
     const std::size_t r = std::min(rows, n - begin);
     const Arg args[] = {{a.w.at(begin * rb), r * rb, "w"},
-                        {a.x, static_cast<std::size_t>(a.m * a.k) * 4, "x"},
+                        {a.x, mk * 4, "x"},
                         {a.bias ? a.bias : a.x, a.bias ? n * 4 : 4, "bias"},
-                        {a.y, static_cast<std::size_t>(a.m) * n * 4, "y"}};
+                        {a.y, static_cast<std::size_t>(a.m) * n * 4, "y"},
+                        {qx, q8 ? mk : 4, "int8 x", q8},
+                        {dx, q8 ? mk / 8 : 4, "int8 x scales", q8}};
     const std::uint32_t params[] = {u32(a.m),  u32(a.n), u32(a.k), static_cast<std::uint32_t>(format),
                                     static_cast<std::uint32_t>(rb), static_cast<std::uint32_t>(begin),
-                                    static_cast<std::uint32_t>(r), a.bias ? 1u : 0u};
-    SX_RETURN_IF_ERROR(dispatch(kShaderMatmul, "matmul", args, params, static_cast<std::uint64_t>(a.m) * r));
+                                    static_cast<std::uint32_t>(r), a.bias ? 1u : 0u, per_group};
+    SX_RETURN_IF_ERROR(dispatch(shader, "matmul", args, params, tiles * ((r + per_group - 1) / per_group)));
   }
   return ok_status();
 }

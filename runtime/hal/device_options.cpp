@@ -37,6 +37,20 @@ Result<bool> OptionReader::flag(std::string_view name, bool fallback) {
                                 *text);
 }
 
+Result<std::string> OptionReader::choice(std::string_view name, std::string_view fallback,
+                                         std::initializer_list<std::string_view> choices) {
+  const std::string* text = find(name);
+  if (text == nullptr) return std::string(fallback);
+  if (std::find(choices.begin(), choices.end(), *text) != choices.end()) return *text;
+  return invalid_argument_error("backend '{}': device option '{}' must be one of {}, got '{}'", backend_, name,
+                                fmt::join(choices, ", "), *text);
+}
+
+std::string OptionReader::text(std::string_view name, std::string_view fallback) {
+  const std::string* t = find(name);
+  return t == nullptr ? std::string(fallback) : *t;
+}
+
 Status OptionReader::finish() const {
   for (const auto& [name, value] : options_.values()) {
     if (std::find(known_.begin(), known_.end(), name) == known_.end()) {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <string_view>
@@ -47,6 +48,11 @@ class OptionReader {
   // An integer in [lo, hi]; INVALID_ARGUMENT naming the backend, the option and the range otherwise.
   Result<std::int64_t> integer(std::string_view name, std::int64_t fallback, std::int64_t lo, std::int64_t hi);
   Result<bool> flag(std::string_view name, bool fallback);
+  // One of `choices`; INVALID_ARGUMENT listing them otherwise.
+  Result<std::string> choice(std::string_view name, std::string_view fallback,
+                             std::initializer_list<std::string_view> choices);
+  // Any text (the backend parses it and names the option in its errors).
+  std::string text(std::string_view name, std::string_view fallback);
   Status finish() const;
 
  private:

@@ -36,6 +36,7 @@ inline const std::vector<Target>& targets() {
       {"cpu", "cpu", {{"threads", "2"}}},
       {"cpu_strict", "cpu", {{"threads", "1"}, {"strict", "true"}}},
       {"vulkan", "vulkan", {}},
+      {"vulkan_subgroup", "vulkan", {{"matmul", "subgroup"}}},  // the variant GPUs take (lavapipe: not by default)
       {"cuda", "cuda", {}},
   };
   return kTargets;

@@ -425,7 +425,7 @@ TEST_P(Ops, MatmulEveryFormatAgainstTheDequantisedWeights) {
     ASSERT_TRUE(bw.ok()) << bw.status().to_string();
     const bool is_float = t == hal::DType::kF32 || t == hal::DType::kF16 || t == hal::DType::kBF16;
     const double tol = is_float ? 1e-5 : 1e-2;  // 8-bit activations: ~2^-8 of sum|x w| at worst
-    for (const int m : {1, 5}) {
+    for (const int m : {1, 5, 11}) {  // 11: more than one tile of a tiled kernel
       for (const bool with_bias : {false, true}) {
         const auto x = random(static_cast<std::size_t>(m) * k);
         auto bx = buf(x), by = buf(std::vector<float>(static_cast<std::size_t>(m) * n)), bb = buf(bias);
@@ -457,6 +457,70 @@ TEST_P(Ops, MatmulEveryFormatAgainstTheDequantisedWeights) {
                     std::string(hal::dtype_name(t)).c_str(), m, with_bias ? " +bias" : "", worst);
       }
     }
+  }
+}
+
+// Q8_0 weights meet 8-bit activations on the CPU (backends/cpu/kernels/matmul.h: per block of 32,
+// d = max|x| / 127, an exact integer dot product, F32 accumulation in block order). Every backend
+// quantises them the same way, so that a Q8_0 model gives the CPU's greedy ids: its results
+// equal the CPU device's within F32 rounding (1e-6 of sum |x w|, where 8-bit activations alone
+// differ by up to ~1e-3), at decode and at prefill sizes, whatever the tiling.
+TEST_P(Ops, Q8_0MatmulQuantisesActivationsAsTheCpuDoes) {
+  std::string why;
+  hal::Backend* cpu = hal::testing::usable_backend(hal::testing::targets()[0], 1, why);
+  ASSERT_NE(cpu, nullptr) << why;
+  auto cpu_device = std::move(cpu->create_device(0, hal::testing::targets()[0].device_options())).value();
+  auto cpu_stream = std::move(cpu_device->create_stream()).value();
+  const int n = 45, k = 1024;
+  const auto w = random(static_cast<std::size_t>(n) * k, 0.05f);
+  const std::size_t rb = hal::row_bytes(hal::DType::kQ8_0, k);
+  std::vector<std::uint8_t> packed(rb * n);
+  for (int r = 0; r < n; ++r) hal::quantize_row(hal::DType::kQ8_0, &w[static_cast<std::size_t>(r) * k], &packed[rb * r], k);
+  const auto bytes = std::as_bytes(std::span<const std::uint8_t>(packed));
+  kept_.emplace_back(bytes.begin(), bytes.end());
+  const hal::WeightDesc desc{hal::DType::kQ8_0, n, k};
+  auto bw = std::move(device_->upload_weight(*stream_, desc, kept_.back())).value();
+  auto cw = std::move(cpu_device->upload_weight(*cpu_stream, desc, kept_.back())).value();
+  for (const int m : {1, 3, 8, 13}) {
+    // Activations spanning magnitudes, as hidden states do (a few large ones per block).
+    auto x = random(static_cast<std::size_t>(m) * k);
+    for (std::size_t i = 0; i < x.size(); i += 37) x[i] *= 20.0f;
+    const auto run_on = [&](hal::Device& d, hal::Stream& s, hal::Buffer& weight) {
+      auto bx = std::move(d.alloc(x.size() * 4)).value();
+      auto by = std::move(d.alloc(static_cast<std::size_t>(m) * n * 4)).value();
+      EXPECT_TRUE(s.upload(*bx, 0, std::as_bytes(std::span<const float>(x))).ok());
+      hal::MatmulArgs a;
+      a.w = {&weight, 0};
+      a.w_type = hal::DType::kQ8_0;
+      a.x = {bx.get(), 0};
+      a.y = {by.get(), 0};
+      a.m = m;
+      a.n = n;
+      a.k = k;
+      EXPECT_TRUE(s.run(a).ok());
+      std::vector<float> y(static_cast<std::size_t>(m) * n);
+      EXPECT_TRUE(hal::download_span<float>(s, std::span<float>(y), *by, 0).ok());
+      EXPECT_TRUE(s.sync().ok());
+      return y;
+    };
+    const auto y = run_on(*device_, *stream_, *bw);
+    const auto ref = run_on(*cpu_device, *cpu_stream, *cw);
+    double worst = 0;
+    int identical = 0;
+    for (int i = 0; i < m; ++i) {
+      for (int r = 0; r < n; ++r) {
+        double mag = 0;
+        for (int j = 0; j < k; ++j) {
+          mag += std::fabs(double(x[static_cast<std::size_t>(i) * k + j]) * w[static_cast<std::size_t>(r) * k + j]);
+        }
+        const std::size_t at = static_cast<std::size_t>(i) * n + r;
+        worst = std::max(worst, std::fabs(double(y[at]) - ref[at]) / mag);
+        identical += y[at] == ref[at];
+      }
+    }
+    EXPECT_LE(worst, 1e-6) << "m " << m;
+    std::printf("%s q8_0 matmul m %d: max |y - y_cpu| / sum|x w| = %.2g, %d of %d outputs bit-identical\n",
+                GetParam().label, m, worst, identical, m * n);
   }
 }
 
