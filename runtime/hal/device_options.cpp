@@ -46,11 +46,6 @@ Result<std::string> OptionReader::choice(std::string_view name, std::string_view
                                 fmt::join(choices, ", "), *text);
 }
 
-std::string OptionReader::text(std::string_view name, std::string_view fallback) {
-  const std::string* t = find(name);
-  return t == nullptr ? std::string(fallback) : *t;
-}
-
 Status OptionReader::finish() const {
   for (const auto& [name, value] : options_.values()) {
     if (std::find(known_.begin(), known_.end(), name) == known_.end()) {

@@ -51,8 +51,6 @@ class OptionReader {
   // One of `choices`; INVALID_ARGUMENT listing them otherwise.
   Result<std::string> choice(std::string_view name, std::string_view fallback,
                              std::initializer_list<std::string_view> choices);
-  // Any text (the backend parses it and names the option in its errors).
-  std::string text(std::string_view name, std::string_view fallback);
   Status finish() const;
 
  private:

@@ -48,10 +48,11 @@ Result<GreedyRun> greedy(Qwen2Model& m, int steps, int prompt_tokens = 20) {
   return run;
 }
 
-// The largest logit difference over every step, relative to each step's largest |logit|.
-double max_relative_logit_diff(const GreedyRun& got, const GreedyRun& ref) {
+// The largest logit difference over the first `steps` steps (all by default), relative to each
+// step's largest |logit|.
+double max_relative_logit_diff(const GreedyRun& got, const GreedyRun& ref, std::size_t steps = SIZE_MAX) {
   double worst = 0;
-  for (std::size_t s = 0; s < ref.logits.size() && s < got.logits.size(); ++s) {
+  for (std::size_t s = 0; s < ref.logits.size() && s < got.logits.size() && s < steps; ++s) {
     float scale = 0;
     for (float v : ref.logits[s]) scale = std::max(scale, std::fabs(v));
     for (std::size_t i = 0; i < ref.logits[s].size(); ++i) {
@@ -61,12 +62,33 @@ double max_relative_logit_diff(const GreedyRun& got, const GreedyRun& ref) {
   return worst;
 }
 
+// Why a case needing `devices` Vulkan devices cannot run here; empty when it can.
+std::string missing_devices(hal::Backend& vk, std::size_t devices) {
+  auto infos = hal::list_devices(vk);
+  if (!infos.ok()) return infos.status().to_string();
+  if (infos->size() < devices) return fmt::format("fewer than {} Vulkan devices selected", devices);
+  return {};
+}
+
+// A random model written to a temporary GGUF file named after `stem`, opened, with its config.
+struct RandomFile {
+  std::string path;
+  std::unique_ptr<model::GgufFile> file;
+  model::ModelConfig config;
+};
+Result<RandomFile> write_random_file(const model::RandomModelSpec& spec, std::string_view stem) {
+  RandomFile r;
+  r.path = (std::filesystem::temp_directory_path() / fmt::format("{}_{}.gguf", stem, ::getpid())).string();
+  SX_RETURN_IF_ERROR(model::write_random_qwen2_gguf(spec, r.path));
+  SX_ASSIGN_OR_RETURN(r.file, model::GgufFile::open(r.path));
+  SX_ASSIGN_OR_RETURN(r.config, model::model_config_from_gguf(*r.file));
+  return r;
+}
+
 TEST(VulkanModel, SevenBHeadLayoutGivesTheCpuGreedyIdsAtEveryLayout) {
   auto vk = backends::default_registry().find("vulkan");
   ASSERT_TRUE(vk.ok()) << vk.status().to_string();
-  auto infos = hal::list_devices(**vk);
-  if (!infos.ok() || infos->size() < 6) {
-    const std::string why = infos.ok() ? "fewer than 6 Vulkan devices selected" : infos.status().to_string();
+  if (const std::string why = missing_devices(**vk, 6); !why.empty()) {
     std::printf("skipped: %s\n", why.c_str());
     GTEST_SKIP() << why;
   }
@@ -86,13 +108,10 @@ TEST(VulkanModel, SevenBHeadLayoutGivesTheCpuGreedyIdsAtEveryLayout) {
   c.qkv_bias = true;
   spec.seed = 7;
   spec.init_std = 0.05f;
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("sx_vk_7b_heads_" + std::to_string(::getpid()) + ".gguf")).string();
-  ASSERT_TRUE(model::write_random_qwen2_gguf(spec, path).ok());
-  auto file = model::GgufFile::open(path);
-  ASSERT_TRUE(file.ok()) << file.status().to_string();
-  auto config = model::model_config_from_gguf(**file);
-  ASSERT_TRUE(config.ok()) << config.status().to_string();
+  auto rf = write_random_file(spec, "sx_vk_7b_heads");
+  ASSERT_TRUE(rf.ok()) << rf.status().to_string();
+  const model::GgufFile& file = *rf->file;
+  const model::ModelConfig& config = rf->config;
   ModelOptions mo;
   mo.kv.num_blocks = 8;
   mo.max_batch_tokens = 32;
@@ -102,7 +121,7 @@ TEST(VulkanModel, SevenBHeadLayoutGivesTheCpuGreedyIdsAtEveryLayout) {
   hal::Backend& cpu = **backends::default_registry().find("cpu");
   auto one = create_device_group(cpu, 1, hal::DeviceOptions{});
   ASSERT_TRUE(one.ok()) << one.status().to_string();
-  auto ref_model = Qwen2Model::load(**file, *config, *one->devices[0], mo);
+  auto ref_model = Qwen2Model::load(file, config, *one->devices[0], mo);
   ASSERT_TRUE(ref_model.ok()) << ref_model.status().to_string();
   auto ref = greedy(**ref_model, kSteps);
   ASSERT_TRUE(ref.ok()) << ref.status().to_string();
@@ -117,7 +136,7 @@ TEST(VulkanModel, SevenBHeadLayoutGivesTheCpuGreedyIdsAtEveryLayout) {
     ParallelOptions po;
     po.tp = lay.tp;
     po.pp = lay.pp;
-    auto m = Qwen2Model::load(**file, *config, **vk, group->devices, po, mo);
+    auto m = Qwen2Model::load(file, config, **vk, group->devices, po, mo);
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     auto got = greedy(**m, kSteps);
     ASSERT_TRUE(got.ok()) << got.status().to_string();
@@ -127,7 +146,7 @@ TEST(VulkanModel, SevenBHeadLayoutGivesTheCpuGreedyIdsAtEveryLayout) {
     std::printf("vulkan tp %d pp %d: %d greedy ids %s the CPU's; max relative logit diff %.2g\n", lay.tp, lay.pp,
                 kSteps, got->ids == ref->ids ? "equal to" : "DIFFERENT from", worst);
   }
-  std::filesystem::remove(path);
+  std::filesystem::remove(rf->path);
 }
 
 // The full Qwen2.5-0.5B shape (24 layers, hidden 896, 14 / 2 heads, FFN 4864, vocab 151936: its
@@ -140,9 +159,7 @@ TEST(VulkanModel, SevenBHeadLayoutGivesTheCpuGreedyIdsAtEveryLayout) {
 TEST(VulkanModel, FullShapeQwen2_5_0_5BGivesTheCpuGreedyIds) {
   auto vk = backends::default_registry().find("vulkan");
   ASSERT_TRUE(vk.ok()) << vk.status().to_string();
-  auto infos = hal::list_devices(**vk);
-  if (!infos.ok() || infos->empty()) {
-    const std::string why = infos.ok() ? "no Vulkan device selected" : infos.status().to_string();
+  if (const std::string why = missing_devices(**vk, 1); !why.empty()) {
     std::printf("skipped: %s\n", why.c_str());
     GTEST_SKIP() << why;
   }
@@ -153,13 +170,10 @@ TEST(VulkanModel, FullShapeQwen2_5_0_5BGivesTheCpuGreedyIds) {
     model::RandomModelSpec spec;
     spec.config = model::qwen2_5_config("0.5b");
     spec.weight_type = t;
-    const std::string path = (std::filesystem::temp_directory_path() /
-                              fmt::format("sx_vk_0_5b_{}_{}.gguf", hal::dtype_name(t), ::getpid())).string();
-    ASSERT_TRUE(model::write_random_qwen2_gguf(spec, path).ok());
-    auto file = model::GgufFile::open(path);
-    ASSERT_TRUE(file.ok()) << file.status().to_string();
-    auto config = model::model_config_from_gguf(**file);
-    ASSERT_TRUE(config.ok()) << config.status().to_string();
+    auto rf = write_random_file(spec, fmt::format("sx_vk_0_5b_{}", hal::dtype_name(t)));
+    ASSERT_TRUE(rf.ok()) << rf.status().to_string();
+    const model::GgufFile& file = *rf->file;
+    const model::ModelConfig& config = rf->config;
     ModelOptions mo;
     mo.kv.num_blocks = 4;  // 64 tokens of KV
     mo.max_batch_tokens = 8;
@@ -169,7 +183,7 @@ TEST(VulkanModel, FullShapeQwen2_5_0_5BGivesTheCpuGreedyIds) {
       hal::Backend& cpu = **backends::default_registry().find("cpu");
       auto one = create_device_group(cpu, 1, hal::DeviceOptions{});
       ASSERT_TRUE(one.ok()) << one.status().to_string();
-      auto m = Qwen2Model::load(**file, *config, *one->devices[0], mo);
+      auto m = Qwen2Model::load(file, config, *one->devices[0], mo);
       ASSERT_TRUE(m.ok()) << m.status().to_string();
       auto r = greedy(**m, kSteps, 8);
       ASSERT_TRUE(r.ok()) << r.status().to_string();
@@ -178,24 +192,21 @@ TEST(VulkanModel, FullShapeQwen2_5_0_5BGivesTheCpuGreedyIds) {
     {
       auto group = create_device_group(**vk, 1, hal::DeviceOptions{});
       ASSERT_TRUE(group.ok()) << group.status().to_string();
-      auto m = Qwen2Model::load(**file, *config, *group->devices[0], mo);
+      auto m = Qwen2Model::load(file, config, *group->devices[0], mo);
       ASSERT_TRUE(m.ok()) << m.status().to_string();
       auto r = greedy(**m, kSteps, 8);
       ASSERT_TRUE(r.ok()) << r.status().to_string();
       got = std::move(*r);
     }
-    std::filesystem::remove(path);
+    std::filesystem::remove(rf->path);
     EXPECT_EQ(got.ids, ref.ids);
     // Where they part, how close the two tokens were on each backend.
     for (std::size_t s = 0; s < got.ids.size() && s < ref.ids.size(); ++s) {
       if (got.ids[s] == ref.ids[s]) continue;
       const auto a = static_cast<std::size_t>(got.ids[s]), b = static_cast<std::size_t>(ref.ids[s]);
-      GreedyRun before_got, before_ref;
-      before_got.logits.assign(got.logits.begin(), got.logits.begin() + static_cast<std::ptrdiff_t>(s + 1));
-      before_ref.logits.assign(ref.logits.begin(), ref.logits.begin() + static_cast<std::ptrdiff_t>(s + 1));
       std::printf("step %zu: vulkan logits[%zu] %.7g, [%zu] %.7g; cpu %.7g, %.7g; max relative logit diff up to "
                   "here %.2g\n", s, a, got.logits[s][a], b, got.logits[s][b], ref.logits[s][a], ref.logits[s][b],
-                  max_relative_logit_diff(before_got, before_ref));
+                  max_relative_logit_diff(got, ref, s + 1));
       break;
     }
     const double worst = max_relative_logit_diff(got, ref);
