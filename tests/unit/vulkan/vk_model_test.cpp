@@ -31,7 +31,11 @@ struct GreedyRun {
   std::vector<std::vector<float>> logits;
 };
 
-Result<GreedyRun> greedy(Qwen2Model& m, int steps, int prompt_tokens = 20) {
+// `steps` decode steps after a prompt of `prompt_tokens` tokens; each step feeds back the argmax of
+// the previous logits or, when `forced` is given, forced[step] (teacher forcing: the same inputs
+// whatever this backend chose).
+Result<GreedyRun> greedy(Qwen2Model& m, int steps, int prompt_tokens = 20,
+                         const std::vector<std::int32_t>* forced = nullptr) {
   GreedyRun run;
   std::vector<std::int32_t> prompt;
   for (int i = 0; i < prompt_tokens; ++i) prompt.push_back((i * 37 + 11) % 509);
@@ -40,9 +44,8 @@ Result<GreedyRun> greedy(Qwen2Model& m, int steps, int prompt_tokens = 20) {
   auto pos = static_cast<std::int32_t>(prompt.size());
   for (int s = 0; s < steps; ++s) {
     run.logits.push_back(logits);
-    const std::int32_t tok = argmax(logits);
-    run.ids.push_back(tok);
-    const std::int32_t one[1] = {tok};
+    run.ids.push_back(argmax(logits));
+    const std::int32_t one[1] = {forced != nullptr ? (*forced)[static_cast<std::size_t>(s)] : run.ids.back()};
     SX_RETURN_IF_ERROR(m.forward(single_sequence_batch(one, pos++, m.options().kv.num_blocks), logits));
   }
   return run;
@@ -151,11 +154,26 @@ TEST(VulkanModel, SevenBHeadLayoutGivesTheCpuGreedyIdsAtEveryLayout) {
 
 // The full Qwen2.5-0.5B shape (24 layers, hidden 896, 14 / 2 heads, FFN 4864, vocab 151936: its
 // embedding / LM head is 4 (Q8_0) to 15 (F32) binding windows of lavapipe's 128 MiB), random
-// weights as `sextant make-model` writes them, F32 and Q8_0 files: one Vulkan device gives one
-// CPU device's 32 greedy ids from an 8-token prompt. Q8_0 matches because both backends quantise
-// activations to 8 bits the same way (tests/ops: Q8_0MatmulQuantisesActivationsAsTheCpuDoes).
-// Slow on lavapipe (minutes): its own meson test, vulkan_full_shape; SX_FULL_SHAPE_ONLY=q8_0 (or
-// f32) runs one format.
+// weights as `sextant make-model` writes them, F32 and Q8_0 files, an 8-token prompt, 32 steps on
+// one Vulkan device against one CPU device.
+//
+// F32: the same 32 greedy ids, logits within 1e-4 of each step's largest |logit| (measured 4.4e-6).
+//
+// Q8_0: both backends quantise activations to 8 bits the same way (tests/ops:
+// Q8_0MatmulQuantisesActivationsAsTheCpuDoes), but the F32 values they quantise differ in the last
+// bit (a different exp in silu and softmax, another summation order), and now and then such a bit
+// moves an activation across a rounding boundary: measured here, layer 0's down projection of the
+// 6th token gets one int8 activation one step apart (silu outputs within 2.4e-7), which moves that
+// token's output by 1.4e-4; every later quantiser turns such differences into more steps, so after
+// 2 layers the logits differ by ~1e-2 of the largest and after 24 by ~2e-2 — on the CPU too, for
+// any change of summation order. A random model's top two logits are often closer than that (at
+// step 9: 2.5943 vs 2.5879), so free-running greedy ids part sooner or later. The check is
+// therefore teacher-forced: the Vulkan model is fed the CPU's greedy ids, its logits must stay
+// within 5e-2 of each step's largest |logit| at all 32 steps (a wrong row, window or block gives
+// differences of the order of the logits themselves), and its argmax must equal the CPU's at every
+// step where the CPU's top two are further apart than twice the largest difference seen at that
+// step. Slow on lavapipe (~3 min): its own meson test, vulkan_full_shape; SX_FULL_SHAPE_ONLY=q8_0
+// (or f32) runs one format.
 TEST(VulkanModel, FullShapeQwen2_5_0_5BGivesTheCpuGreedyIds) {
   auto vk = backends::default_registry().find("vulkan");
   ASSERT_TRUE(vk.ok()) << vk.status().to_string();
@@ -163,10 +181,11 @@ TEST(VulkanModel, FullShapeQwen2_5_0_5BGivesTheCpuGreedyIds) {
     std::printf("skipped: %s\n", why.c_str());
     GTEST_SKIP() << why;
   }
-  constexpr int kSteps = 32;
+  constexpr int kSteps = 32, kPrompt = 8;
   for (const hal::DType t : {hal::DType::kQ8_0, hal::DType::kF32}) {
     SCOPED_TRACE(hal::dtype_name(t));
     if (const char* only = std::getenv("SX_FULL_SHAPE_ONLY"); only != nullptr && hal::dtype_name(t) != only) continue;
+    const bool forced = t == hal::DType::kQ8_0;
     model::RandomModelSpec spec;
     spec.config = model::qwen2_5_config("0.5b");
     spec.weight_type = t;
@@ -185,7 +204,7 @@ TEST(VulkanModel, FullShapeQwen2_5_0_5BGivesTheCpuGreedyIds) {
       ASSERT_TRUE(one.ok()) << one.status().to_string();
       auto m = Qwen2Model::load(file, config, *one->devices[0], mo);
       ASSERT_TRUE(m.ok()) << m.status().to_string();
-      auto r = greedy(**m, kSteps, 8);
+      auto r = greedy(**m, kSteps, kPrompt);
       ASSERT_TRUE(r.ok()) << r.status().to_string();
       ref = std::move(*r);
     }
@@ -194,28 +213,44 @@ TEST(VulkanModel, FullShapeQwen2_5_0_5BGivesTheCpuGreedyIds) {
       ASSERT_TRUE(group.ok()) << group.status().to_string();
       auto m = Qwen2Model::load(file, config, *group->devices[0], mo);
       ASSERT_TRUE(m.ok()) << m.status().to_string();
-      auto r = greedy(**m, kSteps, 8);
+      auto r = greedy(**m, kSteps, kPrompt, forced ? &ref.ids : nullptr);
       ASSERT_TRUE(r.ok()) << r.status().to_string();
       got = std::move(*r);
     }
     std::filesystem::remove(rf->path);
-    EXPECT_EQ(got.ids, ref.ids);
-    // Where they part, how close the two tokens were on each backend.
-    for (std::size_t s = 0; s < got.ids.size() && s < ref.ids.size(); ++s) {
-      if (got.ids[s] == ref.ids[s]) continue;
-      const auto a = static_cast<std::size_t>(got.ids[s]), b = static_cast<std::size_t>(ref.ids[s]);
-      std::printf("step %zu: vulkan logits[%zu] %.7g, [%zu] %.7g; cpu %.7g, %.7g; max relative logit diff up to "
-                  "here %.2g\n", s, a, got.logits[s][a], b, got.logits[s][b], ref.logits[s][a], ref.logits[s][b],
-                  max_relative_logit_diff(got, ref, s + 1));
-      break;
-    }
+    ASSERT_EQ(got.logits.size(), ref.logits.size());
     const double worst = max_relative_logit_diff(got, ref);
-    EXPECT_LT(worst, 1e-3);
     std::string ids;
     for (std::int32_t id : got.ids) ids += fmt::format("{}{}", ids.empty() ? "" : " ", id);
-    std::printf("0.5B shape, %s, vulkan: %d greedy ids %s the CPU's (%s); max relative logit diff %.2g\n",
-                std::string(hal::dtype_name(t)).c_str(), kSteps, got.ids == ref.ids ? "equal to" : "DIFFERENT from",
-                ids.c_str(), worst);
+    if (!forced) {
+      EXPECT_EQ(got.ids, ref.ids);
+      EXPECT_LT(worst, 1e-4);
+      std::printf("0.5B shape, %s, vulkan: %d greedy ids %s the CPU's (%s); max relative logit diff %.2g\n",
+                  std::string(hal::dtype_name(t)).c_str(), kSteps, got.ids == ref.ids ? "equal to" : "DIFFERENT from",
+                  ids.c_str(), worst);
+      continue;
+    }
+    EXPECT_LT(worst, 5e-2);
+    int same = 0, decided = 0;
+    for (std::size_t s = 0; s < ref.ids.size(); ++s) {
+      const std::vector<float>& r = ref.logits[s];
+      const std::vector<float>& g = got.logits[s];
+      double diff = 0;
+      float top2 = -INFINITY;
+      for (std::size_t i = 0; i < r.size(); ++i) {
+        diff = std::max(diff, std::fabs(double(g[i]) - r[i]));
+        if (static_cast<std::int32_t>(i) != ref.ids[s]) top2 = std::max(top2, r[i]);
+      }
+      const double gap = r[static_cast<std::size_t>(ref.ids[s])] - top2;
+      same += got.ids[s] == ref.ids[s];
+      if (gap > 2 * diff) {
+        ++decided;
+        EXPECT_EQ(got.ids[s], ref.ids[s]) << "step " << s << ": top-2 gap " << gap << ", largest difference " << diff;
+      }
+    }
+    std::printf("0.5B shape, %s, vulkan fed the CPU's ids: argmax equal to the CPU's at %d of %d steps (all %d "
+                "steps whose top-2 gap exceeds twice the logit difference among them); max relative logit diff "
+                "%.2g\n", std::string(hal::dtype_name(t)).c_str(), same, kSteps, decided, worst);
   }
 }
 
