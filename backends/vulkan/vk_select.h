@@ -3,8 +3,9 @@
 // Without a selection every GPU the loader reports becomes one device, in the loader's order;
 // CPU implementations (Mesa's lavapipe, SwiftShader) are left out: they are correct but far slower
 // than Sextant's own CPU backend. A selection ($SEXTANT_VULKAN_DEVICES; the config has no key of
-// its own for it: set the variable in the daemon's environment, e.g. the unit file) is a comma-separated list with one entry per Sextant device, each naming a
-// physical device by its loader index ("0"), its UUID (32 hex digits, dashes allowed) or a
+// its own for it: set the variable in the daemon's environment, e.g. its unit file) is a
+// comma-separated list with one entry per Sextant device, each naming a physical device by its
+// loader index ("0"), its UUID (32 hex digits, dashes allowed) or a
 // case-insensitive part of its name ("llvmpipe", "RTX 4090"); the same physical device may be named
 // several times ("0,0,0": three devices on one GPU, each with its own VkDevice and queue), and CPU
 // implementations are taken when named. An entry that matches nothing, or a name part that matches
