@@ -620,17 +620,25 @@ class CpuBackend final : public hal::Backend {
     return std::unique_ptr<hal::Device>(std::make_unique<CpuDevice>(index, o));
   }
   // The group's ranks share the host's cores: `threads` (0: all of them) is split evenly.
-  Result<std::vector<std::unique_ptr<hal::Device>>> create_devices(int count, const hal::DeviceOptions& options) override {
+  Result<std::vector<std::unique_ptr<hal::Device>>> create_devices_at(std::span<const int> indices,
+                                                                      const hal::DeviceOptions& options) override {
     SX_ASSIGN_OR_RETURN(CpuOptions o, parse_cpu_options(options));
+    const auto count = static_cast<int>(indices.size());
     if (count < 1 || count > kCpuLogicalDevices) {
       return invalid_argument_error("cpu: a group of {} devices is outside 1 .. {}", count, kCpuLogicalDevices);
+    }
+    for (int index : indices) {
+      if (index < 0 || index >= kCpuLogicalDevices) {
+        return invalid_argument_error("cpu: device index {} is outside cpu:0 .. cpu:{}", index, kCpuLogicalDevices - 1);
+      }
     }
     const int total = o.threads > 0 ? o.threads : hardware_threads();
     o.threads = std::max(1, total / count);
     std::vector<std::unique_ptr<hal::Device>> out;
-    for (int i = 0; i < count; ++i) out.push_back(std::make_unique<CpuDevice>(i, o));
+    for (int index : indices) out.push_back(std::make_unique<CpuDevice>(index, o));
     return out;
   }
+  int host_threads() const override { return hardware_threads(); }
   Result<std::vector<std::unique_ptr<hal::Channel>>> create_channels(std::span<hal::Device* const> devices,
                                                                      const hal::ChannelOptions& options) override {
     return create_cpu_channels(devices, options);

@@ -1,6 +1,8 @@
 // The schema table: one validator and one printer per ServeConfig field.
 #include "daemon/config/fields.h"
 
+#include "daemon/config/replica_spec.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -185,6 +187,27 @@ Field string_field(std::string_view path, At at, bool allow_empty) {
   return f;
 }
 
+// model.replicas: a count, per-device or device groups (replica_spec.h), kept as its canonical text.
+template <class At>
+Field replicas_field(std::string_view path, At at) {
+  Field f;
+  f.path = path;
+  f.accepts_sequence = true;
+  f.expected = "a replica count, per-device, or device groups such as [[0, 1, 2], [3, 4, 5]]";
+  f.set = [at](ServeConfig& c, std::string_view text) -> std::string {
+    auto spec = parse_replica_spec(text);
+    if (!spec.ok()) return spec.status().message();
+    at(c) = replica_spec_text(*spec);
+    return {};
+  };
+  f.clear = [at](ServeConfig& c) { at(c) = "1"; };
+  f.print = [at](const ServeConfig& c, bool) {
+    const std::string& v = at(c);
+    return !v.empty() && v.front() == '[' ? v : quote_yaml(v);
+  };
+  return f;
+}
+
 template <class At>
 Field bool_field(std::string_view path, At at) {
   Field f;
@@ -333,6 +356,7 @@ std::vector<Field> build_fields() {
   v.push_back(int_field("model.threads", SX_AT(model.threads), 0, 4096));
   v.push_back(int_field("model.tp", SX_AT(model.tp), 1, kMaxRanks));
   v.push_back(int_field("model.pp", SX_AT(model.pp), 1, kMaxRanks));
+  v.push_back(replicas_field("model.replicas", SX_AT(model.replicas)));
   v.push_back(string_field("model.served_model_name", SX_AT(model.served_model_name), /*allow_empty=*/true));
   // engine
   v.push_back(fraction_field("engine.memory_utilization", SX_AT(engine.memory_utilization)));

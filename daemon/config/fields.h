@@ -30,6 +30,9 @@ struct Field {
 
   bool is_list = false;        // a YAML sequence; an override gives its items separated by commas
   bool nullable = false;       // YAML null (or an empty override) resets it to "unset"
+  // A scalar field that also takes a YAML sequence, handed to set() as its flow text
+  // ("[[0, 1], [2, 3]]"): model.replicas' device groups.
+  bool accepts_sequence = false;
   std::string expected;        // what a value must be, for messages: "a positive integer"
 
   // Scalar fields: parse `text` and store it. List fields: parse one item and append it. Returns

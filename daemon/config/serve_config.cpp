@@ -8,6 +8,7 @@
 #include <set>
 
 #include "daemon/config/fields.h"
+#include "daemon/config/replica_spec.h"
 
 namespace sx::daemon::config {
 
@@ -67,6 +68,21 @@ Status validate(const ServeConfig& c, ValidateOptions options) {
     if (!seen.insert(c.model.devices[i]).second) {
       errors.add("", fmt::format("model.devices[{}]", i),
                  fmt::format("device {} is listed twice; each rank needs its own device", c.model.devices[i]));
+    }
+  }
+  if (auto spec = parse_replica_spec(c.model.replicas); !spec.ok()) {
+    errors.add("", "model.replicas", spec.status().message());
+  } else if (!c.model.devices.empty() && ranks <= kMaxRanks && *spec != ReplicaSpec{}) {
+    // Every index the groups name must be listed; the backend's own count is checked at start.
+    std::int64_t highest = 0;
+    for (std::int64_t d : c.model.devices) highest = std::max(highest, d);
+    for (const auto& g : spec->groups) {
+      for (int d : g) highest = std::max<std::int64_t>(highest, d);
+    }
+    if (auto groups = replica_device_groups(*spec, static_cast<int>(ranks), static_cast<int>(highest) + 1,
+                                            c.model.devices);
+        !groups.ok()) {
+      errors.add("", "model.replicas", groups.status().message());
     }
   }
   if (!c.model.devices.empty() && static_cast<std::int64_t>(c.model.devices.size()) < ranks) {

@@ -17,6 +17,8 @@ constexpr FlagBinding kServeFlags[] = {
     {"--backend", "", "model.backend", true, "", false, "NAME", "cpu (default), vulkan, cuda or auto"},
     {"--tp", "", "model.tp", true, "", false, "N", "tensor-parallel ranks (default 1)"},
     {"--pp", "", "model.pp", true, "", false, "N", "pipeline stages (default 1)"},
+    {"--replicas", "", "model.replicas", true, "", false, "SPEC",
+     "engines serving the model: N (the devices split into N groups), per-device, or groups like [[0,1],[2,3]] (default 1)"},
     {"--threads", "-t", "model.threads", true, "", false, "N", "CPU threads (default 0: all cores)"},
     {"--host", "", "http.host", true, "", false, "ADDR", "address to listen on (default 127.0.0.1)"},
     {"--port", "", "http.port", true, "", false, "PORT", "port to listen on (default 8000; 0: any free port, logged)"},

@@ -171,6 +171,14 @@ class Loader {
       }
       return;
     }
+    if (field.accepts_sequence && value.IsSequence()) {
+      YAML::Emitter flow;
+      flow << YAML::Flow << value;
+      if (std::string error = field.set(config_, flow.c_str()); !error.empty()) {
+        errors_.add(where(source_, value.Mark()), field.path, error);
+      }
+      return;
+    }
     if (!value.IsScalar()) {
       errors_.add(where(source_, value.Mark()), field.path,
                   fmt::format("expected {}, got {}", field.expected, describe(value)));

@@ -11,13 +11,20 @@ Result<std::vector<std::unique_ptr<Channel>>> Backend::create_channels(std::span
                              devices.size());
 }
 
-Result<std::vector<std::unique_ptr<Device>>> Backend::create_devices(int count, const DeviceOptions& options) {
+Result<std::vector<std::unique_ptr<Device>>> Backend::create_devices_at(std::span<const int> indices,
+                                                                      const DeviceOptions& options) {
   std::vector<std::unique_ptr<Device>> out;
-  for (int i = 0; i < count; ++i) {
+  for (int i : indices) {
     SX_ASSIGN_OR_RETURN(std::unique_ptr<Device> d, create_device(i, options));
     out.push_back(std::move(d));
   }
   return out;
+}
+
+Result<std::vector<std::unique_ptr<Device>>> Backend::create_devices(int count, const DeviceOptions& options) {
+  std::vector<int> indices;
+  for (int i = 0; i < count; ++i) indices.push_back(i);
+  return create_devices_at(indices, options);
 }
 
 void Registry::add(std::unique_ptr<Backend> backend) { backends_.push_back(std::move(backend)); }

@@ -25,9 +25,17 @@ class Backend {
   virtual Result<std::vector<DeviceInfo>> devices() const = 0;
   // `options` are this backend's own (device_options.h; an unknown name is INVALID_ARGUMENT).
   virtual Result<std::unique_ptr<Device>> create_device(int index, const DeviceOptions& options) = 0;
-  // Devices 0 .. count-1 for the ranks of one group. The default creates each with `options`; a
-  // backend whose devices share resources divides them here (the CPU splits its threads).
-  virtual Result<std::vector<std::unique_ptr<Device>>> create_devices(int count, const DeviceOptions& options);
+  // The devices at `indices` (distinct) for the ranks of one group, rank i on indices[i]. The
+  // default creates each with `options`; a backend whose devices share resources divides them here
+  // (the CPU splits its threads).
+  virtual Result<std::vector<std::unique_ptr<Device>>> create_devices_at(std::span<const int> indices,
+                                                                         const DeviceOptions& options);
+  // Devices 0 .. count-1: create_devices_at({0, ..., count-1}).
+  Result<std::vector<std::unique_ptr<Device>>> create_devices(int count, const DeviceOptions& options);
+  // The host threads this backend's devices compute with, one pool shared by all of them (0: its
+  // devices do not compute on the host's cores). A backend answering > 0 takes the device option
+  // "threads" (its share for one group), which is how replicas divide the cores between them.
+  virtual int host_threads() const { return 0; }
   // One Channel per device, rank i for devices[i] (all created by this backend). UNIMPLEMENTED by
   // default: a backend without collectives can still serve a group of one.
   virtual Result<std::vector<std::unique_ptr<Channel>>> create_channels(std::span<Device* const> devices,
