@@ -2,6 +2,7 @@
 // the result (daemon/admin/admin_client.h; the formatting is in ctl_format.h).
 // Exit code: 0 ok, 1 the daemon (or the connection) reported an error, 2 usage errors.
 #include <climits>
+#include <filesystem>
 #include <cstdint>
 #include <cstdio>
 #include <optional>
@@ -26,7 +27,10 @@ constexpr const char* kCommandsHelp =
     "  drain        stop admitting requests; those in flight finish\n"
     "  resume       admit requests again after a drain\n"
     "  shutdown     drain, then stop the daemon\n"
-    "  reload       re-read the configuration\n"
+    "  reload       build the replicas anew beside the serving ones and switch when they are ready;\n"
+    "               the config file and flags the daemon started with are read again (as on SIGHUP),\n"
+    "               --config FILE reads another file, --model PATH serves another model; a reload\n"
+    "               that fails changes nothing (exit 1 with the cause)\n"
     "\nkey=value arguments become fields of the request; values that are JSON literals (numbers,\n"
     "true/false, null, [..], {..}, \"..\") are sent as such, anything else as a string.\n";
 
@@ -51,6 +55,9 @@ int cmd_ctl(int argc, char** argv) {
                 {{"--json"}, false, false, "print the result as JSON (pretty, 2 spaces)", ""},
                 {{"--timeout-ms"}, true, false,
                  "give up waiting for the answer after N ms (default 30000; 0: wait forever)", "N"},
+                {{"--model"}, true, false, "reload: serve this model file instead", "PATH"},
+                {{"--config"}, true, false, "reload: read this config file instead of the one the daemon started with",
+                 "FILE"},
                 {{"--daemon-uid"}, true, false,
                  "also trust a daemon running as UID (by default only your own uid and root are; a socket "
                  "another user listens on is refused)",
@@ -67,7 +74,11 @@ int cmd_ctl(int argc, char** argv) {
   Result<std::string> socket = args.get_string("--socket", config::default_admin_socket_path());
   if (!socket.ok()) return usage_error(socket.status().message());
   if (socket->empty()) return usage_error("--socket: empty path");
-  Result<std::int64_t> timeout = args.get_int("--timeout-ms", admin::kDefaultAdminTimeoutMs, 0, INT_MAX);
+  const bool reload = args.positional()[0] == "reload";
+  // A reload answers once the new replicas are loaded: minutes for a large model.
+  constexpr std::int64_t kReloadTimeoutMs = 30 * 60 * 1000;
+  Result<std::int64_t> timeout =
+      args.get_int("--timeout-ms", reload ? kReloadTimeoutMs : admin::kDefaultAdminTimeoutMs, 0, INT_MAX);
   if (!timeout.ok()) return usage_error(timeout.status().message());
   std::optional<std::uint32_t> daemon_uid;
   if (args.has("--daemon-uid")) {
@@ -82,6 +93,17 @@ int cmd_ctl(int argc, char** argv) {
     return usage_error("the first argument must be the command name (got '" + command + "')");
   }
   nlohmann::json request = {{"cmd", command}};
+  // Paths are the caller's: made absolute here, since the daemon's working directory may differ.
+  for (const char* flag : {"--model", "--config"}) {
+    if (!args.has(flag)) continue;
+    if (!reload) return usage_error(std::string(flag) + " is an option of reload only");
+    Result<std::string> path = args.get_string(flag, "");
+    if (!path.ok()) return usage_error(path.status().message());
+    if (path->empty()) return usage_error(std::string(flag) + ": empty path");
+    std::error_code ec;
+    const std::filesystem::path abs = std::filesystem::absolute(*path, ec);
+    request[flag + 2] = ec ? *path : abs.string();
+  }
   for (size_t i = 1; i < words.size(); ++i) {
     auto field = parse_ctl_argument(words[i]);
     if (!field.ok()) return usage_error(field.status().message());

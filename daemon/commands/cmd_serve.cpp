@@ -30,7 +30,7 @@ int cmd_serve(int argc, char** argv) {
   }
   set_log_level(inv->config.log.level);
   set_log_json(inv->config.log.format == config::LogFormat::kJson);
-  return serve::run_daemon(inv->config);
+  return serve::run_daemon(inv->config, std::vector<std::string>(argv, argv + argc));
 }
 
 }  // namespace sx::daemon

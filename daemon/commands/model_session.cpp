@@ -82,10 +82,15 @@ Result<ModelSession> open_session(const SessionOptions& o, engine::OpenedModel o
   SX_ASSIGN_OR_RETURN(hal::Backend * backend, backends::default_registry().pick(o.backend, &why));
   if (o.backend == "auto") log_info("backend {}", why);
   // Passed on by name for the backend to take or refuse (its own options: device_options.h).
-  hal::DeviceOptions dopts;
+  hal::DeviceOptions dopts = o.device_options;
   if (o.threads > 0) dopts.set("threads", o.threads);
   if (o.memory_budget > 0) dopts.set("memory_budget", o.memory_budget);
-  SX_ASSIGN_OR_RETURN(s.devices, engine::create_device_group(*backend, o.tp * o.pp, dopts));
+  if (!o.device_indices.empty() && o.device_indices.size() != static_cast<std::size_t>(o.tp * o.pp)) {
+    return invalid_argument_error("{} device indexes for tp {} x pp {} ranks", o.device_indices.size(), o.tp, o.pp);
+  }
+  SX_ASSIGN_OR_RETURN(s.devices, o.device_indices.empty()
+                                     ? engine::create_device_group(*backend, o.tp * o.pp, dopts)
+                                     : engine::create_device_group(*backend, o.device_indices, dopts));
   auto phase = [&](std::string_view name, const std::string& detail) {
     if (o.on_phase) o.on_phase(name, detail);
   };

@@ -36,6 +36,8 @@ struct SessionOptions {
   hal::DType kv_dtype = hal::DType::kF32;
   double memory_utilization = 0.9;
   std::uint64_t memory_budget = 0;  // bytes each device may use, as the backend option "memory_budget" (0: unset)
+  std::vector<int> device_indices;  // the backend's devices for the ranks, rank order (empty: 0 .. tp*pp-1)
+  hal::DeviceOptions device_options;  // further backend options, passed on by name (device_options.h)
   bool verbose = false;             // print the memory plan per device and layer
   // When set and true, open_session stops with CANCELLED at its next step (see ModelOptions).
   const std::atomic<bool>* cancel = nullptr;

@@ -52,6 +52,18 @@ std::string_view log_level_name(LogLevel level) {
   return "info";
 }
 
+std::vector<std::string> settings_needing_restart(const ServeConfig& before, const ServeConfig& after) {
+  static constexpr std::string_view kLive[] = {"http.api_keys", "http.max_queued_requests",
+                                               "http.max_unsent_stream_bytes", "http.drain_timeout_ms"};
+  std::vector<std::string> out;
+  for (const Field& f : fields()) {
+    if (f.section() != "http" && f.section() != "admin") continue;
+    if (std::find(std::begin(kLive), std::end(kLive), f.path) != std::end(kLive)) continue;
+    if (f.print(before, false) != f.print(after, false)) out.emplace_back(f.path);
+  }
+  return out;
+}
+
 Status validate(const ServeConfig& c, ValidateOptions options) {
   ErrorList errors;
   if (options.require_model && c.model.path.empty()) {

@@ -60,6 +60,7 @@ struct EngineSection {
   std::int64_t max_num_batched_tokens = 2048;   // tokens in one step (prefill chunk budget)
   std::int64_t block_size = 16;                 // tokens per KV block: 8, 16 or 32
   bool enable_prefix_caching = true;            // reuse KV blocks of shared prompt prefixes
+  bool prefix_affinity = true;                  // route a request to the replica that holds its prompt's prefix
   std::optional<std::uint64_t> memory_budget;   // bytes each device may use (backend option); unset = from the device
   bool operator==(const EngineSection&) const = default;
 };
@@ -124,6 +125,13 @@ std::string_view log_level_name(LogLevel level);
 struct ValidateOptions {
   bool require_model = true;  // false for commands that do not load a model (--print-config)
 };
+
+// The settings that differ between `before` and `after` and that a running daemon cannot take
+// without a new listener or HTTP server (http.host, http.port, the admin socket, the server's
+// limits and timeouts), as dotted paths in schema order. A reload refuses them; http.api_keys,
+// http.max_queued_requests, http.max_unsent_stream_bytes, http.drain_timeout_ms and every
+// model, engine, limits and log setting may change.
+std::vector<std::string> settings_needing_restart(const ServeConfig& before, const ServeConfig& after);
 
 // Cross-field checks that single fields cannot make: model.path present (when required), tp * pp
 // at most kMaxRanks, devices distinct and enough for tp * pp, max_num_batched_tokens >=

@@ -32,11 +32,12 @@
 #include "daemon/loop/uv_status.h"
 #include "daemon/openai/request.h"
 #include "daemon/openai/response.h"
+#include "daemon/config/serve_flags.h"
+#include "daemon/replicas/replica.h"
 #include "daemon/serve/engine_service.h"
 #include "daemon/serve/metrics.h"
 #include "runtime/base/log.h"
 #include "runtime/engine/engine.h"
-#include "runtime/engine/model_loader.h"
 #include "runtime/tokenizer/chat_template.h"
 
 namespace sx::daemon::serve {
@@ -58,27 +59,50 @@ std::string_view state_name(State s) {
   return "?";
 }
 
-// What the loader thread hands to the loop.
+using replicas::Replica;
+using replicas::ReplicaState;
+
+// The replicas of one configuration: the set in service, or the one a reload is building.
+struct Generation {
+  int number = 0;
+  config::ServeConfig config;
+  std::string model_name;  // what clients send; kept across reloads unless the config names another
+  std::vector<std::shared_ptr<Replica>> replicas;
+  std::int64_t max_model_len = 0;  // the smallest of its replicas'
+  // Every replica loaded the same files: one tokenizer speaks for all.
+  const tokenizer::Tokenizer& tokenizer() const { return replicas.front()->tokenizer(); }
+};
+
+// What the loader thread hands to the loop: a generation, or why it could not be built.
 struct Loaded {
   Status status;
   std::string phase;  // the phase that failed
-  std::unique_ptr<ModelSession> session;
-  std::unique_ptr<engine::Engine> engine;
+  std::unique_ptr<Generation> generation;
 };
 
 struct EngineEvent {
   std::uint64_t key = 0;
   std::size_t choice = 0;
+  int attempt = 0;  // events of an earlier attempt (before a retry on another replica) are stale
   engine::RequestEvent event;
 };
 
-// One OpenAI request in flight: its n engine requests (choices) and what was sent so far.
+// One OpenAI request in flight: its n engine requests (choices), where each runs, and what was
+// sent so far. All choices start on one replica; a choice whose replica failed before any of it
+// reached the client is retried on another.
 struct Active {
   std::uint64_t key = 0;
   openai::GenerateRequest request;
   openai::ResponseId id;
   http::ResponderPtr responder;
-  std::vector<std::uint64_t> engine_ids;
+  std::shared_ptr<Generation> generation;  // whose tokenizer made the prompt and decodes the output
+  std::vector<std::int32_t> prompt;
+  std::vector<engine::RequestOptions> options;  // per choice, for a retry
+  std::vector<std::shared_ptr<Replica>> replica;  // per choice
+  std::vector<std::uint64_t> engine_ids;          // per choice (valid where submitted[c])
+  std::vector<bool> submitted, token_seen;
+  std::vector<int> attempt;
+  std::vector<std::int64_t> pending_tokens;  // per choice: counted in its replica's pending_prompt_tokens
   std::vector<openai::Choice> choices;
   std::vector<bool> done, started;
   std::vector<std::int64_t> token_bytes_sent;  // per choice, for streamed logprobs' text_offset
@@ -175,16 +199,18 @@ DescriptorBudget descriptor_budget(std::size_t max_connections) {
 class Daemon;
 
 // A request whose body is being parsed and whose prompt is rendered and tokenized on libuv's
-// thread pool: a body of up to http.max_body_bytes never costs the loop thread its parse.
+// thread pool: a body of up to http.max_body_bytes never costs the loop thread its parse. When a
+// reload put another generation in service meanwhile, the parsed request is tokenized again with
+// the new generation's tokenizer (`parsed` set: run() skips the parse).
 struct TokenizeWork {
   uv_work_t req;
   Daemon* self = nullptr;
-  const tokenizer::Tokenizer* tok = nullptr;
+  std::shared_ptr<Generation> generation;  // its tokenizer and model name
   openai::Endpoint endpoint = openai::Endpoint::kChat;
   std::string body;
   openai::ParseLimits limits;
-  std::string model_name;
   http::ResponderPtr responder;
+  bool parsed = false;
   openai::GenerateRequest request;       // out
   std::vector<std::int32_t> prompt;      // out
   std::optional<openai::ApiError> error;  // out
@@ -193,9 +219,10 @@ struct TokenizeWork {
 
 class Daemon {
  public:
-  explicit Daemon(const config::ServeConfig& config)
-      : config_(config), model_name_(config::effective_served_model_name(config.model)),
-        started_(std::time(nullptr)), start_clock_(Clock::now()) {}
+  Daemon(const config::ServeConfig& config, std::vector<std::string> serve_args)
+      : config_(config), serve_args_(std::move(serve_args)),
+        model_name_(config::effective_served_model_name(config.model)), started_(std::time(nullptr)),
+        start_clock_(Clock::now()) {}
 
   int run();
 
@@ -205,8 +232,27 @@ class Daemon {
   std::string base_url() const;
   Status start_admin();
   void start_signals();
-  void load_in_background();
+  // Builds the replicas of `config` as generation `number` on the loader thread; the result
+  // arrives in on_loaded().
+  void load_in_background(config::ServeConfig config, std::string model_name, int number);
   void on_loaded(Loaded loaded);
+  // Puts a loaded generation in service: new requests go to it, the previous one drains.
+  void switch_to(std::unique_ptr<Generation> next);
+  // A reload (ctl reload, SIGHUP): the new configuration, checked, built beside the old set; the
+  // reply (if any) comes when it is in service or has failed, and a failure changes nothing.
+  void start_reload(const json& request, admin::Reply reply, std::string_view source);
+  Result<config::ServeConfig> reload_config(const json& request) const;
+  // Drained replicas of older generations with nothing left in flight: stopped and freed.
+  void reap_retired();
+  // The replica for a new request's prompt among the current generation's (nullptr: none ready),
+  // `excluded` left out (a retry).
+  std::shared_ptr<Replica> route(std::span<const std::int32_t> prompt, const Replica* excluded);
+  // Submits choice `c` of `a` to `r`; false (with the error in `error`) when the engine refuses it.
+  bool submit_choice(Active& a, std::size_t c, const std::shared_ptr<Replica>& r, Status* error);
+  // The choice's share of its replica's outstanding work ends (finished, or its first token came).
+  void settle_pending(Active& a, std::size_t c);
+  // A replica whose steps fail is taken out of rotation.
+  void check_failed(Replica& r);
   void fail_startup(const std::string& phase, const Status& s);
 
   http::Router make_router();
@@ -215,6 +261,7 @@ class Daemon {
   // 503 for a generation request while loading, draining or stopping (counted in the metrics).
   void refuse_not_ready(const http::ResponderPtr& r);
   void handle_generate(openai::Endpoint endpoint, http::Request request, http::ResponderPtr responder);
+  void queue_tokenize(std::unique_ptr<TokenizeWork> work);
   friend struct TokenizeWork;
   // Loop thread, after the prompt was tokenized (status: the work request's, UV_ECANCELED if cancelled).
   void start_generate(TokenizeWork work, int status);
@@ -235,6 +282,7 @@ class Daemon {
   void close_everything();
 
   config::ServeConfig config_;
+  std::vector<std::string> serve_args_;  // the arguments after `serve`: a reload re-reads them
   std::string model_name_;
   std::time_t started_;
   Clock::time_point start_clock_;
@@ -256,10 +304,14 @@ class Daemon {
   std::unique_ptr<loop::AsyncQueue<EngineEvent>> events_;
   std::thread loader_;
 
-  std::unique_ptr<ModelSession> session_;
-  std::unique_ptr<engine::Engine> engine_;
-  std::unique_ptr<EngineService> service_;
-  std::int64_t max_model_len_ = 0;
+  std::shared_ptr<Generation> current_;           // in service (null while starting)
+  std::vector<std::shared_ptr<Replica>> retiring_;  // older generations' replicas, draining
+  int next_generation_ = 1;
+  bool reloading_ = false;
+  admin::Reply reload_reply_;  // the ctl reload waiting for its result (detached for SIGHUP)
+  std::string reload_source_;
+  replicas::RouterOptions router_;
+  std::size_t route_turn_ = 0;  // idle replicas take turns
 
   std::unordered_map<std::uint64_t, std::unique_ptr<Active>> active_;
   std::uint64_t next_key_ = 1;
@@ -291,11 +343,14 @@ int Daemon::run() {
   } else if (Status a = start_admin(); !a.ok()) {
     fail_startup("admin", a);
   } else {
-    load_in_background();
+    load_in_background(config_, model_name_, next_generation_++);
   }
   uv_run(&loop_, UV_RUN_DEFAULT);
   if (loader_.joinable()) loader_.join();
-  if (service_) service_->stop();
+  if (current_) {
+    for (const auto& r : current_->replicas) r->stop();
+  }
+  for (const auto& r : retiring_) r->stop();
   // Handles closed by close_everything(); a last run frees what their close callbacks own.
   uv_run(&loop_, UV_RUN_DEFAULT);
   const int rc = uv_loop_close(&loop_);
@@ -380,13 +435,15 @@ void Daemon::start_signals() {
     if (!s.ok()) log_warn("serve: cannot watch signal {}: {}", signum, s.to_string());
     signals_.push_back(std::move(sig).value());
   }
-  // No other signal a daemon is sent by its tools is fatal: SIGHUP (which will reload the config)
-  // and SIGUSR1/SIGUSR2 are logged and ignored; SIGPIPE is ignored (run()).
+  // No other signal a daemon is sent by its tools is fatal: SIGHUP reloads (the config file and
+  // flags the daemon was started with, as `ctl reload`), SIGUSR1/SIGUSR2 are logged and ignored;
+  // SIGPIPE is ignored (run()).
   for (int signum : {SIGHUP, SIGUSR1, SIGUSR2}) {
     auto sig = loop::Signal::create(&loop_);
-    Status s = sig.ok() ? sig->start(signum, [](int got) {
+    Status s = sig.ok() ? sig->start(signum, [this](int got) {
       if (got == SIGHUP) {
-        log_warn("serve: SIGHUP: reloading is not supported yet; ignored (the daemon keeps serving)");
+        log_info("serve: SIGHUP: reloading");
+        start_reload(json::object(), admin::Reply{}, "SIGHUP");
       } else {
         log_info("serve: {}: no use is assigned to it; ignored", got == SIGUSR1 ? "SIGUSR1" : "SIGUSR2");
       }
@@ -401,82 +458,64 @@ void Daemon::start_signals() {
   }
 }
 
-void Daemon::load_in_background() {
-  loader_ = std::thread([this, sender = loaded_queue_->sender()] {
+void Daemon::load_in_background(config::ServeConfig config, std::string model_name, int number) {
+  loader_ = std::thread([this, config = std::move(config), model_name = std::move(model_name), number,
+                         sender = loaded_queue_->sender()]() mutable {
     Loaded l;
-    std::string phase = "model check";
-    auto fail = [&](Status s) {
-      l.status = std::move(s);
-      l.phase = phase;
+    auto loaded = replicas::load_replicas(config, number, &load_cancel_, &l.phase);
+    if (!loaded.ok()) {
+      l.status = loaded.status();
       sender.push(std::move(l));
-    };
-    // Between phases (and inside the weight upload, per layer) a shutdown stops the load.
-    auto cancelled = [&] { return load_cancel_.load(std::memory_order_relaxed); };
-    auto opened = engine::open_model(config_.model.path);
-    if (!opened.ok()) return fail(opened.status());
-    if (cancelled()) return fail(cancelled_error("shutdown requested after the model check"));
-    log_info("serve: phase model check: ok ({}, {} layers, context {})", config_.model.path, opened->config.n_layers,
-             opened->config.context_length);
-    phase = "devices";
-    if (!config_.model.devices.empty()) {
-      return fail(unimplemented_error("model.devices: choosing device indexes is not supported yet; the ranks take "
-                                      "the backend's first tp x pp devices (remove model.devices)"));
+      return;
     }
-    SessionOptions so;
-    so.backend = config_.model.backend;  // "auto": open_session picks and logs why
-    so.threads = static_cast<int>(config_.model.threads);
-    so.tp = static_cast<int>(config_.model.tp);
-    so.pp = static_cast<int>(config_.model.pp);
-    so.context_tokens = config_.engine.max_model_len;
-    so.max_seqs = config_.engine.max_num_seqs;
-    so.max_batch_tokens = config_.engine.max_num_batched_tokens;
-    so.block_size = config_.engine.block_size;
-    so.memory_utilization = config_.engine.memory_utilization;
-    so.memory_budget = config_.engine.memory_budget.value_or(0);
-    so.cancel = &load_cancel_;
-    so.on_phase = [&](std::string_view done, const std::string& detail) {
-      log_info("serve: phase {}: ok ({})", done, detail);
-      phase = done == "devices" ? "plan or load" : "load";
-    };
-    auto session = open_session(so, std::move(opened).value());
-    if (!session.ok()) return fail(session.status());
-    l.session = std::make_unique<ModelSession>(std::move(session).value());
-    if (cancelled()) return fail(cancelled_error("shutdown requested after the weights were loaded"));
-    log_info("serve: phase load: ok ({} MB of weights; KV cache for {} requests of {} tokens)",
-             l.session->model->weight_bytes() / 1000000, l.session->max_seqs, l.session->context_tokens);
-    phase = "engine";
-    engine::EngineConfig ec;
-    ec.scheduler.max_num_batched_tokens = l.session->model->options().max_batch_tokens;
-    ec.scheduler.max_num_seqs = config_.engine.max_num_seqs;
-    ec.scheduler.max_model_len = std::min(l.session->model->max_request_tokens(), l.session->context_tokens);
-    ec.prefix_caching = config_.engine.enable_prefix_caching;
-    ec.eos_ids = l.session->opened.extra_eos_ids;
-    auto eng = engine::Engine::create(*l.session->model, *l.session->opened.tokenizer, ec);
-    if (!eng.ok()) return fail(eng.status());
-    l.engine = std::move(eng).value();
-    if (cancelled()) return fail(cancelled_error("shutdown requested before the warm-up"));
-    phase = "warm-up";
-    // One token through every layer: the first client does not pay for first-touch costs.
-    engine::RequestOptions wo;
-    wo.max_tokens = 1;
-    wo.sampling.temperature = 0;
-    Status warm_error;
-    auto id = l.engine->submit({0}, wo, [&](const engine::RequestEvent& e) {
-      if (e.finished && e.finish == engine::RequestFinish::kError) warm_error = e.error;
-    });
-    if (!id.ok()) return fail(id.status());
-    if (Status s = l.engine->run_until_idle(); !s.ok()) return fail(s);
-    if (!warm_error.ok()) return fail(warm_error);
-    log_info("serve: phase warm-up: ok");
+    auto g = std::make_unique<Generation>();
+    g->number = number;
+    g->config = std::move(config);
+    g->model_name = std::move(model_name);
+    for (auto& r : *loaded) {
+      const std::int64_t len = r->max_request_tokens();
+      g->max_model_len = g->replicas.empty() ? len : std::min(g->max_model_len, len);
+      g->replicas.push_back(std::shared_ptr<Replica>(std::move(r)));
+    }
+    l.generation = std::move(g);
     sender.push(std::move(l));
   });
 }
 
 void Daemon::on_loaded(Loaded l) {
   if (loader_.joinable()) loader_.join();
-  if (closing_) {  // start-up already failed elsewhere: the result is not wanted
+  const bool reload = reloading_;
+  reloading_ = false;
+  if (closing_) {  // start-up already failed elsewhere, or a shutdown: the result is not wanted
+    if (reload) reload_reply_(unavailable_error("the daemon is shutting down"));
     loaded_queue_->close();
     events_->close();
+    return;
+  }
+  if (reload) {
+    admin::Reply reply = std::move(reload_reply_);
+    reload_reply_ = admin::Reply{};
+    if (!l.status.ok()) {
+      const Status failed(l.status.code(), fmt::format("{}: reload failed in phase {}: {}; the replicas of generation {} "
+                                                       "keep serving", reload_source_, l.phase, l.status.message(),
+                                                       current_->number));
+      log_error("serve: {}", failed.message());
+      reply(failed);
+      maybe_finish_shutdown();
+      return;
+    }
+    if (shutdown_requested_) {  // a shutdown arrived while the new set loaded: it is not needed
+      reply(unavailable_error("the daemon is shutting down"));
+      maybe_finish_shutdown();
+      return;
+    }
+    const int number = l.generation->number;
+    switch_to(std::move(l.generation));
+    json r{{"generation", number}, {"model", model_name_}, {"model_path", config_.model.path},
+           {"replicas", current_->replicas.size()}, {"retiring", retiring_.size()}};
+    log_info("serve: {}: generation {} in service ({} replica(s)); {} older replica(s) draining", reload_source_,
+             number, current_->replicas.size(), retiring_.size());
+    reply(r);
     return;
   }
   if (l.status.code() == StatusCode::kCancelled && shutdown_requested_) {
@@ -486,18 +525,116 @@ void Daemon::on_loaded(Loaded l) {
     return;
   }
   if (!l.status.ok()) return fail_startup(l.phase, l.status);
-  session_ = std::move(l.session);
-  engine_ = std::move(l.engine);
-  max_model_len_ = std::min(session_->model->max_request_tokens(), session_->context_tokens);
-  service_ = std::make_unique<EngineService>(*engine_);
+  switch_to(std::move(l.generation));
   if (shutdown_requested_) {  // a SIGTERM arrived while loading
     state_ = State::kDraining;
     maybe_finish_shutdown();
     return;
   }
   state_ = drain_requested_ ? State::kDraining : State::kReady;
-  log_info("serve: {}: model '{}' at {}/v1 (admin: {})", drain_requested_ ? "ready but draining" : "ready",
-           model_name_, base_url(), config_.admin.socket);
+  log_info("serve: {}: model '{}' at {}/v1 ({} replica(s); admin: {})",
+           drain_requested_ ? "ready but draining" : "ready", model_name_, base_url(), current_->replicas.size(),
+           config_.admin.socket);
+}
+
+void Daemon::switch_to(std::unique_ptr<Generation> next) {
+  std::shared_ptr<Generation> old = std::move(current_);
+  current_ = std::shared_ptr<Generation>(std::move(next));
+  for (const auto& r : current_->replicas) r->start();
+  config_ = current_->config;
+  model_name_ = current_->model_name;
+  router_.prefix_affinity = config_.engine.prefix_affinity;
+  set_log_level(config_.log.level);
+  set_log_json(config_.log.format == config::LogFormat::kJson);
+  if (old) {
+    for (const auto& r : old->replicas) {
+      if (r->state != ReplicaState::kFailed) r->state = ReplicaState::kDraining;
+      retiring_.push_back(r);
+    }
+  }
+  reap_retired();
+}
+
+void Daemon::reap_retired() {
+  for (auto it = retiring_.begin(); it != retiring_.end();) {
+    Replica& r = **it;
+    if (r.running > 0) {
+      ++it;
+      continue;
+    }
+    r.stop();
+    if (r.state != ReplicaState::kFailed) r.state = ReplicaState::kStopped;
+    log_info("serve: {} stopped (drained after the reload)", r.name());
+    it = retiring_.erase(it);  // freed when the last request that held it is gone
+  }
+}
+
+Result<config::ServeConfig> Daemon::reload_config(const json& request) const {
+  // The arguments the daemon was started with, the config file replaced when one is given: the
+  // file is re-read and the flags still win, exactly as at start.
+  std::vector<std::string> args;
+  std::optional<std::string> config_file, model;
+  if (request.contains("config")) {
+    if (!request["config"].is_string() || request["config"].get<std::string>().empty()) {
+      return invalid_argument_error("reload: config must be a file path");
+    }
+    config_file = request["config"].get<std::string>();
+  }
+  if (request.contains("model")) {
+    if (!request["model"].is_string() || request["model"].get<std::string>().empty()) {
+      return invalid_argument_error("reload: model must be a model path");
+    }
+    model = request["model"].get<std::string>();
+  }
+  for (std::size_t i = 0; i < serve_args_.size(); ++i) {
+    const std::string& a = serve_args_[i];
+    if (config_file && a == "--config") {
+      ++i;
+      continue;
+    }
+    if (config_file && a.starts_with("--config=")) continue;
+    args.push_back(a);
+  }
+  if (config_file) {
+    args.push_back("--config");
+    args.push_back(*config_file);
+  }
+  std::vector<std::string_view> views(args.begin(), args.end());
+  SX_ASSIGN_OR_RETURN(config::ServeInvocation inv, config::parse_serve_flags(views));
+  config::ServeConfig next = std::move(inv.config);
+  if (model) next.model.path = *model;
+  SX_RETURN_IF_ERROR(config::validate(next));
+  if (const std::vector<std::string> fixed = config::settings_needing_restart(config_, next); !fixed.empty()) {
+    return invalid_argument_error("reload: {} cannot change without a new listener or server; restart the daemon "
+                                  "to change {}", fmt::join(fixed, ", "),
+                                  fixed.size() == 1 ? "it" : "them");
+  }
+  return next;
+}
+
+void Daemon::start_reload(const json& request, admin::Reply reply, std::string_view source) {
+  auto refuse = [&](Status s) {
+    log_warn("serve: {}: {}", source, s.message());
+    reply(std::move(s));
+  };
+  if (state_ == State::kLoading || !current_) return refuse(failed_precondition_error("the daemon is still starting"));
+  if (shutdown_requested_ || closing_) return refuse(failed_precondition_error("the daemon is shutting down"));
+  if (reloading_) {
+    return refuse(failed_precondition_error("a reload ({}) is already in progress; retry when it has finished",
+                                            reload_source_));
+  }
+  auto next = reload_config(request);
+  if (!next.ok()) return refuse(next.status());
+  // The served name stays unless the new configuration names one.
+  std::string name = next->model.served_model_name.empty() ? model_name_ : next->model.served_model_name;
+  const int number = next_generation_++;
+  log_info("serve: {}: loading generation {} ({} replica(s) of {}) beside generation {}", source, number,
+           next->model.replicas, next->model.path, current_->number);
+  reloading_ = true;
+  reload_reply_ = std::move(reply);
+  reload_source_ = std::string(source);
+  load_cancel_.store(false, std::memory_order_relaxed);
+  load_in_background(std::move(next).value(), std::move(name), number);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -549,7 +686,7 @@ http::Router Daemon::make_router() {
   (void)router.get("/v1/models", [this](http::Request req, http::ResponderPtr r) {
     if (!authorized(req, r)) return;
     json model{{"id", model_name_}, {"object", "model"}, {"created", started_}, {"owned_by", "sextant"}};
-    if (max_model_len_ > 0) model["max_model_len"] = max_model_len_;
+    if (current_) model["max_model_len"] = current_->max_model_len;
     r->respond(200, {{"Content-Type", "application/json"}},
                openai::dump_json(json{{"object", "list"}, {"data", json::array({model})}}));
   });
@@ -565,9 +702,17 @@ http::Router Daemon::make_router() {
       extra.open_connections = static_cast<std::int64_t>(hs.open_connections);
       extra.http_requests = hs.requests;
     }
-    const engine::EngineStats es = service_ ? service_->stats() : engine::EngineStats{};
+    std::vector<ServeMetrics::ReplicaSample> samples;
+    auto sample = [&](const Replica& rep) {
+      samples.push_back({fmt::format("{}.{}", rep.generation(), rep.index()),
+                         std::string(replicas::replica_state_name(rep.state)), rep.stats()});
+    };
+    if (current_) {
+      for (const auto& rep : current_->replicas) sample(*rep);
+    }
+    for (const auto& rep : retiring_) sample(*rep);
     r->respond(200, {{"Content-Type", "text/plain; version=0.0.4; charset=utf-8"}},
-               metrics_.render(model_name_, es, extra));
+               metrics_.render(model_name_, samples, extra));
   });
   router.set_not_found([this](http::Request req, http::ResponderPtr r) {
     openai::ApiError e;
@@ -586,12 +731,15 @@ void Daemon::handle_generate(openai::Endpoint endpoint, http::Request request, h
   // pool (a large body or a long prompt takes a while); start_generate continues on the loop.
   auto work = std::make_unique<TokenizeWork>();
   work->self = this;
-  work->tok = session_->opened.tokenizer.get();
+  work->generation = current_;
   work->endpoint = endpoint;
   work->body = std::move(request.body);
   work->limits = {config_.limits.max_stop_strings, config_.limits.max_n};
-  work->model_name = model_name_;
   work->responder = std::move(responder);
+  queue_tokenize(std::move(work));
+}
+
+void Daemon::queue_tokenize(std::unique_ptr<TokenizeWork> work) {
   work->req.data = work.get();
   const int rc = uv_queue_work(
       &loop_, &work->req, [](uv_work_t* w) { static_cast<TokenizeWork*>(w->data)->run(); },
@@ -610,15 +758,20 @@ void Daemon::handle_generate(openai::Endpoint endpoint, http::Request request, h
 }
 
 void TokenizeWork::run() {
-  openai::ApiError err;
-  std::optional<openai::GenerateRequest> parsed = openai::parse_request(endpoint, body, limits, &err);
-  std::string().swap(body);  // the text is not needed any more
   if (!parsed) {
-    error = std::move(err);
-    return;
+    openai::ApiError err;
+    std::optional<openai::GenerateRequest> got = openai::parse_request(endpoint, body, limits, &err);
+    std::string().swap(body);  // the text is not needed any more
+    if (!got) {
+      error = std::move(err);
+      return;
+    }
+    request = std::move(*got);
+    parsed = true;
   }
-  request = std::move(*parsed);
   const openai::GenerateRequest& req = request;
+  const std::string& model_name = generation->model_name;
+  const tokenizer::Tokenizer* tok = &generation->tokenizer();
   if (req.model != model_name) {
     error = openai::ApiError{};
     error->status = 404;
@@ -653,19 +806,27 @@ void TokenizeWork::run() {
 
 void Daemon::start_generate(TokenizeWork w, int status) {
   http::ResponderPtr responder = std::move(w.responder);
-  openai::GenerateRequest& req = w.request;
-  const openai::Endpoint endpoint = req.endpoint;
-  std::vector<std::int32_t> prompt = std::move(w.prompt);
   if (responder->closed()) return;  // the client left while its prompt was tokenized
   openai::ApiError err;
   if (w.error) return send_error(responder, *w.error);
   // The state may have changed while the prompt was tokenized.
   if (status != 0 || state_ != State::kReady) return refuse_not_ready(responder);
-  // Engine requests that cannot run yet: beyond max_num_seqs (counted here; the engine's own
-  // figures lag by a step, and a burst arrives within one).
-  std::int64_t outstanding = 0;
-  for (const auto& [k, act] : active_) outstanding += static_cast<std::int64_t>(act->remaining);
-  const std::int64_t waiting = std::max<std::int64_t>(0, outstanding - config_.engine.max_num_seqs);
+  if (w.generation != current_) {
+    // A reload put another generation in service meanwhile: its tokenizer makes the prompt.
+    auto again = std::make_unique<TokenizeWork>(std::move(w));
+    again->generation = current_;
+    again->responder = std::move(responder);
+    again->prompt.clear();
+    return queue_tokenize(std::move(again));
+  }
+  openai::GenerateRequest& req = w.request;
+  const openai::Endpoint endpoint = req.endpoint;
+  std::vector<std::int32_t> prompt = std::move(w.prompt);
+  const Generation& g = *current_;
+  // Engine requests that cannot run yet: beyond max_num_seqs on their replica (counted here; the
+  // engines' own figures lag by a step, and a burst arrives within one).
+  std::int64_t waiting = 0;
+  for (const auto& rep : g.replicas) waiting += std::max<std::int64_t>(0, rep->running - config_.engine.max_num_seqs);
   if (waiting + req.n > config_.http.max_queued_requests) {
     err.status = 429;
     err.type = "rate_limit_error";
@@ -674,27 +835,36 @@ void Daemon::start_generate(TokenizeWork w, int status) {
     ++metrics_.http_rejected_busy;
     return send_error(responder, err);
   }
+  const std::int64_t max_model_len = g.max_model_len;
   const auto n_prompt = static_cast<std::int64_t>(prompt.size());
   const std::int64_t max_prompt = config_.limits.max_prompt_tokens > 0
-                                      ? std::min(config_.limits.max_prompt_tokens, max_model_len_ - 1)
-                                      : max_model_len_ - 1;
+                                      ? std::min(config_.limits.max_prompt_tokens, max_model_len - 1)
+                                      : max_model_len - 1;
   if (n_prompt == 0) {
     err.param = endpoint == openai::Endpoint::kChat ? "messages" : "prompt";
     err.message = "the prompt is empty";
     return send_error(responder, err);
   }
-  if (n_prompt > max_prompt || (req.max_tokens && n_prompt + *req.max_tokens > max_model_len_)) {
+  if (n_prompt > max_prompt || (req.max_tokens && n_prompt + *req.max_tokens > max_model_len)) {
     err.param = n_prompt > max_prompt ? (endpoint == openai::Endpoint::kChat ? "messages" : "prompt") : "max_tokens";
     err.code = "context_length_exceeded";
-    if (n_prompt > max_prompt && max_prompt < max_model_len_ - 1) {
+    if (n_prompt > max_prompt && max_prompt < max_model_len - 1) {
       err.message = fmt::format("The prompt has {} tokens; this server accepts at most {} (limits.max_prompt_tokens).",
                                 n_prompt, max_prompt);
     } else {
       err.message = fmt::format(
           "This model's maximum context length is {} tokens. However, you requested {} tokens ({} in the prompt, {} "
           "for the completion). Please reduce the length of the prompt or the completion.",
-          max_model_len_, n_prompt + req.max_tokens.value_or(0), n_prompt, req.max_tokens.value_or(0));
+          max_model_len, n_prompt + req.max_tokens.value_or(0), n_prompt, req.max_tokens.value_or(0));
     }
+    return send_error(responder, err);
+  }
+  std::shared_ptr<Replica> target = route(prompt, nullptr);
+  if (!target) {
+    err.status = 503;
+    err.type = "service_unavailable";
+    err.message = "no replica is ready to serve (all have failed); see sextant ctl status";
+    ++metrics_.http_rejected_busy;
     return send_error(responder, err);
   }
 
@@ -704,49 +874,54 @@ void Daemon::start_generate(TokenizeWork w, int status) {
            static_cast<std::int64_t>(std::time(nullptr)), model_name_};
   a->responder = responder;
   a->arrival = Clock::now();
+  a->generation = current_;
   const auto n = static_cast<std::size_t>(req.n);
   a->choices.resize(n);
   a->done.assign(n, false);
   a->started.assign(n, false);
   a->token_bytes_sent.assign(n, 0);
   a->last_token.assign(n, a->arrival);
+  a->replica.assign(n, nullptr);
+  a->engine_ids.assign(n, 0);
+  a->submitted.assign(n, false);
+  a->token_seen.assign(n, false);
+  a->attempt.assign(n, 0);
+  a->pending_tokens.assign(n, 0);
   a->remaining = n;
   a->usage.prompt_tokens = n_prompt;
 
   engine::RequestOptions o;
   o.sampling = req.sampling;
-  o.max_tokens = req.max_tokens.value_or(std::min(config_.limits.max_tokens_default, max_model_len_ - n_prompt));
+  o.max_tokens = req.max_tokens.value_or(std::min(config_.limits.max_tokens_default, max_model_len - n_prompt));
   o.stop_strings = req.stop;
   o.ignore_eos = req.ignore_eos;
   o.top_logprobs = req.top_logprobs;
+  for (std::size_t c = 0; c < n; ++c) {
+    a->options.push_back(o);
+    if (a->options.back().sampling.seed && c > 0) *a->options.back().sampling.seed += c;  // n samples, not n copies
+  }
   a->request = std::move(req);
+  a->prompt = std::move(prompt);
   Active& ref = *a;
   const std::uint64_t key = a->key;
   active_.emplace(key, std::move(a));
   for (std::size_t c = 0; c < n; ++c) {
-    engine::RequestOptions oc = o;
-    if (oc.sampling.seed && c > 0) *oc.sampling.seed += c;  // n samples, not n copies of one
-    auto sender = events_->sender();
-    auto id = service_->submit(prompt, oc, [sender, key, c](const engine::RequestEvent& e) {
-      sender.push(EngineEvent{key, c, e});
-    });
-    if (!id.ok()) {
-      for (std::uint64_t started : ref.engine_ids) service_->cancel(started);
-      err.message = id.status().message();
-      if (id.status().code() == StatusCode::kUnavailable) {
-        err.status = 503;
-        err.type = "service_unavailable";
-      }
-      ref.responder.reset();
-      if (ref.engine_ids.empty()) {
-        active_.erase(key);
-      } else {  // the final events of the choices already submitted (cancelled) erase it
-        ref.cancelled = true;
-        ref.remaining = ref.engine_ids.size();
-      }
-      return send_error(responder, err);
+    Status failed;
+    if (submit_choice(ref, c, target, &failed)) continue;
+    for (std::size_t s = 0; s < c; ++s) ref.replica[s]->service().cancel(ref.engine_ids[s]);
+    err.message = failed.message();
+    if (failed.code() == StatusCode::kUnavailable) {
+      err.status = 503;
+      err.type = "service_unavailable";
     }
-    ref.engine_ids.push_back(*id);
+    ref.responder.reset();
+    if (c == 0) {
+      active_.erase(key);
+    } else {  // the final events of the choices already submitted (cancelled) erase it
+      ref.cancelled = true;
+      ref.remaining = c;
+    }
+    return send_error(responder, err);
   }
   if (ref.request.stream) {
     responder->start_stream(200, {{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-cache"}});
@@ -756,17 +931,78 @@ void Daemon::start_generate(TokenizeWork w, int status) {
     auto it = active_.find(key);
     if (it == active_.end() || it->second->cancelled) return;
     it->second->cancelled = true;
-    for (std::uint64_t id : it->second->engine_ids) service_->cancel(id);
+    Active& act = *it->second;
+    for (std::size_t c = 0; c < act.replica.size(); ++c) {
+      if (act.submitted[c] && !act.done[c]) act.replica[c]->service().cancel(act.engine_ids[c]);
+    }
   });
+}
+
+std::shared_ptr<Replica> Daemon::route(std::span<const std::int32_t> prompt, const Replica* excluded) {
+  if (!current_) return nullptr;
+  std::vector<replicas::ReplicaLoad> loads;
+  for (const auto& rep : current_->replicas) {
+    replicas::ReplicaLoad l;
+    l.ready = rep->state == ReplicaState::kReady && rep.get() != excluded;
+    l.pending_prompt_tokens = rep->pending_prompt_tokens;
+    l.running = rep->running;
+    l.free_kv_blocks = rep->stats().kv_free_blocks;
+    l.prefix_match_tokens = rep->prefixes.match(prompt);
+    loads.push_back(l);
+  }
+  const int i = replicas::choose_replica(loads, static_cast<std::int64_t>(prompt.size()), router_, route_turn_++);
+  return i < 0 ? nullptr : current_->replicas[static_cast<std::size_t>(i)];
+}
+
+bool Daemon::submit_choice(Active& a, std::size_t c, const std::shared_ptr<Replica>& r, Status* error) {
+  const std::uint64_t key = a.key;
+  const int attempt = ++a.attempt[c];
+  auto sender = events_->sender();
+  auto id = r->service().submit(a.prompt, a.options[c], [sender, key, c, attempt](const engine::RequestEvent& e) {
+    sender.push(EngineEvent{key, c, attempt, e});
+  });
+  if (!id.ok()) {
+    *error = id.status();
+    return false;
+  }
+  // Its expected prefill: the prompt less what the replica's prefix cache probably holds.
+  const auto pending = static_cast<std::int64_t>(a.prompt.size()) - r->prefixes.match(a.prompt);
+  r->prefixes.record(a.prompt);
+  a.replica[c] = r;
+  a.engine_ids[c] = *id;
+  a.submitted[c] = true;
+  a.pending_tokens[c] = pending;
+  r->pending_prompt_tokens += pending;
+  ++r->running;
+  return true;
+}
+
+void Daemon::settle_pending(Active& a, std::size_t c) {
+  if (a.pending_tokens[c] == 0 || !a.replica[c]) return;
+  a.replica[c]->pending_prompt_tokens -= a.pending_tokens[c];
+  a.pending_tokens[c] = 0;
+}
+
+void Daemon::check_failed(Replica& r) {
+  const std::uint64_t failed = r.service().failed_steps();
+  if (failed <= r.failed_steps_seen) return;
+  r.failed_steps_seen = failed;
+  if (r.state == ReplicaState::kFailed) return;
+  r.state = ReplicaState::kFailed;
+  log_error("serve: {} failed (a step failed on its devices): taken out of rotation; its requests that had not "
+            "produced a token are retried on another replica", r.name());
 }
 
 void Daemon::on_event(EngineEvent e) {
   auto it = active_.find(e.key);
   if (it == active_.end()) return;
   Active& a = *it->second;
+  if (e.attempt != a.attempt[e.choice]) return;  // from before a retry
   const engine::RequestEvent& ev = e.event;
   const Clock::time_point now = Clock::now();
   if (!ev.tokens.empty()) {
+    a.token_seen[e.choice] = true;
+    settle_pending(a, e.choice);
     if (!a.first_token_seen) {
       a.first_token_seen = true;
       metrics_.ttft.observe(std::chrono::duration<double>(now - a.arrival).count());
@@ -792,7 +1028,7 @@ void Daemon::on_event(EngineEvent e) {
     end_request(a, err);
   }
   const bool stream = a.request.stream && a.responder != nullptr && !a.cancelled;
-  const tokenizer::Tokenizer& tok = *session_->opened.tokenizer;
+  const tokenizer::Tokenizer& tok = a.generation->tokenizer();
   if (!ev.text.empty() || !ev.logprobs.empty()) {
     if (stream && !a.cancelled) {
       a.responder->write_chunk(openai::sse(openai::chunk_json(a.request, a.id, static_cast<std::int64_t>(e.choice),
@@ -808,6 +1044,29 @@ void Daemon::on_event(EngineEvent e) {
     a.started[e.choice] = true;
   }
   if (!ev.finished) return;
+  // The choice leaves its replica.
+  Replica& rep = *a.replica[e.choice];
+  settle_pending(a, e.choice);
+  --rep.running;
+  if (ev.finish == engine::RequestFinish::kError) {
+    check_failed(rep);
+    // Nothing of it reached the client yet (a stream that has no token, or any answer not sent as
+    // a stream): it runs again, from the start, on another replica.
+    const bool unseen = !a.request.stream || !a.token_seen[e.choice];
+    if (rep.state == ReplicaState::kFailed && unseen && !a.cancelled) {
+      if (std::shared_ptr<Replica> other = route(a.prompt, &rep)) {
+        Status refused;
+        choice = openai::Choice{};
+        a.token_seen[e.choice] = false;
+        a.started[e.choice] = false;
+        if (submit_choice(a, e.choice, other, &refused)) {
+          log_warn("serve: {}: choice {} moved from failed {} to {}", a.id.id, e.choice, rep.name(), other->name());
+          reap_retired();
+          return;
+        }
+      }
+    }
+  }
   switch (ev.finish) {
     case engine::RequestFinish::kStop: choice.finish_reason = "stop"; break;
     case engine::RequestFinish::kLength: choice.finish_reason = "length"; break;
@@ -827,6 +1086,7 @@ void Daemon::on_event(EngineEvent e) {
   if (--a.remaining == 0) {
     complete(a);
     active_.erase(it);
+    reap_retired();
     maybe_finish_shutdown();
   }
 }
@@ -861,11 +1121,28 @@ void Daemon::complete(Active& a) {
   }
   if (a.error) return send_error(a.responder, err);
   a.responder->respond(200, {{"Content-Type", "application/json"}},
-                       openai::completion_body(a.request, a.id, a.choices, a.usage, *session_->opened.tokenizer));
+                       openai::completion_body(a.request, a.id, a.choices, a.usage, a.generation->tokenizer()));
 }
 
 // ---------------------------------------------------------------------------------------------
 // Admin
+
+// The engine figures of one replica, or their sum over several, in the shape `ctl status` shows.
+json engine_json(const engine::EngineStats& es, std::uint64_t failed_steps, std::int64_t block_size) {
+  return json{{"queue", json{{"running", es.running}, {"waiting", es.waiting}}},
+              {"kv_cache", json{{"usage", es.kv_usage},
+                                {"free_blocks", es.kv_free_blocks},
+                                {"total_blocks", es.kv_total_blocks},
+                                {"block_size", block_size}}},
+              {"prefix_cache", json{{"queries", es.prefix_queries},
+                                    {"hits", es.prefix_hits},
+                                    {"hit_rate", es.prefix_queries > 0 ? static_cast<double>(es.prefix_hits) /
+                                                                             static_cast<double>(es.prefix_queries)
+                                                                       : 0.0}}},
+              {"tokens", json{{"prompt", es.prompt_tokens}, {"generated", es.generation_tokens}}},
+              {"preemptions", es.preemptions},
+              {"failed_steps", failed_steps}};
+}
 
 json Daemon::status_json() {
   json s{{"model", model_name_},
@@ -874,26 +1151,44 @@ json Daemon::status_json() {
          {"uptime_s", std::chrono::duration<double>(Clock::now() - start_clock_).count()},
          {"http", base_url()},
          {"in_flight", active_.size()}};
-  if (session_) {
-    s["devices"] = session_->devices_summary();
-    s["plan"] = session_->plan_summary;
-  }
-  if (service_) {
-    const engine::EngineStats es = service_->stats();
-    s["queue"] = json{{"running", es.running}, {"waiting", es.waiting}};
-    s["kv_cache"] = json{{"usage", es.kv_usage},
-                         {"free_blocks", es.kv_free_blocks},
-                         {"total_blocks", es.kv_total_blocks},
-                         {"block_size", config_.engine.block_size}};
-    s["prefix_cache"] = json{{"queries", es.prefix_queries},
-                             {"hits", es.prefix_hits},
-                             {"hit_rate", es.prefix_queries > 0 ? static_cast<double>(es.prefix_hits) /
-                                                                      static_cast<double>(es.prefix_queries)
-                                                                : 0.0}};
-    s["tokens"] = json{{"prompt", es.prompt_tokens}, {"generated", es.generation_tokens}};
-    s["preemptions"] = es.preemptions;
-    s["failed_steps"] = service_->failed_steps();
-  }
+  if (reloading_) s["reload"] = fmt::format("in progress ({})", reload_source_);
+  if (!current_) return s;
+  s["generation"] = current_->number;
+  s["plan"] = current_->replicas.front()->session().plan_summary;
+  engine::EngineStats total;
+  std::uint64_t failed_total = 0;
+  json list = json::array();
+  auto add = [&](Replica& r) {
+    const engine::EngineStats es = r.stats();
+    const std::uint64_t failed = r.service().failed_steps();
+    json one{{"replica", fmt::format("{}.{}", r.generation(), r.index())},
+             {"generation", r.generation()},
+             {"state", replicas::replica_state_name(r.state)},
+             {"devices", r.session().devices_summary()},
+             {"outstanding", json{{"requests", r.running}, {"prompt_tokens", r.pending_prompt_tokens}}}};
+    one.update(engine_json(es, failed, config_.engine.block_size));
+    list.push_back(std::move(one));
+    if (r.generation() != current_->number) return;  // the totals are the generation in service
+    total.running += es.running;
+    total.waiting += es.waiting;
+    total.kv_free_blocks += es.kv_free_blocks;
+    total.kv_total_blocks += es.kv_total_blocks;
+    total.prefix_queries += es.prefix_queries;
+    total.prefix_hits += es.prefix_hits;
+    total.prompt_tokens += es.prompt_tokens;
+    total.generation_tokens += es.generation_tokens;
+    total.preemptions += es.preemptions;
+    failed_total += failed;
+  };
+  for (const auto& r : current_->replicas) add(*r);
+  for (const auto& r : retiring_) add(*r);
+  total.kv_usage = total.kv_total_blocks > 0 ? 1.0 - static_cast<double>(total.kv_free_blocks) /
+                                                         static_cast<double>(total.kv_total_blocks)
+                                             : 0.0;
+  s["devices"] = current_->replicas.size() == 1 ? current_->replicas.front()->session().devices_summary()
+                                                 : fmt::format("{} replicas", current_->replicas.size());
+  s.update(engine_json(total, failed_total, config_.engine.block_size));
+  s["replicas"] = std::move(list);
   return s;
 }
 
@@ -901,8 +1196,11 @@ void Daemon::handle_admin(const json& request, admin::Reply reply) {
   const std::string cmd = request.value("cmd", "");
   if (cmd == "status") return reply(status_json());
   if (cmd == "plan") {
-    if (!session_) return reply(failed_precondition_error("the model is still loading; no plan yet"));
-    return reply(json{{"plan", session_->plan_text}, {"devices", session_->devices_summary()}});
+    if (!current_) return reply(failed_precondition_error("the model is still loading; no plan yet"));
+    // Every replica of a generation has the same layout; the plan of the first stands for all.
+    ModelSession& first = current_->replicas.front()->session();
+    return reply(json{{"plan", first.plan_text}, {"devices", first.devices_summary()},
+                      {"replicas", current_->replicas.size()}});
   }
   if (cmd == "config") return reply(json{{"yaml", config::to_yaml(config_)}});
   if (cmd == "drain") {
@@ -922,7 +1220,7 @@ void Daemon::handle_admin(const json& request, admin::Reply reply) {
     begin_drain(true);
     return;
   }
-  if (cmd == "reload") return reply(unimplemented_error("reload is not supported yet"));
+  if (cmd == "reload") return start_reload(request, std::move(reply), "ctl reload");
   return reply(invalid_argument_error("unknown command '{}' (status, plan, config, drain, resume, shutdown, reload)",
                                       cmd));
 }
@@ -933,6 +1231,9 @@ void Daemon::handle_admin(const json& request, admin::Reply reply) {
 void Daemon::begin_drain(bool then_shutdown) {
   if (then_shutdown) shutdown_requested_ = true;
   if (state_ == State::kReady) state_ = State::kDraining;
+  if (then_shutdown && reloading_) {
+    load_cancel_.store(true, std::memory_order_relaxed);  // the reload stops; the old set drains
+  }
   if (state_ == State::kLoading) {
     drain_requested_ = true;
     if (then_shutdown) {
@@ -976,11 +1277,13 @@ void Daemon::end_request(Active& a, const openai::ApiError& err) {
       send_error(a.responder, err);
     }
   }
-  for (std::uint64_t id : a.engine_ids) service_->cancel(id);  // their final events erase the entry
+  for (std::size_t c = 0; c < a.replica.size(); ++c) {  // their final events erase the entry
+    if (a.submitted[c] && !a.done[c]) a.replica[c]->service().cancel(a.engine_ids[c]);
+  }
 }
 
 void Daemon::maybe_finish_shutdown() {
-  if (!shutdown_requested_ || !active_.empty() || state_ == State::kLoading || closing_) return;
+  if (!shutdown_requested_ || !active_.empty() || state_ == State::kLoading || reloading_ || closing_) return;
   state_ = State::kStopping;
   close_everything();
 }
@@ -997,14 +1300,17 @@ void Daemon::close_everything() {
     return;
   }
   if (loaded_queue_) loaded_queue_->close();
-  if (service_) service_->stop();
+  if (current_) {
+    for (const auto& r : current_->replicas) r->stop();
+  }
+  for (const auto& r : retiring_) r->stop();
   if (events_) events_->close();
 }
 
 }  // namespace
 
-int run_daemon(const config::ServeConfig& config) {
-  Daemon d(config);
+int run_daemon(const config::ServeConfig& config, std::vector<std::string> serve_args) {
+  Daemon d(config, std::move(serve_args));
   return d.run();
 }
 

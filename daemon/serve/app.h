@@ -13,11 +13,15 @@
 // loop::AsyncQueue (DESIGN.md §7.5).
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "daemon/config/serve_config.h"
 
 namespace sx::daemon::serve {
 
-// Runs the daemon until it shuts down; returns the process exit status.
-int run_daemon(const config::ServeConfig& config);
+// Runs the daemon until it shuts down; returns the process exit status. `serve_args` are the
+// arguments after `serve` that gave `config`: a reload (ctl reload, SIGHUP) reads them again.
+int run_daemon(const config::ServeConfig& config, std::vector<std::string> serve_args);
 
 }  // namespace sx::daemon::serve

@@ -61,24 +61,59 @@ ServeMetrics::ServeMetrics()
       e2e({0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
            960.0, 1920.0, 7680.0}) {}
 
-std::string ServeMetrics::render(const std::string& model_name, const engine::EngineStats& s, const Extra& extra) const {
+std::string ServeMetrics::render(const std::string& model_name, const std::vector<ReplicaSample>& replicas,
+                                 const Extra& extra) const {
   const std::string labels = fmt::format("model_name=\"{}\"", label_value(model_name));
   std::string out;
-  metric(out, "vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", labels,
-         static_cast<double>(s.running));
-  metric(out, "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", labels,
-         static_cast<double>(s.waiting));
-  metric(out, "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", labels, s.kv_usage);
-  metric(out, "vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.",
-         labels, static_cast<double>(s.prefix_queries));
-  metric(out, "vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.",
-         labels, static_cast<double>(s.prefix_hits));
-  metric(out, "vllm:num_preemptions_total", "counter", "Cumulative number of preemptions from the engine.", labels,
-         static_cast<double>(s.preemptions));
-  metric(out, "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", labels,
-         static_cast<double>(s.prompt_tokens));
-  metric(out, "vllm:generation_tokens_total", "counter", "Number of generation tokens processed.", labels,
-         static_cast<double>(s.generation_tokens));
+  engine::EngineStats all;
+  for (const ReplicaSample& r : replicas) {
+    all.running += r.stats.running;
+    all.waiting += r.stats.waiting;
+    all.kv_free_blocks += r.stats.kv_free_blocks;
+    all.kv_total_blocks += r.stats.kv_total_blocks;
+    all.prefix_queries += r.stats.prefix_queries;
+    all.prefix_hits += r.stats.prefix_hits;
+    all.preemptions += r.stats.preemptions;
+    all.prompt_tokens += r.stats.prompt_tokens;
+    all.generation_tokens += r.stats.generation_tokens;
+  }
+  all.kv_usage = all.kv_total_blocks > 0
+                     ? 1.0 - static_cast<double>(all.kv_free_blocks) / static_cast<double>(all.kv_total_blocks)
+                     : 0.0;
+  // One engine figure: its HELP and TYPE, a line per replica, then the sum.
+  auto per_replica = [&](const char* name, const char* type, const char* help, auto value) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+    for (const ReplicaSample& r : replicas) {
+      out += fmt::format("{}{{{},replica=\"{}\"}} {}\n", name, labels, label_value(r.replica), number(value(r.stats)));
+    }
+    out += fmt::format("{}{{{},replica=\"all\"}} {}\n", name, labels, number(value(all)));
+  };
+  using S = const engine::EngineStats&;
+  per_replica("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
+              [](S s) { return static_cast<double>(s.running); });
+  per_replica("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
+              [](S s) { return static_cast<double>(s.waiting); });
+  per_replica("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
+              [](S s) { return s.kv_usage; });
+  per_replica("vllm:prefix_cache_queries_total", "counter",
+              "Prefix cache queries, in terms of number of queried tokens.",
+              [](S s) { return static_cast<double>(s.prefix_queries); });
+  per_replica("vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.",
+              [](S s) { return static_cast<double>(s.prefix_hits); });
+  per_replica("vllm:num_preemptions_total", "counter", "Cumulative number of preemptions from the engine.",
+              [](S s) { return static_cast<double>(s.preemptions); });
+  per_replica("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
+              [](S s) { return static_cast<double>(s.prompt_tokens); });
+  per_replica("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
+              [](S s) { return static_cast<double>(s.generation_tokens); });
+  per_replica("sextant_kv_cache_free_blocks", "gauge", "KV cache blocks with no request holding them.",
+              [](S s) { return static_cast<double>(s.kv_free_blocks); });
+  out += "# HELP sextant_replica_state The state of each replica (1 for the state it is in).\n"
+         "# TYPE sextant_replica_state gauge\n";
+  for (const ReplicaSample& r : replicas) {
+    out += fmt::format("sextant_replica_state{{{},replica=\"{}\",state=\"{}\"}} 1\n", labels,
+                       label_value(r.replica), label_value(r.state));
+  }
   out += "# HELP vllm:request_success_total Count of successfully processed requests.\n"
          "# TYPE vllm:request_success_total counter\n";
   out += fmt::format("vllm:request_success_total{{{},finished_reason=\"stop\"}} {}\n", labels, finished_stop);
@@ -96,8 +131,6 @@ std::string ServeMetrics::render(const std::string& model_name, const engine::En
          static_cast<double>(extra.open_connections));
   metric(out, "sextant_http_requests_total", "counter", "HTTP requests received.", labels,
          static_cast<double>(extra.http_requests));
-  metric(out, "sextant_kv_cache_free_blocks", "gauge", "KV cache blocks with no request holding them.", labels,
-         static_cast<double>(s.kv_free_blocks));
   return out;
 }
 

@@ -2,7 +2,12 @@
 //
 // Names are vLLM's where vLLM has the metric (vllm:num_requests_running, vllm:kv_cache_usage_perc,
 // vllm:time_to_first_token_seconds, ...), so dashboards built for vLLM work unchanged; metrics
-// vLLM lacks are sextant_*. Every vllm: series carries model_name.
+// vLLM lacks are sextant_*. Every vllm: series carries model_name. The engine's figures (running,
+// waiting, KV cache, prefix cache, tokens, preemptions, free blocks) come once per replica with a
+// replica label ("1.0": generation 1, replica 0; a reload starts new series) and once more with
+// replica="all", their sum over the replicas listed (sum by replica label excluding "all" gives
+// the same); sextant_replica_state is 1 for each replica's current state. Request counters and
+// latency histograms are the daemon's, for all replicas together.
 //
 // Threading: loop thread only (observations are made where engine events are delivered).
 #pragma once
@@ -39,7 +44,13 @@ struct ServeMetrics {
     std::int64_t open_connections = 0;
     std::uint64_t http_requests = 0;
   };
-  std::string render(const std::string& model_name, const engine::EngineStats& stats, const Extra& extra) const;
+  struct ReplicaSample {
+    std::string replica;  // "1.0"
+    std::string state;    // "ready", "draining", ...
+    engine::EngineStats stats;
+  };
+  std::string render(const std::string& model_name, const std::vector<ReplicaSample>& replicas,
+                     const Extra& extra) const;
 };
 
 }  // namespace sx::daemon::serve

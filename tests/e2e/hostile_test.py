@@ -172,7 +172,8 @@ def a_client_that_half_closes_after_its_request_gets_the_answer():
 
 
 @case
-def hup_usr1_and_usr2_are_logged_and_ignored():
+def hup_reloads_usr1_and_usr2_are_logged_and_ignored():
+    generation = D.status()["generation"]
     s = socket.create_connection(("127.0.0.1", D.port), timeout=60)
     s.sendall(request("/v1/completions", completion(True, max_tokens=200)))
     time.sleep(0.2)
@@ -184,9 +185,15 @@ def hup_usr1_and_usr2_are_logged_and_ignored():
     assert D.proc.poll() is None, "a signal killed the daemon"
     assert out.rstrip().endswith(b"data: [DONE]\n\n\r\n0"), out[-300:]
     text = D.text()
-    assert "SIGHUP: reloading is not supported yet; ignored" in text, text[-1500:]
+    assert "SIGHUP: reloading" in text, text[-1500:]
     assert "SIGUSR1: no use is assigned to it; ignored" in text and "SIGUSR2" in text, text[-1500:]
-    assert D.status()["state"] == "ready"
+    # The reload puts a new generation in service while the stream above goes on to its end.
+    deadline = time.time() + 60
+    while D.status()["generation"] == generation and time.time() < deadline:
+        time.sleep(0.1)
+    st = D.status()
+    assert st["state"] == "ready" and st["generation"] == generation + 1, st
+    assert f"SIGHUP: generation {generation + 1} in service" in D.text(), D.text()[-1500:]
 
 
 @case

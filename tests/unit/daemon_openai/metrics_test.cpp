@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "daemon/serve/metrics.h"
@@ -151,6 +152,9 @@ engine::EngineStats sample_stats() {
   return s;
 }
 
+// One replica, "1.0", ready, with these figures.
+std::vector<ServeMetrics::ReplicaSample> one(const engine::EngineStats& s) { return {{"1.0", "ready", s}}; }
+
 TEST(ServeMetrics, EverySeriesWithItsValue) {
   ServeMetrics m;
   m.finished_stop = 7;
@@ -166,27 +170,32 @@ TEST(ServeMetrics, EverySeriesWithItsValue) {
   ServeMetrics::Extra extra;
   extra.open_connections = 9;
   extra.http_requests = 42;
-  const std::string text = m.render("qwen", sample_stats(), extra);
+  const std::string text = m.render("qwen", {{"1.0", "ready", sample_stats()}}, extra);
   const Exposition e = parse_exposition(text);
   for (const std::string& err : e.errors) ADD_FAILURE() << err;
 
   const std::string L = "{model_name=\"qwen\"}";
-  const std::map<std::string, std::pair<std::string, std::string>> want{
+  std::map<std::string, std::pair<std::string, std::string>> want{
       // series -> (type, value)
-      {"vllm:num_requests_running" + L, {"gauge", "3"}},
-      {"vllm:num_requests_waiting" + L, {"gauge", "2"}},
-      {"vllm:kv_cache_usage_perc" + L, {"gauge", "0.25"}},
-      {"vllm:prefix_cache_queries_total" + L, {"counter", "100"}},
-      {"vllm:prefix_cache_hits_total" + L, {"counter", "40"}},
-      {"vllm:num_preemptions_total" + L, {"counter", "5"}},
-      {"vllm:prompt_tokens_total" + L, {"counter", "1000"}},
-      {"vllm:generation_tokens_total" + L, {"counter", "500"}},
       {"sextant_requests_failed_total" + L, {"counter", "4"}},
       {"sextant_http_rejected_busy_total" + L, {"counter", "6"}},
       {"sextant_http_open_connections" + L, {"gauge", "9"}},
       {"sextant_http_requests_total" + L, {"counter", "42"}},
-      {"sextant_kv_cache_free_blocks" + L, {"gauge", "17"}},
+      {"sextant_replica_state{model_name=\"qwen\",replica=\"1.0\",state=\"ready\"}", {"gauge", "1"}},
   };
+  // The engine's figures: the replica's and their sum over the one replica.
+  for (const char* r : {"1.0", "all"}) {
+    const std::string R = fmt::format("{{model_name=\"qwen\",replica=\"{}\"}}", r);
+    want["vllm:num_requests_running" + R] = {"gauge", "3"};
+    want["vllm:num_requests_waiting" + R] = {"gauge", "2"};
+    want["vllm:kv_cache_usage_perc" + R] = {"gauge", r == std::string("all") ? "0.734375" : "0.25"};
+    want["vllm:prefix_cache_queries_total" + R] = {"counter", "100"};
+    want["vllm:prefix_cache_hits_total" + R] = {"counter", "40"};
+    want["vllm:num_preemptions_total" + R] = {"counter", "5"};
+    want["vllm:prompt_tokens_total" + R] = {"counter", "1000"};
+    want["vllm:generation_tokens_total" + R] = {"counter", "500"};
+    want["sextant_kv_cache_free_blocks" + R] = {"gauge", "17"};
+  }
   for (const auto& [series, tv] : want) {
     SCOPED_TRACE(series);
     ASSERT_TRUE(e.samples.count(series)) << text;
@@ -231,13 +240,34 @@ TEST(ServeMetrics, EverySeriesWithItsValue) {
                           "vllm:inter_token_latency_seconds", "vllm:e2e_request_latency_seconds",
                           "sextant_requests_failed_total", "sextant_http_rejected_busy_total",
                           "sextant_http_open_connections", "sextant_http_requests_total",
-                          "sextant_kv_cache_free_blocks"}));
+                          "sextant_kv_cache_free_blocks", "sextant_replica_state"}));
   for (const auto& [name, _] : e.types) EXPECT_TRUE(e.helps.count(name)) << name;
+}
+
+TEST(ServeMetrics, ReplicasEachHaveSeriesAndAllIsTheirSum) {
+  ServeMetrics m;
+  engine::EngineStats a = sample_stats(), b;
+  b.running = 4;
+  b.kv_free_blocks = 64;
+  b.kv_total_blocks = 64;
+  b.prefix_queries = 10;
+  b.prefix_hits = 10;
+  const Exposition e =
+      parse_exposition(m.render("q", {{"2.0", "ready", a}, {"2.1", "failed", b}, {"1.0", "draining", b}}, {}));
+  for (const std::string& err : e.errors) ADD_FAILURE() << err;
+  EXPECT_EQ(e.samples.at("vllm:num_requests_running{model_name=\"q\",replica=\"2.0\"}"), "3");
+  EXPECT_EQ(e.samples.at("vllm:num_requests_running{model_name=\"q\",replica=\"2.1\"}"), "4");
+  EXPECT_EQ(e.samples.at("vllm:num_requests_running{model_name=\"q\",replica=\"all\"}"), "11");
+  EXPECT_EQ(e.samples.at("vllm:prefix_cache_hits_total{model_name=\"q\",replica=\"all\"}"), "60");
+  // 17 + 64 + 64 of 64 * 3 blocks free.
+  EXPECT_EQ(e.samples.at("vllm:kv_cache_usage_perc{model_name=\"q\",replica=\"all\"}"), "0.24479166666666663");
+  EXPECT_EQ(e.samples.at("sextant_replica_state{model_name=\"q\",replica=\"2.1\",state=\"failed\"}"), "1");
+  EXPECT_EQ(e.samples.at("sextant_replica_state{model_name=\"q\",replica=\"1.0\",state=\"draining\"}"), "1");
 }
 
 TEST(ServeMetrics, EverySampleCarriesModelName) {
   ServeMetrics m;
-  const Exposition e = parse_exposition(m.render("my-model", engine::EngineStats{}, {}));
+  const Exposition e = parse_exposition(m.render("my-model", one(engine::EngineStats{}), {}));
   for (const std::string& err : e.errors) ADD_FAILURE() << err;
   ASSERT_FALSE(e.sample_order.empty());
   for (const std::string& series : e.sample_order) {
@@ -247,8 +277,11 @@ TEST(ServeMetrics, EverySampleCarriesModelName) {
 
 TEST(ServeMetrics, DefaultsAreZero) {
   ServeMetrics m;
-  const Exposition e = parse_exposition(m.render("m", engine::EngineStats{}, {}));
-  for (const auto& [series, value] : e.samples) EXPECT_EQ(value, "0") << series;
+  const Exposition e = parse_exposition(m.render("m", one(engine::EngineStats{}), {}));
+  for (const auto& [series, value] : e.samples) {
+    if (series.rfind("sextant_replica_state{", 0) == 0) continue;  // 1 for the state the replica is in
+    EXPECT_EQ(value, "0") << series;
+  }
 }
 
 TEST(ServeMetrics, HistogramsAreCumulativeAndEndAtInf) {
@@ -259,7 +292,7 @@ TEST(ServeMetrics, HistogramsAreCumulativeAndEndAtInf) {
     m.itl.observe(v);
     m.e2e.observe(v);
   }
-  const Exposition e = parse_exposition(m.render("m", engine::EngineStats{}, {}));
+  const Exposition e = parse_exposition(m.render("m", one(engine::EngineStats{}), {}));
   for (const std::string& err : e.errors) ADD_FAILURE() << err;
   for (const std::string family : {"vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
                                    "vllm:e2e_request_latency_seconds"}) {
@@ -292,9 +325,9 @@ TEST(ServeMetrics, HistogramsAreCumulativeAndEndAtInf) {
 
 TEST(ServeMetrics, ModelNameIsEscaped) {
   ServeMetrics m;
-  const std::string text = m.render("a\"b\\c\nd", engine::EngineStats{}, {});
+  const std::string text = m.render("a\"b\\c\nd", one(engine::EngineStats{}), {});
   const std::string want = "model_name=\"a\\\"b\\\\c\\nd\"";
-  EXPECT_NE(text.find("vllm:num_requests_running{" + want + "} 0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("vllm:num_requests_running{" + want + ",replica=\"1.0\"} 0\n"), std::string::npos) << text;
   EXPECT_NE(text.find("vllm:request_success_total{" + want + ",finished_reason=\"stop\"} 0\n"), std::string::npos);
   EXPECT_NE(text.find("vllm:time_to_first_token_seconds_bucket{" + want + ",le=\"+Inf\"} 0\n"), std::string::npos);
   // No raw newline sneaks into a sample line: every line is a comment or has the escaped label.
@@ -310,9 +343,9 @@ TEST(ServeMetrics, LargeCountersAndFractions) {
   s.kv_usage = 1.0;
   s.generation_tokens = 9876543210ull;
   s.running = 0;
-  const Exposition e = parse_exposition(m.render("m", s, {}));
-  EXPECT_EQ(e.samples.at("vllm:kv_cache_usage_perc{model_name=\"m\"}"), "1");
-  EXPECT_EQ(e.samples.at("vllm:generation_tokens_total{model_name=\"m\"}"), "9876543210");
+  const Exposition e = parse_exposition(m.render("m", one(s), {}));
+  EXPECT_EQ(e.samples.at("vllm:kv_cache_usage_perc{model_name=\"m\",replica=\"1.0\"}"), "1");
+  EXPECT_EQ(e.samples.at("vllm:generation_tokens_total{model_name=\"m\",replica=\"1.0\"}"), "9876543210");
   EXPECT_EQ(e.samples.at("vllm:request_success_total{model_name=\"m\",finished_reason=\"stop\"}"), "123456789");
 }
 

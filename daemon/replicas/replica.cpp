@@ -1,0 +1,178 @@
+// One replica: loading it (the start-up phases of one engine), its engine thread and its stats.
+#include "daemon/replicas/replica.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "backends/registry.h"
+#include "daemon/config/replica_spec.h"
+#include "runtime/base/log.h"
+#include "runtime/engine/model_loader.h"
+
+namespace sx::daemon::replicas {
+
+std::string_view replica_state_name(ReplicaState s) {
+  switch (s) {
+    case ReplicaState::kLoading: return "loading";
+    case ReplicaState::kReady: return "ready";
+    case ReplicaState::kDraining: return "draining";
+    case ReplicaState::kStopped: return "stopped";
+    case ReplicaState::kFailed: return "failed";
+  }
+  return "?";
+}
+
+std::string Replica::name() const { return fmt::format("replica {}.{}", generation_, index_); }
+
+Replica::~Replica() { stop(); }
+
+void Replica::start() {
+  if (!service_) service_ = std::make_unique<serve::EngineService>(*engine_);
+  state = ReplicaState::kReady;
+}
+
+void Replica::stop() {
+  if (service_) service_->stop();
+}
+
+engine::EngineStats Replica::stats() const { return engine_->stats(); }
+
+std::int64_t Replica::max_request_tokens() const {
+  return std::min(session_->model->max_request_tokens(), session_->context_tokens);
+}
+
+Result<std::unique_ptr<Replica>> Replica::load(const ReplicaOptions& o, std::string* failed_phase) {
+  const config::ServeConfig& c = *o.config;
+  std::unique_ptr<Replica> r(new Replica());
+  r->index_ = o.index;
+  r->generation_ = o.generation;
+  r->prefixes = PrefixIndex(static_cast<std::size_t>(c.engine.block_size));
+  const std::string who = r->name();
+  std::string phase = "model check";
+  auto failed = [&](Status s) -> Status {
+    if (failed_phase != nullptr) *failed_phase = phase;
+    return s;
+  };
+  auto cancelled = [&] { return o.cancel != nullptr && o.cancel->load(std::memory_order_relaxed); };
+  auto opened = engine::open_model(c.model.path);
+  if (!opened.ok()) return failed(opened.status());
+  if (cancelled()) return failed(cancelled_error("shutdown requested after the model check"));
+  log_info("serve: {}: phase model check: ok ({}, {} layers, context {})", who, c.model.path, opened->config.n_layers,
+           opened->config.context_length);
+  phase = "devices";
+  SessionOptions so;
+  so.backend = c.model.backend;  // "auto": open_session picks and logs why
+  so.threads = o.threads;
+  so.tp = static_cast<int>(c.model.tp);
+  so.pp = static_cast<int>(c.model.pp);
+  so.device_indices = o.devices;
+  if (o.fail_at_op > 0) so.device_options.set("fail_at_op", o.fail_at_op);
+  so.context_tokens = c.engine.max_model_len;
+  so.max_seqs = c.engine.max_num_seqs;
+  so.max_batch_tokens = c.engine.max_num_batched_tokens;
+  so.block_size = c.engine.block_size;
+  so.memory_utilization = c.engine.memory_utilization;
+  so.memory_budget = c.engine.memory_budget.value_or(0);
+  so.cancel = o.cancel;
+  so.on_phase = [&](std::string_view done, const std::string& detail) {
+    log_info("serve: {}: phase {}: ok ({})", who, done, detail);
+    phase = done == "devices" ? "plan or load" : "load";
+  };
+  auto session = open_session(so, std::move(opened).value());
+  if (!session.ok()) return failed(session.status());
+  r->session_ = std::make_unique<ModelSession>(std::move(session).value());
+  if (cancelled()) return failed(cancelled_error("shutdown requested after the weights were loaded"));
+  log_info("serve: {}: phase load: ok ({} MB of weights; KV cache for {} requests of {} tokens)", who,
+           r->session_->model->weight_bytes() / 1000000, r->session_->max_seqs, r->session_->context_tokens);
+  phase = "engine";
+  engine::EngineConfig ec;
+  ec.scheduler.max_num_batched_tokens = r->session_->model->options().max_batch_tokens;
+  ec.scheduler.max_num_seqs = c.engine.max_num_seqs;
+  ec.scheduler.max_model_len = r->max_request_tokens();
+  ec.prefix_caching = c.engine.enable_prefix_caching;
+  ec.eos_ids = r->session_->opened.extra_eos_ids;
+  auto eng = engine::Engine::create(*r->session_->model, *r->session_->opened.tokenizer, ec);
+  if (!eng.ok()) return failed(eng.status());
+  r->engine_ = std::move(eng).value();
+  if (cancelled()) return failed(cancelled_error("shutdown requested before the warm-up"));
+  phase = "warm-up";
+  // One token through every layer: the first client does not pay for first-touch costs.
+  engine::RequestOptions wo;
+  wo.max_tokens = 1;
+  wo.sampling.temperature = 0;
+  Status warm_error;
+  auto id = r->engine_->submit({0}, wo, [&](const engine::RequestEvent& e) {
+    if (e.finished && e.finish == engine::RequestFinish::kError) warm_error = e.error;
+  });
+  if (!id.ok()) return failed(id.status());
+  if (Status s = r->engine_->run_until_idle(); !s.ok()) return failed(s);
+  if (!warm_error.ok()) return failed(warm_error);
+  log_info("serve: {}: phase warm-up: ok", who);
+  return r;
+}
+
+namespace {
+
+// $SEXTANT_FAULT_REPLICA="I:N" (tests): replica I of every generation gets the device option
+// fail_at_op=N. 0 when unset or for other replicas.
+std::int64_t fault_for(int index) {
+  const char* env = std::getenv("SEXTANT_FAULT_REPLICA");
+  if (env == nullptr) return 0;
+  int at = -1;
+  long long op = 0;
+  if (std::sscanf(env, "%d:%lld", &at, &op) != 2 || at != index || op <= 0) return 0;
+  return op;
+}
+
+}  // namespace
+
+Result<std::vector<std::unique_ptr<Replica>>> load_replicas(const config::ServeConfig& config, int generation,
+                                                            const std::atomic<bool>* cancel,
+                                                            std::string* failed_phase) {
+  if (failed_phase != nullptr) *failed_phase = "devices";
+  SX_ASSIGN_OR_RETURN(const config::ReplicaSpec spec, config::parse_replica_spec(config.model.replicas));
+  // The backend only to count its devices and its host threads ("auto": open_session picks).
+  int available = 0, host_threads = 0;
+  if (config.model.backend != "auto") {
+    SX_ASSIGN_OR_RETURN(hal::Backend * backend, backends::default_registry().find(config.model.backend));
+    SX_ASSIGN_OR_RETURN(std::vector<hal::DeviceInfo> listed, hal::list_devices(*backend));
+    available = static_cast<int>(listed.size());
+    host_threads = backend->host_threads();
+  } else if (spec != config::ReplicaSpec{}) {
+    return invalid_argument_error("model.replicas needs a named backend, not auto (set model.backend)");
+  }
+  const int ranks = static_cast<int>(config.model.tp * config.model.pp);
+  std::vector<std::vector<int>> groups;
+  if (spec == config::ReplicaSpec{} && config.model.devices.empty()) {
+    groups.push_back({});  // one replica on the first tp x pp devices, as open_session picks them
+  } else {
+    auto g = config::replica_device_groups(spec, ranks, available, config.model.devices);
+    if (!g.ok()) return invalid_argument_error("model.replicas: {}", g.status().message());
+    groups = std::move(g).value();
+  }
+  // Replicas on a backend that computes with the host's cores share them evenly.
+  int threads = static_cast<int>(config.model.threads);
+  if (host_threads > 0 && groups.size() > 1) {
+    const int total = threads > 0 ? threads : host_threads;
+    threads = std::max(1, total / static_cast<int>(groups.size()));
+  }
+  std::vector<std::unique_ptr<Replica>> out;
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    ReplicaOptions o;
+    o.config = &config;
+    o.index = static_cast<int>(i);
+    o.generation = generation;
+    o.devices = groups[i];
+    o.threads = threads;
+    o.fail_at_op = fault_for(o.index);
+    o.cancel = cancel;
+    SX_ASSIGN_OR_RETURN(std::unique_ptr<Replica> r, Replica::load(o, failed_phase));
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace sx::daemon::replicas
