@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <unordered_map>
 
@@ -193,6 +194,21 @@ class AdminServer::Impl final : public ConnectionOwner {
 
   Status listen() {
     const std::string& path = ctx_.options.socket_path;
+    if (ctx_.options.listen_fd >= 0) {  // handed over: the directory and the file were checked by its maker
+      SX_RETURN_IF_ERROR(loop::uv_status(uv_pipe_init(ctx_.loop, &listener_, 0), "uv_pipe_init"));
+      listener_.data = this;
+      listener_open_ = true;
+      SX_RETURN_IF_ERROR(loop::uv_status(uv_pipe_open(&listener_, ctx_.options.listen_fd),
+                                         fmt::format("take over the admin socket {}", path)));
+      struct stat st {};
+      if (::lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
+        bound_ = true;
+        dev_ = st.st_dev;
+        ino_ = st.st_ino;
+      }
+      if (ctx_.options.accept_now) SX_RETURN_IF_ERROR(start_accepting());
+      return ok_status();
+    }
     const std::string dir = socket_directory(path);
     SX_RETURN_IF_ERROR(create_missing_directories(dir));
     SX_RETURN_IF_ERROR(verify_socket_directory(dir, path, euid_));
@@ -212,10 +228,34 @@ class AdminServer::Impl final : public ConnectionOwner {
     if (::chmod(path.c_str(), static_cast<mode_t>(ctx_.options.mode)) != 0) {
       return errno_status(errno, fmt::format("chmod {:o} the admin socket {}", ctx_.options.mode, path));
     }
+    if (ctx_.options.accept_now) SX_RETURN_IF_ERROR(start_accepting());
+    return ok_status();
+  }
+
+  Status start_accepting() {
+    if (accepting_ || !listener_open_ || stop_requested_) return ok_status();
     SX_RETURN_IF_ERROR(loop::uv_status(
         uv_listen(reinterpret_cast<uv_stream_t*>(&listener_), kBacklog, &Impl::on_connection),
-        fmt::format("listen on the admin socket {}", path)));
+        fmt::format("listen on the admin socket {}", ctx_.options.socket_path)));
+    accepting_ = true;
     return ok_status();
+  }
+
+  int listen_fd() const {
+    uv_os_fd_t fd = -1;
+    if (!listener_open_ || uv_fileno(reinterpret_cast<const uv_handle_t*>(&listener_), &fd) != 0) return -1;
+    return fd;
+  }
+
+  void keep_socket_file() {
+    bound_ = false;
+    // libuv removes the path a pipe was bound to when it closes the pipe (uv__pipe_close); the
+    // path now serves the process the socket went to, so this pipe forgets it (the name is libuv's
+    // own allocation, freed here as libuv would).
+    if (listener_open_ && listener_.pipe_fname != nullptr) {
+      std::free(const_cast<char*>(listener_.pipe_fname));
+      listener_.pipe_fname = nullptr;
+    }
   }
 
   const AdminCounters& stats() const { return ctx_.stats; }
@@ -376,6 +416,7 @@ class AdminServer::Impl final : public ConnectionOwner {
   AdminContext ctx_;
   uv_pipe_t listener_{};
   bool listener_open_ = false;  // initialised and its close callback has not run
+  bool accepting_ = false;
   bool bound_ = false;          // the socket file at the path is ours (dev_, ino_)
   dev_t dev_ = 0;
   ino_t ino_ = 0;
@@ -411,6 +452,14 @@ AdminServer::~AdminServer() {
 
 void AdminServer::stop(std::function<void()> on_stopped) {
   if (impl_) impl_->stop(std::move(on_stopped));
+}
+
+Status AdminServer::start_accepting() { return impl_ ? impl_->start_accepting() : ok_status(); }
+
+int AdminServer::listen_fd() const { return impl_ ? impl_->listen_fd() : -1; }
+
+void AdminServer::keep_socket_file() {
+  if (impl_) impl_->keep_socket_file();
 }
 
 AdminStats AdminServer::stats() const { return impl_ ? impl_->stats().snapshot() : AdminStats{}; }

@@ -71,6 +71,10 @@ struct AdminOptions {
   size_t max_line_bytes = 65536;       // longest request line, newline excluded (>= 64)
   int max_connections = 64;            // open admin connections at once (> 0)
   uint64_t idle_timeout_ms = 300000;   // silence on an idle connection before it is closed (> 0)
+  // A listening Unix socket (bound to socket_path) to take over instead of binding, from the
+  // daemon this one replaces; -1: bind. Owned by the server from start() on.
+  int listen_fd = -1;
+  bool accept_now = true;              // false: accept nothing until start_accepting()
 
   // INVALID_ARGUMENT naming the field when a value is unusable.
   Status validate() const;
@@ -129,6 +133,12 @@ class AdminServer {
   // Stops (see above). Later calls add their callback until on_stopped ran; after that they call
   // their callback at once.
   void stop(std::function<void()> on_stopped);
+  // Accepts connections from now on (options.accept_now was false).
+  Status start_accepting();
+  // The listening socket's descriptor (to hand to a replacing process), -1 once closed.
+  int listen_fd() const;
+  // The socket file now belongs to the process the listener was handed to: stop() leaves it.
+  void keep_socket_file();
 
   // A snapshot of the counters; any thread.
   AdminStats stats() const;

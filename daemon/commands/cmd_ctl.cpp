@@ -27,6 +27,9 @@ constexpr const char* kCommandsHelp =
     "  drain        stop admitting requests; those in flight finish\n"
     "  resume       admit requests again after a drain\n"
     "  shutdown     drain, then stop the daemon\n"
+    "  upgrade      hand the listening sockets to a new binary (--binary PATH; default: this\n"
+    "               daemon's own): it loads beside this one and takes over when ready, then this one\n"
+    "               finishes its requests and exits 0; a binary that fails to start changes nothing\n"
     "  reload       build the replicas anew beside the serving ones and switch when they are ready;\n"
     "               the config file and flags the daemon started with are read again (as on SIGHUP),\n"
     "               --config FILE reads another file, --model PATH serves another model; a reload\n"
@@ -58,6 +61,7 @@ int cmd_ctl(int argc, char** argv) {
                 {{"--model"}, true, false, "reload: serve this model file instead", "PATH"},
                 {{"--config"}, true, false, "reload: read this config file instead of the one the daemon started with",
                  "FILE"},
+                {{"--binary"}, true, false, "upgrade: the new sextant binary", "PATH"},
                 {{"--daemon-uid"}, true, false,
                  "also trust a daemon running as UID (by default only your own uid and root are; a socket "
                  "another user listens on is refused)",
@@ -75,10 +79,11 @@ int cmd_ctl(int argc, char** argv) {
   if (!socket.ok()) return usage_error(socket.status().message());
   if (socket->empty()) return usage_error("--socket: empty path");
   const bool reload = args.positional()[0] == "reload";
+  const bool upgrade = args.positional()[0] == "upgrade";
   // A reload answers once the new replicas are loaded: minutes for a large model.
   constexpr std::int64_t kReloadTimeoutMs = 30 * 60 * 1000;
   Result<std::int64_t> timeout =
-      args.get_int("--timeout-ms", reload ? kReloadTimeoutMs : admin::kDefaultAdminTimeoutMs, 0, INT_MAX);
+      args.get_int("--timeout-ms", reload || upgrade ? kReloadTimeoutMs : admin::kDefaultAdminTimeoutMs, 0, INT_MAX);
   if (!timeout.ok()) return usage_error(timeout.status().message());
   std::optional<std::uint32_t> daemon_uid;
   if (args.has("--daemon-uid")) {
@@ -94,9 +99,12 @@ int cmd_ctl(int argc, char** argv) {
   }
   nlohmann::json request = {{"cmd", command}};
   // Paths are the caller's: made absolute here, since the daemon's working directory may differ.
-  for (const char* flag : {"--model", "--config"}) {
+  for (const char* flag : {"--model", "--config", "--binary"}) {
     if (!args.has(flag)) continue;
-    if (!reload) return usage_error(std::string(flag) + " is an option of reload only");
+    const bool binary = std::string_view(flag) == "--binary";
+    if (binary ? !upgrade : !reload) {
+      return usage_error(std::string(flag) + " is an option of " + (binary ? "upgrade" : "reload") + " only");
+    }
     Result<std::string> path = args.get_string(flag, "");
     if (!path.ok()) return usage_error(path.status().message());
     if (path->empty()) return usage_error(std::string(flag) + ": empty path");

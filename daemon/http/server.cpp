@@ -55,9 +55,13 @@ class Server::Impl final : public ConnectionOwner {
     listener_open_ = true;
     ++open_handles_;
     std::string where = fmt::format("listen on {}:{}", o.host, o.port);
-    SX_RETURN_IF_ERROR(loop::uv_status(uv_tcp_bind(&listener_, reinterpret_cast<sockaddr*>(&addr), 0), where));
-    SX_RETURN_IF_ERROR(loop::uv_status(
-        uv_listen(reinterpret_cast<uv_stream_t*>(&listener_), o.backlog, &Impl::on_connection), where));
+    if (o.listen_fd >= 0) {
+      where = fmt::format("take over the listening socket (descriptor {})", o.listen_fd);
+      SX_RETURN_IF_ERROR(loop::uv_status(uv_tcp_open(&listener_, o.listen_fd), where));
+    } else {
+      SX_RETURN_IF_ERROR(loop::uv_status(uv_tcp_bind(&listener_, reinterpret_cast<sockaddr*>(&addr), 0), where));
+    }
+    if (o.accept_now) SX_RETURN_IF_ERROR(start_accepting());
     sockaddr_storage bound{};
     int len = sizeof(bound);
     SX_RETURN_IF_ERROR(loop::uv_status(
@@ -65,6 +69,21 @@ class Server::Impl final : public ConnectionOwner {
     port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
                                               : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
     return ok_status();
+  }
+
+  Status start_accepting() {
+    if (accepting_ || !listener_open_ || stop_requested_) return ok_status();
+    SX_RETURN_IF_ERROR(loop::uv_status(
+        uv_listen(reinterpret_cast<uv_stream_t*>(&listener_), ctx_.options.backlog, &Impl::on_connection),
+        fmt::format("listen on {}:{}", ctx_.options.host, port_)));
+    accepting_ = true;
+    return ok_status();
+  }
+
+  int listen_fd() const {
+    uv_os_fd_t fd = -1;
+    if (!listener_open_ || uv_fileno(reinterpret_cast<const uv_handle_t*>(&listener_), &fd) != 0) return -1;
+    return fd;
   }
 
   uint16_t port() const { return port_; }
@@ -190,6 +209,7 @@ class Server::Impl final : public ConnectionOwner {
   int open_handles_ = 0;
   bool listener_open_ = false;
   bool listener_closing_ = false;
+  bool accepting_ = false;
   bool grace_closing_ = false;
   std::unordered_map<Connection*, std::unique_ptr<Connection>> connections_;
   size_t active_ = 0;     // accepted, not rejected, not closed
@@ -218,6 +238,10 @@ Server::~Server() {
   if (!impl_ || impl_->finished()) return;
   Impl::abandon(std::move(impl_));
 }
+
+Status Server::start_accepting() { return impl_ ? impl_->start_accepting() : ok_status(); }
+
+int Server::listen_fd() const { return impl_ ? impl_->listen_fd() : -1; }
 
 void Server::stop(std::function<void()> on_stopped, uint64_t grace_ms) {
   if (impl_) impl_->stop(std::move(on_stopped), grace_ms);

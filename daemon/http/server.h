@@ -60,6 +60,12 @@ class Server {
   // The port the listener is bound to (the ephemeral one when options.port was 0).
   uint16_t bound_port() const { return port_; }
 
+  // Accepts connections from now on (options.accept_now was false); OK when already accepting.
+  Status start_accepting();
+  // The listening socket's descriptor (to hand to a replacing process), -1 once closed. The
+  // server still owns it.
+  int listen_fd() const;
+
   // Begins a graceful stop (see above). A second call before on_stopped ran may shorten the
   // grace period (0: close everything now) and adds its callback; after that it does nothing.
   void stop(std::function<void()> on_stopped, uint64_t grace_ms = kNoGraceLimit);

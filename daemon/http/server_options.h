@@ -32,6 +32,12 @@ namespace sx::daemon::http {
 struct ServerOptions {
   std::string host = "127.0.0.1";  // IPv4 or IPv6 literal
   uint16_t port = 0;               // 0: an ephemeral port, see Server::bound_port()
+  // A listening TCP socket to take over instead of binding host:port (handed over by the daemon
+  // this one replaces, or by systemd); -1: bind. The server owns it from start() on.
+  int listen_fd = -1;
+  // False: the socket is set up but no connection is accepted until Server::start_accepting()
+  // (a replacing daemon leaves them to the old one until it is ready).
+  bool accept_now = true;
   int backlog = 511;
   size_t max_connections = 1024;       // more: the excess gets 503 and is closed
   // Sockets the server may hold at once, served and refused together: beyond it a new connection

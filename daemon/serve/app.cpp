@@ -2,6 +2,7 @@
 #include "daemon/serve/app.h"
 
 #include <arpa/inet.h>
+#include <unistd.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
 #include <uv.h>
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <memory>
 #include <optional>
@@ -35,6 +37,7 @@
 #include "daemon/config/serve_flags.h"
 #include "daemon/replicas/replica.h"
 #include "daemon/serve/engine_service.h"
+#include "daemon/serve/handover.h"
 #include "daemon/serve/metrics.h"
 #include "runtime/base/log.h"
 #include "runtime/engine/engine.h"
@@ -253,6 +256,10 @@ class Daemon {
   void settle_pending(Active& a, std::size_t c);
   // A replica whose steps fail is taken out of rotation.
   void check_failed(Replica& r);
+  // ctl upgrade: starts the new binary with the listening sockets; once it is ready this daemon
+  // stops accepting, finishes what it has and exits 0; otherwise it keeps serving.
+  void start_upgrade(const json& request, admin::Reply reply);
+  void on_successor(Status status);
   void fail_startup(const std::string& phase, const Status& s);
 
   http::Router make_router();
@@ -313,6 +320,15 @@ class Daemon {
   replicas::RouterOptions router_;
   std::size_t route_turn_ = 0;  // idle replicas take turns
 
+  InheritedListeners inherited_;  // sockets taken over from a replaced daemon or systemd
+  std::string self_binary_;       // /proc/self/exe at start: what ctl upgrade runs by default
+  std::unique_ptr<Successor> successor_;
+  admin::Reply upgrade_reply_;
+  std::string upgrade_binary_;
+  bool upgrading_ = false;
+  bool handed_over_ = false;   // a successor serves: finish and exit once the HTTP server stopped
+  bool http_stopped_ = false;
+
   std::unordered_map<std::uint64_t, std::unique_ptr<Active>> active_;
   std::uint64_t next_key_ = 1;
   ServeMetrics metrics_;
@@ -338,7 +354,16 @@ int Daemon::run() {
   loaded_queue_ = std::move(loaded).value();
   events_ = std::move(events).value();
   start_signals();
-  if (Status s = start_http(); !s.ok()) {
+  {
+    char path[4096];
+    const ssize_t n = ::readlink("/proc/self/exe", path, sizeof(path) - 1);
+    if (n > 0) self_binary_.assign(path, static_cast<std::size_t>(n));
+  }
+  auto inherited = take_inherited_listeners();
+  if (!inherited.ok()) {
+    fail_startup("http", inherited.status());
+  } else if (inherited_ = std::move(inherited).value(); false) {
+  } else if (Status s = start_http(); !s.ok()) {
     fail_startup("http", s);
   } else if (Status a = start_admin(); !a.ok()) {
     fail_startup("admin", a);
@@ -362,6 +387,12 @@ int Daemon::run() {
 void Daemon::fail_startup(const std::string& phase, const Status& s) {
   log_error("serve: failed in phase {}: {}", phase, s.to_string());
   exit_code_ = 1;
+  if (inherited_.from_daemon()) {
+    // The daemon that started this one goes on serving on the same sockets: leave its file, and
+    // tell it why.
+    if (admin_) admin_->keep_socket_file();
+    report_to_parent(inherited_.ready, fmt::format("error serve: failed in phase {}: {}", phase, s.to_string()));
+  }
   close_everything();
 }
 
@@ -381,6 +412,8 @@ Status Daemon::start_http() {
   const openai::ParseLimits json_limits;
   o.max_json_depth = json_limits.max_json_depth;
   o.max_json_values = json_limits.max_json_values;
+  o.listen_fd = inherited_.http;
+  o.accept_now = !inherited_.from_daemon();  // a replaced daemon accepts until this one is ready
   const DescriptorBudget fds = descriptor_budget(o.max_connections);
   if (fds.http_sockets < o.max_connections) {
     log_warn("serve: http.max_connections is {} but the descriptor limit (RLIMIT_NOFILE: {} of hard {}) leaves room for "
@@ -392,7 +425,12 @@ Status Daemon::start_http() {
   }
   o.max_sockets = std::max<std::size_t>(1, fds.http_sockets);
   SX_ASSIGN_OR_RETURN(http_, http::Server::start(&loop_, o, make_router()));
-  log_info("serve: phase http: listening on {}", base_url());
+  if (inherited_.http >= 0) {
+    log_info("serve: phase http: listening on {} (socket from {}{})", base_url(), inherited_.source,
+             inherited_.from_daemon() ? "; accepting once ready" : "");
+  } else {
+    log_info("serve: phase http: listening on {}", base_url());
+  }
   if (config_.http.api_keys.empty() && !is_loopback_address(config_.http.host)) {
     log_warn("serve: http.host {} is reachable from other machines and no API key is set: anyone who can connect may "
              "generate; set http.api_keys (or --api-key), or listen on 127.0.0.1",
@@ -410,6 +448,8 @@ Status Daemon::start_admin() {
   o.socket_path = config_.admin.socket;
   o.mode = config_.admin.mode;
   for (std::int64_t uid : config_.admin.allowed_uids) o.allowed_uids.push_back(static_cast<std::uint32_t>(uid));
+  o.listen_fd = inherited_.admin;
+  o.accept_now = !inherited_.from_daemon();
   SX_ASSIGN_OR_RETURN(admin_, admin::AdminServer::start(&loop_, o, [this](const json& request, admin::Reply reply) {
                         handle_admin(request, std::move(reply));
                       }));
@@ -532,6 +572,13 @@ void Daemon::on_loaded(Loaded l) {
     return;
   }
   state_ = drain_requested_ ? State::kDraining : State::kReady;
+  if (inherited_.from_daemon()) {
+    // The sockets were handed over: accept from now on, then let the old daemon go.
+    Status a = http_->start_accepting();
+    if (a.ok()) a = admin_->start_accepting();
+    if (!a.ok()) return fail_startup("ready", a);
+    report_to_parent(inherited_.ready, "ready");
+  }
   log_info("serve: {}: model '{}' at {}/v1 ({} replica(s); admin: {})",
            drain_requested_ ? "ready but draining" : "ready", model_name_, base_url(), current_->replicas.size(),
            config_.admin.socket);
@@ -619,6 +666,7 @@ void Daemon::start_reload(const json& request, admin::Reply reply, std::string_v
   };
   if (state_ == State::kLoading || !current_) return refuse(failed_precondition_error("the daemon is still starting"));
   if (shutdown_requested_ || closing_) return refuse(failed_precondition_error("the daemon is shutting down"));
+  if (upgrading_) return refuse(failed_precondition_error("an upgrade is in progress"));
   if (reloading_) {
     return refuse(failed_precondition_error("a reload ({}) is already in progress; retry when it has finished",
                                             reload_source_));
@@ -1148,6 +1196,7 @@ json Daemon::status_json() {
   json s{{"model", model_name_},
          {"model_path", config_.model.path},
          {"state", state_name(state_)},
+         {"pid", ::getpid()},
          {"uptime_s", std::chrono::duration<double>(Clock::now() - start_clock_).count()},
          {"http", base_url()},
          {"in_flight", active_.size()}};
@@ -1221,8 +1270,9 @@ void Daemon::handle_admin(const json& request, admin::Reply reply) {
     return;
   }
   if (cmd == "reload") return start_reload(request, std::move(reply), "ctl reload");
-  return reply(invalid_argument_error("unknown command '{}' (status, plan, config, drain, resume, shutdown, reload)",
-                                      cmd));
+  if (cmd == "upgrade") return start_upgrade(request, std::move(reply));
+  return reply(invalid_argument_error(
+      "unknown command '{}' (status, plan, config, drain, resume, shutdown, reload, upgrade)", cmd));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1282,8 +1332,76 @@ void Daemon::end_request(Active& a, const openai::ApiError& err) {
   }
 }
 
+void Daemon::start_upgrade(const json& request, admin::Reply reply) {
+  auto refuse = [&](Status s) {
+    log_warn("serve: ctl upgrade: {}", s.message());
+    reply(std::move(s));
+  };
+  if (state_ != State::kReady || !current_) {
+    return refuse(failed_precondition_error("the daemon is {}; upgrade a ready one", state_name(state_)));
+  }
+  if (reloading_ || upgrading_ || shutdown_requested_) {
+    return refuse(failed_precondition_error("a {} is in progress; retry when it has finished",
+                                            reloading_ ? "reload" : upgrading_ ? "upgrade" : "shutdown"));
+  }
+  std::string binary = self_binary_;
+  if (request.contains("binary")) {
+    if (!request["binary"].is_string() || request["binary"].get<std::string>().empty()) {
+      return refuse(invalid_argument_error("upgrade: binary must be a file path"));
+    }
+    binary = request["binary"].get<std::string>();
+  }
+  if (binary.empty() || ::access(binary.c_str(), X_OK) != 0) {
+    return refuse(invalid_argument_error("upgrade: {} is not an executable file{}", binary.empty() ? "(none)" : binary,
+                                         binary.empty() ? "" : fmt::format(" ({})", std::strerror(errno))));
+  }
+  auto s = Successor::start(&loop_, binary, serve_args_, http_->listen_fd(), admin_->listen_fd(),
+                            [this](Status st) { on_successor(std::move(st)); });
+  if (!s.ok()) return refuse(s.status());
+  successor_ = std::move(s).value();
+  upgrading_ = true;
+  upgrade_reply_ = std::move(reply);
+  upgrade_binary_ = binary;
+  log_info("serve: ctl upgrade: started {} (pid {}) with the listening sockets; serving on until it is ready", binary,
+           successor_->pid());
+}
+
+void Daemon::on_successor(Status status) {
+  upgrading_ = false;
+  admin::Reply reply = std::move(upgrade_reply_);
+  upgrade_reply_ = admin::Reply{};
+  if (!status.ok()) {
+    const Status failed(status.code(), fmt::format("upgrade to {} failed: {}; this daemon keeps serving", upgrade_binary_,
+                                                   status.message()));
+    log_error("serve: ctl upgrade: {}", failed.message());
+    reply(failed);
+    successor_.reset();
+    return;
+  }
+  const int pid = successor_->pid();
+  log_info("serve: ctl upgrade: pid {} is ready and accepting; this daemon stops accepting, finishes its {} "
+           "request(s) and exits", pid, active_.size());
+  reply(json{{"pid", pid}, {"binary", upgrade_binary_}, {"in_flight", active_.size()}});
+  handed_over_ = true;
+  shutdown_requested_ = true;
+  // The successor has the same sockets: the file stays, the listeners close here only.
+  admin_->keep_socket_file();
+  admin_->stop([] {});
+  const auto grace = config_.http.drain_timeout_ms > 0 ? static_cast<std::uint64_t>(config_.http.drain_timeout_ms)
+                                                       : http::Server::kNoGraceLimit;
+  http_->stop(
+      [this] {
+        http_stopped_ = true;
+        maybe_finish_shutdown();
+      },
+      grace);
+  maybe_finish_shutdown();
+}
+
 void Daemon::maybe_finish_shutdown() {
   if (!shutdown_requested_ || !active_.empty() || state_ == State::kLoading || reloading_ || closing_) return;
+  // After a hand-over the connections this daemon accepted are served to their end first.
+  if (handed_over_ && !http_stopped_) return;
   state_ = State::kStopping;
   close_everything();
 }
@@ -1304,6 +1422,7 @@ void Daemon::close_everything() {
     for (const auto& r : current_->replicas) r->stop();
   }
   for (const auto& r : retiring_) r->stop();
+  successor_.reset();  // its handles close; the process (if it is the daemon now) runs on
   if (events_) events_->close();
 }
 

@@ -47,7 +47,8 @@ def summary_exit():
 class Daemon:
     """A `sextant serve` process on an ephemeral port with its own admin socket."""
 
-    def __init__(self, sextant, model, *extra, max_num_seqs=32, env=None, ready=True, prefix=(), threads=2):
+    def __init__(self, sextant, model, *extra, max_num_seqs=32, env=None, ready=True, prefix=(), threads=2,
+                 popen_kwargs=None):
         self.sextant = sextant
         self.dir = tempfile.mkdtemp(prefix="sx-serve-")
         self.socket = os.path.join(self.dir, "admin.sock")
@@ -57,7 +58,7 @@ class Daemon:
                 *(["-t", str(threads)] if threads else []),
                 "--max-num-seqs", str(max_num_seqs), "--max-model-len", "512", "--set", "http.header_timeout_ms=2000",
                 *extra]
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env, **(popen_kwargs or {}))
         self.port = None
         deadline = time.time() + 60
         while time.time() < deadline:

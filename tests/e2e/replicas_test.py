@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Replicas behind the built-in router, and warm reloads (issue 19), end to end on CPU replicas:
 two replicas serving concurrent streams with the memorised text; reloads to another model file, to
-another config and by SIGHUP while 8 streaming clients run, with no request failed; reloads that
+another config and by SIGHUP, and a binary upgrade, while 8 streaming clients run, with no request
+failed; an upgrade to a binary that does not start changing nothing; reloads that
 cannot work (a missing file, a truncated file, a config that does not fit, a listener change)
 changing nothing; a replica that fails mid-run, whose unstarted requests finish on the other;
 prefix affinity with 4 replicas against the same traffic without it.
@@ -9,10 +10,12 @@ Usage: replicas_test.py SEXTANT_BINARY MODELS_DIR. Prints "N passed, N failed".
 $SX_RELOAD_LOAD_SECONDS sets how long the clients of the reload case run (default 60)."""
 import http.client
 import json
+import subprocess
 import os
 import random
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -186,18 +189,38 @@ def reloads_under_load_fail_no_request():
         gen += 1
         wait_generation(d, gen)
         steps.append(f"SIGHUP -> generation {gen}")
+        at(0.85)  # a binary upgrade to a copy of the binary: the sockets pass to the new process
+        copy = os.path.join(tmp, "sextant-upgraded")
+        shutil.copy2(SEXTANT, copy)
+        up = json.loads(d.ctl("--json", "upgrade", "--binary", copy).stdout)
+        old_rc = d.proc.wait(timeout=120)
+        assert old_rc == 0, old_rc
+        new_pid = up["pid"]
+        steps.append(f"upgrade -> pid {new_pid}, the old process exited {old_rc}")
         at(1.0)
         ok, failures = load.finish()
         assert not failures, failures[:5]
         assert ok > 8, ok
-        st = d.status()
-        assert [r["replica"] for r in st["replicas"]] == [f"{gen}.0", f"{gen}.1"], st["replicas"]
+        st = d.status()  # the new process answers on the same admin socket
+        assert st["state"] == "ready" and [r["replica"] for r in st["replicas"]] == ["1.0", "1.1"], st
         print(f"  8 streaming clients for {time.time() - start:.0f} s: {ok} complete streams, 0 failed; "
               f"{', '.join(steps)}")
+        d.ctl("shutdown")
+        deadline = time.time() + 60
+        while os.path.exists(f"/proc/{new_pid}") and time.time() < deadline:
+            try:  # reaped by init, or a zombie of this process's (it was started by the old daemon)
+                if open(f"/proc/{new_pid}/stat").read().split()[2] == "Z":
+                    break
+            except OSError:
+                break
+            time.sleep(0.1)
+        text = d.text()
+        assert text.count("serve: stopped (exit status 0)") == 2, text[-3000:]
     finally:
-        rc, text = d.stop()
+        if d.proc.poll() is None:
+            d.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-    assert rc == 0, rc
+    assert "still had open handles" not in text, text[-3000:]
     assert text.count("stopped (drained after the reload)") == 6, text[-3000:]
 
 
@@ -237,6 +260,81 @@ def reloads_that_cannot_work_change_nothing():
     finally:
         rc, _ = d.stop()
         shutil.rmtree(tmp, ignore_errors=True)
+    assert rc == 0, rc
+
+
+@case
+def an_upgrade_to_a_binary_that_does_not_start_changes_nothing():
+    tmp = tempfile.mkdtemp(prefix="sx-badupgrade-")
+    failing = os.path.join(tmp, "failing-sextant")
+    with open(failing, "w") as f:  # reports an error on the ready pipe, as a sextant that fails does
+        f.write('#!/bin/sh\necho "error serve: failed in phase model check: no such model" >&5\nexit 1\n')
+    os.chmod(failing, 0o755)
+    d = Daemon()
+    try:
+        for binary, cause in ((failing, "failed in phase model check: no such model"),
+                              ("/bin/false", "closed its pipe before it was ready"),
+                              (os.path.join(tmp, "missing"), "is not an executable file")):
+            p = d.ctl("upgrade", "--binary", binary, check=False)
+            err = p.stderr.decode()
+            assert p.returncode == 1 and cause in err, (binary, p.returncode, err)
+            assert d.proc.poll() is None and d.status()["state"] == "ready"
+            r = complete(d.port, REF["prompt_text"], 8)
+            assert REF["continuation_text"].startswith(r["choices"][0]["text"]), r
+            print(f"  upgrade --binary {os.path.basename(binary)}: exit 1, {err.strip()[:140]}")
+    finally:
+        rc, _ = d.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    assert rc == 0, rc
+
+
+@case
+def rolling_restart_script_reloads_upgrades_and_reports_failures():
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "rolling-restart")
+    d = Daemon()
+    env = dict(os.environ, SEXTANT=SEXTANT)
+    new_pid = None
+    try:
+        def run(*args):
+            return subprocess.run([script, "--socket", d.socket, *args], capture_output=True, timeout=300, env=env)
+        p = run("reload")
+        assert p.returncode == 0 and b"reload done; serving (generation 2" in p.stdout, (p.stdout, p.stderr)
+        p = run("reload", "--model", "/nonexistent.gguf")
+        assert p.returncode == 1 and b"/nonexistent.gguf" in p.stderr, (p.stdout, p.stderr)
+        p = run("upgrade")  # to the same binary
+        assert p.returncode == 0 and b"upgrade done" in p.stdout, (p.stdout, p.stderr)
+        assert d.proc.wait(timeout=60) == 0
+        new_pid = d.status()["pid"]
+        assert new_pid != d.proc.pid, new_pid
+        r = complete(d.port, REF["prompt_text"], 8)
+        assert REF["continuation_text"].startswith(r["choices"][0]["text"]), r
+    finally:
+        if d.proc.poll() is None:
+            d.stop()
+        else:
+            d.ctl("shutdown", check=False)
+            time.sleep(0.5)
+    assert "still had open handles" not in d.text()
+
+
+@case
+def systemd_socket_activation_serves_on_the_socket_it_is_given():
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    port = listener.getsockname()[1]
+    fd = listener.fileno()
+    # As systemd starts a service: the socket as descriptor 3, LISTEN_PID naming the process.
+    prefix = ("sh", "-c", 'LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=http exec "$0" "$@"')
+    d = daemon_harness.Daemon(SEXTANT, MODEL, prefix=prefix,
+                              popen_kwargs={"pass_fds": [fd], "preexec_fn": lambda: os.dup2(fd, 3)})
+    listener.close()
+    try:
+        assert d.port == port and "(socket from systemd)" in d.text(), (d.port, port, d.text()[-1500:])
+        r = complete(port, REF["prompt_text"], 8)
+        assert REF["continuation_text"].startswith(r["choices"][0]["text"]), r
+    finally:
+        rc, _ = d.stop()
     assert rc == 0, rc
 
 
