@@ -39,6 +39,12 @@ Result<std::vector<std::vector<int>>> parse_groups(std::string_view text) {
     return invalid_argument_error("expected device groups such as [[0, 1, 2], [3, 4, 5]], got \"{}\" ({} at "
                                   "character {})", text, what, i + 1);
   };
+  // After an item: ',' (another follows: 0) or ']' (the list ends: 1), else -1.
+  auto separator = [&] {
+    skip();
+    if (i < text.size() && (text[i] == ',' || text[i] == ']')) return text[i++] == ']' ? 1 : 0;
+    return -1;
+  };
   skip();
   if (i >= text.size() || text[i] != '[') return bad("no opening [");
   ++i;
@@ -56,29 +62,15 @@ Result<std::vector<std::vector<int>>> parse_groups(std::string_view text) {
       if (v < 0) return bad("a device index must be a non-negative integer");
       group.push_back(v);
       i = j;
-      skip();
-      if (i < text.size() && text[i] == ',') {
-        ++i;
-        continue;
-      }
-      if (i < text.size() && text[i] == ']') {
-        ++i;
-        break;
-      }
-      return bad("expected , or ]");
+      const int sep = separator();
+      if (sep < 0) return bad("expected , or ]");
+      if (sep == 1) break;
     }
     groups.push_back(std::move(group));
     if (groups.size() > static_cast<std::size_t>(kMaxReplicas)) return bad(fmt::format("more than {} groups", kMaxReplicas));
-    skip();
-    if (i < text.size() && text[i] == ',') {
-      ++i;
-      continue;
-    }
-    if (i < text.size() && text[i] == ']') {
-      ++i;
-      break;
-    }
-    return bad("expected , or ]");
+    const int sep = separator();
+    if (sep < 0) return bad("expected , or ]");
+    if (sep == 1) break;
   }
   skip();
   if (i != text.size()) return bad("text after the closing ]");

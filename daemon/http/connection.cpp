@@ -197,6 +197,11 @@ void Connection::begin_stop() {
     close_after_response_ = true;  // finish_response() drains
   } else if (phase_ == Phase::kIdle && queued_bytes_ > 0) {
     begin_drain();  // let the last response reach the client
+  } else if (ctx_.finish_arriving && (phase_ != Phase::kIdle || served_ == 0)) {
+    // A hand-over: a request under way, or a connection just accepted whose first request is on
+    // its way, would see a reset if closed now (its bytes unread). It is answered, then closed;
+    // the header and body timeouts bound a client that sends nothing.
+    close_after_response_ = true;
   } else {
     close_now();  // idle, or a request not dispatched yet
   }
@@ -469,6 +474,7 @@ void Connection::on_timer(uv_timer_t* timer) {
 
 void Connection::dispatch() {
   phase_ = Phase::kHandling;
+  ++served_;
   ctx_.stats.requests.fetch_add(1, std::memory_order_relaxed);
   Request request = parser_->take();
   request.peer = peer_;

@@ -81,6 +81,7 @@ struct ServerContext {
   Router router;
   StatsCounters stats;
   bool stopping = false;  // Server::stop() was called: no more keep-alive
+  bool finish_arriving = false;  // ... with StopMode::kFinishArriving
   // One read buffer for the whole loop: libuv calls alloc and read callbacks back to back, and a
   // connection copies what it keeps.
   std::array<char, 64 * 1024> read_buffer{};
@@ -190,6 +191,7 @@ class Connection final : private RequestParser::Listener {
   bool processing_ = false;  // inside process_input()
   bool blocked_on_writes_ = false;
   bool close_after_response_ = false;
+  std::uint64_t served_ = 0;  // requests dispatched on this connection
   bool rejected_ = false;
   std::string peer_;
 

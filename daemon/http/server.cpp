@@ -90,7 +90,7 @@ class Server::Impl final : public ConnectionOwner {
   const StatsCounters& stats() const { return ctx_.stats; }
   bool finished() const { return finished_; }
 
-  void stop(std::function<void()> on_stopped, uint64_t grace_ms) {
+  void stop(std::function<void()> on_stopped, uint64_t grace_ms, Server::StopMode mode) {
     if (on_stopped) {
       if (on_stopped_) {
         on_stopped_ = [a = std::move(on_stopped_), b = std::move(on_stopped)] { a(); b(); };
@@ -101,6 +101,7 @@ class Server::Impl final : public ConnectionOwner {
     if (!stop_requested_) {
       stop_requested_ = true;
       ctx_.stopping = true;
+      ctx_.finish_arriving = mode == Server::StopMode::kFinishArriving;
       if (listener_open_ && !listener_closing_) {
         listener_closing_ = true;
         uv_close(reinterpret_cast<uv_handle_t*>(&listener_), &Impl::on_handle_closed);
@@ -121,7 +122,7 @@ class Server::Impl final : public ConnectionOwner {
     Impl* raw = impl.get();
     raw->on_stopped_ = nullptr;
     raw->self_ = std::move(impl);
-    raw->stop(nullptr, 0);
+    raw->stop(nullptr, 0, Server::StopMode::kCloseArriving);
   }
 
   void connection_closed(Connection* c) override {
@@ -243,8 +244,8 @@ Status Server::start_accepting() { return impl_ ? impl_->start_accepting() : ok_
 
 int Server::listen_fd() const { return impl_ ? impl_->listen_fd() : -1; }
 
-void Server::stop(std::function<void()> on_stopped, uint64_t grace_ms) {
-  if (impl_) impl_->stop(std::move(on_stopped), grace_ms);
+void Server::stop(std::function<void()> on_stopped, uint64_t grace_ms, StopMode mode) {
+  if (impl_) impl_->stop(std::move(on_stopped), grace_ms, mode);
 }
 
 ServerStats Server::stats() const { return impl_ ? impl_->stats().snapshot() : ServerStats{}; }

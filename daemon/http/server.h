@@ -66,9 +66,16 @@ class Server {
   // server still owns it.
   int listen_fd() const;
 
+  // kCloseArriving: connections with no request dispatched (just accepted, or a request half
+  // received) are closed at once. kFinishArriving (a hand-over to another process that now
+  // accepts on the same socket): those get their request answered, then close, within the header
+  // and body timeouts; only idle keep-alive connections close at once.
+  enum class StopMode { kCloseArriving, kFinishArriving };
+
   // Begins a graceful stop (see above). A second call before on_stopped ran may shorten the
   // grace period (0: close everything now) and adds its callback; after that it does nothing.
-  void stop(std::function<void()> on_stopped, uint64_t grace_ms = kNoGraceLimit);
+  void stop(std::function<void()> on_stopped, uint64_t grace_ms = kNoGraceLimit,
+            StopMode mode = StopMode::kCloseArriving);
 
   // A snapshot of the counters; any thread.
   ServerStats stats() const;

@@ -339,6 +339,13 @@ class Daemon {
 
 int Daemon::run() {
   std::signal(SIGPIPE, SIG_IGN);
+  // Before the loop opens descriptors of its own: inherited sockets start at 3.
+  auto inherited = take_inherited_listeners();
+  if (!inherited.ok()) {
+    log_error("serve: failed in phase http: {}", inherited.status().to_string());
+    return 1;
+  }
+  inherited_ = std::move(inherited).value();
   if (Status s = loop::uv_status(uv_loop_init(&loop_), "uv_loop_init"); !s.ok()) {
     log_error("serve: failed in phase loop: {}", s.to_string());
     return 1;
@@ -359,11 +366,7 @@ int Daemon::run() {
     const ssize_t n = ::readlink("/proc/self/exe", path, sizeof(path) - 1);
     if (n > 0) self_binary_.assign(path, static_cast<std::size_t>(n));
   }
-  auto inherited = take_inherited_listeners();
-  if (!inherited.ok()) {
-    fail_startup("http", inherited.status());
-  } else if (inherited_ = std::move(inherited).value(); false) {
-  } else if (Status s = start_http(); !s.ok()) {
+  if (Status s = start_http(); !s.ok()) {
     fail_startup("http", s);
   } else if (Status a = start_admin(); !a.ok()) {
     fail_startup("admin", a);
@@ -1394,7 +1397,7 @@ void Daemon::on_successor(Status status) {
         http_stopped_ = true;
         maybe_finish_shutdown();
       },
-      grace);
+      grace, http::Server::StopMode::kFinishArriving);
   maybe_finish_shutdown();
 }
 

@@ -2,6 +2,7 @@
 #include "daemon/serve/handover.h"
 
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -41,6 +42,13 @@ void set_cloexec(int fd) {
 
 bool is_open(int fd) { return ::fcntl(fd, F_GETFD) >= 0; }
 
+// A socket in the listening state (what systemd and a replaced daemon hand over).
+bool is_listening_socket(int fd) {
+  int listening = 0;
+  socklen_t len = sizeof(listening);
+  return ::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0 && listening != 0;
+}
+
 }  // namespace
 
 Result<InheritedListeners> take_inherited_listeners() {
@@ -60,9 +68,9 @@ Result<InheritedListeners> take_inherited_listeners() {
       const std::size_t colon = item.find(':');
       const int fd = colon == std::string_view::npos ? -1 : parse_fd(item.substr(colon + 1));
       const std::string_view name = item.substr(0, colon);
-      if (fd < 0 || !is_open(fd) || (name != "http" && name != "admin")) {
-        return invalid_argument_error("{}: expected http:FD,admin:FD with open descriptors, got \"{}\"", kListenVar,
-                                      text);
+      if (fd < 0 || !is_listening_socket(fd) || (name != "http" && name != "admin")) {
+        return invalid_argument_error("{}: expected http:FD,admin:FD naming listening sockets, got \"{}\"",
+                                      kListenVar, text);
       }
       (name == "http" ? in.http : in.admin) = fd;
     }
@@ -98,6 +106,12 @@ Result<InheritedListeners> take_inherited_listeners() {
     ::unsetenv("LISTEN_PID");
     ::unsetenv("LISTEN_FDS");
     ::unsetenv("LISTEN_FDNAMES");
+    for (int fd : {in.http, in.admin}) {
+      if (fd >= 0 && !is_listening_socket(fd)) {
+        return invalid_argument_error("LISTEN_FDS: descriptor {} is not a listening socket (check the .socket unit's "
+                                      "FileDescriptorName= values: http, admin)", fd);
+      }
+    }
     if (in.http >= 0 || in.admin >= 0) in.source = "systemd";
   }
   for (int fd : {in.http, in.admin, in.ready}) {

@@ -75,6 +75,18 @@ def complete(port, prompt, max_tokens):
     return json.loads(data)
 
 
+def refused_and_still_serving(d, ctl_args, cause):
+    """`sextant ctl ctl_args...` exits 1 naming `cause`; the daemon still answers with the
+    memorised text. Returns the error text."""
+    p = d.ctl(*ctl_args, check=False)
+    err = p.stderr.decode()
+    assert p.returncode == 1 and cause in err, (ctl_args, p.returncode, err)
+    assert d.proc.poll() is None and d.status()["state"] == "ready"
+    r = complete(d.port, REF["prompt_text"], 8)
+    assert REF["continuation_text"].startswith(r["choices"][0]["text"]), r
+    return err.strip()
+
+
 def replica_status(d):
     return {r["replica"]: r for r in d.status()["replicas"]}
 
@@ -248,15 +260,11 @@ def reloads_that_cannot_work_change_nothing():
             (("--config", port_change), "http.host"),
         ]
         for args, cause in cases:
-            p = d.ctl("reload", *args, check=False)
-            err = p.stderr.decode()
-            assert p.returncode == 1 and cause in err, (args, p.returncode, err)
+            err = refused_and_still_serving(d, ("reload", *args), cause)
             assert "keep serving" in err or "http.host cannot change" in err, err
             st = d.status()
-            assert st["generation"] == gen and st["state"] == "ready" and st["model_path"] == MODEL, st
-            r = complete(d.port, REF["prompt_text"], 8)
-            assert REF["continuation_text"].startswith(r["choices"][0]["text"]), r
-            print(f"  reload {' '.join(os.path.basename(a) for a in args)}: exit 1, {err.strip()[:150]}")
+            assert st["generation"] == gen and st["model_path"] == MODEL, st
+            print(f"  reload {' '.join(os.path.basename(a) for a in args)}: exit 1, {err[:150]}")
     finally:
         rc, _ = d.stop()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -275,13 +283,8 @@ def an_upgrade_to_a_binary_that_does_not_start_changes_nothing():
         for binary, cause in ((failing, "failed in phase model check: no such model"),
                               ("/bin/false", "closed its pipe before it was ready"),
                               (os.path.join(tmp, "missing"), "is not an executable file")):
-            p = d.ctl("upgrade", "--binary", binary, check=False)
-            err = p.stderr.decode()
-            assert p.returncode == 1 and cause in err, (binary, p.returncode, err)
-            assert d.proc.poll() is None and d.status()["state"] == "ready"
-            r = complete(d.port, REF["prompt_text"], 8)
-            assert REF["continuation_text"].startswith(r["choices"][0]["text"]), r
-            print(f"  upgrade --binary {os.path.basename(binary)}: exit 1, {err.strip()[:140]}")
+            err = refused_and_still_serving(d, ("upgrade", "--binary", binary), cause)
+            print(f"  upgrade --binary {os.path.basename(binary)}: exit 1, {err[:140]}")
     finally:
         rc, _ = d.stop()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -293,7 +296,6 @@ def rolling_restart_script_reloads_upgrades_and_reports_failures():
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "rolling-restart")
     d = Daemon()
     env = dict(os.environ, SEXTANT=SEXTANT)
-    new_pid = None
     try:
         def run(*args):
             return subprocess.run([script, "--socket", d.socket, *args], capture_output=True, timeout=300, env=env)
@@ -327,7 +329,7 @@ def systemd_socket_activation_serves_on_the_socket_it_is_given():
     # As systemd starts a service: the socket as descriptor 3, LISTEN_PID naming the process.
     prefix = ("sh", "-c", 'LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=http exec "$0" "$@"')
     d = daemon_harness.Daemon(SEXTANT, MODEL, prefix=prefix,
-                              popen_kwargs={"pass_fds": [fd], "preexec_fn": lambda: os.dup2(fd, 3)})
+                              popen_kwargs={"pass_fds": [fd, 3], "preexec_fn": lambda: os.dup2(fd, 3)})
     listener.close()
     try:
         assert d.port == port and "(socket from systemd)" in d.text(), (d.port, port, d.text()[-1500:])

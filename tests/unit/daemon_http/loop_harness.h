@@ -104,8 +104,9 @@ class LoopHarness {
   void at_shutdown(Task task) { cleanups_.push_back(std::move(task)); }
 
   // Begins Server::stop(grace_ms) from the test thread without waiting (shutdown() then waits).
-  void begin_stop(uint64_t grace_ms = Server::kNoGraceLimit) {
-    post([this, grace_ms] { stop_on_loop(grace_ms); });
+  void begin_stop(uint64_t grace_ms = Server::kNoGraceLimit,
+                  Server::StopMode mode = Server::StopMode::kCloseArriving) {
+    post([this, grace_ms, mode] { stop_on_loop(grace_ms, mode); });
   }
 
   // Stops the server with `grace_ms` (unless begin_stop() did), waits for on_stopped, joins the
@@ -146,7 +147,7 @@ class LoopHarness {
   std::mutex server_mu_;  // guards server_ against stats() from the test thread
   ServerStats last_stats_;
 
-  void stop_on_loop(uint64_t grace_ms) {
+  void stop_on_loop(uint64_t grace_ms, Server::StopMode mode = Server::StopMode::kCloseArriving) {
     if (stop_begun_) return;
     stop_begun_ = true;
     for (auto& c : cleanups_) c();
@@ -159,7 +160,7 @@ class LoopHarness {
       tasks_->close();
     };
     if (server_) {
-      server_->stop(finish, grace_ms);
+      server_->stop(finish, grace_ms, mode);
     } else {
       finish();
     }

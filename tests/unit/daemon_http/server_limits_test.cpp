@@ -193,6 +193,35 @@ TEST_F(ServerLimitsTest, StopClosesIdleAndHalfSentConnections) {
   EXPECT_FALSE(late.connected() && late.send(make_request("GET", "/hello")) && late.read_response());
 }
 
+// A hand-over (another process now accepts on the same socket): an idle keep-alive connection
+// closes at once, but a connection just accepted and one with half a request are answered, then
+// closed, instead of being reset with their bytes unread.
+TEST_F(ServerLimitsTest, StopForAHandOverAnswersTheRequestsOnTheirWay) {
+  start(ServerOptions{});
+  TestClient served(h_.port());
+  ASSERT_TRUE(served.send(make_request("GET", "/hello")));
+  ASSERT_TRUE(served.read_response());
+  TestClient fresh(h_.port());
+  TestClient partial(h_.port());
+  ASSERT_TRUE(partial.send("GET /hello HTTP/1.1\r\nHost"));
+  ASSERT_TRUE(wait_until([&] { return h_.stats().open_connections == 3; }));
+  h_.begin_stop(Server::kNoGraceLimit, Server::StopMode::kFinishArriving);
+  EXPECT_TRUE(served.wait_closed(1000));
+  EXPECT_FALSE(fresh.wait_closed(200));
+  ASSERT_TRUE(fresh.send(make_request("GET", "/hello")));
+  auto a = fresh.read_response();
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->status, 200);
+  EXPECT_EQ(a->header("Connection"), "close");
+  ASSERT_TRUE(partial.send(": x\r\n\r\n"));
+  auto b = partial.read_response();
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->status, 200);
+  EXPECT_TRUE(fresh.wait_closed(1000));
+  EXPECT_TRUE(partial.wait_closed(1000));
+  h_.shutdown();
+}
+
 TEST_F(ServerLimitsTest, StopLetsAResponseInProgressFinish) {
   auto held = std::make_shared<ResponderPtr>();  // loop thread only
   Router r;
