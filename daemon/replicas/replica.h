@@ -69,7 +69,6 @@ class Replica {
   std::int64_t running = 0;                // engine requests routed here and not finished
   std::int64_t pending_prompt_tokens = 0;  // their prompt tokens not prefilled yet (expected)
   PrefixIndex prefixes;
-  std::uint64_t failed_steps_seen = 0;
 
  private:
   Replica() = default;

@@ -254,8 +254,10 @@ class Daemon {
   bool submit_choice(Active& a, std::size_t c, const std::shared_ptr<Replica>& r, Status* error);
   // The choice's share of its replica's outstanding work ends (finished, or its first token came).
   void settle_pending(Active& a, std::size_t c);
-  // A replica whose steps fail is taken out of rotation.
-  void check_failed(Replica& r);
+  // A replica whose step failed is taken out of rotation. An engine ends a request with an error
+  // only when a step fails (bad requests are refused at submit): such an event is the sign, seen
+  // as soon as it arrives (the service's failed-step counter may lag behind it).
+  void mark_failed(Replica& r);
   // ctl upgrade: starts the new binary with the listening sockets; once it is ready this daemon
   // stops accepting, finishes what it has and exits 0; otherwise it keeps serving.
   void start_upgrade(const json& request, admin::Reply reply);
@@ -1034,10 +1036,7 @@ void Daemon::settle_pending(Active& a, std::size_t c) {
   a.pending_tokens[c] = 0;
 }
 
-void Daemon::check_failed(Replica& r) {
-  const std::uint64_t failed = r.service().failed_steps();
-  if (failed <= r.failed_steps_seen) return;
-  r.failed_steps_seen = failed;
+void Daemon::mark_failed(Replica& r) {
   if (r.state == ReplicaState::kFailed) return;
   r.state = ReplicaState::kFailed;
   log_error("serve: {} failed (a step failed on its devices): taken out of rotation; its requests that had not "
@@ -1100,7 +1099,7 @@ void Daemon::on_event(EngineEvent e) {
   settle_pending(a, e.choice);
   --rep.running;
   if (ev.finish == engine::RequestFinish::kError) {
-    check_failed(rep);
+    mark_failed(rep);
     // Nothing of it reached the client yet (a stream that has no token, or any answer not sent as
     // a stream): it runs again, from the start, on another replica.
     const bool unseen = !a.request.stream || !a.token_seen[e.choice];
