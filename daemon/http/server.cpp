@@ -81,9 +81,7 @@ class Server::Impl final : public ConnectionOwner {
   }
 
   int listen_fd() const {
-    uv_os_fd_t fd = -1;
-    if (!listener_open_ || uv_fileno(reinterpret_cast<const uv_handle_t*>(&listener_), &fd) != 0) return -1;
-    return fd;
+    return listener_open_ ? loop::handle_fd(reinterpret_cast<const uv_handle_t*>(&listener_)) : -1;
   }
 
   uint16_t port() const { return port_; }

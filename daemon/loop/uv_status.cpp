@@ -46,4 +46,9 @@ Status uv_status(int rc, std::string_view what) {
   return Status(code_for(rc), fmt::format("{}: {} ({})", what, uv_strerror(rc), uv_err_name(rc)));
 }
 
+int handle_fd(const uv_handle_t* handle) {
+  uv_os_fd_t fd = -1;
+  return uv_fileno(handle, &fd) == 0 ? fd : -1;
+}
+
 }  // namespace sx::daemon::loop

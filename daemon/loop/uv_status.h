@@ -23,6 +23,9 @@ namespace sx::daemon::loop {
 // positive values are OK.
 Status uv_status(int rc, std::string_view what);
 
+// The descriptor of an open handle (a listener to hand to another process), -1 when it has none.
+int handle_fd(const uv_handle_t* handle);
+
 // Takes ownership of `box`, whose member `handle` must be an initialised, not yet closing libuv
 // handle, and closes it; the box is destroyed in the close callback. handle->data is overwritten.
 template <typename Box, typename Handle>
