@@ -25,7 +25,9 @@ std::string_view replica_state_name(ReplicaState s) {
   return "?";
 }
 
-std::string Replica::name() const { return fmt::format("replica {}.{}", generation_, index_); }
+std::string Replica::label() const { return fmt::format("{}.{}", generation_, index_); }
+
+std::string Replica::name() const { return "replica " + label(); }
 
 Replica::~Replica() { stop(); }
 

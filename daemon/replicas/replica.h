@@ -56,7 +56,9 @@ class Replica {
 
   int index() const { return index_; }
   int generation() const { return generation_; }
-  // "replica 1.0" (generation 1, index 0)
+  // "1.0" (generation 1, index 0): the replica label of status and /metrics
+  std::string label() const;
+  // "replica 1.0", for the log
   std::string name() const;
   ModelSession& session() { return *session_; }
   const tokenizer::Tokenizer& tokenizer() const { return *session_->opened.tokenizer; }

@@ -102,8 +102,8 @@ struct Active {
   std::vector<std::int32_t> prompt;
   std::vector<engine::RequestOptions> options;  // per choice, for a retry
   std::vector<std::shared_ptr<Replica>> replica;  // per choice
-  std::vector<std::uint64_t> engine_ids;          // per choice (valid where submitted[c])
-  std::vector<bool> submitted, token_seen;
+  std::vector<std::uint64_t> engine_ids;          // per choice (valid where replica[c] is set)
+  std::vector<bool> token_seen;
   std::vector<int> attempt;
   std::vector<std::int64_t> pending_tokens;  // per choice: counted in its replica's pending_prompt_tokens
   std::vector<openai::Choice> choices;
@@ -247,6 +247,8 @@ class Daemon {
   Result<config::ServeConfig> reload_config(const json& request) const;
   // Drained replicas of older generations with nothing left in flight: stopped and freed.
   void reap_retired();
+  // Every replica there is: the generation in service's, then the older ones still draining.
+  std::vector<std::shared_ptr<Replica>> all_replicas() const;
   // The replica for a new request's prompt among the current generation's (nullptr: none ready),
   // `excluded` left out (a retry).
   std::shared_ptr<Replica> route(std::span<const std::int32_t> prompt, const Replica* excluded);
@@ -377,10 +379,7 @@ int Daemon::run() {
   }
   uv_run(&loop_, UV_RUN_DEFAULT);
   if (loader_.joinable()) loader_.join();
-  if (current_) {
-    for (const auto& r : current_->replicas) r->stop();
-  }
-  for (const auto& r : retiring_) r->stop();
+  for (const auto& r : all_replicas()) r->stop();
   // Handles closed by close_everything(); a last run frees what their close callbacks own.
   uv_run(&loop_, UV_RUN_DEFAULT);
   const int rc = uv_loop_close(&loop_);
@@ -607,6 +606,13 @@ void Daemon::switch_to(std::unique_ptr<Generation> next) {
   reap_retired();
 }
 
+std::vector<std::shared_ptr<Replica>> Daemon::all_replicas() const {
+  std::vector<std::shared_ptr<Replica>> all;
+  if (current_) all = current_->replicas;
+  all.insert(all.end(), retiring_.begin(), retiring_.end());
+  return all;
+}
+
 void Daemon::reap_retired() {
   for (auto it = retiring_.begin(); it != retiring_.end();) {
     Replica& r = **it;
@@ -756,14 +762,9 @@ http::Router Daemon::make_router() {
       extra.http_requests = hs.requests;
     }
     std::vector<ServeMetrics::ReplicaSample> samples;
-    auto sample = [&](const Replica& rep) {
-      samples.push_back({fmt::format("{}.{}", rep.generation(), rep.index()),
-                         std::string(replicas::replica_state_name(rep.state)), rep.stats()});
-    };
-    if (current_) {
-      for (const auto& rep : current_->replicas) sample(*rep);
+    for (const auto& rep : all_replicas()) {
+      samples.push_back({rep->label(), std::string(replicas::replica_state_name(rep->state)), rep->stats()});
     }
-    for (const auto& rep : retiring_) sample(*rep);
     r->respond(200, {{"Content-Type", "text/plain; version=0.0.4; charset=utf-8"}},
                metrics_.render(model_name_, samples, extra));
   });
@@ -936,7 +937,6 @@ void Daemon::start_generate(TokenizeWork w, int status) {
   a->last_token.assign(n, a->arrival);
   a->replica.assign(n, nullptr);
   a->engine_ids.assign(n, 0);
-  a->submitted.assign(n, false);
   a->token_seen.assign(n, false);
   a->attempt.assign(n, 0);
   a->pending_tokens.assign(n, 0);
@@ -986,7 +986,7 @@ void Daemon::start_generate(TokenizeWork w, int status) {
     it->second->cancelled = true;
     Active& act = *it->second;
     for (std::size_t c = 0; c < act.replica.size(); ++c) {
-      if (act.submitted[c] && !act.done[c]) act.replica[c]->service().cancel(act.engine_ids[c]);
+      if (act.replica[c] && !act.done[c]) act.replica[c]->service().cancel(act.engine_ids[c]);
     }
   });
 }
@@ -1023,7 +1023,6 @@ bool Daemon::submit_choice(Active& a, std::size_t c, const std::shared_ptr<Repli
   r->prefixes.record(a.prompt);
   a.replica[c] = r;
   a.engine_ids[c] = *id;
-  a.submitted[c] = true;
   a.pending_tokens[c] = pending;
   r->pending_prompt_tokens += pending;
   ++r->running;
@@ -1206,36 +1205,24 @@ json Daemon::status_json() {
   if (!current_) return s;
   s["generation"] = current_->number;
   s["plan"] = current_->replicas.front()->session().plan_summary;
-  engine::EngineStats total;
+  std::vector<engine::EngineStats> serving;  // the totals are the generation in service's
   std::uint64_t failed_total = 0;
   json list = json::array();
-  auto add = [&](Replica& r) {
-    const engine::EngineStats es = r.stats();
-    const std::uint64_t failed = r.service().failed_steps();
-    json one{{"replica", fmt::format("{}.{}", r.generation(), r.index())},
-             {"generation", r.generation()},
-             {"state", replicas::replica_state_name(r.state)},
-             {"devices", r.session().devices_summary()},
-             {"outstanding", json{{"requests", r.running}, {"prompt_tokens", r.pending_prompt_tokens}}}};
+  for (const auto& r : all_replicas()) {
+    const engine::EngineStats es = r->stats();
+    const std::uint64_t failed = r->service().failed_steps();
+    json one{{"replica", r->label()},
+             {"generation", r->generation()},
+             {"state", replicas::replica_state_name(r->state)},
+             {"devices", r->session().devices_summary()},
+             {"outstanding", json{{"requests", r->running}, {"prompt_tokens", r->pending_prompt_tokens}}}};
     one.update(engine_json(es, failed, config_.engine.block_size));
     list.push_back(std::move(one));
-    if (r.generation() != current_->number) return;  // the totals are the generation in service
-    total.running += es.running;
-    total.waiting += es.waiting;
-    total.kv_free_blocks += es.kv_free_blocks;
-    total.kv_total_blocks += es.kv_total_blocks;
-    total.prefix_queries += es.prefix_queries;
-    total.prefix_hits += es.prefix_hits;
-    total.prompt_tokens += es.prompt_tokens;
-    total.generation_tokens += es.generation_tokens;
-    total.preemptions += es.preemptions;
+    if (r->generation() != current_->number) continue;
+    serving.push_back(es);
     failed_total += failed;
-  };
-  for (const auto& r : current_->replicas) add(*r);
-  for (const auto& r : retiring_) add(*r);
-  total.kv_usage = total.kv_total_blocks > 0 ? 1.0 - static_cast<double>(total.kv_free_blocks) /
-                                                         static_cast<double>(total.kv_total_blocks)
-                                             : 0.0;
+  }
+  const engine::EngineStats total = sum_engine_stats(serving);
   s["devices"] = current_->replicas.size() == 1 ? current_->replicas.front()->session().devices_summary()
                                                  : fmt::format("{} replicas", current_->replicas.size());
   s.update(engine_json(total, failed_total, config_.engine.block_size));
@@ -1330,7 +1317,7 @@ void Daemon::end_request(Active& a, const openai::ApiError& err) {
     }
   }
   for (std::size_t c = 0; c < a.replica.size(); ++c) {  // their final events erase the entry
-    if (a.submitted[c] && !a.done[c]) a.replica[c]->service().cancel(a.engine_ids[c]);
+    if (a.replica[c] && !a.done[c]) a.replica[c]->service().cancel(a.engine_ids[c]);
   }
 }
 
@@ -1420,10 +1407,7 @@ void Daemon::close_everything() {
     return;
   }
   if (loaded_queue_) loaded_queue_->close();
-  if (current_) {
-    for (const auto& r : current_->replicas) r->stop();
-  }
-  for (const auto& r : retiring_) r->stop();
+  for (const auto& r : all_replicas()) r->stop();
   successor_.reset();  // its handles close; the process (if it is the daemon now) runs on
   if (events_) events_->close();
 }

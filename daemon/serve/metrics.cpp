@@ -61,25 +61,32 @@ ServeMetrics::ServeMetrics()
       e2e({0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
            960.0, 1920.0, 7680.0}) {}
 
-std::string ServeMetrics::render(const std::string& model_name, const std::vector<ReplicaSample>& replicas,
-                                 const Extra& extra) const {
-  const std::string labels = fmt::format("model_name=\"{}\"", label_value(model_name));
-  std::string out;
+engine::EngineStats sum_engine_stats(std::span<const engine::EngineStats> stats) {
   engine::EngineStats all;
-  for (const ReplicaSample& r : replicas) {
-    all.running += r.stats.running;
-    all.waiting += r.stats.waiting;
-    all.kv_free_blocks += r.stats.kv_free_blocks;
-    all.kv_total_blocks += r.stats.kv_total_blocks;
-    all.prefix_queries += r.stats.prefix_queries;
-    all.prefix_hits += r.stats.prefix_hits;
-    all.preemptions += r.stats.preemptions;
-    all.prompt_tokens += r.stats.prompt_tokens;
-    all.generation_tokens += r.stats.generation_tokens;
+  for (const engine::EngineStats& s : stats) {
+    all.running += s.running;
+    all.waiting += s.waiting;
+    all.kv_free_blocks += s.kv_free_blocks;
+    all.kv_total_blocks += s.kv_total_blocks;
+    all.prefix_queries += s.prefix_queries;
+    all.prefix_hits += s.prefix_hits;
+    all.preemptions += s.preemptions;
+    all.prompt_tokens += s.prompt_tokens;
+    all.generation_tokens += s.generation_tokens;
   }
   all.kv_usage = all.kv_total_blocks > 0
                      ? 1.0 - static_cast<double>(all.kv_free_blocks) / static_cast<double>(all.kv_total_blocks)
                      : 0.0;
+  return all;
+}
+
+std::string ServeMetrics::render(const std::string& model_name, const std::vector<ReplicaSample>& replicas,
+                                 const Extra& extra) const {
+  const std::string labels = fmt::format("model_name=\"{}\"", label_value(model_name));
+  std::string out;
+  std::vector<engine::EngineStats> each;
+  for (const ReplicaSample& r : replicas) each.push_back(r.stats);
+  const engine::EngineStats all = sum_engine_stats(each);
   // One engine figure: its HELP and TYPE, a line per replica, then the sum.
   auto per_replica = [&](const char* name, const char* type, const char* help, auto value) {
     out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);

@@ -13,12 +13,16 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "runtime/engine/engine.h"
 
 namespace sx::daemon::serve {
+
+// The engine figures of several replicas as one: counts summed, KV usage from the summed blocks.
+engine::EngineStats sum_engine_stats(std::span<const engine::EngineStats> stats);
 
 class Histogram {
  public:
