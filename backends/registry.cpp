@@ -2,16 +2,18 @@
 #include "backends/registry.h"
 
 #include "backends/cpu/cpu_device.h"
+#include "backends/cuda_loader.h"
 #ifdef SX_HAVE_VULKAN
 #include "backends/vulkan/vk_device.h"
 #endif
 
 namespace sx::backends {
 
-// Registration order is `--backend auto`'s order of preference: a GPU backend first, taken only
+// Registration order is `--backend auto`'s order of preference: CUDA, then Vulkan, taken only
 // when it reports a device (Vulkan leaves CPU implementations such as lavapipe out unless they are
 // named), then the CPU.
 void register_compiled_backends(hal::Registry& registry) {
+  registry.add(make_cuda_backend());  // a proxy: UNAVAILABLE with the reason where the module cannot run
 #ifdef SX_HAVE_VULKAN
   registry.add(vk::make_vulkan_backend());
 #endif

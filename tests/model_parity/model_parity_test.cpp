@@ -1,9 +1,11 @@
-// A model on Vulkan devices gives the CPU's answers: a random-weight model with Qwen2.5-7B's head
-// layout (28 query heads, 4 KV heads; head_dim 16 and 3 layers to stay small) produces the same
-// 16 greedy ids as one CPU device, with logits within 1e-4 of the largest, on one Vulkan device,
-// at TP 6 (uneven heads, KV heads replicated) and at TP 3 x PP 2, the ranks on devices of one
-// physical device joined by the staged channel. Skipped with the reason without six Vulkan
-// devices (meson selects physical device 0 six times: lavapipe in CI).
+// A model on a GPU backend (Vulkan, CUDA: the test parameter) gives the CPU's answers: a
+// random-weight model with Qwen2.5-7B's head layout (28 query heads, 4 KV heads; head_dim 16 and
+// 3 layers to stay small) produces the same 16 greedy ids as one CPU device, with logits within
+// 1e-4 of the largest, on one device, at TP 6 (uneven heads, KV heads replicated) and at TP 3 x
+// PP 2, the ranks joined by the backend's channel (Vulkan: six devices of one physical device,
+// meson selects physical device 0 six times: lavapipe in CI); a layout needing more devices than
+// the backend has is skipped saying so, and the whole case is skipped with the reason where the
+// backend has no device. The full Qwen2.5-0.5B shape below likewise.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -65,13 +67,30 @@ double max_relative_logit_diff(const GreedyRun& got, const GreedyRun& ref, std::
   return worst;
 }
 
-// Why a case needing `devices` Vulkan devices cannot run here; empty when it can.
-std::string missing_devices(hal::Backend& vk, std::size_t devices) {
-  auto infos = hal::list_devices(vk);
+// Why a case needing `devices` devices of `b` cannot run here; empty when it can.
+std::string missing_devices(hal::Backend& b, std::size_t devices) {
+  auto infos = hal::list_devices(b);
   if (!infos.ok()) return infos.status().to_string();
-  if (infos->size() < devices) return fmt::format("fewer than {} Vulkan devices selected", devices);
+  if (infos->size() < devices) return fmt::format("fewer than {} {} devices", devices, b.name());
   return {};
 }
+
+class ModelParity : public ::testing::TestWithParam<const char*> {
+ protected:
+  // The backend under test, or null (the test skipped) with the reason printed.
+  hal::Backend* backend() {
+    auto b = backends::default_registry().find(GetParam());
+    if (!b.ok()) {
+      std::printf("skipped: %s\n", b.status().to_string().c_str());
+      return nullptr;
+    }
+    if (const std::string why = missing_devices(**b, 1); !why.empty()) {
+      std::printf("skipped: %s\n", why.c_str());
+      return nullptr;
+    }
+    return *b;
+  }
+};
 
 // A random model written to a temporary GGUF file named after `stem`, opened, with its config.
 struct RandomFile {
@@ -88,13 +107,9 @@ Result<RandomFile> write_random_file(const model::RandomModelSpec& spec, std::st
   return r;
 }
 
-TEST(VulkanModel, SevenBHeadLayoutGivesTheCpuGreedyIdsAtEveryLayout) {
-  auto vk = backends::default_registry().find("vulkan");
-  ASSERT_TRUE(vk.ok()) << vk.status().to_string();
-  if (const std::string why = missing_devices(**vk, 6); !why.empty()) {
-    std::printf("skipped: %s\n", why.c_str());
-    GTEST_SKIP() << why;
-  }
+TEST_P(ModelParity, SevenBHeadLayoutGivesTheCpuGreedyIdsAtEveryLayout) {
+  hal::Backend* gpu = backend();
+  if (gpu == nullptr) GTEST_SKIP() << GetParam() << " has no device here";
   model::RandomModelSpec spec;
   model::ModelConfig& c = spec.config;
   c.name = "qwen2.5-7b-heads";
@@ -133,33 +148,40 @@ TEST(VulkanModel, SevenBHeadLayoutGivesTheCpuGreedyIdsAtEveryLayout) {
     int tp, pp;
   };
   for (const Layout lay : {Layout{1, 1}, Layout{6, 1}, Layout{3, 2}}) {
-    SCOPED_TRACE(::testing::Message() << "vulkan tp " << lay.tp << " pp " << lay.pp);
-    auto group = create_device_group(**vk, lay.tp * lay.pp, hal::DeviceOptions{});
+    SCOPED_TRACE(::testing::Message() << GetParam() << " tp " << lay.tp << " pp " << lay.pp);
+    if (const std::string why = missing_devices(*gpu, static_cast<std::size_t>(lay.tp * lay.pp)); !why.empty()) {
+      std::printf("%s tp %d pp %d: skipped: %s\n", GetParam(), lay.tp, lay.pp, why.c_str());
+      continue;
+    }
+    auto group = create_device_group(*gpu, lay.tp * lay.pp, hal::DeviceOptions{});
     ASSERT_TRUE(group.ok()) << group.status().to_string();
     ParallelOptions po;
     po.tp = lay.tp;
     po.pp = lay.pp;
-    auto m = Qwen2Model::load(file, config, **vk, group->devices, po, mo);
+    auto m = Qwen2Model::load(file, config, *gpu, group->devices, po, mo);
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     auto got = greedy(**m, kSteps);
     ASSERT_TRUE(got.ok()) << got.status().to_string();
     EXPECT_EQ(got->ids, ref->ids);
     const double worst = max_relative_logit_diff(*got, *ref);
     EXPECT_LT(worst, 1e-4);
-    std::printf("vulkan tp %d pp %d: %d greedy ids %s the CPU's; max relative logit diff %.2g\n", lay.tp, lay.pp,
-                kSteps, got->ids == ref->ids ? "equal to" : "DIFFERENT from", worst);
+    std::printf("%s tp %d pp %d: %d greedy ids %s the CPU's; max relative logit diff %.2g\n", GetParam(), lay.tp,
+                lay.pp, kSteps, got->ids == ref->ids ? "equal to" : "DIFFERENT from", worst);
   }
   std::filesystem::remove(rf->path);
 }
 
 // The full Qwen2.5-0.5B shape (24 layers, hidden 896, 14 / 2 heads, FFN 4864, vocab 151936: its
 // embedding / LM head is 4 (Q8_0) to 15 (F32) binding windows of lavapipe's 128 MiB), random
-// weights as `sextant make-model` writes them, F32 and Q8_0 files, an 8-token prompt, 32 steps on
-// one Vulkan device against one CPU device.
+// weights as `sextant make-model` writes them, F32, Q8_0 and Q4_K_M (llama.cpp's mix: Q4_K, Q6_K
+// for the LM head and some V / down projections) files, an 8-token prompt, 32 steps on one device
+// of the backend against one CPU device.
 //
 // F32: the same 32 greedy ids, logits within 1e-4 of each step's largest |logit| (measured 4.4e-6).
 //
-// Q8_0: both backends quantise activations to 8 bits the same way (tests/ops:
+// Q8_0 and Q4_K_M: the CPU quantises activations to 8 bits for these formats, the GPUs the same
+// way (Vulkan, Q8_0) or not at all (CUDA: F32 activations against dequantised weights). Vulkan:
+// both backends quantise activations to 8 bits the same way (tests/ops:
 // Q8_0MatmulQuantisesActivationsAsTheCpuDoes), but the F32 values they quantise differ in the last
 // bit (a different exp in silu and softmax, another summation order), and now and then such a bit
 // moves an activation across a rounding boundary: measured here, layer 0's down projection of the
@@ -172,24 +194,32 @@ TEST(VulkanModel, SevenBHeadLayoutGivesTheCpuGreedyIdsAtEveryLayout) {
 // within 5e-2 of each step's largest |logit| at all 32 steps (a wrong row, window or block gives
 // differences of the order of the logits themselves), and its argmax must equal the CPU's at every
 // step where the CPU's top two are further apart than twice the largest difference seen at that
-// step. Slow on lavapipe (~3 min): its own meson test, vulkan_full_shape; SX_FULL_SHAPE_ONLY=q8_0
-// (or f32) runs one format.
-TEST(VulkanModel, FullShapeQwen2_5_0_5BGivesTheCpuGreedyIds) {
-  auto vk = backends::default_registry().find("vulkan");
-  ASSERT_TRUE(vk.ok()) << vk.status().to_string();
-  if (const std::string why = missing_devices(**vk, 1); !why.empty()) {
-    std::printf("skipped: %s\n", why.c_str());
-    GTEST_SKIP() << why;
-  }
+// step. CUDA's quantised formats are checked the same way (its activations are the CPU's up to
+// that 8-bit rounding). Slow on lavapipe (~3 min): its own meson test, vulkan_full_shape;
+// SX_FULL_SHAPE_ONLY=q8_0 (or f32, q4_k_m) runs one format.
+TEST_P(ModelParity, FullShapeQwen2_5_0_5BGivesTheCpuGreedyIds) {
+  hal::Backend* gpu = backend();
+  if (gpu == nullptr) GTEST_SKIP() << GetParam() << " has no device here";
   constexpr int kSteps = 32, kPrompt = 8;
-  for (const hal::DType t : {hal::DType::kQ8_0, hal::DType::kF32}) {
-    SCOPED_TRACE(hal::dtype_name(t));
-    if (const char* only = std::getenv("SX_FULL_SHAPE_ONLY"); only != nullptr && hal::dtype_name(t) != only) continue;
-    const bool forced = t == hal::DType::kQ8_0;
+  struct Format {
+    const char* name;
+    hal::DType type;
+    model::WeightMix mix;
+  };
+  const bool cuda = std::string_view(GetParam()) == "cuda";
+  std::vector<Format> formats = {{"q8_0", hal::DType::kQ8_0, model::WeightMix::kUniform},
+                                 {"f32", hal::DType::kF32, model::WeightMix::kUniform}};
+  if (cuda) formats.push_back({"q4_k_m", hal::DType::kQ4_K, model::WeightMix::kQ4_K_M});
+  for (const Format& fmt_ : formats) {
+    const hal::DType t = fmt_.type;
+    SCOPED_TRACE(fmt_.name);
+    if (const char* only = std::getenv("SX_FULL_SHAPE_ONLY"); only != nullptr && std::string_view(fmt_.name) != only) continue;
+    const bool forced = t != hal::DType::kF32;
     model::RandomModelSpec spec;
     spec.config = model::qwen2_5_config("0.5b");
     spec.weight_type = t;
-    auto rf = write_random_file(spec, fmt::format("sx_vk_0_5b_{}", hal::dtype_name(t)));
+    spec.mix = fmt_.mix;
+    auto rf = write_random_file(spec, fmt::format("sx_{}_0_5b_{}", GetParam(), fmt_.name));
     ASSERT_TRUE(rf.ok()) << rf.status().to_string();
     const model::GgufFile& file = *rf->file;
     const model::ModelConfig& config = rf->config;
@@ -209,7 +239,7 @@ TEST(VulkanModel, FullShapeQwen2_5_0_5BGivesTheCpuGreedyIds) {
       ref = std::move(*r);
     }
     {
-      auto group = create_device_group(**vk, 1, hal::DeviceOptions{});
+      auto group = create_device_group(*gpu, 1, hal::DeviceOptions{});
       ASSERT_TRUE(group.ok()) << group.status().to_string();
       auto m = Qwen2Model::load(file, config, *group->devices[0], mo);
       ASSERT_TRUE(m.ok()) << m.status().to_string();
@@ -225,8 +255,8 @@ TEST(VulkanModel, FullShapeQwen2_5_0_5BGivesTheCpuGreedyIds) {
     if (!forced) {
       EXPECT_EQ(got.ids, ref.ids);
       EXPECT_LT(worst, 1e-4);
-      std::printf("0.5B shape, %s, vulkan: %d greedy ids %s the CPU's (%s); max relative logit diff %.2g\n",
-                  std::string(hal::dtype_name(t)).c_str(), kSteps, got.ids == ref.ids ? "equal to" : "DIFFERENT from",
+      std::printf("0.5B shape, %s, %s: %d greedy ids %s the CPU's (%s); max relative logit diff %.2g\n", fmt_.name,
+                  GetParam(), kSteps, got.ids == ref.ids ? "equal to" : "DIFFERENT from",
                   ids.c_str(), worst);
       continue;
     }
@@ -248,11 +278,14 @@ TEST(VulkanModel, FullShapeQwen2_5_0_5BGivesTheCpuGreedyIds) {
         EXPECT_EQ(got.ids[s], ref.ids[s]) << "step " << s << ": top-2 gap " << gap << ", largest difference " << diff;
       }
     }
-    std::printf("0.5B shape, %s, vulkan fed the CPU's ids: argmax equal to the CPU's at %d of %d steps (all %d "
+    std::printf("0.5B shape, %s, %s fed the CPU's ids: argmax equal to the CPU's at %d of %d steps (all %d "
                 "steps whose top-2 gap exceeds twice the logit difference among them); max relative logit diff "
-                "%.2g\n", std::string(hal::dtype_name(t)).c_str(), same, kSteps, decided, worst);
+                "%.2g\n", fmt_.name, GetParam(), same, kSteps, decided, worst);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, ModelParity, ::testing::Values("vulkan", "cuda"),
+                         [](const auto& info) { return std::string(info.param); });
 
 }  // namespace
 }  // namespace sx::engine

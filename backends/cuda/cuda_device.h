@@ -1,0 +1,32 @@
+// The CUDA device of the loadable module (cuda_device.cpp): a hal::Device on one CUDA ordinal,
+// created after the preflight (cuda_module.cpp) judged the machine able to run it.
+//
+// Device options ("cuda"): graphs (true: decode steps replay as CUDA graphs; SEXTANT_CUDA_GRAPHS=0
+// turns them off too), pool_chunk_mib (512: the size of the device memory chunks buffers are
+// carved from), workspace_mib (64: a stream's dequantisation workspace for prefill matmuls).
+// Threading: as hal::Device / hal::Stream.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/base/status.h"
+#include "runtime/hal/channel.h"
+#include "runtime/hal/device.h"
+#include "runtime/hal/device_options.h"
+
+namespace sx::cuda {
+
+// `info` as the backend enumerated it. Runs the probe kernel: a build without code for the GPU
+// fails here with FAILED_PRECONDITION naming the architectures it has.
+Result<std::unique_ptr<hal::Device>> create_cuda_device(const hal::DeviceInfo& info, int ordinal,
+                                                        const hal::DeviceOptions& options);
+// Collectives for a group of CUDA devices (staged through host memory for now).
+Result<std::vector<std::unique_ptr<hal::Channel>>> create_cuda_channels(std::span<hal::Device* const> devices,
+                                                                         const hal::ChannelOptions& options);
+// The architectures the kernels were compiled for, as the build's -Dnvcc_archs gave them ("90").
+const char* compiled_archs_text();
+
+}  // namespace sx::cuda

@@ -1,0 +1,158 @@
+// Host-side launch decisions of the CUDA backend (launch_plan.h).
+#include "backends/cuda/launch_plan.h"
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+
+namespace sx::cuda {
+
+MatmulPlan plan_matmul(hal::DType w_type, std::int64_t m, std::int64_t n, std::int64_t k,
+                       std::size_t workspace_bytes) {
+  MatmulPlan p;
+  if (m <= kMaxGemvRows) {
+    p.path = MatmulPath::kGemv;
+    p.threads = 128;  // 4 warps, one output row each
+    p.rows_per_block = p.threads / 32;
+    p.blocks = grid_blocks(n, p.rows_per_block);
+    return p;
+  }
+  p.path = MatmulPath::kGemm;
+  if (w_type == hal::DType::kF32) return p;  // SGEMM straight on the weights
+  const std::size_t row = static_cast<std::size_t>(std::max<std::int64_t>(k, 1)) * sizeof(float);
+  std::int64_t rows = static_cast<std::int64_t>(workspace_bytes / row);
+  if (rows >= 64) rows = rows / 64 * 64;
+  p.chunk_rows = std::clamp<std::int64_t>(rows, 1, std::max<std::int64_t>(n, 1));
+  return p;
+}
+
+std::size_t min_workspace_bytes(std::int64_t k) { return static_cast<std::size_t>(std::max<std::int64_t>(k, 1)) * 4; }
+
+std::int64_t grid_blocks(std::int64_t n, std::int64_t per_block) {
+  if (n <= 0 || per_block <= 0) return 1;
+  return std::clamp<std::int64_t>((n + per_block - 1) / per_block, 1, kMaxGridX);
+}
+
+namespace {
+
+void put(std::string& key, const void* p, std::size_t n) { key.append(static_cast<const char*>(p), n); }
+template <typename T>
+void put(std::string& key, const T& v) {
+  static_assert(std::is_trivially_copyable_v<T> && !std::is_class_v<T>);
+  put(key, &v, sizeof v);
+}
+void put(std::string& key, const hal::BufView& v) {
+  put(key, static_cast<const void*>(v.buffer));
+  put(key, v.offset);
+}
+
+}  // namespace
+
+void append_op_key(std::string& key, const hal::Op& op) {
+  put(key, static_cast<std::uint8_t>(op.index()));
+  std::visit(
+      [&](const auto& a) {
+        using T = std::decay_t<decltype(a)>;
+        if constexpr (std::is_same_v<T, hal::EmbeddingArgs>) {
+          put(key, a.table), put(key, a.table_type), put(key, a.ids), put(key, a.out);
+          put(key, a.n_tokens), put(key, a.dim), put(key, a.vocab), put(key, a.shard), put(key, a.vocab_offset);
+        } else if constexpr (std::is_same_v<T, hal::RmsNormArgs>) {
+          put(key, a.x), put(key, a.add), put(key, a.weight), put(key, a.out);
+          put(key, a.n_rows), put(key, a.dim), put(key, a.eps);
+        } else if constexpr (std::is_same_v<T, hal::MatmulArgs>) {
+          put(key, a.w), put(key, a.w_type), put(key, a.x), put(key, a.bias), put(key, a.y);
+          put(key, a.m), put(key, a.n), put(key, a.k);
+        } else if constexpr (std::is_same_v<T, hal::RopeArgs>) {
+          put(key, a.x), put(key, a.positions);
+          put(key, a.n_tokens), put(key, a.n_heads), put(key, a.head_dim), put(key, a.rot_dim), put(key, a.theta);
+        } else if constexpr (std::is_same_v<T, hal::KvWriteArgs>) {
+          put(key, a.k), put(key, a.v), put(key, a.k_cache), put(key, a.v_cache), put(key, a.cache_type);
+          put(key, a.slot_mapping);
+          put(key, a.n_tokens), put(key, a.n_kv_heads), put(key, a.head_dim), put(key, a.n_slots);
+        } else if constexpr (std::is_same_v<T, hal::AttentionArgs>) {
+          put(key, a.q), put(key, a.k_cache), put(key, a.v_cache), put(key, a.cache_type), put(key, a.out);
+          put(key, a.seq_token_start), put(key, a.seq_context_len), put(key, a.block_table);
+          put(key, a.n_seqs), put(key, a.n_tokens), put(key, a.n_heads), put(key, a.n_kv_heads), put(key, a.head_dim);
+          put(key, a.block_size), put(key, a.max_blocks_per_seq), put(key, a.n_slots);
+          put(key, a.q_head_offset), put(key, a.kv_head_offset), put(key, a.heads_per_kv), put(key, a.scale);
+        } else if constexpr (std::is_same_v<T, hal::SiluMulArgs>) {
+          put(key, a.gate), put(key, a.up), put(key, a.out);
+          put(key, a.n_rows), put(key, a.n_cols), put(key, a.gate_stride), put(key, a.up_stride), put(key, a.out_stride);
+        } else if constexpr (std::is_same_v<T, hal::AddArgs>) {
+          put(key, a.a), put(key, a.b), put(key, a.out), put(key, a.n);
+        } else if constexpr (std::is_same_v<T, hal::TopKArgs>) {
+          put(key, a.x), put(key, a.values), put(key, a.ids);
+          put(key, a.n_rows), put(key, a.n_cols), put(key, a.k), put(key, a.id_offset);
+        } else {
+          static_assert(sizeof(T) == 0, "append_op_key: an op without a key");
+        }
+      },
+      op);
+}
+
+std::int64_t op_tokens(const hal::Op& op) {
+  return std::visit(
+      [](const auto& a) -> std::int64_t {
+        using T = std::decay_t<decltype(a)>;
+        if constexpr (std::is_same_v<T, hal::MatmulArgs>) return a.m;
+        else if constexpr (std::is_same_v<T, hal::AddArgs>) return 1;  // element count, not tokens
+        else if constexpr (std::is_same_v<T, hal::RmsNormArgs> || std::is_same_v<T, hal::SiluMulArgs> ||
+                           std::is_same_v<T, hal::TopKArgs>) return a.n_rows;
+        else return a.n_tokens;
+      },
+      op);
+}
+
+GraphCache::Decision GraphCache::decide(const std::string& key, std::int64_t max_tokens) {
+  Decision d;
+  if (!policy_.enabled || max_tokens > policy_.max_tokens || key.empty()) return d;
+  for (auto it = lru_.begin(); it != lru_.end(); ++it) {
+    if (it->key == key) {
+      lru_.splice(lru_.begin(), lru_, it);
+      d.action = Action::kReplay;
+      d.id = lru_.front().id;
+      return d;
+    }
+  }
+  auto it = std::find_if(pending_.begin(), pending_.end(), [&](const Entry& e) { return e.key == key; });
+  if (it == pending_.end()) {
+    pending_.push_front({key, 0, 0, false});
+    if (pending_.size() > 2 * policy_.max_graphs) pending_.pop_back();
+    it = pending_.begin();
+  } else {
+    pending_.splice(pending_.begin(), pending_, it);
+    it = pending_.begin();
+  }
+  if (it->refused) return d;
+  if (it->seen < policy_.capture_after) {
+    ++it->seen;
+    return d;
+  }
+  if (policy_.max_graphs == 0) return d;
+  if (lru_.size() >= policy_.max_graphs) {
+    d.evict = lru_.back().id;
+    lru_.pop_back();
+  }
+  Entry e = std::move(*it);
+  pending_.erase(it);
+  e.id = next_id_++;
+  lru_.push_front(std::move(e));
+  d.action = Action::kCapture;
+  d.id = lru_.front().id;
+  return d;
+}
+
+void GraphCache::forget(std::uint64_t id) {
+  for (auto it = lru_.begin(); it != lru_.end(); ++it) {
+    if (it->id == id) {
+      Entry e = std::move(*it);
+      lru_.erase(it);
+      e.id = 0;
+      e.refused = true;
+      pending_.push_front(std::move(e));
+      return;
+    }
+  }
+}
+
+}  // namespace sx::cuda

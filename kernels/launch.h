@@ -1,0 +1,63 @@
+// The launchers of every CUDA kernel in kernels/ (DESIGN.md §7.8: one op family per file, one
+// launcher contract). Each takes the stream, the op's HAL argument struct (runtime/hal/ops.h: its
+// shapes and scalars; its buffer views are ignored) and the device pointers the CUDA stream has
+// resolved and bounds-checked for it; it validates nothing, enqueues its kernels and returns
+// cudaGetLastError() (cudaSuccess when n is 0).
+//
+// Errors found in the data (a token id outside the vocabulary, a KV slot or block id outside the
+// cache) are written into `err` (4 ints on the device, zero when none): err[0] a kind (kErr*),
+// err[1..3] the op's values; the first error wins. The stream reads it back at sync.
+//
+// Threading: launchers are reentrant; each call enqueues on `stream` only.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "runtime/hal/ops.h"
+
+namespace sx::kernels {
+
+enum DeviceError : int { kErrNone = 0, kErrEmbeddingId = 1, kErrAttentionBlock = 2, kErrKvSlot = 3 };
+
+cudaError_t launch_add(cudaStream_t s, const hal::AddArgs& a, const float* x, const float* y, float* out);
+cudaError_t launch_silu_mul(cudaStream_t s, const hal::SiluMulArgs& a, const float* gate, const float* up, float* out);
+cudaError_t launch_rmsnorm(cudaStream_t s, const hal::RmsNormArgs& a, float* x, const float* add, const float* weight,
+                           float* out);
+// rope in double precision like the CPU reference (backends/cpu/ops/rope.cpp).
+cudaError_t launch_rope(cudaStream_t s, const hal::RopeArgs& a, float* x, const std::int32_t* positions);
+cudaError_t launch_embedding(cudaStream_t s, const hal::EmbeddingArgs& a, const std::uint8_t* table,
+                             const std::int32_t* ids, float* out, int* err);
+// cache_type F32 or F16.
+cudaError_t launch_kv_write(cudaStream_t s, const hal::KvWriteArgs& a, const float* k, const float* v, void* k_cache,
+                            void* v_cache, const std::int32_t* slots, int* err);
+struct AttentionPtrs {
+  const float* q;
+  const void* k_cache;
+  const void* v_cache;
+  float* out;
+  const std::int32_t* seq_token_start;
+  const std::int32_t* seq_context_len;
+  const std::int32_t* block_table;
+};
+// head_dim <= 256, cache F32 or F16.
+cudaError_t launch_attention(cudaStream_t s, const hal::AttentionArgs& a, const AttentionPtrs& p, int* err);
+cudaError_t launch_top_k(cudaStream_t s, const hal::TopKArgs& a, const float* x, float* values, std::int32_t* ids);
+
+// y[m][n] = x[m][:] . W[n][:] (+ bias) for m <= 8, W in any weight format (kernels/dequant.cuh):
+// one warp per output row reads the row once for all m rows of x.
+cudaError_t launch_gemv(cudaStream_t s, const hal::MatmulArgs& a, const std::uint8_t* w, const float* x,
+                        const float* bias, float* y);
+// Rows [row_begin, row_begin + rows) of W (k columns of `w_type`, row_bytes each) as F32 into
+// out[rows][k].
+cudaError_t launch_dequantize_rows(cudaStream_t s, int w_type, const std::uint8_t* w, std::size_t row_bytes,
+                                   std::int64_t row_begin, std::int64_t rows, std::int64_t k, float* out);
+// y[r][:] += bias[:] for m rows of n.
+cudaError_t launch_add_bias(cudaStream_t s, float* y, const float* bias, std::int64_t m, std::int64_t n);
+
+// The probe of the preflight: writes 0x5e7a47 to *out. Fails with cudaErrorNoKernelImageForDevice
+// (or cudaErrorInvalidDeviceFunction) where this build has no code for the device.
+cudaError_t launch_probe(cudaStream_t s, int* out);
+
+}  // namespace sx::kernels
