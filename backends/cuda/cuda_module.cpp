@@ -162,9 +162,20 @@ class CudaBackend final : public hal::Backend {
  public:
   std::string_view name() const override { return "cuda"; }
 
+  // Free memory is read again on each call (a reload plans beside the replicas already loaded).
   Result<std::vector<hal::DeviceInfo>> devices() const override {
-    SX_RETURN_IF_ERROR(state().status);
-    return state().infos;
+    const State& s = state();
+    SX_RETURN_IF_ERROR(s.status);
+    std::vector<hal::DeviceInfo> infos = s.infos;
+    for (std::size_t i = 0; i < infos.size(); ++i) {
+      std::size_t free_b = 0, total_b = 0;
+      if (cudaSetDevice(s.gpus[i].cuda_ordinal) == cudaSuccess && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
+        infos[i].free_bytes = free_b;
+      } else {
+        (void)cudaGetLastError();
+      }
+    }
+    return infos;
   }
 
   Result<std::unique_ptr<hal::Device>> create_device(int index, const hal::DeviceOptions& options) override {

@@ -47,6 +47,9 @@ int cmd_bench(int argc, char** argv) {
       {{"--concurrency"}, true, false,
        "serve N requests at once (prompts of -p tokens, -n new tokens each) and report aggregate decode "
        "tokens/s, TTFT and inter-token latency against one request alone", "N"},
+      {{"--peak-bandwidth"}, true, false,
+       "the device's peak memory bandwidth in GB/s (e.g. 4800 for an H200): decode is also reported as a fraction "
+       "of the bound it gives, for GPUs, whose memory the host's read bandwidth does not measure", "GBPS"},
       {{"--prefix-tokens"}, true, false,
        "prefix-cache benchmark: TTFT of a second chat turn sharing an N-token prefix, cache warm vs cold", "N"},
   };
@@ -66,6 +69,7 @@ int cmd_bench(int argc, char** argv) {
     if (n_prompt + n_gen == 0) return invalid_argument_error("nothing to measure: -p and -n are both 0");
     SX_ASSIGN_OR_RETURN(std::int64_t concurrency, args.get_int("--concurrency", 0, 0, 4096));
     SX_ASSIGN_OR_RETURN(std::int64_t prefix_tokens, args.get_int("--prefix-tokens", 0, 0, 1 << 24));
+    SX_ASSIGN_OR_RETURN(std::int64_t peak_gbs, args.get_int("--peak-bandwidth", 0, 0, 1000000));
     SX_ASSIGN_OR_RETURN(engine::OpenedModel opened, open_model_arg(args));
     if (concurrency > 0 || prefix_tokens > 0) {
       if (n_gen < 1 || (concurrency > 0 && n_prompt < 1)) {
@@ -183,6 +187,14 @@ int cmd_bench(int argc, char** argv) {
                   bw_typical / weights, spread_of(frac_typical).median, static_cast<long long>(reps));
       std::printf("  undisturbed, fastest token against fastest round: %.2f; mean rate against fastest round: %.2f\n",
                   spread_of(frac_quiet).median, spread_of(frac_strict).median);
+      if (peak_gbs > 0) {
+        // A device's own memory: the bound is the stated peak, bytes = weights + KV read per token.
+        const double peak = static_cast<double>(peak_gbs) * 1e9, bytes = weights + kv;
+        std::printf("device peak bandwidth (stated): %lld GB/s; bytes per decode token %.1f MB; bound %.2f tokens/s; "
+                    "decode (median %.2f tokens/s) reaches %.2f of the device bound (fastest token: %.2f)\n",
+                    static_cast<long long>(peak_gbs), bytes / 1e6, peak / bytes, s.median, s.median * bytes / peak,
+                    spread_of(fastest).median * bytes / peak);
+      }
     }
     return ok_status();
   };

@@ -372,7 +372,10 @@ Result<std::vector<DeviceBudget>> device_budgets(std::span<const hal::DeviceInfo
   std::vector<DeviceBudget> out;
   for (int i = 0; i < ranks; ++i) {
     const hal::DeviceInfo& d = devices[static_cast<std::size_t>(i)];
-    out.push_back({d.name.empty() ? fmt::format("{}:{}", d.backend, d.index) : d.name, d.memory_bytes, overhead_bytes});
+    // Free memory, not total (other processes, a CUDA context of another program): a device that
+    // reports what is free when enumerated is planned against that.
+    const std::uint64_t capacity = d.free_bytes > 0 ? std::min(d.free_bytes, d.memory_bytes) : d.memory_bytes;
+    out.push_back({d.name.empty() ? fmt::format("{}:{}", d.backend, d.index) : d.name, capacity, overhead_bytes});
   }
   return out;
 }

@@ -146,7 +146,8 @@ Workspace rank_workspace(const model::ModelConfig& config, const parallel::Shard
 std::vector<DeviceBudget> shared_memory_budgets(std::uint64_t total_bytes, int ranks, std::string_view prefix,
                                                 std::uint64_t overhead_bytes = 0);
 // One budget per rank from the devices a backend reports (their own memory each): the first
-// `ranks` devices; INVALID_ARGUMENT when there are fewer.
+// `ranks` devices, each planned against its free memory where it reports one (free_bytes > 0),
+// else its total; INVALID_ARGUMENT when there are fewer.
 Result<std::vector<DeviceBudget>> device_budgets(std::span<const hal::DeviceInfo> devices, int ranks,
                                                  std::uint64_t overhead_bytes);
 // The budgets of `ranks` ranks on `devices` of one backend, whatever it is: shared_memory_budgets

@@ -189,6 +189,57 @@ def vulkan_without_a_driver_is_unavailable_naming_the_cause():
 
 
 @case
+def generate_on_cuda_reproduces_the_text():
+    # On a CUDA device (the lent GPU of tests/device/run): the memorised continuation from every
+    # bundled format, with CUDA graphs and without. Passes, saying so, where the build or the
+    # machine has no CUDA device.
+    n = 48
+    probe = run("plan", "--backend", "cuda", "--model", model("f32"), check=False)
+    if probe.returncode != 0:
+        print("  (no CUDA device here: " + probe.stderr.decode().strip().splitlines()[-1] + ")")
+        return
+    for fmt, graphs in (("f32", "1"), ("f16", "1"), ("q8_0", "1"), ("f32", "0")):
+        p = run("generate", "--backend", "cuda", "--model", model(fmt), "--prompt", REF["prompt_text"], "-n", str(n),
+                "--ids", "--ignore-eos", env={"SEXTANT_CUDA_GRAPHS": graphs})
+        ids = [int(x) for x in p.stdout.split()]
+        assert ids == REF["continuation_ids"][:n], f"cuda {fmt} graphs {graphs}: {ids[:10]}"
+
+
+@case
+def cuda_unavailable_is_named_and_the_binary_runs_without_cuda_libraries():
+    # Without a driver (this machine), `serve --backend cuda` exits 1 naming the backend and the
+    # cause. Then with the CUDA libraries out of reach (the dynamic loader told to ignore its cache
+    # and search only the system's own directories, not /usr/local/cuda): the binary still starts
+    # and generates on the CPU, and --backend cuda names the library it could not load.
+    probe = run("plan", "--backend", "cuda", "--model", model("f32"), check=False)
+    if probe.returncode == 0:
+        print("  (a CUDA device is present: nothing is unavailable)")
+        return
+    with tempfile.TemporaryDirectory() as d:
+        os.chmod(d, 0o700)
+        serve = ["serve", "--backend", "cuda", "--model", model("f32"), "--port", "0", "--admin-socket",
+                 os.path.join(d, "admin.sock")]
+        p = run(*serve, check=False)
+        err = p.stderr.decode()
+        assert p.returncode == 1 and "backend cuda unavailable: " in err, err
+        assert "no NVIDIA driver" in err or "no CUDA module" in err or "cannot load the CUDA module" in err, err
+        ld = "/lib64/ld-linux-x86-64.so.2"
+        system_dirs = "/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu"
+        if not os.path.exists(ld):
+            print("  (no " + ld + " to run the binary with the CUDA libraries out of reach)")
+            return
+        bare = [ld, "--inhibit-cache", "--library-path", system_dirs, SEXTANT]
+        p = subprocess.run(bare + ["generate", "--model", model("f32"), "--prompt", REF["prompt_text"], "-n", "16",
+                                   "--ids", "--ignore-eos"], capture_output=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        assert [int(x) for x in p.stdout.split()] == REF["continuation_ids"][:16], p.stdout
+        p = subprocess.run(bare + serve, capture_output=True, timeout=120)
+        err = p.stderr.decode()
+        assert p.returncode == 1 and "backend cuda unavailable: " in err, err
+        assert "no CUDA module" in err or ("cannot load the CUDA module" in err and "libcu" in err), err
+
+
+@case
 def qwen05_shape_with_the_real_tokenizer_loads_and_generates():
     # The exact Qwen2.5-0.5B shape (hidden 896, 14/2 heads, FFN 4864, vocab 151936, tied) with two
     # layers instead of 24, to keep the suite fast; the bench in the issue note uses all 24.

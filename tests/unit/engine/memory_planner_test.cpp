@@ -385,6 +385,13 @@ TEST(MemoryPlanner, CpuBudgetIsSharedByTheLogicalDevices) {
   EXPECT_EQ((*b)[0].name, "cpu:0 (budget)");
   EXPECT_EQ((*b)[1].name, "cpu:1");
   EXPECT_EQ((*b)[1].capacity_bytes, 8 * kGiB);
+  // A device reporting its free memory is planned against that, not its total (another
+  // process holds the rest).
+  infos[1].free_bytes = 5 * kGiB;
+  auto b2 = device_budgets(infos, 2, 0);
+  ASSERT_TRUE(b2.ok());
+  EXPECT_EQ((*b2)[0].capacity_bytes, 8 * kGiB);
+  EXPECT_EQ((*b2)[1].capacity_bytes, 5 * kGiB);
   auto too_few = device_budgets(infos, 3, 0);
   ASSERT_FALSE(too_few.ok());
   EXPECT_TRUE(contains(too_few.status().message(), "3 ranks need 3 devices but 2 are available"))
