@@ -38,7 +38,12 @@ __global__ void attention_kernel(AttentionPtrs p, std::int64_t n_seqs, std::int6
   __syncthreads();
   const int s = seq_s;
   const std::int64_t c = p.seq_token_start[s + 1] - p.seq_token_start[s];
-  const std::int64_t pos = p.seq_context_len[s] - c + (t - p.seq_token_start[s]);
+  const std::int64_t ctx = p.seq_context_len[s];
+  if (c < 0 || ctx < c || ctx > max_blocks * block_size) {  // the same for every thread: all return
+    if (threadIdx.x == 0) report_error(err, kErrAttentionContext, s, static_cast<int>(c), static_cast<int>(ctx));
+    return;
+  }
+  const std::int64_t pos = ctx - c + (t - p.seq_token_start[s]);
   const std::int64_t n_ctx = pos + 1;
   const std::int64_t kvh = (q_head_offset + h) / heads_per_kv - kv_head_offset;
   const std::int32_t* table = p.block_table + s * max_blocks;

@@ -19,7 +19,13 @@
 
 namespace sx::kernels {
 
-enum DeviceError : int { kErrNone = 0, kErrEmbeddingId = 1, kErrAttentionBlock = 2, kErrKvSlot = 3 };
+enum DeviceError : int {
+  kErrNone = 0,
+  kErrEmbeddingId = 1,
+  kErrAttentionBlock = 2,
+  kErrKvSlot = 3,
+  kErrAttentionContext = 4,  // a sequence's context shorter than its new tokens, or beyond its blocks
+};
 
 cudaError_t launch_add(cudaStream_t s, const hal::AddArgs& a, const float* x, const float* y, float* out);
 cudaError_t launch_silu_mul(cudaStream_t s, const hal::SiluMulArgs& a, const float* gate, const float* up, float* out);

@@ -29,7 +29,7 @@ __device__ __forceinline__ void unpack8(const uint4& u, int type, float* f) {
   }
 }
 
-__global__ void gemv_kernel(const std::uint8_t* w, int type, std::size_t row_bytes, const float* x, const float* bias,
+__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const std::uint8_t* w, int type, std::size_t row_bytes, const float* x, const float* bias,
                             float* y, int m, std::int64_t n, std::int64_t k, bool vec) {
   const std::int64_t row = blockIdx.x * static_cast<std::int64_t>(kWarps) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -40,6 +40,7 @@ __global__ void gemv_kernel(const std::uint8_t* w, int type, std::size_t row_byt
   for (int i = 0; i < kMaxM; ++i) acc[i] = 0.0f;
   if (vec && (type == kF16 || type == kBF16)) {
     const uint4* wv = reinterpret_cast<const uint4*>(wr);
+#pragma unroll 4  // several 16-byte loads in flight per lane: decode is bound by these reads
     for (std::int64_t c = lane; c < k / 8; c += 32) {
       float f[8];
       unpack8(wv[c], type, f);
@@ -57,6 +58,7 @@ __global__ void gemv_kernel(const std::uint8_t* w, int type, std::size_t row_byt
     }
   } else if (vec && type == kF32) {
     const float4* wv = reinterpret_cast<const float4*>(wr);
+#pragma unroll 4
     for (std::int64_t c = lane; c < k / 4; c += 32) {
       const float4 f = wv[c];
 #pragma unroll

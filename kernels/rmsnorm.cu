@@ -1,5 +1,7 @@
 // rmsnorm with the fused residual add (hal::RmsNormArgs): one block per row; the sum of squares
 // in double, like the CPU reference (backends/cpu/ops/norm.cpp).
+#include <algorithm>
+
 #include "kernels/common.cuh"
 
 namespace sx::kernels {

@@ -2,6 +2,8 @@
 // (larger first, lower index first among equals, NaN last). One block per row, k passes: pass i
 // takes the best element that comes after pass i-1's pick in that order. k <= 64 and rows of a
 // vocabulary (150k) make this a few microseconds; greedy (k = 1) is one pass.
+#include <algorithm>
+
 #include "kernels/common.cuh"
 
 namespace sx::kernels {

@@ -391,6 +391,9 @@ Status CudaStream::launch_eagerly() {
 }
 
 Status CudaStream::flush() {
+  // Every entry point but run() starts here: the device made current on this thread first (a
+  // thread may have worked on another device since; cudaMemsetAsync needs the stream's device).
+  SX_RETURN_IF_ERROR(latch(d_.activate()));
   if (pending_.empty()) return latched_;
   struct Clear {
     CudaStream* s;
@@ -401,7 +404,6 @@ Status CudaStream::flush() {
     }
   } clear{this};
   if (!latched_.ok()) return latched_;
-  SX_RETURN_IF_ERROR(latch(d_.activate()));
   const GraphCache::Decision d = graphs_.decide(key_, pending_tokens_);
   if (d.evict) {
     auto it = execs_.find(*d.evict);
@@ -456,6 +458,10 @@ Status CudaStream::take_device_errors() {
   switch (kind) {
     case kernels::kErrKvSlot:
       return latch(out_of_range_error("kv_write: slot {} of token {} is outside the cache of {} slots", a, b, c));
+    case kernels::kErrAttentionContext:
+      return latch(invalid_argument_error(
+          "attention: sequence {} has {} new tokens and context {} (fewer than its new tokens, or more than its "
+          "blocks hold)", a, b, c));
     case kernels::kErrAttentionBlock:
       return latch(out_of_range_error("attention: sequence {} block {} maps to block id {} outside the cache", a, b, c));
     default:
@@ -464,8 +470,14 @@ Status CudaStream::take_device_errors() {
 }
 
 Status CudaStream::sync() {
-  if (!latched_.ok()) return latched_;
   SX_RETURN_IF_ERROR(latch(d_.activate()));
+  if (!latched_.ok()) {  // still wait: work enqueued before the error may use the caller's buffers
+    pending_.clear();
+    key_.clear();
+    pending_tokens_ = 0;
+    (void)cudaStreamSynchronize(stream_);
+    return latched_;
+  }
   SX_RETURN_IF_ERROR(flush());
   SX_RETURN_IF_ERROR(check(cudaMemcpyAsync(errors_host_, static_cast<CudaBuffer*>(errors_.get())->ptr(), 16,
                                            cudaMemcpyDeviceToHost, stream_),
@@ -567,7 +579,8 @@ Status CudaStream::gemm(cudaStream_t s, const hal::MatmulArgs& a, const std::byt
                                      &zero, y + row0, static_cast<int>(a.n)),
                          "matmul: cublasSgemm");
   };
-  SX_RETURN_IF_ERROR(cublas_status(cublasSetStream(blas_, s), "matmul: cublasSetStream"));
+  // blas_ is bound to stream_ (== s) with its workspace since init(); cublasSetStream here would
+  // reset the workspace to cuBLAS's own pool, which allocates inside a graph capture.
   const MatmulPlan plan = plan_matmul(a.w_type, a.m, a.n, a.k, workspace_->size());
   if (plan.chunk_rows == 0) {
     SX_RETURN_IF_ERROR(sgemm(reinterpret_cast<const float*>(w), 0, a.n));
@@ -772,6 +785,10 @@ Status CudaStream::run(const hal::Op& op) {
       return latch_invalid("attention: {} sequences, {} tokens, {} heads ({} KV) of {}, blocks of {} x {}, {} slots",
                            a.n_seqs, a.n_tokens, a.n_heads, a.n_kv_heads, a.head_dim, a.block_size,
                            a.max_blocks_per_seq, a.n_slots);
+    }
+    for (std::int64_t h = 0; h < a.n_heads; ++h) {  // the kernel indexes the cache with this KV head
+      const std::int64_t g = (a.q_head_offset + h) / a.heads_per_kv - a.kv_head_offset;
+      if (g < 0 || g >= a.n_kv_heads) return latch_invalid("attention: query head {} maps to KV head {} not held here", h, g);
     }
     if (a.n_tokens == 0) return ok_status();
     const std::size_t elem = a.cache_type == hal::DType::kF16 ? 2 : 4;

@@ -4,6 +4,7 @@
 // order (device_order.h).
 #include <cuda_runtime.h>
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <mutex>
