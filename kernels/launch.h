@@ -47,8 +47,11 @@ struct AttentionPtrs {
   const std::int32_t* seq_context_len;
   const std::int32_t* block_table;
 };
-// head_dim <= 256, cache F32 or F16.
-cudaError_t launch_attention(cudaStream_t s, const hal::AttentionArgs& a, const AttentionPtrs& p, int* err);
+// head_dim <= 256, cache F32 or F16. splits > 1 (backends/cuda/launch_plan.h plan_attention):
+// each (token, head)'s context in splits of `chunk` positions, partial states in `partials`
+// (n_tokens x n_heads x splits x (head_dim + 2) floats), combined into out by a second kernel.
+cudaError_t launch_attention(cudaStream_t s, const hal::AttentionArgs& a, const AttentionPtrs& p, int* err,
+                             std::int64_t splits = 1, std::int64_t chunk = 0, float* partials = nullptr);
 cudaError_t launch_top_k(cudaStream_t s, const hal::TopKArgs& a, const float* x, float* values, std::int32_t* ids);
 
 // y[m][n] = x[m][:] . W[n][:] (+ bias) for m <= 8, W in any weight format (kernels/dequant.cuh):
@@ -59,6 +62,13 @@ cudaError_t launch_gemv(cudaStream_t s, const hal::MatmulArgs& a, const std::uin
 // out[rows][k].
 cudaError_t launch_dequantize_rows(cudaStream_t s, int w_type, const std::uint8_t* w, std::size_t row_bytes,
                                    std::int64_t row_begin, std::int64_t rows, std::int64_t k, float* out);
+// Q8_0 with 8-bit activations, the CPU's arithmetic to the bit (matmul_q8.cu): rows of x
+// quantised into qs (int8 [rows][k]) and d (F32 [rows][k / 32]), then y[m][n] (+ bias) from them
+// and the Q8_0 weight rows w; m <= 524280 a call (grid.y).
+cudaError_t launch_quantize_q8(cudaStream_t s, const float* x, std::int64_t rows, std::int64_t k, std::int8_t* qs,
+                               float* d);
+cudaError_t launch_gemm_q8(cudaStream_t s, const std::uint8_t* w, const std::int8_t* qs, const float* d,
+                           const float* bias, float* y, std::int64_t m, std::int64_t n, std::int64_t k);
 // y[r][:] += bias[:] for m rows of n.
 cudaError_t launch_add_bias(cudaStream_t s, float* y, const float* bias, std::int64_t m, std::int64_t n);
 

@@ -44,6 +44,7 @@ static_assert(static_cast<int>(hal::DType::kF32) == 0 && static_cast<int>(hal::D
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 constexpr std::size_t kUpdateRingBytes = 4 * kMiB;
 constexpr std::size_t kCublasWorkspaceBytes = 32 * kMiB;
+constexpr std::size_t kAttentionPartialBytes = 8 * kMiB;
 
 bool weight_type_ok(hal::DType t) { return t != hal::DType::kI32; }
 
@@ -128,6 +129,8 @@ class CudaDevice final : public hal::Device {
   // thread); every entry point that calls CUDA starts with it.
   Status activate() const { return cuda_status(cudaSetDevice(ordinal_), fmt::format("{}: cudaSetDevice", info_.name)); }
   const CudaOptions& options() const { return options_; }
+  int multiprocessors() const { return multiprocessors_; }
+  void set_multiprocessors(int n) { multiprocessors_ = n; }
   void host_freed(std::size_t bytes) { host_bytes_ -= bytes; }
 
  private:
@@ -157,6 +160,7 @@ class CudaDevice final : public hal::Device {
 
   hal::DeviceInfo info_;
   int ordinal_;
+  int multiprocessors_ = 1;
   CudaOptions options_;
   mutable Arena weights_, general_;
   std::atomic<std::size_t> host_bytes_{0};
@@ -297,7 +301,8 @@ class CudaStream final : public hal::Stream {
   CudaDevice& d_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
-  std::unique_ptr<hal::Buffer> workspace_, blas_workspace_, errors_;
+  // workspace_: prefill matmuls' dequantised rows; partials_: split attention's partial states.
+  std::unique_ptr<hal::Buffer> workspace_, blas_workspace_, errors_, partials_;
   int* errors_host_ = nullptr;  // pinned, 4 ints
   std::byte* ring_ = nullptr;   // pinned, kUpdateRingBytes
   std::size_t ring_at_ = 0;
@@ -323,6 +328,7 @@ Status CudaStream::init() {
       cublasSetWorkspace(blas_, static_cast<CudaBuffer*>(blas_workspace_.get())->ptr(), kCublasWorkspaceBytes),
       name + ": cublasSetWorkspace"));
   SX_ASSIGN_OR_RETURN(workspace_, d_.alloc(d_.options().workspace_bytes, hal::BufferUsage::kDevice));
+  SX_ASSIGN_OR_RETURN(partials_, d_.alloc(kAttentionPartialBytes, hal::BufferUsage::kDevice));
   SX_ASSIGN_OR_RETURN(errors_, d_.alloc(16, hal::BufferUsage::kDevice));
   SX_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(static_cast<CudaBuffer*>(errors_.get())->ptr(), 0, 16, stream_),
                                  name + ": clearing the error word"));
@@ -619,6 +625,30 @@ Status CudaStream::run_matmul(const hal::MatmulArgs& a) {
                          a.k, workspace_->size());
   }
   const void* addrs[] = {w, x, bias, y};
+  if (a.w_type == hal::DType::kQ8_0) {  // 8-bit activations at every m, as on the CPU
+    const std::int64_t per_pass = q8_rows_per_pass(a.k, workspace_->size());
+    if (per_pass < 1) {
+      return latch_invalid("matmul: q8_0 activations of {} columns do not fit the {}-byte workspace (device option "
+                           "workspace_mib)", a.k, workspace_->size());
+    }
+    defer(a, addrs, [this, a, w, x, bias, y, per_pass](cudaStream_t s) -> Status {
+      std::byte* ws = static_cast<CudaBuffer*>(workspace_.get())->ptr();
+      for (std::int64_t r = 0; r < a.m; r += per_pass) {
+        const std::int64_t rows = std::min(per_pass, a.m - r);
+        auto* qs = reinterpret_cast<std::int8_t*>(ws);
+        auto* d = reinterpret_cast<float*>(ws + rows * a.k);  // k is a multiple of 32: 4-byte aligned
+        SX_RETURN_IF_ERROR(launched(kernels::launch_quantize_q8(s, reinterpret_cast<const float*>(x) + r * a.k, rows,
+                                                                a.k, qs, d),
+                                    "matmul"));
+        SX_RETURN_IF_ERROR(launched(kernels::launch_gemm_q8(s, reinterpret_cast<const std::uint8_t*>(w), qs, d,
+                                                            reinterpret_cast<const float*>(bias),
+                                                            reinterpret_cast<float*>(y) + r * a.n, rows, a.n, a.k),
+                                    "matmul"));
+      }
+      return ok_status();
+    });
+    return ok_status();
+  }
   if (plan.path == MatmulPath::kGemv) {
     defer(a, addrs, [a, w, x, bias, y](cudaStream_t s) {
       return launched(kernels::launch_gemv(s, a, reinterpret_cast<const std::uint8_t*>(w),
@@ -806,9 +836,12 @@ Status CudaStream::run(const hal::Op& op) {
                                       reinterpret_cast<const std::int32_t*>(sts),
                                       reinterpret_cast<const std::int32_t*>(scl),
                                       reinterpret_cast<const std::int32_t*>(bt)};
+    const AttentionPlan plan = plan_attention(a.n_tokens, a.n_heads, a.head_dim, a.max_blocks_per_seq * a.block_size,
+                                              d_.multiprocessors(), partials_->size() / sizeof(float));
+    auto* partials = reinterpret_cast<float*>(static_cast<CudaBuffer*>(partials_.get())->ptr());
     const void* addrs[] = {q, kc, vc, out, sts, scl, bt};
-    defer(op, addrs, [a, ptrs, err](cudaStream_t s) {
-      return launched(kernels::launch_attention(s, a, ptrs, err), "attention");
+    defer(op, addrs, [a, ptrs, err, plan, partials](cudaStream_t s) {
+      return launched(kernels::launch_attention(s, a, ptrs, err, plan.splits, plan.chunk, partials), "attention");
     });
     return ok_status();
   }
@@ -828,6 +861,10 @@ Result<std::unique_ptr<hal::Device>> create_cuda_device(const hal::DeviceInfo& i
   SX_ASSIGN_OR_RETURN(const CudaOptions o, parse_options(options));
   auto d = std::make_unique<CudaDevice>(info, ordinal, o);
   SX_RETURN_IF_ERROR(d->activate());
+  int sms = 0;
+  SX_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ordinal),
+                                 info.name + ": multiprocessor count"));
+  d->set_multiprocessors(sms);
   // The probe (kernels/probe.cu): "no kernel image" found here, before any weight is read.
   int* probe = nullptr;
   SX_RETURN_IF_ERROR(cuda_status(cudaMalloc(reinterpret_cast<void**>(&probe), sizeof(int)), info.name + ": probe"));

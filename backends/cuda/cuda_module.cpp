@@ -186,7 +186,8 @@ class CudaBackend final : public hal::Backend {
       return invalid_argument_error("cuda: there is no device {} ({} in PCI order: {})", index, s.infos.size(),
                                     fmt::join(describe_devices(s.gpus), "; "));
     }
-    return create_cuda_device(s.infos[static_cast<std::size_t>(index)], s.gpus[static_cast<std::size_t>(index)].cuda_ordinal,
+    SX_ASSIGN_OR_RETURN(const std::vector<hal::DeviceInfo> now, devices());  // free memory as it is now
+    return create_cuda_device(now[static_cast<std::size_t>(index)], s.gpus[static_cast<std::size_t>(index)].cuda_ordinal,
                               options);
   }
 

@@ -28,9 +28,33 @@ MatmulPlan plan_matmul(hal::DType w_type, std::int64_t m, std::int64_t n, std::i
 
 std::size_t min_workspace_bytes(std::int64_t k) { return static_cast<std::size_t>(std::max<std::int64_t>(k, 1)) * 4; }
 
+std::int64_t q8_rows_per_pass(std::int64_t k, std::size_t workspace_bytes) {
+  if (k <= 0) return 0;
+  const auto row = static_cast<std::size_t>(k) + static_cast<std::size_t>(k / 32) * sizeof(float);
+  return std::min<std::int64_t>(static_cast<std::int64_t>(workspace_bytes / row), kMaxQ8RowsPerPass);
+}
+
 std::int64_t grid_blocks(std::int64_t n, std::int64_t per_block) {
   if (n <= 0 || per_block <= 0) return 1;
   return std::clamp<std::int64_t>((n + per_block - 1) / per_block, 1, kMaxGridX);
+}
+
+AttentionPlan plan_attention(std::int64_t n_tokens, std::int64_t n_heads, std::int64_t head_dim,
+                             std::int64_t ctx_bound, int multiprocessors, std::size_t partial_floats) {
+  AttentionPlan p;
+  const std::int64_t blocks = n_tokens * n_heads;
+  if (blocks <= 0 || ctx_bound <= kMinSplitPositions || multiprocessors <= 0) return p;
+  const std::int64_t want = (2 * static_cast<std::int64_t>(multiprocessors) + blocks - 1) / blocks;
+  const std::int64_t by_ctx = ctx_bound / kMinSplitPositions;
+  const auto by_space = static_cast<std::int64_t>(partial_floats / static_cast<std::size_t>(blocks * (head_dim + 2)));
+  const std::int64_t splits = std::min({want, by_ctx, by_space, kMaxSplits});
+  if (splits < 2) return p;
+  std::int64_t chunk = (ctx_bound + splits - 1) / splits;
+  chunk = (chunk + kAttentionTile - 1) / kAttentionTile * kAttentionTile;
+  p.splits = (ctx_bound + chunk - 1) / chunk;  // rounding the chunk up may leave one split fewer
+  p.chunk = p.splits > 1 ? chunk : 0;
+  if (p.splits < 2) p.splits = 1;
+  return p;
 }
 
 namespace {

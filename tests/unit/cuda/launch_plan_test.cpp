@@ -31,12 +31,43 @@ TEST(MatmulPlan, DecodeSizedProductsAreGemvPrefillIsChunkedSgemm) {
   EXPECT_EQ(min_workspace_bytes(3584), 3584u * 4);
 }
 
+TEST(MatmulPlan, Q8ActivationRowsPerPassFitTheWorkspace) {
+  // A row of 3584 activations: 3584 int8 + 112 F32 scales = 4032 bytes.
+  EXPECT_EQ(q8_rows_per_pass(3584, 64 << 20), (64 << 20) / 4032);
+  EXPECT_EQ(q8_rows_per_pass(3584, 4031), 0);
+  EXPECT_EQ(q8_rows_per_pass(32, std::size_t{1} << 40), kMaxQ8RowsPerPass);
+  EXPECT_EQ(q8_rows_per_pass(0, 1 << 20), 0);
+}
+
 TEST(LaunchShape, GridBlocksCoverEveryItemAndStayWithinTheGrid) {
   EXPECT_EQ(grid_blocks(0, 256), 1);
   EXPECT_EQ(grid_blocks(1, 256), 1);
   EXPECT_EQ(grid_blocks(256, 256), 1);
   EXPECT_EQ(grid_blocks(257, 256), 2);
   EXPECT_EQ(grid_blocks(std::int64_t{1} << 50, 1), kMaxGridX);
+}
+
+TEST(AttentionPlan, DecodeSplitsLongContextsPrefillDoesNot) {
+  // 7B at batch 1 (28 heads) on 132 multiprocessors, a 4096-position bound: 10 splits wanted (264
+  // blocks), 16 allowed by the context: 10 splits of 416 positions (a multiple of the tile).
+  const AttentionPlan d = plan_attention(1, 28, 128, 4096, 132, 2 << 20);
+  EXPECT_EQ(d.splits, 10);
+  EXPECT_EQ(d.chunk, 416);
+  EXPECT_EQ(d.chunk % kAttentionTile, 0);
+  EXPECT_GE(d.splits * d.chunk, 4096);
+  EXPECT_LT((d.splits - 1) * d.chunk, 4096);  // no split lies wholly past the bound
+  // Prefill: blocks enough already.
+  EXPECT_EQ(plan_attention(512, 28, 128, 4096, 132, 2 << 20).splits, 1);
+  // Short contexts are not split; nor where the partials would not fit.
+  EXPECT_EQ(plan_attention(1, 28, 128, 256, 132, 2 << 20).splits, 1);
+  EXPECT_EQ(plan_attention(1, 28, 128, 4096, 132, 28 * 130).splits, 1);
+  const AttentionPlan tight = plan_attention(1, 28, 128, 4096, 132, 3 * 28 * 130);
+  EXPECT_EQ(tight.splits, 3);
+  EXPECT_EQ(tight.chunk, 1376);
+  // Very long contexts: at most kMaxSplits.
+  EXPECT_LE(plan_attention(1, 1, 128, 1 << 20, 132, 64 << 20).splits, kMaxSplits);
+  // Nothing to do: no split.
+  EXPECT_EQ(plan_attention(0, 28, 128, 4096, 132, 2 << 20).splits, 1);
 }
 
 hal::MatmulArgs matmul(hal::Buffer* w, std::int64_t m) {
