@@ -45,7 +45,14 @@ __global__ void attention_kernel(AttentionPtrs p, std::int64_t n_seqs, std::int6
   const std::int64_t c = p.seq_token_start[s + 1] - p.seq_token_start[s];
   const std::int64_t ctx = p.seq_context_len[s];
   if (c < 0 || ctx < c || ctx > max_blocks * block_size) {  // the same for every thread: all return
-    if (threadIdx.x == 0) report_error(err, kErrAttentionContext, s, static_cast<int>(c), static_cast<int>(ctx));
+    if (threadIdx.x == 0) {
+      report_error(err, kErrAttentionContext, s, static_cast<int>(c), static_cast<int>(ctx));
+      if (splits > 1) {  // an empty partial state: the combine writes zeros, not stale memory
+        float* part = partials + (static_cast<std::int64_t>(blockIdx.x) * splits + blockIdx.y) * (head_dim + 2);
+        part[head_dim] = -INFINITY;
+        part[head_dim + 1] = 0.0f;
+      }
+    }
     return;
   }
   const std::int64_t pos = ctx - c + (t - p.seq_token_start[s]);

@@ -619,11 +619,6 @@ Status CudaStream::run_matmul(const hal::MatmulArgs& a) {
   SX_ASSIGN_OR_RETURN(std::byte * x, operand(a.x, f32s(a.m * a.k), "matmul", "x"));
   SX_ASSIGN_OR_RETURN(std::byte * bias, optional_operand(a.bias, f32s(a.n), "matmul", "bias"));
   SX_ASSIGN_OR_RETURN(std::byte * y, operand(a.y, f32s(a.m * a.n), "matmul", "y"));
-  const MatmulPlan plan = plan_matmul(a.w_type, a.m, a.n, a.k, workspace_->size());
-  if (plan.path == MatmulPath::kGemm && a.w_type != hal::DType::kF32 && workspace_->size() < min_workspace_bytes(a.k)) {
-    return latch_invalid("matmul: rows of {} columns do not fit the {}-byte workspace (device option workspace_mib)",
-                         a.k, workspace_->size());
-  }
   const void* addrs[] = {w, x, bias, y};
   if (a.w_type == hal::DType::kQ8_0) {  // 8-bit activations at every m, as on the CPU
     const std::int64_t per_pass = q8_rows_per_pass(a.k, workspace_->size());
@@ -648,6 +643,11 @@ Status CudaStream::run_matmul(const hal::MatmulArgs& a) {
       return ok_status();
     });
     return ok_status();
+  }
+  const MatmulPlan plan = plan_matmul(a.w_type, a.m, a.n, a.k, workspace_->size());
+  if (plan.path == MatmulPath::kGemm && a.w_type != hal::DType::kF32 && workspace_->size() < min_workspace_bytes(a.k)) {
+    return latch_invalid("matmul: rows of {} columns do not fit the {}-byte workspace (device option workspace_mib)",
+                         a.k, workspace_->size());
   }
   if (plan.path == MatmulPath::kGemv) {
     defer(a, addrs, [a, w, x, bias, y](cudaStream_t s) {

@@ -210,18 +210,18 @@ std::vector<float> naive_attention(const std::vector<float>& q, const std::vecto
 }
 
 TEST_P(Ops, PagedAttentionMixedBatchMatchesNaive) {
-  // Three sequences: one prefill chunk of 5 tokens continuing a context of 20, one decode token at
-  // 37, and a chunk of 3 tokens at 147-149 (the V rows are summed in several passes of 32).
-  // Head sizes cover the register-blocked paths (16, 64, 128) and the generic one (24).
+  struct Seq { int ctx, n_new; std::vector<std::int32_t> blocks; };
+  // The sequences `seqs` ({context, new tokens}) in a cache of n_blocks blocks of `block` slots,
+  // block tables of max_blocks, for each head size, F32 and F16 caches, against naive_attention.
+  const auto check = [&](const std::vector<Seq>& layout, const int block, const int n_blocks, const int max_blocks) {
   for (const int hd : {16, 24, 64, 128}) {
   SCOPED_TRACE(hd);
-  const int heads = 14, kv_heads = 2, block = 4, n_blocks = 64, max_blocks = 40;
+  std::vector<Seq> seqs = layout;  // block lists filled afresh for each head size
+  const int heads = 14, kv_heads = 2;
   const int n_slots = n_blocks * block;
-  struct Seq { int ctx, n_new; std::vector<std::int32_t> blocks; };
   std::vector<int> perm(n_blocks);
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), rng_);
-  std::vector<Seq> seqs = {{25, 5, {}}, {38, 1, {}}, {150, 3, {}}};
   int next_block = 0;
   for (auto& s : seqs) {
     for (int b = 0; b < (s.ctx + block - 1) / block; ++b) s.blocks.push_back(perm[next_block++]);
@@ -267,6 +267,15 @@ TEST_P(Ops, PagedAttentionMixedBatchMatchesNaive) {
     for (std::size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], expect_all[i], 2e-5) << "element " << i;
   }
   }
+  };
+  // Three sequences: one prefill chunk of 5 tokens continuing a context of 20, one decode token at
+  // 37, and a chunk of 3 tokens at 147-149 (the V rows are summed in several passes of 32).
+  // Head sizes cover the register-blocked paths (16, 64, 128) and the generic one (24).
+  check({{25, 5, {}}, {38, 1, {}}, {150, 3, {}}}, 4, 64, 40);
+  // Decode of two sequences with block tables of 1024 positions, contexts of 700 and 90: a GPU
+  // splits such contexts over several blocks (CUDA: splits of 256 positions, some past the
+  // shorter context, combined afterwards).
+  check({{700, 1, {}}, {90, 1, {}}}, 16, 64, 64);
 }
 
 // K and V rows into their slots of the paged cache in f32 and f16 (f16: within one f16 ulp of
