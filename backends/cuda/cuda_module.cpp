@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -170,7 +171,7 @@ class CudaBackend final : public hal::Backend {
     std::vector<hal::DeviceInfo> infos = s.infos;
     for (std::size_t i = 0; i < infos.size(); ++i) {
       std::size_t free_b = 0, total_b = 0;
-      if (cudaSetDevice(s.gpus[i].cuda_ordinal) == cudaSuccess && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
+      if (cudaSetDevice(s.ordinal[i]) == cudaSuccess && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
         infos[i].free_bytes = free_b;
       } else {
         (void)cudaGetLastError();
@@ -183,12 +184,11 @@ class CudaBackend final : public hal::Backend {
     const State& s = state();
     SX_RETURN_IF_ERROR(s.status);
     if (index < 0 || static_cast<std::size_t>(index) >= s.infos.size()) {
-      return invalid_argument_error("cuda: there is no device {} ({} in PCI order: {})", index, s.infos.size(),
-                                    fmt::join(describe_devices(s.gpus), "; "));
+      return invalid_argument_error("cuda: there is no device {} ({} selected; the GPUs in PCI order: {})", index,
+                                    s.infos.size(), fmt::join(describe_devices(s.gpus), "; "));
     }
     SX_ASSIGN_OR_RETURN(const std::vector<hal::DeviceInfo> now, devices());  // free memory as it is now
-    return create_cuda_device(now[static_cast<std::size_t>(index)], s.gpus[static_cast<std::size_t>(index)].cuda_ordinal,
-                              options);
+    return create_cuda_device(now[static_cast<std::size_t>(index)], s.ordinal[static_cast<std::size_t>(index)], options);
   }
 
   Result<std::vector<std::unique_ptr<hal::Channel>>> create_channels(std::span<hal::Device* const> devices,
@@ -199,8 +199,9 @@ class CudaBackend final : public hal::Backend {
  private:
   struct State {
     Status status;
-    std::vector<GpuIdentity> gpus;
-    std::vector<hal::DeviceInfo> infos;
+    std::vector<GpuIdentity> gpus;        // in PCI order
+    std::vector<hal::DeviceInfo> infos;   // one per Sextant device (SEXTANT_CUDA_DEVICES)
+    std::vector<int> ordinal;             // the CUDA ordinal of each
   };
   // The preflight, once: its warnings logged, its failures the backend's UNAVAILABLE status.
   const State& state() const {
@@ -215,16 +216,28 @@ class CudaBackend final : public hal::Backend {
       if (!state_.status.ok()) return;
       state_.gpus = in.devices;
       for (const std::string& line : describe_devices(in.devices)) log_info("{}", line);
-      for (std::size_t i = 0; i < in.devices.size(); ++i) {
-        const GpuIdentity& g = in.devices[i];
+      auto picked = select_gpus(std::getenv("SEXTANT_CUDA_DEVICES"), static_cast<int>(in.devices.size()));
+      if (!picked.ok()) {
+        state_.status = picked.status();
+        return;
+      }
+      for (std::size_t i = 0; i < picked->size(); ++i) {
+        const int gpu = (*picked)[i];
+        const GpuIdentity& g = in.devices[static_cast<std::size_t>(gpu)];
+        // Several Sextant devices on one GPU share its memory (the planner splits it).
+        const bool shared = std::count(picked->begin(), picked->end(), gpu) > 1;
         hal::DeviceInfo info;
         info.backend = "cuda";
         info.index = static_cast<int>(i);
-        info.name = fmt::format("cuda:{} ({}, sm_{}{}, PCI {})", i, g.name, g.cc_major, g.cc_minor, g.pci_bus_id);
+        info.name = shared ? fmt::format("cuda:{} ({}, sm_{}{}, PCI {}, on GPU {})", i, g.name, g.cc_major, g.cc_minor,
+                                         g.pci_bus_id, gpu)
+                           : fmt::format("cuda:{} ({}, sm_{}{}, PCI {})", i, g.name, g.cc_major, g.cc_minor, g.pci_bus_id);
         info.kind = hal::DeviceKind::kDiscreteGpu;
         info.memory_bytes = g.total_bytes;
         info.free_bytes = g.free_bytes;
+        info.shared_memory = shared;
         state_.infos.push_back(std::move(info));
+        state_.ordinal.push_back(g.cuda_ordinal);
       }
     });
     return state_;

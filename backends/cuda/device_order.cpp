@@ -168,4 +168,34 @@ std::optional<DeviceOrder> parse_device_order(const char* value) {
   return std::nullopt;
 }
 
+Result<std::vector<int>> select_gpus(const char* value, int gpus) {
+  std::vector<int> out;
+  if (value == nullptr || *value == '\0') {
+    for (int i = 0; i < gpus; ++i) out.push_back(i);
+    return out;
+  }
+  std::string_view rest(value);
+  while (true) {
+    const std::size_t comma = rest.find(',');
+    std::string_view entry = rest.substr(0, comma);
+    while (!entry.empty() && entry.front() == ' ') entry.remove_prefix(1);
+    while (!entry.empty() && entry.back() == ' ') entry.remove_suffix(1);
+    int v = 0;
+    bool ok = !entry.empty() && entry.size() <= 4;
+    for (const char c : entry) {
+      if (c < '0' || c > '9') ok = false;
+      else v = v * 10 + (c - '0');
+    }
+    if (!ok || v >= gpus) {
+      return invalid_argument_error("SEXTANT_CUDA_DEVICES=\"{}\": entry \"{}\" is not a GPU index (this machine has {} "
+                                    "GPU{}, 0 to {})",
+                                    value, entry, gpus, gpus == 1 ? "" : "s", gpus - 1);
+    }
+    out.push_back(v);
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  return out;
+}
+
 }  // namespace sx::cuda

@@ -15,6 +15,8 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/base/status.h"
+
 namespace sx::cuda {
 
 struct GpuIdentity {
@@ -56,6 +58,13 @@ struct VisibleDevices {
 };
 // `value` is the variable's value, null when it is not set.
 VisibleDevices parse_visible_devices(const char* value);
+
+// Sextant's CUDA devices when $SEXTANT_CUDA_DEVICES is set: a comma-separated list of GPU indices
+// (PCI order, as listed by describe_devices), one entry per Sextant device; a GPU may be named
+// several times ("0,0,0,0,0,0": six devices on GPU 0, for testing tensor parallelism on one card).
+// Null or empty `value`: every GPU once. INVALID_ARGUMENT naming the entry and the GPU count
+// otherwise.
+Result<std::vector<int>> select_gpus(const char* value, int gpus);
 
 // CUDA_DEVICE_ORDER: unset or "FASTEST_FIRST" (CUDA's default), "PCI_BUS_ID"; any other value
 // CUDA ignores (nullopt: say so).

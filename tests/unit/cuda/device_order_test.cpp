@@ -12,6 +12,7 @@ namespace sx::cuda {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
 constexpr std::uint64_t kGiB = 1024ull * 1024 * 1024;
@@ -170,6 +171,24 @@ TEST(ParseDeviceOrder, KnownValuesOnly) {
   EXPECT_EQ(parse_device_order("pci_bus_id"), std::nullopt);
   EXPECT_EQ(parse_device_order(""), std::nullopt);
   EXPECT_EQ(parse_device_order("PCI"), std::nullopt);
+}
+
+TEST(SelectGpus, EveryGpuOnceOrTheListedOnesWithRepeats) {
+  auto all = select_gpus(nullptr, 3);
+  ASSERT_TRUE(all.ok());
+  EXPECT_THAT(*all, ElementsAre(0, 1, 2));
+  EXPECT_THAT(*select_gpus("", 2), ElementsAre(0, 1));
+  auto six = select_gpus("0,0,0,0,0,0", 1);
+  ASSERT_TRUE(six.ok());
+  EXPECT_THAT(*six, ElementsAre(0, 0, 0, 0, 0, 0));
+  EXPECT_THAT(*select_gpus(" 1, 0", 2), ElementsAre(1, 0));
+  for (const char* bad : {"2", "0,x", "-1", "0,,1", "GPU-0"}) {
+    auto r = select_gpus(bad, 2);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(r.status().message(), HasSubstr("SEXTANT_CUDA_DEVICES")) << bad;
+    EXPECT_THAT(r.status().message(), HasSubstr("2 GPUs, 0 to 1")) << bad;
+  }
 }
 
 }  // namespace
