@@ -836,8 +836,9 @@ Status CudaStream::run(const hal::Op& op) {
                                       reinterpret_cast<const std::int32_t*>(sts),
                                       reinterpret_cast<const std::int32_t*>(scl),
                                       reinterpret_cast<const std::int32_t*>(bt)};
-    const AttentionPlan plan = plan_attention(a.n_tokens, a.n_heads, a.head_dim, a.max_blocks_per_seq * a.block_size,
-                                              d_.multiprocessors(), partials_->size() / sizeof(float));
+    const AttentionPlan plan = plan_attention(a.n_tokens, a.n_heads, a.n_kv_heads, a.head_dim,
+                                              a.max_blocks_per_seq * a.block_size, d_.multiprocessors(),
+                                              partials_->size() / sizeof(float));
     auto* partials = reinterpret_cast<float*>(static_cast<CudaBuffer*>(partials_.get())->ptr());
     const void* addrs[] = {q, kc, vc, out, sts, scl, bt};
     defer(op, addrs, [a, ptrs, err, plan, partials](cudaStream_t s) {

@@ -39,14 +39,15 @@ std::int64_t grid_blocks(std::int64_t n, std::int64_t per_block) {
   return std::clamp<std::int64_t>((n + per_block - 1) / per_block, 1, kMaxGridX);
 }
 
-AttentionPlan plan_attention(std::int64_t n_tokens, std::int64_t n_heads, std::int64_t head_dim,
-                             std::int64_t ctx_bound, int multiprocessors, std::size_t partial_floats) {
+AttentionPlan plan_attention(std::int64_t n_tokens, std::int64_t n_heads, std::int64_t n_kv_heads,
+                             std::int64_t head_dim, std::int64_t ctx_bound, int multiprocessors,
+                             std::size_t partial_floats) {
   AttentionPlan p;
-  const std::int64_t blocks = n_tokens * n_heads;
-  if (blocks <= 0 || ctx_bound <= kMinSplitPositions || multiprocessors <= 0) return p;
+  const std::int64_t blocks = n_tokens * n_kv_heads, states = n_tokens * n_heads;
+  if (blocks <= 0 || states <= 0 || ctx_bound <= kMinSplitPositions || multiprocessors <= 0) return p;
   const std::int64_t want = (2 * static_cast<std::int64_t>(multiprocessors) + blocks - 1) / blocks;
   const std::int64_t by_ctx = ctx_bound / kMinSplitPositions;
-  const auto by_space = static_cast<std::int64_t>(partial_floats / static_cast<std::size_t>(blocks * (head_dim + 2)));
+  const auto by_space = static_cast<std::int64_t>(partial_floats / static_cast<std::size_t>(states * (head_dim + 2)));
   const std::int64_t splits = std::min({want, by_ctx, by_space, kMaxSplits});
   if (splits < 2) return p;
   std::int64_t chunk = (ctx_bound + splits - 1) / splits;

@@ -55,20 +55,22 @@ std::int64_t grid_blocks(std::int64_t n, std::int64_t per_block);
 inline constexpr int kAttentionThreads = 128;
 inline constexpr std::int64_t kMaxAttentionHeadDim = 256;
 inline constexpr int kAttentionTile = 32;
-// Decode-sized batches have too few (token, head) blocks to fill the GPU (7B at batch 1: 28), so
-// each one's context is split over `splits` blocks of `chunk` positions (a multiple of the tile),
-// whose partial softmax states (max, sum, accumulator) a second kernel combines. Splits: enough
-// blocks for two per multiprocessor, each at least kMinSplitPositions of the largest possible
-// context (`ctx_bound`, max_blocks_per_seq x block_size: the lengths themselves are on the
-// device), as many as `partial_floats` of workspace hold, at most kMaxSplits; 1 means no split.
+// Attention runs one block per (token, KV head): decode-sized batches have too few of them to fill
+// the GPU (7B at batch 1: 4), so each one's context is split over `splits` blocks of `chunk`
+// positions (a multiple of the tile), whose partial softmax states (accumulators, max, sum: one per
+// token, query head and split) a second kernel combines. Splits: enough blocks for two per
+// multiprocessor, each at least kMinSplitPositions of the largest possible context (`ctx_bound`,
+// max_blocks_per_seq x block_size: the lengths themselves are on the device), as many as
+// `partial_floats` of workspace hold, at most kMaxSplits; 1 means no split.
 inline constexpr std::int64_t kMinSplitPositions = 256;
 inline constexpr std::int64_t kMaxSplits = 64;
 struct AttentionPlan {
   std::int64_t splits = 1;
   std::int64_t chunk = 0;  // positions per split (0 when splits == 1)
 };
-AttentionPlan plan_attention(std::int64_t n_tokens, std::int64_t n_heads, std::int64_t head_dim,
-                             std::int64_t ctx_bound, int multiprocessors, std::size_t partial_floats);
+AttentionPlan plan_attention(std::int64_t n_tokens, std::int64_t n_heads, std::int64_t n_kv_heads,
+                             std::int64_t head_dim, std::int64_t ctx_bound, int multiprocessors,
+                             std::size_t partial_floats);
 
 // ---- CUDA graphs -----------------------------------------------------------------------------
 // A stream defers its ops until the next non-op call (upload, download, sync, ...) and then

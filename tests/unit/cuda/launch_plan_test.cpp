@@ -48,26 +48,30 @@ TEST(LaunchShape, GridBlocksCoverEveryItemAndStayWithinTheGrid) {
 }
 
 TEST(AttentionPlan, DecodeSplitsLongContextsPrefillDoesNot) {
-  // 7B at batch 1 (28 heads) on 132 multiprocessors, a 4096-position bound: 10 splits wanted (264
-  // blocks), 16 allowed by the context: 10 splits of 416 positions (a multiple of the tile).
-  const AttentionPlan d = plan_attention(1, 28, 128, 4096, 132, 2 << 20);
-  EXPECT_EQ(d.splits, 10);
-  EXPECT_EQ(d.chunk, 416);
-  EXPECT_EQ(d.chunk % kAttentionTile, 0);
-  EXPECT_GE(d.splits * d.chunk, 4096);
-  EXPECT_LT((d.splits - 1) * d.chunk, 4096);  // no split lies wholly past the bound
+  // 7B at batch 1 (28 heads, 4 KV heads: 4 blocks) on 132 multiprocessors, a 4096-position bound:
+  // 66 splits wanted (264 blocks), 16 allowed by the context: 16 splits of 256 positions.
+  const AttentionPlan d = plan_attention(1, 28, 4, 128, 4096, 132, 2 << 20);
+  EXPECT_EQ(d.splits, 16);
+  EXPECT_EQ(d.chunk, 256);
+  // 5000 positions: 19 splits of 264 rounded up to 288 (a multiple of the tile), 18 of them needed.
+  const AttentionPlan odd = plan_attention(1, 28, 4, 128, 5000, 132, 2 << 20);
+  EXPECT_EQ(odd.chunk % kAttentionTile, 0);
+  EXPECT_EQ(odd.chunk, 288);
+  EXPECT_EQ(odd.splits, 18);
+  EXPECT_GE(odd.splits * odd.chunk, 5000);
+  EXPECT_LT((odd.splits - 1) * odd.chunk, 5000);  // no split lies wholly past the bound
   // Prefill: blocks enough already.
-  EXPECT_EQ(plan_attention(512, 28, 128, 4096, 132, 2 << 20).splits, 1);
-  // Short contexts are not split; nor where the partials would not fit.
-  EXPECT_EQ(plan_attention(1, 28, 128, 256, 132, 2 << 20).splits, 1);
-  EXPECT_EQ(plan_attention(1, 28, 128, 4096, 132, 28 * 130).splits, 1);
-  const AttentionPlan tight = plan_attention(1, 28, 128, 4096, 132, 3 * 28 * 130);
+  EXPECT_EQ(plan_attention(512, 28, 4, 128, 4096, 132, 2 << 20).splits, 1);
+  // Short contexts are not split; nor where the partials (per query head) would not fit.
+  EXPECT_EQ(plan_attention(1, 28, 4, 128, 256, 132, 2 << 20).splits, 1);
+  EXPECT_EQ(plan_attention(1, 28, 4, 128, 4096, 132, 28 * 130).splits, 1);
+  const AttentionPlan tight = plan_attention(1, 28, 4, 128, 4096, 132, 3 * 28 * 130);
   EXPECT_EQ(tight.splits, 3);
   EXPECT_EQ(tight.chunk, 1376);
   // Very long contexts: at most kMaxSplits.
-  EXPECT_LE(plan_attention(1, 1, 128, 1 << 20, 132, 64 << 20).splits, kMaxSplits);
+  EXPECT_LE(plan_attention(1, 1, 1, 128, 1 << 20, 132, 64 << 20).splits, kMaxSplits);
   // Nothing to do: no split.
-  EXPECT_EQ(plan_attention(0, 28, 128, 4096, 132, 2 << 20).splits, 1);
+  EXPECT_EQ(plan_attention(0, 28, 4, 128, 4096, 132, 2 << 20).splits, 1);
 }
 
 hal::MatmulArgs matmul(hal::Buffer* w, std::int64_t m) {
