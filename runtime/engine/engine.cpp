@@ -230,7 +230,8 @@ Status Engine::step() {
   ForwardBatch b;
   std::size_t max_blocks = 1;
   for (const auto& s : out.scheduled) max_blocks = std::max(max_blocks, kv_.block_table(s.request->id).size());
-  b.max_blocks_per_seq = static_cast<std::int32_t>(max_blocks);
+  b.max_blocks_per_seq = block_table_width(max_blocks, model_.options().blocks_per_seq());
+  max_blocks = static_cast<std::size_t>(b.max_blocks_per_seq);
   b.seq_token_start.push_back(0);
   for (const auto& s : out.scheduled) {
     const sched::Request& r = *s.request;

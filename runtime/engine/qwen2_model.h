@@ -17,9 +17,8 @@
 // group stays failed: every later forward() returns the same error (load the model again).
 #pragma once
 
-#include <atomic>
-
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -44,6 +43,17 @@ struct ForwardBatch {
   std::int32_t max_blocks_per_seq = 0;
   std::vector<std::int32_t> logit_rows;       // token indices whose logits are wanted
 };
+
+// The width of a batch's block table (ForwardBatch::max_blocks_per_seq) for sequences of at most
+// `needed` blocks: the next power of two, at least 8, at most `capacity` (the model's
+// blocks_per_seq()), the rest of each row padded with the null block. Steps of one batch size
+// then issue identical ops for many tokens in a row (every 16 tokens otherwise), which a backend
+// that replays steps as graphs (CUDA) keys its graphs by.
+inline std::int32_t block_table_width(std::size_t needed, std::int64_t capacity) {
+  std::int64_t w = 8;
+  while (w < static_cast<std::int64_t>(needed)) w *= 2;
+  return static_cast<std::int32_t>(std::max<std::int64_t>(std::min(w, capacity), static_cast<std::int64_t>(needed)));
+}
 
 struct KvCacheOptions {
   std::int64_t num_blocks = 0;  // including the null block (block 0, never holds KV)

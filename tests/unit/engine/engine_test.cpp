@@ -129,6 +129,18 @@ void expect_batched_equals_alone(const std::string& path, const std::vector<std:
               prompts.size(), static_cast<unsigned long long>(stats.steps));
 }
 
+// Block tables are as wide as the next power of two of the longest sequence's blocks (at least 8,
+// at most the model's capacity), so decode steps keep one width for many tokens.
+TEST(Engine, BlockTableWidthIsBucketed) {
+  EXPECT_EQ(block_table_width(1, 4096), 8);
+  EXPECT_EQ(block_table_width(8, 4096), 8);
+  EXPECT_EQ(block_table_width(9, 4096), 16);
+  EXPECT_EQ(block_table_width(129, 4096), 256);
+  EXPECT_EQ(block_table_width(129, 200), 200);  // capped at the capacity
+  EXPECT_EQ(block_table_width(3, 4), 4);
+  EXPECT_EQ(block_table_width(5, 4), 5);  // never below what is needed (the model refuses it then)
+}
+
 TEST(Engine, BundledModelBatchedEqualsAlone) {
   for (const char* fmt : {"f32", "q8_0"}) {
     auto o = open_model(models_dir() + "/memorise-" + fmt + ".gguf");
