@@ -61,6 +61,15 @@ SX_HD void scale_min_k4(int j, const std::uint8_t* s, int& sc, int& m) {
   }
 }
 
+// Q4_K / Q5_K block `b`: sub-block j's scale and min as the reference computes them, d * sc and
+// dmin * m.
+SX_HD void k4_scale_min(const std::uint8_t* b, int j, float& d, float& mn) {
+  int sc, m;
+  scale_min_k4(j, b + 4, sc, m);
+  d = half_to_float(u16_at(b)) * static_cast<float>(sc);
+  mn = half_to_float(u16_at(b + 2)) * static_cast<float>(m);
+}
+
 // Bytes and elements of one block of each format.
 SX_HD int block_elems(int type) {
   switch (type) {
@@ -150,19 +159,15 @@ SX_HD float dequant_element(int type, const std::uint8_t* row, std::int64_t j) {
     }
     case kQ4_K: {  // d dmin scales[12] qs[128]
       const int c = i / 64, r = i % 64, hi = r / 32, l = r % 32;
-      int sc, m;
-      scale_min_k4(2 * c + hi, b + 4, sc, m);
-      const float d = half_to_float(u16_at(b)) * static_cast<float>(sc);
-      const float mn = half_to_float(u16_at(b + 2)) * static_cast<float>(m);
+      float d, mn;
+      k4_scale_min(b, 2 * c + hi, d, mn);
       const int q = hi ? (b[16 + 32 * c + l] >> 4) : (b[16 + 32 * c + l] & 0xF);
       return d * static_cast<float>(q) - mn;
     }
     case kQ5_K: {  // d dmin scales[12] qh[32] qs[128]
       const int c = i / 64, r = i % 64, hi = r / 32, l = r % 32;
-      int sc, m;
-      scale_min_k4(2 * c + hi, b + 4, sc, m);
-      const float d = half_to_float(u16_at(b)) * static_cast<float>(sc);
-      const float mn = half_to_float(u16_at(b + 2)) * static_cast<float>(m);
+      float d, mn;
+      k4_scale_min(b, 2 * c + hi, d, mn);
       const int low = hi ? (b[48 + 32 * c + l] >> 4) : (b[48 + 32 * c + l] & 0xF);
       const int bit = (b[16 + l] >> (2 * c + hi)) & 1;
       return d * static_cast<float>(low + (bit ? 16 : 0)) - mn;

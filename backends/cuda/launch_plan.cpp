@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <type_traits>
 
 namespace sx::cuda {
@@ -131,17 +132,19 @@ std::int64_t op_tokens(const hal::Op& op) {
 GraphCache::Decision GraphCache::decide(const std::string& key, std::int64_t max_tokens) {
   Decision d;
   if (!policy_.enabled || max_tokens > policy_.max_tokens || key.empty()) return d;
+  const std::size_t hash = std::hash<std::string>{}(key);
+  const auto same = [&](const Entry& e) { return e.hash == hash && e.key == key; };
   for (auto it = lru_.begin(); it != lru_.end(); ++it) {
-    if (it->key == key) {
+    if (same(*it)) {
       lru_.splice(lru_.begin(), lru_, it);
       d.action = Action::kReplay;
       d.id = lru_.front().id;
       return d;
     }
   }
-  auto it = std::find_if(pending_.begin(), pending_.end(), [&](const Entry& e) { return e.key == key; });
+  auto it = std::find_if(pending_.begin(), pending_.end(), same);
   if (it == pending_.end()) {
-    pending_.push_front({key, 0, 0, false});
+    pending_.push_front({key, hash, 0, 0, false});
     if (pending_.size() > 2 * policy_.max_graphs) pending_.pop_back();
     it = pending_.begin();
   } else {

@@ -111,7 +111,8 @@ class GraphCache {
 
  private:
   struct Entry {
-    std::string key;
+    std::string key;  // tens of kilobytes for a whole model's step: compared after the hash
+    std::size_t hash = 0;
     int seen = 0;
     std::uint64_t id = 0;  // 0: not captured
     bool refused = false;
