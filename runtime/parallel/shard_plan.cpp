@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <numeric>
 
 #include <fmt/format.h>
 
@@ -97,29 +98,33 @@ Status check_inner_dims(const model::ModelConfig& c, const WeightTypes& types) {
   return ok_status();
 }
 
-// Head boundaries of the o weights (split by input columns) must fall on block boundaries.
-Status check_o_alignment(const model::ModelConfig& c, const WeightTypes& types, int tp) {
+// Query heads are split in units of `head_unit` heads so that every rank boundary of the o weights
+// (split by input columns, head * head_dim) falls on a block of their format: the smallest u with
+// u * head_dim a multiple of the largest o block (heads move in pairs for head_dim 128 and 256-column
+// K-quant blocks). The last unit may be shorter (the matrix's end is always a block boundary).
+std::int64_t head_unit(const model::ModelConfig& c, const WeightTypes& types) {
+  const std::int64_t block = block_of(largest_block_type(types, &LayerWeightTypes::o));
+  return block / std::gcd(block, c.head_dim);
+}
+
+// Part i of tp of the query heads, in whole head units.
+Range head_part(const model::ModelConfig& c, std::int64_t unit, int i, int tp) {
+  const std::int64_t units = (c.n_heads + unit - 1) / unit;
+  const Range u = even_part(units, i, tp);
+  return {std::min(u.begin * unit, c.n_heads), std::min(u.end * unit, c.n_heads)};
+}
+
+// Every rank needs at least one head unit.
+Status check_head_units(const model::ModelConfig& c, const WeightTypes& types, int tp) {
+  const std::int64_t unit = head_unit(c, types);
+  const std::int64_t units = (c.n_heads + unit - 1) / unit;
+  if (units >= tp) return ok_status();
   const DType worst = largest_block_type(types, &LayerWeightTypes::o);
-  const std::int64_t block = block_of(worst);
-  if (block == 1) return ok_status();
-  for (int i = 1; i < tp; ++i) {
-    const std::int64_t head = even_part(c.n_heads, i, tp).begin;
-    const std::int64_t column = head * c.head_dim;
-    if (column % block == 0) continue;
-    std::string good;
-    const int max_tp = static_cast<int>(std::min<std::int64_t>(c.n_heads, kMaxTp));
-    for (int t = 1; t <= max_tp; ++t) {
-      bool ok = true;
-      for (int j = 1; j < t && ok; ++j) ok = even_part(c.n_heads, j, t).begin * c.head_dim % block == 0;
-      if (ok) good += fmt::format("{}{}", good.empty() ? "" : ", ", t);
-    }
-    return invalid_argument_error(
-        "tp {}: the o weights are {} ({}) but rank {} starts at head {} = column {} (head_dim {}), inside a "
-        "block; o is split by input columns at head boundaries, so use a tp whose boundaries fall on multiples "
-        "of {} columns ({} heads: tp {}) or store the o weights in a float format",
-        tp, upper_name(worst), block_words(worst), i, head, column, c.head_dim, block, c.n_heads, good);
-  }
-  return ok_status();
+  return invalid_argument_error(
+      "tp {}: the o weights are {} ({}), split by input columns at head boundaries, so ranks take whole units of "
+      "{} heads ({} columns, head_dim {}): {} heads make {} units, fewer than {} ranks; use tp <= {} or store "
+      "the o weights in a float format",
+      tp, upper_name(worst), block_words(worst), unit, unit * c.head_dim, c.head_dim, c.n_heads, units, tp, units);
 }
 
 // Weight bytes of one layer held by a rank with these ranges.
@@ -288,7 +293,8 @@ Result<ShardPlan> plan_shards(const model::ModelConfig& config, const WeightType
         "tp {}: the FFN has {} rows = {} units of {} (the down weights are {}), fewer units than ranks; use tp <= {}",
         tp, c.ffn, units, unit, upper_name(unit_type), units);
   }
-  SX_RETURN_IF_ERROR(check_o_alignment(c, types, tp));
+  SX_RETURN_IF_ERROR(check_head_units(c, types, tp));
+  const std::int64_t hunit = head_unit(c, types);
 
   ShardPlan plan;
   plan.tp = tp;
@@ -305,7 +311,7 @@ Result<ShardPlan> plan_shards(const model::ModelConfig& config, const WeightType
   std::vector<TpSlice> slices(static_cast<std::size_t>(tp));
   for (int i = 0; i < tp; ++i) {
     TpSlice& s = slices[static_cast<std::size_t>(i)];
-    s.q = even_part(c.n_heads, i, tp);
+    s.q = head_part(c, hunit, i, tp);
     s.kv = {s.q.begin / group, (s.q.end - 1) / group + 1};
     const Range u = even_part(units, i, tp);
     s.ffn = {u.begin * unit, u.end * unit};

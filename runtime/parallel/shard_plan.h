@@ -1,8 +1,12 @@
 // The shard planner (DESIGN.md §5): which part of a model every rank of a TP x PP group holds.
 //
 // Ranks are numbered stage-major: rank = stage * tp + tp_rank. Within a stage (tensor parallelism):
-// - query heads are split into contiguous ranges whose sizes differ by at most one head
-//   (rank i of T gets heads [floor(i * H / T), floor((i + 1) * H / T)));
+// - query heads are split into contiguous ranges of whole head units whose counts differ by at
+//   most one unit: a unit is the fewest heads whose columns in the o weights (split by input
+//   columns, head * head_dim) make whole blocks of o's format (1 head for float formats, 2 for
+//   head_dim 128 and 256-column K-quant blocks: 72B's 64 heads at TP 6 are 10, 10, 12, 10, 10, 12),
+//   the last unit shorter where the heads do not divide (rank i of T gets units
+//   [floor(i * U / T), floor((i + 1) * U / T)) of U = ceil(H / unit));
 // - each rank holds exactly the KV heads its query heads use: [q.begin / g, (q.end - 1) / g + 1)
 //   with g = heads / kv_heads. A KV head held by more than one rank of the stage is a replica
 //   (a GQA group split across ranks, or TP above the KV-head count);
@@ -26,9 +30,8 @@
 //
 // Errors (INVALID_ARGUMENT, naming the numbers): tp or pp below 1, tp above 64 or above the query
 // head count, pp above the layer count, an FFN size that is not a whole number of units or has
-// fewer units than tp ranks, a vocabulary smaller than tp, per-layer weight types missing, or a
-// head boundary that falls inside a block of the o weights' format (o is split by input columns,
-// so rank boundaries at head * head_dim must be multiples of that block).
+// fewer units than tp ranks, a vocabulary smaller than tp, per-layer weight types missing, or
+// fewer head units than tp ranks (the message names the largest tp that works).
 // Threading: pure functions over immutable inputs.
 #pragma once
 

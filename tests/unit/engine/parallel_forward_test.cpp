@@ -215,8 +215,7 @@ TEST_P(ParallelForward, EveryLayoutMatchesOneDevice) {
 
 // Quantised weights, with the real head_dim 64 so that o splits on 32-column blocks: the 0.5B
 // shape in llama.cpp's Q4_K_M mix (rows of 896 and 1824, not whole 256-blocks, so Q5_0 and Q8_0)
-// and the untied 7B shape all Q5_0 (its 1792-wide rows would be Q4_K in the mix, which splits on
-// heads only at tp 1 and 7, and is refused by name elsewhere). The CPU device keeps these
+// and the untied 7B shape all Q5_0 (the next test takes Q4_K o weights). The CPU device keeps these
 // interleaved by 8 and 16 rows (kQ5_0R8, kQ8_0R16), so every shard is repacked after slicing, with
 // uneven rows, k-slices and vocab shards; the prefill takes the F32 GEMM on repacked panels, the
 // decode steps the int8 GEMVs. TP cannot be bit-exact here: the int8 kernels
@@ -266,6 +265,61 @@ TEST(ParallelForwardQuantized, EveryLayoutStaysWithinTheQuantisationError) {
     std::filesystem::remove(f32_path);
     std::filesystem::remove(q_path);
   }
+}
+
+// head_dim 128 in llama.cpp's Q4_K_M mix (issue 21): o in Q4_K (blocks of 256 columns = 2 heads),
+// so the planner moves heads in pairs: 12 query heads / 4 KV heads (groups of 3, split across
+// ranks and replicated) at TP 6 as 2 heads a rank and at TP 4 as 2, 4, 2, 4; FFN 1536 in six
+// 256-row units. Fed the F32 twin's greedy tokens, each layout stays within a tenth of the
+// quantisation error of TP 1, and its free-running greedy tokens are reported next to TP 1's.
+TEST(ParallelForwardQuantized, HeadDim128Q4_K_MSplitsHeadsInPairs) {
+  const Shape shape{"head128", 12, 4, false};
+  model::RandomModelSpec spec;
+  spec.config = shape_config(shape, 128);
+  spec.config.n_layers = 2;
+  spec.config.ffn = 1536;
+  spec.seed = 13;
+  spec.init_std = 0.05f;
+  const std::string f32_path = model_path(shape) + ".f32.gguf", q_path = model_path(shape) + ".q4_k_m.gguf";
+  ASSERT_TRUE(model::write_random_qwen2_gguf(spec, f32_path).ok());
+  spec.mix = model::WeightMix::kQ4_K_M;
+  ASSERT_TRUE(model::write_random_qwen2_gguf(spec, q_path).ok());
+  auto f32_file = model::GgufFile::open(f32_path);
+  auto q_file = model::GgufFile::open(q_path);
+  ASSERT_TRUE(f32_file.ok() && q_file.ok());
+  auto config = model::model_config_from_gguf(**q_file);
+  ASSERT_TRUE(config.ok()) << config.status().to_string();
+  auto types = parallel::weight_types_from_source(**q_file, *config);
+  ASSERT_TRUE(types.ok()) << types.status().to_string();
+  EXPECT_EQ(types->layers[0].o, hal::DType::kQ4_K);
+  auto twin = run_one_device(**f32_file, *config);
+  ASSERT_TRUE(twin.ok()) << twin.status().to_string();
+  auto ref = run_one_device(**q_file, *config, twin->tokens);
+  ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+  auto ref_free = run_one_device(**q_file, *config);
+  ASSERT_TRUE(ref_free.ok()) << ref_free.status().to_string();
+  const double quant_error = max_relative_diff(*ref, *twin);
+  for (const int tp : {4, 6}) {
+    SCOPED_TRACE(::testing::Message() << "tp " << tp);
+    auto plan = parallel::plan_shards(*config, *types, {tp, 1, hal::DType::kF32});
+    ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+    std::string heads;
+    for (const parallel::RankPlan& r : plan->ranks) {
+      EXPECT_EQ(r.q_heads.begin * 128 % 256, 0);
+      heads += (heads.empty() ? "" : ", ") + std::to_string(r.q_heads.size());
+    }
+    auto got = run_layout(**q_file, *config, {tp, 1}, twin->tokens);
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    const double d = max_relative_diff(*got, *ref);
+    EXPECT_LE(d, quant_error / 10);
+    auto free = run_layout(**q_file, *config, {tp, 1});
+    ASSERT_TRUE(free.ok()) << free.status().to_string();
+    std::printf("head_dim 128 q4_k_m tp %d (heads %s): %d forced steps, max relative logit diff %.2g vs tp 1 "
+                "(quantisation: %.2g vs f32); free-running greedy tokens %s tp 1's\n",
+                tp, heads.c_str(), kSteps, d, quant_error, free->tokens == ref_free->tokens ? "equal to" : "DIFFERENT from");
+  }
+  std::filesystem::remove(f32_path);
+  std::filesystem::remove(q_path);
 }
 
 INSTANTIATE_TEST_SUITE_P(Qwen25Shapes, ParallelForward, ::testing::ValuesIn(kShapes),

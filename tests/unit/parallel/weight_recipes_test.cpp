@@ -72,9 +72,17 @@ TEST(WeightRecipes, Q4KMFallbacksFor72bAnd05b) {
   auto p = plan_shards(big, w, {1, 1, DType::kBF16});
   ASSERT_TRUE(p.ok()) << p.status().to_string();
   EXPECT_NEAR(static_cast<double>(p->model_weight_bytes) / 1e9, 47.4, 0.3);
-  // Its Q4_K o weights split at TP 8 (head boundaries at multiples of 8 x 128 = 1024 columns) but not TP 6.
+  // Its Q4_K o weights (blocks of 256 columns, head_dim 128) split with heads in pairs: TP 8 as 8
+  // heads each, TP 6 as 10, 10, 12, 10, 10, 12 (the seed's 6 x 4090 box), every boundary on a block.
   EXPECT_TRUE(plan_shards(big, w, {8, 1, DType::kBF16}).ok());
-  EXPECT_FALSE(plan_shards(big, w, {6, 1, DType::kBF16}).ok());
+  auto six = plan_shards(big, w, {6, 1, DType::kBF16});
+  ASSERT_TRUE(six.ok()) << six.status().to_string();
+  std::vector<std::int64_t> heads;
+  for (const RankPlan& r : six->ranks) {
+    heads.push_back(r.q_heads.size());
+    EXPECT_EQ(r.q_heads.begin * big.head_dim % 256, 0) << r.rank;
+  }
+  EXPECT_EQ(heads, (std::vector<std::int64_t>{10, 10, 12, 10, 10, 12}));
 }
 
 TEST(WeightRecipes, Q4_0AndAwq) {
