@@ -29,6 +29,8 @@
 #include "backends/cuda/arena.h"
 #include "backends/cuda/cuda_util.h"
 #include "backends/cuda/launch_plan.h"
+#include "backends/cuda/nccl_api.h"
+#include "backends/cuda/nccl_channel.h"
 #include "kernels/launch.h"
 #include "runtime/base/log.h"
 
@@ -130,6 +132,7 @@ class CudaDevice final : public hal::Device {
   Status activate() const { return cuda_status(cudaSetDevice(ordinal_), fmt::format("{}: cudaSetDevice", info_.name)); }
   const CudaOptions& options() const { return options_; }
   int multiprocessors() const { return multiprocessors_; }
+  int ordinal() const { return ordinal_; }
   void set_multiprocessors(int n) { multiprocessors_ = n; }
   void host_freed(std::size_t bytes) { host_bytes_ -= bytes; }
 
@@ -266,6 +269,12 @@ class CudaStream final : public hal::Stream {
   Status record(hal::Event& event) override;
   Status wait(const hal::Event& event) override;
   Status sync() override;
+  // The CUDA stream after the deferred ops were launched (native_stream in cuda_device.h).
+  Result<cudaStream_t> native() {
+    SX_RETURN_IF_ERROR(flush());
+    return stream_;
+  }
+  const CudaDevice& cuda_device() const { return d_; }
 
  private:
   using Launch = std::function<Status(cudaStream_t)>;
@@ -882,6 +891,34 @@ Result<std::unique_ptr<hal::Device>> create_cuda_device(const hal::DeviceInfo& i
   return std::unique_ptr<hal::Device>(std::move(d));
 }
 
+Result<void*> native_stream(hal::Stream& stream) {
+  auto* s = dynamic_cast<CudaStream*>(&stream);
+  if (s == nullptr) return invalid_argument_error("channel: the stream is not a CUDA stream");
+  SX_ASSIGN_OR_RETURN(cudaStream_t cs, s->native());
+  return static_cast<void*>(cs);
+}
+
+Result<std::byte*> device_address(const hal::BufView& view, std::size_t bytes, const hal::Device& device) {
+  const auto* b = view ? dynamic_cast<const CudaBuffer*>(view.buffer) : nullptr;
+  if (b == nullptr || &b->device() != &device) {
+    return invalid_argument_error("channel: the buffer is not one of {}'s", device.info().name);
+  }
+  if (view.offset > b->size() || bytes > b->size() - view.offset) {
+    return out_of_range_error("channel: {} bytes at offset {} overrun a buffer of {} bytes", bytes, view.offset,
+                              b->size());
+  }
+  if (b->usage() != hal::BufferUsage::kDevice) {
+    return invalid_argument_error("channel: an {} buffer; collectives take device buffers",
+                                  hal::buffer_usage_name(b->usage()));
+  }
+  return b->ptr() + view.offset;
+}
+
+int cuda_ordinal(const hal::Device& device) {
+  const auto* d = dynamic_cast<const CudaDevice*>(&device);
+  return d != nullptr ? d->ordinal() : -1;
+}
+
 Result<std::vector<std::unique_ptr<hal::Channel>>> create_cuda_channels(std::span<hal::Device* const> devices,
                                                                          const hal::ChannelOptions& options) {
   for (std::size_t i = 0; i < devices.size(); ++i) {
@@ -889,8 +926,19 @@ Result<std::vector<std::unique_ptr<hal::Channel>>> create_cuda_channels(std::spa
       return invalid_argument_error("channel: device {} of the group is not a CUDA device", i);
     }
   }
-  // Staged through pinned host memory until the NCCL Channel (issue 21).
-  return backends::create_staged_channels(devices, options);
+  if (devices.size() <= 1) return backends::create_staged_channels(devices, options);  // a group of one
+  std::vector<int> ordinals;
+  for (hal::Device* d : devices) ordinals.push_back(cuda_ordinal(*d));
+  const Result<const NcclApi*> nccl = load_nccl();
+  SX_ASSIGN_OR_RETURN(const CudaChannelKind kind,
+                      choose_cuda_channel(ordinals, std::getenv("SEXTANT_CUDA_CHANNEL"), nccl.status()));
+  if (kind == CudaChannelKind::kStaged) {
+    log_info("{}: collectives staged through host memory ({} devices, several on one GPU or "
+             "SEXTANT_CUDA_CHANNEL=staged)",
+             options.name.empty() ? "channel" : options.name, devices.size());
+    return backends::create_staged_channels(devices, options);
+  }
+  return create_nccl_channels(**nccl, devices, options);
 }
 
 }  // namespace sx::cuda

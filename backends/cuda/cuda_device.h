@@ -7,6 +7,7 @@
 // Threading: as hal::Device / hal::Stream.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <span>
 #include <string>
@@ -28,5 +29,13 @@ Result<std::vector<std::unique_ptr<hal::Channel>>> create_cuda_channels(std::spa
                                                                          const hal::ChannelOptions& options);
 // The architectures the kernels were compiled for, as the build's -Dnvcc_archs gave them ("90").
 const char* compiled_archs_text();
+
+// For the module's channels, which enqueue on a rank's CUDA stream directly (cudaStream_t as a
+// pointer, this header having no CUDA types): the stream behind `stream` after its deferred ops
+// were launched (so that what is enqueued next follows them), its error if it has one latched;
+// the device address of `bytes` at `view` on `device`; the CUDA ordinal of a device.
+Result<void*> native_stream(hal::Stream& stream);
+Result<std::byte*> device_address(const hal::BufView& view, std::size_t bytes, const hal::Device& device);
+int cuda_ordinal(const hal::Device& device);
 
 }  // namespace sx::cuda

@@ -1,0 +1,111 @@
+// NCCL opened at run time (nccl_api.h).
+#include "backends/cuda/nccl_api.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <mutex>
+
+#include <fmt/format.h>
+
+namespace sx::cuda {
+
+std::string nccl_version_string(int code) {
+  if (code >= 10000) return fmt::format("{}.{}.{}", code / 10000, code / 100 % 100, code % 100);
+  return fmt::format("{}.{}.{}", code / 1000, code / 100 % 10, code % 100);
+}
+
+namespace {
+
+template <typename F>
+bool find(void* lib, const char* name, F& out) {
+  out = reinterpret_cast<F>(dlsym(lib, name));
+  return out != nullptr;
+}
+
+constexpr const char* kHint =
+    "tensor parallelism over several CUDA GPUs needs NCCL 2.12 or newer (Debian's libnccl2, NVIDIA's "
+    "nvidia-nccl wheel, or a path in SEXTANT_NCCL_LIBRARY); one GPU, and several Sextant devices of one GPU, "
+    "work without it";
+
+}  // namespace
+
+Result<NcclApi> open_nccl(const std::string& library) {
+  void* lib = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) return unavailable_error("NCCL unavailable: {}; {}", dlerror(), kHint);
+  NcclApi api;
+  api.path = library;
+  int (*get_version)(int*) = nullptr;
+  const char* missing = nullptr;
+  if (!find(lib, "ncclGetVersion", get_version)) missing = "ncclGetVersion";
+  else if (!find(lib, "ncclCommInitAll", api.comm_init_all)) missing = "ncclCommInitAll";
+  else if (!find(lib, "ncclAllReduce", api.all_reduce)) missing = "ncclAllReduce";
+  else if (!find(lib, "ncclAllGather", api.all_gather)) missing = "ncclAllGather";
+  else if (!find(lib, "ncclBroadcast", api.broadcast)) missing = "ncclBroadcast";
+  else if (!find(lib, "ncclSend", api.send)) missing = "ncclSend";
+  else if (!find(lib, "ncclRecv", api.recv)) missing = "ncclRecv";
+  else if (!find(lib, "ncclGroupStart", api.group_start)) missing = "ncclGroupStart";
+  else if (!find(lib, "ncclGroupEnd", api.group_end)) missing = "ncclGroupEnd";
+  else if (!find(lib, "ncclCommGetAsyncError", api.comm_get_async_error)) missing = "ncclCommGetAsyncError";
+  else if (!find(lib, "ncclCommAbort", api.comm_abort)) missing = "ncclCommAbort";
+  else if (!find(lib, "ncclCommDestroy", api.comm_destroy)) missing = "ncclCommDestroy";
+  else if (!find(lib, "ncclGetErrorString", api.get_error_string)) missing = "ncclGetErrorString";
+  if (missing != nullptr) {
+    dlclose(lib);
+    return unavailable_error("NCCL unavailable: {} has no {}; {}", library, missing, kHint);
+  }
+  find(lib, "ncclGetLastError", api.get_last_error);  // optional
+  if (get_version(&api.version) != kNcclSuccess || api.version < 21200) {
+    const std::string v = api.version > 0 ? nccl_version_string(api.version) : "an unknown version";
+    dlclose(lib);
+    return unavailable_error("NCCL unavailable: {} is NCCL {}; {}", library, v, kHint);
+  }
+  return api;  // the library stays loaded for the life of the process
+}
+
+Result<const NcclApi*> load_nccl() {
+  static std::once_flag once;
+  static Result<NcclApi> loaded = unavailable_error("NCCL not loaded");
+  std::call_once(once, [] {
+    const char* env = std::getenv("SEXTANT_NCCL_LIBRARY");
+    loaded = open_nccl(env != nullptr && *env != '\0' ? env : "libnccl.so.2");
+  });
+  if (!loaded.ok()) return loaded.status();
+  return &*loaded;
+}
+
+Result<CudaChannelKind> choose_cuda_channel(const std::vector<int>& ordinals, const char* env, const Status& nccl) {
+  const std::string_view mode = env != nullptr && *env != '\0' ? std::string_view(env) : "auto";
+  if (mode != "auto" && mode != "nccl" && mode != "staged") {
+    return invalid_argument_error("SEXTANT_CUDA_CHANNEL={}: expected auto, nccl or staged", mode);
+  }
+  if (mode == "staged") return CudaChannelKind::kStaged;
+  bool shared = false;
+  for (std::size_t i = 0; i < ordinals.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) shared = shared || ordinals[i] == ordinals[j];
+  }
+  if (shared) {
+    if (mode == "nccl") {
+      return invalid_argument_error("SEXTANT_CUDA_CHANNEL=nccl: the group has several devices on one GPU, which "
+                                    "NCCL refuses; use distinct GPUs or SEXTANT_CUDA_CHANNEL=staged");
+    }
+    return CudaChannelKind::kStaged;
+  }
+  if (!nccl.ok()) {
+    return Status(nccl.code(), fmt::format("{} (or SEXTANT_CUDA_CHANNEL=staged: collectives staged through host "
+                                           "memory, correct but slow)",
+                                           nccl.message()));
+  }
+  return CudaChannelKind::kNccl;
+}
+
+std::string nccl_error(const NcclApi& api, int result, NcclApi::Comm comm) {
+  std::string s = fmt::format("NCCL error {}: {}", result, api.get_error_string(result));
+  if (api.get_last_error != nullptr) {
+    const char* last = api.get_last_error(comm);
+    if (last != nullptr && *last != '\0') s += fmt::format(" ({})", last);
+  }
+  return s;
+}
+
+}  // namespace sx::cuda

@@ -1,0 +1,321 @@
+// The NCCL Channel (nccl_channel.h).
+#include "backends/cuda/nccl_channel.h"
+
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "backends/cuda/collective_watch.h"
+#include "backends/cuda/cuda_device.h"
+#include "backends/cuda/cuda_util.h"
+#include "runtime/base/log.h"
+
+namespace sx::cuda {
+
+namespace {
+
+class NcclRankComm final : public RankComm {
+ public:
+  NcclRankComm(const NcclApi& api, NcclApi::Comm comm) : api_(api), comm_(comm) {}
+  Status async_error() override {
+    int e = kNcclSuccess;
+    const int r = api_.comm_get_async_error(comm_, &e);
+    if (r != kNcclSuccess) return internal_error("ncclCommGetAsyncError: {}", nccl_error(api_, r, comm_));
+    if (e != kNcclSuccess && e != kNcclInProgress) return internal_error("{}", nccl_error(api_, e, comm_));
+    return ok_status();
+  }
+  void abort() override { (void)api_.comm_abort(comm_); }
+  NcclApi::Comm comm() const { return comm_; }
+
+ private:
+  const NcclApi& api_;
+  NcclApi::Comm comm_;
+};
+
+// What the ranks of one group share: the communicators (destroyed with the last rank's channel)
+// and the watch.
+struct NcclGroup {
+  const NcclApi* api = nullptr;
+  std::vector<std::unique_ptr<NcclRankComm>> comms;
+  std::unique_ptr<CollectiveWatch> watch;
+  ~NcclGroup() {
+    watch.reset();  // no more polling of the communicators
+    for (auto& c : comms) (void)api->comm_destroy(c->comm());
+  }
+};
+
+// The NCCL_* settings in effect, for the log and messages: "NCCL 2.28.9 (NCCL_P2P_DISABLE=1)".
+std::string nccl_settings(const NcclApi& api) {
+  std::string set;
+  for (const char* name : {"NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_IB_DISABLE", "NCCL_SOCKET_IFNAME",
+                           "NCCL_DEBUG", "NCCL_ALGO", "NCCL_PROTO"}) {
+    if (const char* v = std::getenv(name); v != nullptr) set += fmt::format("{}{}={}", set.empty() ? "" : ", ", name, v);
+  }
+  return fmt::format("NCCL {}{}", nccl_version_string(api.version), set.empty() ? "" : " (" + set + ")");
+}
+
+class NcclChannel final : public hal::Channel {
+ public:
+  NcclChannel(std::shared_ptr<NcclGroup> group, int rank, int size, hal::Device& device, int ordinal,
+              std::unique_ptr<hal::Buffer> scratch)
+      : g_(std::move(group)), rank_(rank), size_(size), device_(device), ordinal_(ordinal),
+        scratch_(std::move(scratch)) {}
+  ~NcclChannel() override {
+    (void)cudaSetDevice(ordinal_);
+    std::lock_guard<std::mutex> lock(events_mu_);
+    for (cudaEvent_t e : free_events_) (void)cudaEventDestroy(e);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  Status all_reduce(hal::Stream& stream, hal::BufView data, std::int64_t count, hal::DType dtype) override {
+    if (size_ == 1 || count == 0) return ok_status();
+    if (dtype != hal::DType::kF32) {
+      return unimplemented_error("all_reduce: the NCCL channel sums f32 (as the HAL defines the sum), not {}",
+                                 hal::dtype_name(dtype));
+    }
+    if (count < 0) return invalid_argument_error("all_reduce: count {} is negative", count);
+    const auto bytes = static_cast<std::size_t>(count) * 4;
+    SX_ASSIGN_OR_RETURN(std::byte * p, device_address(data, bytes, device_));
+    return issue(stream, "all_reduce", bytes, [&](void* s) {
+      return g_->api->all_reduce(p, p, static_cast<std::size_t>(count), kNcclFloat32, kNcclSum, comm(), s);
+    });
+  }
+  Status all_gather(hal::Stream& stream, hal::BufView send, hal::BufView recv, std::size_t bytes) override {
+    SX_ASSIGN_OR_RETURN(std::byte * s_p, device_address(send, bytes, device_));
+    SX_ASSIGN_OR_RETURN(std::byte * r_p, device_address(recv, bytes * static_cast<std::size_t>(size_), device_));
+    if (size_ == 1) return copy_on(stream, r_p, s_p, bytes);
+    if (bytes == 0) return ok_status();
+    return issue(stream, "all_gather", bytes * static_cast<std::size_t>(size_),
+                 [&](void* s) { return g_->api->all_gather(s_p, r_p, bytes, kNcclUint8, comm(), s); });
+  }
+  Status broadcast(hal::Stream& stream, hal::BufView data, std::size_t bytes, int root) override {
+    if (root < 0 || root >= size_) return invalid_argument_error("broadcast: root {} of {} ranks", root, size_);
+    if (size_ == 1 || bytes == 0) return ok_status();
+    SX_ASSIGN_OR_RETURN(std::byte * p, device_address(data, bytes, device_));
+    return issue(stream, "broadcast", bytes,
+                 [&](void* s) { return g_->api->broadcast(p, p, bytes, kNcclUint8, root, comm(), s); });
+  }
+  Status send(hal::Stream& stream, hal::BufView data, std::size_t bytes, int peer) override {
+    if (peer < 0 || peer >= size_ || peer == rank_) return invalid_argument_error("send: peer {} of {}", peer, size_);
+    if (bytes == 0) return ok_status();
+    SX_ASSIGN_OR_RETURN(std::byte * p, device_address(data, bytes, device_));
+    return issue(stream, "send", bytes, [&](void* s) { return g_->api->send(p, bytes, kNcclUint8, peer, comm(), s); });
+  }
+  Status recv(hal::Stream& stream, hal::BufView data, std::size_t bytes, int peer) override {
+    if (peer < 0 || peer >= size_ || peer == rank_) return invalid_argument_error("recv: peer {} of {}", peer, size_);
+    if (bytes == 0) return ok_status();
+    SX_ASSIGN_OR_RETURN(std::byte * p, device_address(data, bytes, device_));
+    return issue(stream, "recv", bytes, [&](void* s) { return g_->api->recv(p, bytes, kNcclUint8, peer, comm(), s); });
+  }
+  Status barrier(hal::Stream& stream) override {
+    if (size_ == 1) return ok_status();
+    return all_reduce(stream, {scratch_.get(), 0}, 1, hal::DType::kF32);
+  }
+  void abort(const Status& why) override { g_->watch->fail(rank_, why); }
+
+ private:
+  NcclApi::Comm comm() const { return g_->comms[static_cast<std::size_t>(rank_)]->comm(); }
+
+  // Enqueues `call` on the rank's CUDA stream (after its deferred ops), then an event the watch
+  // polls until the collective completed.
+  template <typename Call>
+  Status issue(hal::Stream& stream, const char* what, std::size_t bytes, Call call) {
+    SX_RETURN_IF_ERROR(g_->watch->status());
+    SX_ASSIGN_OR_RETURN(void* s, native_stream(stream));
+    SX_RETURN_IF_ERROR(cuda_status(cudaSetDevice(ordinal_), fmt::format("{}: {}", device_.info().name, what)));
+    if (const int r = call(s); r != kNcclSuccess && r != kNcclInProgress) {
+      const Status e = internal_error("{}: {} of {} bytes: {}", device_.info().name, what, bytes,
+                                      nccl_error(*g_->api, r, comm()));
+      g_->watch->fail(rank_, e);
+      return g_->watch->status();
+    }
+    SX_ASSIGN_OR_RETURN(cudaEvent_t ev, take_event());
+    SX_RETURN_IF_ERROR(cuda_status(cudaEventRecord(ev, static_cast<cudaStream_t>(s)), what));
+    g_->watch->watch(rank_, what, bytes, [this, ev] {
+      const cudaError_t q = cudaEventQuery(ev);
+      if (q == cudaErrorNotReady) return false;
+      std::lock_guard<std::mutex> lock(events_mu_);
+      free_events_.push_back(ev);  // done (or failed: the stream's sync reports that)
+      return true;
+    });
+    return ok_status();
+  }
+  Result<cudaEvent_t> take_event() {
+    {
+      std::lock_guard<std::mutex> lock(events_mu_);
+      if (!free_events_.empty()) {
+        cudaEvent_t e = free_events_.back();
+        free_events_.pop_back();
+        return e;
+      }
+    }
+    cudaEvent_t e = nullptr;
+    SX_RETURN_IF_ERROR(cuda_status(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "an event for a collective"));
+    return e;
+  }
+  Status copy_on(hal::Stream& stream, std::byte* dst, const std::byte* src, std::size_t bytes) {
+    if (bytes == 0 || dst == src) return ok_status();
+    SX_ASSIGN_OR_RETURN(void* s, native_stream(stream));
+    return cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(s)),
+                       "all_gather");
+  }
+
+  std::shared_ptr<NcclGroup> g_;
+  int rank_, size_;
+  hal::Device& device_;
+  int ordinal_;
+  std::unique_ptr<hal::Buffer> scratch_;  // barrier's 4 bytes
+  std::mutex events_mu_;
+  std::vector<cudaEvent_t> free_events_;
+};
+
+// Peer access and P2P performance rank of every pair, for the log (what NCCL will find).
+std::string p2p_facts(const std::vector<int>& ordinals) {
+  std::string out;
+  for (std::size_t i = 0; i < ordinals.size(); ++i) {
+    for (std::size_t j = i + 1; j < ordinals.size(); ++j) {
+      int access = 0, rank = -1;
+      (void)cudaDeviceCanAccessPeer(&access, ordinals[i], ordinals[j]);
+      (void)cudaDeviceGetP2PAttribute(&rank, cudaDevP2PAttrPerformanceRank, ordinals[i], ordinals[j]);
+      (void)cudaGetLastError();
+      out += fmt::format("{}GPU {}-{}: {}", out.empty() ? "" : "; ", ordinals[i], ordinals[j],
+                         access != 0 ? fmt::format("peer access, performance rank {}", rank) : "no peer access");
+    }
+  }
+  return out;
+}
+
+// All-reduces of a few sizes on every rank at once, sums checked, time limited: the group proves
+// its devices can talk before the model is loaded.
+Status self_test(const NcclApi& api, const NcclGroup& g, const std::vector<int>& ordinals,
+                 const std::vector<std::string>& names, std::chrono::milliseconds limit, const std::string& settings) {
+  const std::size_t n = ordinals.size();
+  std::vector<cudaStream_t> streams(n, nullptr);
+  std::vector<float*> bufs(n, nullptr);
+  constexpr std::size_t kMaxFloats = std::size_t{16} << 20;  // 64 MiB
+  Status st = ok_status();
+  auto cleanup = [&] {
+    for (std::size_t r = 0; r < n; ++r) {
+      (void)cudaSetDevice(ordinals[r]);
+      if (bufs[r] != nullptr) (void)cudaFree(bufs[r]);
+      if (streams[r] != nullptr) (void)cudaStreamDestroy(streams[r]);
+    }
+  };
+  for (std::size_t r = 0; r < n && st.ok(); ++r) {
+    st = cuda_status(cudaSetDevice(ordinals[r]), names[r]);
+    if (st.ok()) st = cuda_status(cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking), names[r]);
+    if (st.ok()) st = cuda_status(cudaMalloc(reinterpret_cast<void**>(&bufs[r]), kMaxFloats * 4), names[r] + ": self-test");
+  }
+  std::string report;
+  for (const std::size_t floats : {std::size_t{1024}, std::size_t{256} << 10, kMaxFloats}) {
+    if (!st.ok()) break;
+    for (std::size_t r = 0; r < n && st.ok(); ++r) {
+      const std::vector<float> fill(floats, static_cast<float>(r + 1));
+      st = cuda_status(cudaSetDevice(ordinals[r]), names[r]);
+      if (st.ok()) st = cuda_status(cudaMemcpy(bufs[r], fill.data(), floats * 4, cudaMemcpyHostToDevice), names[r]);
+    }
+    if (!st.ok()) break;
+    const auto t0 = std::chrono::steady_clock::now();
+    int res = api.group_start();
+    for (std::size_t r = 0; r < n && res == kNcclSuccess; ++r) {
+      res = api.all_reduce(bufs[r], bufs[r], floats, kNcclFloat32, kNcclSum, g.comms[r]->comm(), streams[r]);
+    }
+    const int end = api.group_end();
+    if (res == kNcclSuccess) res = end;
+    if (res != kNcclSuccess && res != kNcclInProgress) {
+      st = unavailable_error("NCCL self-test: all_reduce of {} bytes on {}: {}", floats * 4, fmt::join(names, ", "),
+                             nccl_error(api, res, nullptr));
+      break;
+    }
+    // Wait with a limit: a hang here is the seed's "NCCL hangs on PCIe/SYS" night.
+    for (std::size_t r = 0; r < n && st.ok(); ++r) {
+      (void)cudaSetDevice(ordinals[r]);
+      while (true) {
+        const cudaError_t q = cudaStreamQuery(streams[r]);
+        if (q == cudaSuccess) break;
+        if (q != cudaErrorNotReady) {
+          st = cuda_status(q, names[r] + ": NCCL self-test");
+          break;
+        }
+        if (std::chrono::steady_clock::now() - t0 > limit) {
+          for (const auto& c : g.comms) (void)api.comm_abort(c->comm());
+          st = deadline_exceeded_error(
+              "NCCL self-test: an all_reduce of {} bytes over {} did not finish within {} ms ({} waited first); "
+              "over {}. The devices cannot talk as NCCL set them up: check nvidia-smi topo -m, try "
+              "NCCL_P2P_DISABLE=1 or NCCL_P2P_LEVEL=PHB, or place the group on GPUs with better links",
+              floats * 4, fmt::join(names, ", "), limit.count(), names[r], settings);
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    }
+    if (!st.ok()) break;
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const float want = static_cast<float>(n * (n + 1) / 2);
+    for (std::size_t r = 0; r < n && st.ok(); ++r) {
+      std::vector<float> got(floats);
+      (void)cudaSetDevice(ordinals[r]);
+      st = cuda_status(cudaMemcpy(got.data(), bufs[r], floats * 4, cudaMemcpyDeviceToHost), names[r]);
+      for (std::size_t i = 0; st.ok() && i < floats; ++i) {
+        if (got[i] != want) {
+          st = internal_error("NCCL self-test: after an all_reduce of {} bytes, {} holds {} at element {}, not {} "
+                              "(over {})",
+                              floats * 4, names[r], got[i], i, want, settings);
+        }
+      }
+    }
+    const double bus = static_cast<double>(floats * 4) * 2.0 * static_cast<double>(n - 1) / static_cast<double>(n) / secs;
+    report += fmt::format("{}{} KiB in {:.3f} ms ({:.1f} GB/s bus)", report.empty() ? "" : ", ", floats * 4 / 1024,
+                          secs * 1e3, bus / 1e9);
+  }
+  cleanup();
+  if (st.ok()) log_info("NCCL self-test of {}: all_reduce {}", fmt::join(names, ", "), report);
+  return st;
+}
+
+}  // namespace
+
+Result<std::vector<std::unique_ptr<hal::Channel>>> create_nccl_channels(const NcclApi& api,
+                                                                         std::span<hal::Device* const> devices,
+                                                                         const hal::ChannelOptions& options) {
+  const std::size_t n = devices.size();
+  std::vector<int> ordinals;
+  std::vector<std::string> names;
+  for (hal::Device* d : devices) {
+    ordinals.push_back(cuda_ordinal(*d));
+    names.push_back(d->info().name);
+  }
+  const std::string settings = nccl_settings(api);
+  const std::string group_name = options.name.empty() ? fmt::format("channel of {} ranks", n) : options.name;
+  log_info("{}: {} over {}; {}", group_name, settings, fmt::join(names, ", "), p2p_facts(ordinals));
+  std::vector<NcclApi::Comm> comms(n, nullptr);
+  if (const int r = api.comm_init_all(comms.data(), static_cast<int>(n), ordinals.data()); r != kNcclSuccess) {
+    return unavailable_error("{}: ncclCommInitAll over {}: {} ({})", group_name, fmt::join(names, ", "),
+                             nccl_error(api, r, nullptr), settings);
+  }
+  auto group = std::make_shared<NcclGroup>();
+  group->api = &api;
+  std::vector<RankComm*> raw;
+  for (NcclApi::Comm c : comms) {
+    group->comms.push_back(std::make_unique<NcclRankComm>(api, c));
+    raw.push_back(group->comms.back().get());
+  }
+  group->watch = std::make_unique<CollectiveWatch>(WatchedGroup{group_name, names, settings, options.timeout}, raw);
+  SX_RETURN_IF_ERROR(self_test(api, *group, ordinals, names, std::min(options.timeout, std::chrono::milliseconds(30'000)),
+                               settings));
+  std::vector<std::unique_ptr<hal::Channel>> out;
+  for (std::size_t r = 0; r < n; ++r) {
+    SX_ASSIGN_OR_RETURN(std::unique_ptr<hal::Buffer> scratch, devices[r]->alloc(4, hal::BufferUsage::kDevice));
+    out.push_back(std::make_unique<NcclChannel>(group, static_cast<int>(r), static_cast<int>(n), *devices[r],
+                                                ordinals[r], std::move(scratch)));
+  }
+  return out;
+}
+
+}  // namespace sx::cuda

@@ -1,0 +1,68 @@
+// backends/cuda/nccl_api.h: NCCL opened at run time; a missing or foreign library is UNAVAILABLE
+// with the reason and what to do (TP over several GPUs needs it; one GPU does not).
+#include "backends/cuda/nccl_api.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace sx::cuda {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+TEST(NcclApi, VersionStrings) {
+  EXPECT_EQ(nccl_version_string(22809), "2.28.9");
+  EXPECT_EQ(nccl_version_string(21903), "2.19.3");
+  EXPECT_EQ(nccl_version_string(2708), "2.7.8");
+}
+
+TEST(NcclApi, AMissingLibraryIsUnavailableNamingItAndTheFix) {
+  auto r = open_nccl("/nonexistent/libnccl.so.2");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_THAT(r.status().message(),
+              AllOf(StartsWith("NCCL unavailable: /nonexistent/libnccl.so.2: cannot open shared object file"),
+                    HasSubstr("tensor parallelism over several CUDA GPUs needs NCCL 2.12"),
+                    HasSubstr("SEXTANT_NCCL_LIBRARY"), HasSubstr("one GPU")));
+}
+
+TEST(NcclApi, ALibraryThatIsNotNcclIsUnavailable) {
+  auto r = open_nccl("libm.so.6");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_THAT(r.status().message(), HasSubstr("libm.so.6 has no ncclGetVersion"));
+}
+
+TEST(NcclApi, TheInstalledNcclOpensWithEveryFunction) {
+  auto r = open_nccl("libnccl.so.2");
+  if (!r.ok()) GTEST_SKIP() << "no NCCL on this machine: " << r.status().to_string();
+  EXPECT_GE(r->version, 21200);
+  EXPECT_THAT(nccl_version_string(r->version), StartsWith("2."));
+  EXPECT_NE(r->comm_init_all, nullptr);
+  EXPECT_NE(r->comm_abort, nullptr);
+  EXPECT_STREQ(r->get_error_string(kNcclSuccess), "no error");
+  std::printf("NCCL %s from %s\n", nccl_version_string(r->version).c_str(), r->path.c_str());
+}
+
+TEST(NcclApi, ChannelChoice) {
+  const Status ok = ok_status(), missing = unavailable_error("NCCL unavailable: libnccl.so.2: cannot open");
+  EXPECT_EQ(*choose_cuda_channel({0, 1, 2}, nullptr, ok), CudaChannelKind::kNccl);
+  EXPECT_EQ(*choose_cuda_channel({0, 1}, "auto", ok), CudaChannelKind::kNccl);
+  // Several devices of one GPU: NCCL refuses them, the host-staged channel serves.
+  EXPECT_EQ(*choose_cuda_channel({0, 0, 0}, nullptr, missing), CudaChannelKind::kStaged);
+  EXPECT_EQ(*choose_cuda_channel({0, 1}, "staged", missing), CudaChannelKind::kStaged);
+  // Distinct GPUs without NCCL: unavailable, naming the library and the way out.
+  auto no = choose_cuda_channel({0, 1}, nullptr, missing);
+  ASSERT_FALSE(no.ok());
+  EXPECT_EQ(no.status().code(), StatusCode::kUnavailable);
+  EXPECT_THAT(no.status().message(), AllOf(HasSubstr("libnccl.so.2"), HasSubstr("SEXTANT_CUDA_CHANNEL=staged")));
+  auto forced = choose_cuda_channel({0, 0}, "nccl", ok);
+  ASSERT_FALSE(forced.ok());
+  EXPECT_THAT(forced.status().message(), HasSubstr("several devices on one GPU"));
+  EXPECT_EQ(choose_cuda_channel({0, 1}, "nvlink", ok).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace sx::cuda
