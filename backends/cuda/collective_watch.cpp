@@ -56,33 +56,56 @@ std::uint64_t CollectiveWatch::watch(int rank, std::string_view what, std::size_
 }
 
 void CollectiveWatch::fail(int rank, const Status& why) {
-  std::lock_guard<std::mutex> lock(mu_);
-  fail_locked(aborted_error("{}: {} failed: {}", group_name(), rank_name(rank), why.to_string()));
+  bool abort = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    abort = fail_locked(aborted_error("{}: {} failed: {}", group_name(), rank_name(rank), why.to_string()));
+  }
+  if (abort) abort_all();
 }
 
-void CollectiveWatch::fail_locked(Status why) {
-  if (!failed_.ok()) return;
+bool CollectiveWatch::fail_locked(Status why) {
+  if (!failed_.ok()) return false;
   failed_ = std::move(why);
-  if (!aborted_) {
-    aborted_ = true;
-    for (RankComm* c : comms_) c->abort();
-  }
   pending_.clear();  // aborted: nothing more completes that matters
+  if (aborted_) return false;
+  aborted_ = true;
+  return true;
+}
+
+// Outside mu_: an abort may take a while, and ranks keep asking status() meanwhile.
+void CollectiveWatch::abort_all() {
+  for (RankComm* c : comms_) c->abort();
+}
+
+std::size_t CollectiveWatch::forget(int rank) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::size_t before = pending_.size();
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [&](const Pending& p) { return p.rank == rank; }),
+                 pending_.end());
+  return before - pending_.size();
 }
 
 void CollectiveWatch::poll(Clock::time_point now) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!failed_.ok()) return;
+  bool abort = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    abort = check_locked(now);
+  }
+  if (abort) abort_all();
+}
+
+bool CollectiveWatch::check_locked(Clock::time_point now) {
+  if (!failed_.ok()) return false;
   // Completions first: a collective seen done is never late.
   pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [](Pending& p) { return p.done(); }),
                  pending_.end());
   for (std::size_t r = 0; r < comms_.size(); ++r) {
     if (Status e = comms_[r]->async_error(); !e.ok()) {
-      fail_locked(Status(e.code(), fmt::format("{}: the communicator of {} reported: {} (over {}); the group was "
-                                               "aborted",
-                                               group_name(), rank_name(static_cast<int>(r)), e.message(),
-                                               group_.transport)));
-      return;
+      return fail_locked(Status(e.code(), fmt::format("{}: the communicator of {} reported: {} (over {}); the group "
+                                                      "was aborted",
+                                                      group_name(), rank_name(static_cast<int>(r)), e.message(),
+                                                      group_.transport)));
     }
   }
   for (const Pending& p : pending_) {
@@ -93,14 +116,14 @@ void CollectiveWatch::poll(Clock::time_point now) {
     for (std::size_t r = 0; r < issued_.size(); ++r) {
       if (issued_[r] < p.number) behind += fmt::format("{}{}", behind.empty() ? "" : ", ", rank_name(static_cast<int>(r)));
     }
-    fail_locked(deadline_exceeded_error(
+    return fail_locked(deadline_exceeded_error(
         "{}: {} issued {} #{} ({} bytes) {} ms ago and it has not completed (timeout {} ms){}; over {}; the group "
         "was aborted. Check the links between the devices (nvidia-smi topo -m) and try NCCL_P2P_DISABLE=1 or "
         "NCCL_P2P_LEVEL=PHB",
         group_name(), rank_name(p.rank), p.what, p.number, p.bytes, waited.count(), group_.timeout.count(),
         behind.empty() ? "" : fmt::format("; not yet issued by {}", behind), group_.transport));
-    return;
   }
+  return false;
 }
 
 std::size_t CollectiveWatch::in_flight() const {

@@ -63,6 +63,10 @@ class CollectiveWatch {
   // Rank `rank` failed on its own (hal::Channel::abort): the group fails naming it (the first
   // failure wins).
   void fail(int rank, const Status& why);
+  // Drops rank `rank`'s watched collectives without calling their done() again (a channel about to
+  // be destroyed, whose done() functions refer to it); waits for a poll in progress. Returns how
+  // many were dropped.
+  std::size_t forget(int rank);
   // One round of checks at `now`: completions, asynchronous errors, deadlines.
   void poll(Clock::time_point now = Clock::now());
   // Collectives issued and not yet seen complete.
@@ -79,8 +83,12 @@ class CollectiveWatch {
   };
   std::string group_name() const;
   std::string rank_name(int rank) const;
-  // Fails the group with `why` and aborts every communicator (once). Called with mu_ held.
-  void fail_locked(Status why);
+  // Records the group's failure (the first wins); returns whether this call failed it, in which
+  // case the caller aborts the communicators (abort_all) after releasing mu_. Called with mu_ held.
+  bool fail_locked(Status why);
+  void abort_all();
+  // One round of poll()'s checks with mu_ held; true when it failed the group (abort_all next).
+  bool check_locked(Clock::time_point now);
 
   WatchedGroup group_;
   std::vector<RankComm*> comms_;

@@ -275,6 +275,7 @@ class CudaStream final : public hal::Stream {
     return stream_;
   }
   const CudaDevice& cuda_device() const { return d_; }
+  void add_sync_check(std::function<Status()> check) { sync_checks_.push_back(std::move(check)); }
 
  private:
   using Launch = std::function<Status(cudaStream_t)>;
@@ -320,6 +321,7 @@ class CudaStream final : public hal::Stream {
   std::int64_t pending_tokens_ = 0;
   GraphCache graphs_;
   std::map<std::uint64_t, cudaGraphExec_t> execs_;
+  std::vector<std::function<Status()>> sync_checks_;  // add_sync_check
   Status latched_;
 };
 
@@ -499,7 +501,9 @@ Status CudaStream::sync() {
                            "reading the device error word"));
   SX_RETURN_IF_ERROR(check(cudaStreamSynchronize(stream_), fmt::format("{}: the stream's work", d_.info().name)));
   ring_at_ = 0;
-  return take_device_errors();
+  SX_RETURN_IF_ERROR(take_device_errors());
+  for (const auto& c : sync_checks_) SX_RETURN_IF_ERROR(latch(c()));
+  return ok_status();
 }
 
 Status CudaStream::upload(hal::Buffer& dst, std::size_t dst_offset, std::span<const std::byte> src) {
@@ -912,6 +916,10 @@ Result<std::byte*> device_address(const hal::BufView& view, std::size_t bytes, c
                                   hal::buffer_usage_name(b->usage()));
   }
   return b->ptr() + view.offset;
+}
+
+void add_sync_check(hal::Stream& stream, std::function<Status()> check) {
+  if (auto* s = dynamic_cast<CudaStream*>(&stream); s != nullptr) s->add_sync_check(std::move(check));
 }
 
 int cuda_ordinal(const hal::Device& device) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -37,5 +38,8 @@ const char* compiled_archs_text();
 Result<void*> native_stream(hal::Stream& stream);
 Result<std::byte*> device_address(const hal::BufView& view, std::size_t bytes, const hal::Device& device);
 int cuda_ordinal(const hal::Device& device);
+// Adds a check that `stream`'s sync() runs after its work completed, latching a failure it
+// returns (a channel whose collectives were aborted on the device without a CUDA error).
+void add_sync_check(hal::Stream& stream, std::function<Status()> check);
 
 }  // namespace sx::cuda

@@ -79,7 +79,9 @@ Result<CudaChannelKind> choose_cuda_channel(const std::vector<int>& ordinals, co
   if (mode != "auto" && mode != "nccl" && mode != "staged") {
     return invalid_argument_error("SEXTANT_CUDA_CHANNEL={}: expected auto, nccl or staged", mode);
   }
-  if (mode == "staged") return CudaChannelKind::kStaged;
+  // The NCCL channel has not run on GPUs yet (no machine of the project has several): opt-in until
+  // tests/device/run has validated it on a multi-GPU machine.
+  if (mode == "staged" || mode == "auto") return CudaChannelKind::kStaged;
   bool shared = false;
   for (std::size_t i = 0; i < ordinals.size(); ++i) {
     for (std::size_t j = 0; j < i; ++j) shared = shared || ordinals[i] == ordinals[j];

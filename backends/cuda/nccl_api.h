@@ -53,8 +53,10 @@ Result<NcclApi> open_nccl(const std::string& library);
 Result<const NcclApi*> load_nccl();
 // How the ranks of a CUDA group exchange data: NCCL (ranks on distinct GPUs), or staged through
 // host memory (several Sextant devices of one GPU, which NCCL refuses, until the loopback channel;
-// or asked for). $SEXTANT_CUDA_CHANNEL: unset or "auto" (NCCL where the GPUs are distinct),
-// "nccl" (NCCL or an error), "staged". `nccl` is load_nccl()'s answer.
+// or asked for). $SEXTANT_CUDA_CHANNEL: "nccl" (NCCL or an error), "staged", unset or "auto"
+// (staged for now: the NCCL channel has never run on GPUs; it becomes auto's choice for distinct
+// GPUs once tests/device/run has validated it on a multi-GPU machine). `nccl` is load_nccl()'s
+// answer.
 enum class CudaChannelKind { kNccl, kStaged };
 Result<CudaChannelKind> choose_cuda_channel(const std::vector<int>& ordinals, const char* env,
                                             const Status& nccl);

@@ -5,7 +5,9 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <atomic>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -29,12 +31,18 @@ class NcclRankComm final : public RankComm {
     if (e != kNcclSuccess && e != kNcclInProgress) return internal_error("{}", nccl_error(api_, e, comm_));
     return ok_status();
   }
-  void abort() override { (void)api_.comm_abort(comm_); }
+  // ncclCommAbort frees the communicator (all of the process's once all are aborted): at most once,
+  // and never followed by ncclCommDestroy.
+  void abort() override {
+    if (!aborted_.exchange(true)) (void)api_.comm_abort(comm_);
+  }
+  bool aborted() const { return aborted_; }
   NcclApi::Comm comm() const { return comm_; }
 
  private:
   const NcclApi& api_;
   NcclApi::Comm comm_;
+  std::atomic<bool> aborted_{false};
 };
 
 // What the ranks of one group share: the communicators (destroyed with the last rank's channel)
@@ -44,8 +52,14 @@ struct NcclGroup {
   std::vector<std::unique_ptr<NcclRankComm>> comms;
   std::unique_ptr<CollectiveWatch> watch;
   ~NcclGroup() {
+    // Collectives still in flight (a rank that stopped without abort): destroying would wait for
+    // them, so abort instead.
+    const bool busy = watch != nullptr && watch->in_flight() > 0;
     watch.reset();  // no more polling of the communicators
-    for (auto& c : comms) (void)api->comm_destroy(c->comm());
+    for (auto& c : comms) {
+      if (busy) c->abort();
+      if (!c->aborted()) (void)api->comm_destroy(c->comm());
+    }
   }
 };
 
@@ -66,6 +80,7 @@ class NcclChannel final : public hal::Channel {
       : g_(std::move(group)), rank_(rank), size_(size), device_(device), ordinal_(ordinal),
         scratch_(std::move(scratch)) {}
   ~NcclChannel() override {
+    g_->watch->forget(rank_);  // its done() functions refer to this channel
     (void)cudaSetDevice(ordinal_);
     std::lock_guard<std::mutex> lock(events_mu_);
     for (cudaEvent_t e : free_events_) (void)cudaEventDestroy(e);
@@ -128,22 +143,34 @@ class NcclChannel final : public hal::Channel {
   Status issue(hal::Stream& stream, const char* what, std::size_t bytes, Call call) {
     SX_RETURN_IF_ERROR(g_->watch->status());
     SX_ASSIGN_OR_RETURN(void* s, native_stream(stream));
-    SX_RETURN_IF_ERROR(cuda_status(cudaSetDevice(ordinal_), fmt::format("{}: {}", device_.info().name, what)));
-    if (const int r = call(s); r != kNcclSuccess && r != kNcclInProgress) {
-      const Status e = internal_error("{}: {} of {} bytes: {}", device_.info().name, what, bytes,
-                                      nccl_error(*g_->api, r, comm()));
-      g_->watch->fail(rank_, e);
-      return g_->watch->status();
+    if (checked_.insert(&stream).second) {
+      // A collective aborted on the device ends without a CUDA error: the stream's sync reports
+      // the group's failure instead.
+      add_sync_check(stream, [g = g_] { return g->watch->status(); });
     }
+    SX_RETURN_IF_ERROR(cuda_status(cudaSetDevice(ordinal_), fmt::format("{}: {}", device_.info().name, what)));
     SX_ASSIGN_OR_RETURN(cudaEvent_t ev, take_event());
-    SX_RETURN_IF_ERROR(cuda_status(cudaEventRecord(ev, static_cast<cudaStream_t>(s)), what));
-    g_->watch->watch(rank_, what, bytes, [this, ev] {
-      const cudaError_t q = cudaEventQuery(ev);
-      if (q == cudaErrorNotReady) return false;
+    // Watched from before the call: a call that blocks on the host waiting for a peer (NCCL
+    // connects lazily) is under the deadline too, and the abort unblocks it.
+    auto recorded = std::make_shared<std::atomic<bool>>(false);
+    g_->watch->watch(rank_, what, bytes, [this, ev, recorded] {
+      if (!recorded->load()) return false;
+      (void)cudaSetDevice(ordinal_);
+      if (cudaEventQuery(ev) == cudaErrorNotReady) return false;
       std::lock_guard<std::mutex> lock(events_mu_);
       free_events_.push_back(ev);  // done (or failed: the stream's sync reports that)
       return true;
     });
+    if (const int r = call(s); r != kNcclSuccess && r != kNcclInProgress) {
+      g_->watch->fail(rank_, internal_error("{}: {} of {} bytes: {}", device_.info().name, what, bytes,
+                                            nccl_error(*g_->api, r, comm())));
+      return g_->watch->status();
+    }
+    if (Status st = cuda_status(cudaEventRecord(ev, static_cast<cudaStream_t>(s)), what); !st.ok()) {
+      g_->watch->fail(rank_, st);  // the peers would wait out the deadline otherwise
+      return g_->watch->status();
+    }
+    recorded->store(true);
     return ok_status();
   }
   Result<cudaEvent_t> take_event() {
@@ -173,6 +200,7 @@ class NcclChannel final : public hal::Channel {
   std::unique_ptr<hal::Buffer> scratch_;  // barrier's 4 bytes
   std::mutex events_mu_;
   std::vector<cudaEvent_t> free_events_;
+  std::set<const hal::Stream*> checked_;  // streams whose sync reports the group's failure
 };
 
 // Peer access and P2P performance rank of every pair, for the log (what NCCL will find).
@@ -193,7 +221,7 @@ std::string p2p_facts(const std::vector<int>& ordinals) {
 
 // All-reduces of a few sizes on every rank at once, sums checked, time limited: the group proves
 // its devices can talk before the model is loaded.
-Status self_test(const NcclApi& api, const NcclGroup& g, const std::vector<int>& ordinals,
+Status self_test(const NcclApi& api, NcclGroup& g, const std::vector<int>& ordinals,
                  const std::vector<std::string>& names, std::chrono::milliseconds limit, const std::string& settings) {
   const std::size_t n = ordinals.size();
   std::vector<cudaStream_t> streams(n, nullptr);
@@ -223,11 +251,13 @@ Status self_test(const NcclApi& api, const NcclGroup& g, const std::vector<int>&
     if (!st.ok()) break;
     const auto t0 = std::chrono::steady_clock::now();
     int res = api.group_start();
-    for (std::size_t r = 0; r < n && res == kNcclSuccess; ++r) {
-      res = api.all_reduce(bufs[r], bufs[r], floats, kNcclFloat32, kNcclSum, g.comms[r]->comm(), streams[r]);
+    if (res == kNcclSuccess) {
+      for (std::size_t r = 0; r < n && res == kNcclSuccess; ++r) {
+        res = api.all_reduce(bufs[r], bufs[r], floats, kNcclFloat32, kNcclSum, g.comms[r]->comm(), streams[r]);
+      }
+      const int end = api.group_end();
+      if (res == kNcclSuccess) res = end;
     }
-    const int end = api.group_end();
-    if (res == kNcclSuccess) res = end;
     if (res != kNcclSuccess && res != kNcclInProgress) {
       st = unavailable_error("NCCL self-test: all_reduce of {} bytes on {}: {}", floats * 4, fmt::join(names, ", "),
                              nccl_error(api, res, nullptr));
@@ -244,7 +274,7 @@ Status self_test(const NcclApi& api, const NcclGroup& g, const std::vector<int>&
           break;
         }
         if (std::chrono::steady_clock::now() - t0 > limit) {
-          for (const auto& c : g.comms) (void)api.comm_abort(c->comm());
+          for (const auto& c : g.comms) c->abort();
           st = deadline_exceeded_error(
               "NCCL self-test: an all_reduce of {} bytes over {} did not finish within {} ms ({} waited first); "
               "over {}. The devices cannot talk as NCCL set them up: check nvidia-smi topo -m, try "
@@ -306,9 +336,15 @@ Result<std::vector<std::unique_ptr<hal::Channel>>> create_nccl_channels(const Nc
     group->comms.push_back(std::make_unique<NcclRankComm>(api, c));
     raw.push_back(group->comms.back().get());
   }
+  // The self-test first (its first size includes NCCL's connection set-up: a budget of its own),
+  // then the watch. A failed test aborts the communicators (some may still be running).
+  if (Status st = self_test(api, *group, ordinals, names, std::max(options.timeout, std::chrono::milliseconds(30'000)),
+                            settings);
+      !st.ok()) {
+    for (auto& c : group->comms) c->abort();
+    return st;
+  }
   group->watch = std::make_unique<CollectiveWatch>(WatchedGroup{group_name, names, settings, options.timeout}, raw);
-  SX_RETURN_IF_ERROR(self_test(api, *group, ordinals, names, std::min(options.timeout, std::chrono::milliseconds(30'000)),
-                               settings));
   std::vector<std::unique_ptr<hal::Channel>> out;
   for (std::size_t r = 0; r < n; ++r) {
     SX_ASSIGN_OR_RETURN(std::unique_ptr<hal::Buffer> scratch, devices[r]->alloc(4, hal::BufferUsage::kDevice));

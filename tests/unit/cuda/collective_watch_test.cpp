@@ -111,5 +111,19 @@ TEST(CollectiveWatch, TheThreadAbortsAHungCollectivePromptly) {
   EXPECT_EQ(g.comms[0].aborts, 1);
 }
 
+TEST(CollectiveWatch, AForgottenRankIsNeitherPolledNorLate) {
+  Group g;
+  CollectiveWatch w(g.info(), g.ptrs(), 0ms);
+  const auto t0 = CollectiveWatch::Clock::now();
+  int calls = 0;
+  w.watch(1, "all_reduce", 4, [&] { ++calls; return false; }, t0);
+  w.watch(2, "all_reduce", 4, [] { return false; }, t0 + 1s);
+  EXPECT_EQ(w.forget(1), 1u);
+  w.poll(t0 + 500ms);
+  EXPECT_EQ(calls, 0);
+  EXPECT_TRUE(w.status().ok());
+  EXPECT_EQ(w.in_flight(), 1u);
+}
+
 }  // namespace
 }  // namespace sx::cuda

@@ -48,13 +48,15 @@ TEST(NcclApi, TheInstalledNcclOpensWithEveryFunction) {
 
 TEST(NcclApi, ChannelChoice) {
   const Status ok = ok_status(), missing = unavailable_error("NCCL unavailable: libnccl.so.2: cannot open");
-  EXPECT_EQ(*choose_cuda_channel({0, 1, 2}, nullptr, ok), CudaChannelKind::kNccl);
-  EXPECT_EQ(*choose_cuda_channel({0, 1}, "auto", ok), CudaChannelKind::kNccl);
+  EXPECT_EQ(*choose_cuda_channel({0, 1, 2}, "nccl", ok), CudaChannelKind::kNccl);
+  // Unvalidated on GPUs, NCCL is opt-in: auto stages through host memory for now.
+  EXPECT_EQ(*choose_cuda_channel({0, 1}, "auto", ok), CudaChannelKind::kStaged);
+  EXPECT_EQ(*choose_cuda_channel({0, 1}, nullptr, missing), CudaChannelKind::kStaged);
   // Several devices of one GPU: NCCL refuses them, the host-staged channel serves.
   EXPECT_EQ(*choose_cuda_channel({0, 0, 0}, nullptr, missing), CudaChannelKind::kStaged);
   EXPECT_EQ(*choose_cuda_channel({0, 1}, "staged", missing), CudaChannelKind::kStaged);
   // Distinct GPUs without NCCL: unavailable, naming the library and the way out.
-  auto no = choose_cuda_channel({0, 1}, nullptr, missing);
+  auto no = choose_cuda_channel({0, 1}, "nccl", missing);
   ASSERT_FALSE(no.ok());
   EXPECT_EQ(no.status().code(), StatusCode::kUnavailable);
   EXPECT_THAT(no.status().message(), AllOf(HasSubstr("libnccl.so.2"), HasSubstr("SEXTANT_CUDA_CHANNEL=staged")));
