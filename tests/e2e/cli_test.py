@@ -302,9 +302,12 @@ def plan_of_a_model_file_and_its_errors():
     p = run("plan", "--model", model("f16"), "--tp", "2", "--pp", "2", "--kv-dtype", "f16")
     assert sorted(plan_rank_lines(p.stdout)) == [0, 1, 2, 3], p.stdout
     assert b"f16 weights, f16 KV cache" in p.stdout, p.stdout
-    # The bundled model's 14 heads of 16 columns: at TP 2 rank 1 starts inside a Q8_0 block of o.
-    p = run("plan", "--model", model("q8_0"), "--tp", "2", check=False)
-    assert p.returncode == 1 and b"sextant plan: tp 2" in p.stderr and b"column 112" in p.stderr, p.stderr
+    # The bundled model's 14 heads of 16 columns: Q8_0 blocks of o (32 columns) move heads in
+    # pairs, 7 units: TP 2 plans 6 + 8 heads, TP 8 is refused naming the largest TP that works.
+    p = run("plan", "--model", model("q8_0"), "--tp", "2")
+    assert b"0-5 (6)" in p.stdout and b"6-13 (8)" in p.stdout, p.stdout
+    p = run("plan", "--model", model("q8_0"), "--tp", "8", check=False)
+    assert p.returncode == 1 and b"sextant plan: tp 8" in p.stderr and b"use tp <= 7" in p.stderr, p.stderr
     p = run("plan", "--shape", "qwen2.5-0.5b", "--tp", "15", check=False)
     assert p.returncode == 1 and b"tp 15" in p.stderr and b"14 query heads" in p.stderr, p.stderr
     p = run("plan", "--shape", "qwen3-8b", "--pp", "37", check=False)
