@@ -206,11 +206,7 @@ Status CudaDevice::supports(const hal::Op& op) const {
     if (weight_type_ok(m->w_type)) return ok_status();
     return unimplemented_error("matmul weights are weights, not {}", hal::dtype_name(m->w_type));
   }
-  if (const auto* r = std::get_if<hal::RopeArgs>(&op)) {
-    (void)r;
-    return ok_status();
-  }
-  return ok_status();  // add, silu_mul, rmsnorm, top_k
+  return ok_status();  // add, silu_mul, rmsnorm, rope, top_k
 }
 
 Result<std::unique_ptr<hal::Buffer>> CudaDevice::alloc(std::size_t bytes, hal::BufferUsage usage) {
@@ -302,6 +298,12 @@ class CudaStream final : public hal::Stream {
   void defer(const hal::Op& op, std::span<const void* const> addresses, Launch launch);
   // Launches the pending ops, eagerly or through a graph.
   Status flush();
+  // Forgets the pending ops (launched, or not to be launched after an error).
+  void drop_pending() {
+    pending_.clear();
+    key_.clear();
+    pending_tokens_ = 0;
+  }
   Status launch_eagerly();
   Status run_matmul(const hal::MatmulArgs& a);
   Status gemm(cudaStream_t s, const hal::MatmulArgs& a, const std::byte* w, const float* x, const float* bias, float* y);
@@ -414,11 +416,7 @@ Status CudaStream::flush() {
   if (pending_.empty()) return latched_;
   struct Clear {
     CudaStream* s;
-    ~Clear() {
-      s->pending_.clear();
-      s->key_.clear();
-      s->pending_tokens_ = 0;
-    }
+    ~Clear() { s->drop_pending(); }
   } clear{this};
   if (!latched_.ok()) return latched_;
   const GraphCache::Decision d = graphs_.decide(key_, pending_tokens_);
@@ -489,9 +487,7 @@ Status CudaStream::take_device_errors() {
 Status CudaStream::sync() {
   SX_RETURN_IF_ERROR(latch(d_.activate()));
   if (!latched_.ok()) {  // still wait: work enqueued before the error may use the caller's buffers
-    pending_.clear();
-    key_.clear();
-    pending_tokens_ = 0;
+    drop_pending();
     (void)cudaStreamSynchronize(stream_);
     return latched_;
   }

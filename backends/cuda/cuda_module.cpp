@@ -111,6 +111,18 @@ std::string uuid_text(const cudaUUID_t& u) {
   return s;
 }
 
+// Free and total memory of a GPU as the driver sees them now (it creates the GPU's context).
+bool memory_of(int ordinal, std::uint64_t& free_bytes, std::uint64_t& total_bytes) {
+  std::size_t f = 0, t = 0;
+  if (cudaSetDevice(ordinal) != cudaSuccess || cudaMemGetInfo(&f, &t) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  free_bytes = f;
+  total_bytes = t;
+  return true;
+}
+
 PreflightInput gather() {
   PreflightInput in;
   in.runtime_version = CUDART_VERSION;
@@ -145,14 +157,7 @@ PreflightInput gather() {
     g.cc_major = p.major;
     g.cc_minor = p.minor;
     g.total_bytes = p.totalGlobalMem;
-    std::size_t free_b = 0, total_b = 0;
-    if (cudaSetDevice(ordinal) == cudaSuccess && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
-      g.free_bytes = free_b;
-      g.total_bytes = total_b;
-    } else {
-      (void)cudaGetLastError();
-      g.free_bytes = g.total_bytes;
-    }
+    if (!memory_of(ordinal, g.free_bytes, g.total_bytes)) g.free_bytes = g.total_bytes;
     in.devices.push_back(std::move(g));
   }
   in.devices = in_pci_order(std::move(in.devices));
@@ -170,12 +175,8 @@ class CudaBackend final : public hal::Backend {
     SX_RETURN_IF_ERROR(s.status);
     std::vector<hal::DeviceInfo> infos = s.infos;
     for (std::size_t i = 0; i < infos.size(); ++i) {
-      std::size_t free_b = 0, total_b = 0;
-      if (cudaSetDevice(s.ordinal[i]) == cudaSuccess && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
-        infos[i].free_bytes = free_b;
-      } else {
-        (void)cudaGetLastError();
-      }
+      std::uint64_t total = 0;
+      (void)memory_of(s.ordinal[i], infos[i].free_bytes, total);
     }
     return infos;
   }

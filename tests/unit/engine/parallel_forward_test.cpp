@@ -11,8 +11,10 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/registry.h"
@@ -175,6 +177,36 @@ Result<GreedyRun> run_layout(const model::GgufFile& file, const model::ModelConf
   return run_greedy(*m, forced);
 }
 
+// `spec` written twice, as it is (the F32 twin) and after `quantise`, both opened, with the config
+// read back from the quantised file; both files removed when the twins go.
+struct QuantTwins {
+  std::string f32_path, q_path;
+  std::unique_ptr<model::GgufFile> f32, q;
+  model::ModelConfig config;
+  QuantTwins() = default;
+  QuantTwins(QuantTwins&& o) noexcept
+      : f32_path(std::exchange(o.f32_path, {})), q_path(std::exchange(o.q_path, {})), f32(std::move(o.f32)),
+        q(std::move(o.q)), config(std::move(o.config)) {}
+  ~QuantTwins() {
+    std::error_code ec;
+    if (!f32_path.empty()) std::filesystem::remove(f32_path, ec);
+    if (!q_path.empty()) std::filesystem::remove(q_path, ec);
+  }
+};
+Result<QuantTwins> write_twins(model::RandomModelSpec spec, const std::string& stem,
+                               const std::function<void(model::RandomModelSpec&)>& quantise) {
+  QuantTwins t;
+  t.f32_path = stem + ".f32.gguf";
+  t.q_path = stem + ".q.gguf";
+  SX_RETURN_IF_ERROR(model::write_random_qwen2_gguf(spec, t.f32_path));
+  quantise(spec);
+  SX_RETURN_IF_ERROR(model::write_random_qwen2_gguf(spec, t.q_path));
+  SX_ASSIGN_OR_RETURN(t.f32, model::GgufFile::open(t.f32_path));
+  SX_ASSIGN_OR_RETURN(t.q, model::GgufFile::open(t.q_path));
+  SX_ASSIGN_OR_RETURN(t.config, model::model_config_from_gguf(*t.q));
+  return t;
+}
+
 class ParallelForward : public ::testing::TestWithParam<Shape> {
  protected:
   static void TearDownTestSuite() {
@@ -233,28 +265,24 @@ TEST(ParallelForwardQuantized, EveryLayoutStaysWithinTheQuantisationError) {
     spec.config = shape_config(shape, 64);
     spec.seed = 11;
     spec.init_std = 0.05f;
-    const std::string f32_path = model_path(shape) + ".f32.gguf", q_path = model_path(shape) + ".q.gguf";
-    ASSERT_TRUE(model::write_random_qwen2_gguf(spec, f32_path).ok());
-    if (mixed) {
-      spec.mix = model::WeightMix::kQ4_K_M;
-    } else {
-      spec.weight_type = hal::DType::kQ5_0;
-    }
-    ASSERT_TRUE(model::write_random_qwen2_gguf(spec, q_path).ok());
-    auto f32_file = model::GgufFile::open(f32_path);
-    auto q_file = model::GgufFile::open(q_path);
-    ASSERT_TRUE(f32_file.ok() && q_file.ok());
-    auto config = model::model_config_from_gguf(**q_file);
-    ASSERT_TRUE(config.ok()) << config.status().to_string();
+    auto files = write_twins(spec, model_path(shape), [&](model::RandomModelSpec& q) {
+      if (mixed) {
+        q.mix = model::WeightMix::kQ4_K_M;
+      } else {
+        q.weight_type = hal::DType::kQ5_0;
+      }
+    });
+    ASSERT_TRUE(files.ok()) << files.status().to_string();
+    const model::ModelConfig* config = &files->config;
     // The F32 twin's greedy path is the token sequence every run is fed.
-    auto twin = run_one_device(**f32_file, *config);
+    auto twin = run_one_device(*files->f32, *config);
     ASSERT_TRUE(twin.ok()) << twin.status().to_string();
-    auto ref = run_one_device(**q_file, *config, twin->tokens);
+    auto ref = run_one_device(*files->q, *config, twin->tokens);
     ASSERT_TRUE(ref.ok()) << ref.status().to_string();
     const double quant_error = max_relative_diff(*ref, *twin);
     for (const Layout& lay : layouts_from(2)) {
       SCOPED_TRACE(::testing::Message() << "tp " << lay.tp << " pp " << lay.pp);
-      auto got = run_layout(**q_file, *config, lay, twin->tokens);
+      auto got = run_layout(*files->q, *config, lay, twin->tokens);
       ASSERT_TRUE(got.ok()) << got.status().to_string();
       const double d = max_relative_diff(*got, *ref);
       EXPECT_LE(d, quant_error / 10);
@@ -262,8 +290,6 @@ TEST(ParallelForwardQuantized, EveryLayoutStaysWithinTheQuantisationError) {
                   "(quantisation: %.2g vs f32)\n",
                   shape.name, format, lay.tp, lay.pp, kSteps, d, quant_error);
     }
-    std::filesystem::remove(f32_path);
-    std::filesystem::remove(q_path);
   }
 }
 
@@ -280,23 +306,18 @@ TEST(ParallelForwardQuantized, HeadDim128Q4_K_MSplitsHeadsInPairs) {
   spec.config.ffn = 1536;
   spec.seed = 13;
   spec.init_std = 0.05f;
-  const std::string f32_path = model_path(shape) + ".f32.gguf", q_path = model_path(shape) + ".q4_k_m.gguf";
-  ASSERT_TRUE(model::write_random_qwen2_gguf(spec, f32_path).ok());
-  spec.mix = model::WeightMix::kQ4_K_M;
-  ASSERT_TRUE(model::write_random_qwen2_gguf(spec, q_path).ok());
-  auto f32_file = model::GgufFile::open(f32_path);
-  auto q_file = model::GgufFile::open(q_path);
-  ASSERT_TRUE(f32_file.ok() && q_file.ok());
-  auto config = model::model_config_from_gguf(**q_file);
-  ASSERT_TRUE(config.ok()) << config.status().to_string();
-  auto types = parallel::weight_types_from_source(**q_file, *config);
+  auto files = write_twins(spec, model_path(shape), [](model::RandomModelSpec& q) { q.mix = model::WeightMix::kQ4_K_M; });
+  ASSERT_TRUE(files.ok()) << files.status().to_string();
+  const model::ModelConfig* config = &files->config;
+  const model::GgufFile* q_file = files->q.get();
+  auto types = parallel::weight_types_from_source(*q_file, *config);
   ASSERT_TRUE(types.ok()) << types.status().to_string();
   EXPECT_EQ(types->layers[0].o, hal::DType::kQ4_K);
-  auto twin = run_one_device(**f32_file, *config);
+  auto twin = run_one_device(*files->f32, *config);
   ASSERT_TRUE(twin.ok()) << twin.status().to_string();
-  auto ref = run_one_device(**q_file, *config, twin->tokens);
+  auto ref = run_one_device(*q_file, *config, twin->tokens);
   ASSERT_TRUE(ref.ok()) << ref.status().to_string();
-  auto ref_free = run_one_device(**q_file, *config);
+  auto ref_free = run_one_device(*q_file, *config);
   ASSERT_TRUE(ref_free.ok()) << ref_free.status().to_string();
   const double quant_error = max_relative_diff(*ref, *twin);
   for (const int tp : {4, 6}) {
@@ -308,18 +329,16 @@ TEST(ParallelForwardQuantized, HeadDim128Q4_K_MSplitsHeadsInPairs) {
       EXPECT_EQ(r.q_heads.begin * 128 % 256, 0);
       heads += (heads.empty() ? "" : ", ") + std::to_string(r.q_heads.size());
     }
-    auto got = run_layout(**q_file, *config, {tp, 1}, twin->tokens);
+    auto got = run_layout(*q_file, *config, {tp, 1}, twin->tokens);
     ASSERT_TRUE(got.ok()) << got.status().to_string();
     const double d = max_relative_diff(*got, *ref);
     EXPECT_LE(d, quant_error / 10);
-    auto free = run_layout(**q_file, *config, {tp, 1});
+    auto free = run_layout(*q_file, *config, {tp, 1});
     ASSERT_TRUE(free.ok()) << free.status().to_string();
     std::printf("head_dim 128 q4_k_m tp %d (heads %s): %d forced steps, max relative logit diff %.2g vs tp 1 "
                 "(quantisation: %.2g vs f32); free-running greedy tokens %s tp 1's\n",
                 tp, heads.c_str(), kSteps, d, quant_error, free->tokens == ref_free->tokens ? "equal to" : "DIFFERENT from");
   }
-  std::filesystem::remove(f32_path);
-  std::filesystem::remove(q_path);
 }
 
 INSTANTIATE_TEST_SUITE_P(Qwen25Shapes, ParallelForward, ::testing::ValuesIn(kShapes),
