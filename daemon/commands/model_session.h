@@ -28,6 +28,7 @@ struct SessionOptions {
   std::string backend = "cpu";
   int threads = 0;  // 0: all
   int tp = 1, pp = 1;
+  bool requantize_unaligned = false;  // parallel::PlanOptions::requantize_unaligned
   std::int64_t context_tokens = 0;  // KV capacity per request (0: the model's context length)
   bool cap_context = false;         // context_tokens is an estimate: cap it at the model's context
   std::int64_t max_seqs = 1;        // requests that can all reach context_tokens at once

@@ -17,6 +17,8 @@ constexpr FlagBinding kServeFlags[] = {
     {"--backend", "", "model.backend", true, "", false, "NAME", "cpu (default), vulkan, cuda or auto"},
     {"--tp", "", "model.tp", true, "", false, "N", "tensor-parallel ranks (default 1)"},
     {"--pp", "", "model.pp", true, "", false, "N", "pipeline stages (default 1)"},
+    {"--requantize-unaligned", "", "model.requantize_unaligned", false, "true", false, "",
+     "re-quantise o / down weights to Q8_0 at load where their blocks allow no split for tp"},
     {"--replicas", "", "model.replicas", true, "", false, "SPEC",
      "engines serving the model: N (the devices split into N groups), per-device, or groups like [[0,1],[2,3]] (default 1)"},
     {"--threads", "-t", "model.threads", true, "", false, "N", "CPU threads (default 0: all cores)"},

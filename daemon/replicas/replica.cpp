@@ -70,6 +70,7 @@ Result<std::unique_ptr<Replica>> Replica::load(const ReplicaOptions& o, std::str
   so.threads = o.threads;
   so.tp = static_cast<int>(c.model.tp);
   so.pp = static_cast<int>(c.model.pp);
+  so.requantize_unaligned = c.model.requantize_unaligned;
   so.device_indices = o.devices;
   if (o.fail_at_op > 0) so.device_options.set("fail_at_op", o.fail_at_op);
   so.context_tokens = c.engine.max_model_len;

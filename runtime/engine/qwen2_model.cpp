@@ -69,7 +69,8 @@ Result<std::unique_ptr<Qwen2Model>> Qwen2Model::load_group(const model::TensorSo
   SX_RETURN_IF_ERROR(model::check_qwen2_tensors(file, config));
   SX_ASSIGN_OR_RETURN(parallel::WeightTypes types, parallel::weight_types_from_source(file, config));
   SX_ASSIGN_OR_RETURN(parallel::ShardPlan plan,
-                      parallel::plan_shards(config, types, {parallel.tp, parallel.pp, options.kv.dtype}));
+                      parallel::plan_shards(config, types,
+                                            {parallel.tp, parallel.pp, options.kv.dtype, parallel.requantize_unaligned}));
   auto m = std::unique_ptr<Qwen2Model>(new Qwen2Model(config, options, parallel));
   Impl& im = *m->impl_;
   im.plan = std::move(plan);

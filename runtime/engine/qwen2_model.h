@@ -79,6 +79,7 @@ struct ModelOptions {
 struct ParallelOptions {
   int tp = 1;
   int pp = 1;
+  bool requantize_unaligned = false;  // parallel::PlanOptions::requantize_unaligned
   hal::ChannelOptions channel;  // collective timeout
 };
 

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "runtime/model/tensor_names.h"
 
@@ -28,7 +30,9 @@ std::size_t i32_bytes(std::int64_t n) { return static_cast<std::size_t>(n) * siz
 
 // Uploads rows [row0, row0 + rows) x columns [col0, col0 + cols) of a 2-D tensor (ne[0] = columns)
 // or elements [row0, row0 + rows) of a 1-D one. Whole rows are one contiguous upload; a column
-// slice is gathered on the host first (and synced before the gather buffer goes away).
+// slice is gathered on the host first (and synced before the gather buffer goes away). A matrix
+// asked for `as` another format (the plan's re-quantised o / down: ShardPlan::types) is
+// dequantised block by block over the slice's columns and quantised to it on the host.
 class Uploader {
  public:
   Uploader(const model::TensorSource& file, hal::Device& device, hal::Stream& stream)
@@ -37,7 +41,8 @@ class Uploader {
   std::uint64_t bytes() const { return bytes_; }
 
   Result<DeviceTensor> tensor(std::string_view name, bool required, std::int64_t row0 = 0, std::int64_t rows = -1,
-                              std::int64_t col0 = 0, std::int64_t cols = -1) {
+                              std::int64_t col0 = 0, std::int64_t cols = -1,
+                              std::optional<hal::DType> as = std::nullopt) {
     const model::TensorInfo* info = file_.find_tensor(name);
     if (info == nullptr) {
       if (!required) return DeviceTensor{};
@@ -54,6 +59,7 @@ class Uploader {
       return internal_error("{}: slice rows [{}, {}) x cols [{}, {}) is outside '{}' ({} x {})", file_.path(), row0,
                             row0 + rows, col0, col0 + cols, name, height, width);
     }
+    if (as && *as != t.type) return requantized(*info, name, *as, row0, rows, col0, cols, width);
     const int block = hal::dtype_info(t.type).block_elems;
     if (col0 % block != 0 || cols % block != 0) {
       return invalid_argument_error("{}: columns [{}, {}) of '{}' do not fall on {} block boundaries", file_.path(),
@@ -90,6 +96,36 @@ class Uploader {
   }
 
  private:
+  Result<DeviceTensor> requantized(const model::TensorInfo& info, std::string_view name, hal::DType as,
+                                   std::int64_t row0, std::int64_t rows, std::int64_t col0, std::int64_t cols,
+                                   std::int64_t width) {
+    const hal::DType from = *info.dtype;
+    const std::int64_t in_block = hal::dtype_info(from).block_elems, out_block = hal::dtype_info(as).block_elems;
+    if (info.dims.size() < 2 || !hal::can_dequantize(from) || !hal::can_quantize(as) || col0 % out_block != 0 ||
+        cols % out_block != 0) {
+      return invalid_argument_error("{}: '{}' ({}) cannot be re-quantised to {} over columns [{}, {})", file_.path(),
+                                    name, hal::dtype_name(from), hal::dtype_name(as), col0, col0 + cols);
+    }
+    // The file's blocks that cover the slice, dequantised a row at a time, the slice quantised.
+    const std::int64_t b0 = col0 / in_block * in_block;
+    const std::int64_t b1 = std::min(width, (col0 + cols + in_block - 1) / in_block * in_block);
+    const std::size_t full_row = hal::row_bytes(from, width), out_row = hal::row_bytes(as, cols);
+    const std::byte* base = reinterpret_cast<const std::byte*>(info.data.data());
+    std::vector<float> wide(static_cast<std::size_t>(b1 - b0));
+    std::vector<std::byte> out(out_row * static_cast<std::size_t>(rows));
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::byte* src = base + full_row * static_cast<std::size_t>(row0 + r) + hal::row_bytes(from, b0);
+      hal::dequantize_row(from, src, wide.data(), b1 - b0);
+      hal::quantize_row(as, wide.data() + (col0 - b0), out.data() + out_row * static_cast<std::size_t>(r), cols);
+    }
+    DeviceTensor t;
+    t.type = as;
+    SX_ASSIGN_OR_RETURN(t.buffer, device_.upload_weight(stream_, hal::WeightDesc{as, rows, cols}, {out.data(), out.size()}));
+    SX_RETURN_IF_ERROR(stream_.sync());  // the upload reads `out`
+    bytes_ += t.buffer->size();
+    return t;
+  }
+
   const model::TensorSource& file_;
   hal::Device& device_;
   hal::Stream& stream_;
@@ -295,7 +331,9 @@ Result<std::unique_ptr<Qwen2Shard>> Qwen2Shard::load(const model::TensorSource& 
   using model::LayerTensor;
 
   // Everything a step will ask of the device, asked before anything is uploaded.
-  SX_ASSIGN_OR_RETURN(const parallel::WeightTypes types, parallel::weight_types_from_source(file, config));
+  // The formats the rank holds: the file's, or the plan's where it re-quantises (requantize_unaligned).
+  SX_ASSIGN_OR_RETURN(parallel::WeightTypes types, parallel::weight_types_from_source(file, config));
+  if (ctx.plan->types.layers.size() == types.layers.size()) types = ctx.plan->types;
   for (const hal::Op& op : step_ops(config, rp, types, options, ctx.plan->tp)) {
     if (Status st = device.supports(op); !st.ok()) {
       return Status(st.code(), fmt::format("{} is not supported by this backend{}{}", hal::describe_op(op),
@@ -338,11 +376,12 @@ Result<std::unique_ptr<Qwen2Shard>> Qwen2Shard::load(const model::TensorSource& 
     SX_ASSIGN_OR_RETURN(L.q_b, up.tensor(name(LayerTensor::kAttnQBias), bias, q0, bias ? qn : -1));
     SX_ASSIGN_OR_RETURN(L.k_b, up.tensor(name(LayerTensor::kAttnKBias), bias, kv0, bias ? kvn : -1));
     SX_ASSIGN_OR_RETURN(L.v_b, up.tensor(name(LayerTensor::kAttnVBias), bias, kv0, bias ? kvn : -1));
-    SX_ASSIGN_OR_RETURN(L.o_w, up.tensor(name(LayerTensor::kAttnOutput), true, 0, H, q0, qn));
+    const parallel::LayerWeightTypes& lt = types.layers[static_cast<std::size_t>(l)];
+    SX_ASSIGN_OR_RETURN(L.o_w, up.tensor(name(LayerTensor::kAttnOutput), true, 0, H, q0, qn, lt.o));
     SX_ASSIGN_OR_RETURN(L.ffn_norm, up.tensor(name(LayerTensor::kFfnNorm), true));
     SX_ASSIGN_OR_RETURN(L.gate_w, up.tensor(name(LayerTensor::kFfnGate), true, f0, fn));
     SX_ASSIGN_OR_RETURN(L.up_w, up.tensor(name(LayerTensor::kFfnUp), true, f0, fn));
-    SX_ASSIGN_OR_RETURN(L.down_w, up.tensor(name(LayerTensor::kFfnDown), true, 0, H, f0, fn));
+    SX_ASSIGN_OR_RETURN(L.down_w, up.tensor(name(LayerTensor::kFfnDown), true, 0, H, f0, fn, lt.down));
     for (const DeviceTensor* t : {&L.attn_norm, &L.ffn_norm, &L.q_b, &L.k_b, &L.v_b}) {
       if (t->buffer && t->type != hal::DType::kF32) {
         return invalid_argument_error("{}: norm and bias tensors must be f32, found {}", file.path(),

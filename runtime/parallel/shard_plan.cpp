@@ -114,17 +114,60 @@ Range head_part(const model::ModelConfig& c, std::int64_t unit, int i, int tp) {
   return {std::min(u.begin * unit, c.n_heads), std::min(u.end * unit, c.n_heads)};
 }
 
+std::int64_t head_units(const model::ModelConfig& c, const WeightTypes& types) {
+  const std::int64_t unit = head_unit(c, types);
+  return (c.n_heads + unit - 1) / unit;
+}
+
 // Every rank needs at least one head unit.
 Status check_head_units(const model::ModelConfig& c, const WeightTypes& types, int tp) {
   const std::int64_t unit = head_unit(c, types);
-  const std::int64_t units = (c.n_heads + unit - 1) / unit;
+  const std::int64_t units = head_units(c, types);
   if (units >= tp) return ok_status();
   const DType worst = largest_block_type(types, &LayerWeightTypes::o);
   return invalid_argument_error(
       "tp {}: the o weights are {} ({}), split by input columns at head boundaries, so ranks take whole units of "
-      "{} heads ({} columns, head_dim {}): {} heads make {} units, fewer than {} ranks; use tp <= {} or store "
-      "the o weights in a float format",
+      "{} heads ({} columns, head_dim {}): {} heads make {} units, fewer than {} ranks; use tp <= {}, store "
+      "the o weights in a float format, or --requantize-unaligned (re-quantises them to Q8_0 at load)",
       tp, upper_name(worst), block_words(worst), unit, unit * c.head_dim, c.head_dim, c.n_heads, units, tp, units);
+}
+
+// The FFN's split unit: the largest block of the down weights.
+std::int64_t ffn_unit(const WeightTypes& types) { return block_of(largest_block_type(types, &LayerWeightTypes::down)); }
+bool ffn_splits(const model::ModelConfig& c, const WeightTypes& types, int tp) {
+  const std::int64_t unit = ffn_unit(types);
+  return c.ffn % unit == 0 && c.ffn / unit >= tp;
+}
+
+std::string human_bytes(std::uint64_t b);
+
+// PlanOptions::requantize_unaligned: the o (down) weights of every layer whose block is larger
+// than Q8_0's as Q8_0 when the heads (FFN rows) do not make a unit per rank otherwise; `what`
+// describes the change and its cost.
+WeightTypes requantize_unaligned(const model::ModelConfig& c, const WeightTypes& in, int tp, std::string& what) {
+  WeightTypes out = in;
+  const std::int64_t q8 = block_of(DType::kQ8_0);
+  auto redo = [&](DType LayerWeightTypes::*field, const char* name, std::int64_t rows, std::int64_t cols) {
+    std::int64_t layers = 0;
+    std::int64_t grown = 0;
+    std::string from;
+    for (LayerWeightTypes& t : out.layers) {
+      const DType old = t.*field;
+      if (block_of(old) <= q8 || cols % q8 != 0 || !hal::can_dequantize(old)) continue;
+      if (from.find(upper_name(old)) == std::string::npos) from += (from.empty() ? "" : "/") + upper_name(old);
+      t.*field = DType::kQ8_0;
+      ++layers;
+      grown += static_cast<std::int64_t>(hal::tensor_bytes(DType::kQ8_0, rows, cols)) -
+               static_cast<std::int64_t>(hal::tensor_bytes(old, rows, cols));
+    }
+    if (layers == 0) return;
+    what += fmt::format("{}the {} weights of {} layer{}, {} -> Q8_0 at load ({}{} over the file's)",
+                        what.empty() ? "" : "; ", name, layers, layers == 1 ? "" : "s", from, grown < 0 ? "-" : "+",
+                        human_bytes(static_cast<std::uint64_t>(grown < 0 ? -grown : grown)));
+  };
+  if (head_units(c, out) < tp) redo(&LayerWeightTypes::o, "o", c.hidden, c.n_heads * c.head_dim);
+  if (!ffn_splits(c, out, tp)) redo(&LayerWeightTypes::down, "down", c.hidden, c.ffn);
+  return out;
 }
 
 // Weight bytes of one layer held by a rank with these ranges.
@@ -247,7 +290,8 @@ std::uint64_t ShardPlan::total_weight_bytes() const {
   return sum;
 }
 
-Result<ShardPlan> plan_shards(const model::ModelConfig& config, const WeightTypes& types, const PlanOptions& options) {
+Result<ShardPlan> plan_shards(const model::ModelConfig& config, const WeightTypes& file_types,
+                              const PlanOptions& options) {
   const model::ModelConfig& c = config;
   const int tp = options.tp;
   const int pp = options.pp;
@@ -263,9 +307,9 @@ Result<ShardPlan> plan_shards(const model::ModelConfig& config, const WeightType
     return invalid_argument_error("pp {}: the model has only {} layers, so at most pp {} (every stage needs a layer)",
                                   pp, c.n_layers, c.n_layers);
   }
-  if (static_cast<std::int64_t>(types.layers.size()) != c.n_layers) {
+  if (static_cast<std::int64_t>(file_types.layers.size()) != c.n_layers) {
     return invalid_argument_error("shard plan: weight types are given for {} layers but the model has {}",
-                                  types.layers.size(), c.n_layers);
+                                  file_types.layers.size(), c.n_layers);
   }
   if (c.vocab < tp) {
     return invalid_argument_error("tp {}: the vocabulary has only {} rows to split; use tp <= {}", tp, c.vocab, c.vocab);
@@ -275,7 +319,11 @@ Result<ShardPlan> plan_shards(const model::ModelConfig& config, const WeightType
     return invalid_argument_error("shard plan: the KV cache cannot be stored as {}; use f32, f16 or bf16",
                                   kv_info.name);
   }
-  SX_RETURN_IF_ERROR(check_inner_dims(c, types));
+  SX_RETURN_IF_ERROR(check_inner_dims(c, file_types));
+  std::string requantized;
+  const WeightTypes types = options.requantize_unaligned && tp > 1 && tp <= c.n_heads
+                                ? requantize_unaligned(c, file_types, tp, requantized)
+                                : file_types;
 
   const DType unit_type = largest_block_type(types, &LayerWeightTypes::down);
   const std::int64_t unit = block_of(unit_type);
@@ -290,7 +338,8 @@ Result<ShardPlan> plan_shards(const model::ModelConfig& config, const WeightType
   const std::int64_t units = c.ffn / unit;
   if (units < tp) {
     return invalid_argument_error(
-        "tp {}: the FFN has {} rows = {} units of {} (the down weights are {}), fewer units than ranks; use tp <= {}",
+        "tp {}: the FFN has {} rows = {} units of {} (the down weights are {}), fewer units than ranks; use tp <= {} "
+        "or --requantize-unaligned (re-quantises them to Q8_0 at load)",
         tp, c.ffn, units, unit, upper_name(unit_type), units);
   }
   SX_RETURN_IF_ERROR(check_head_units(c, types, tp));
@@ -301,6 +350,8 @@ Result<ShardPlan> plan_shards(const model::ModelConfig& config, const WeightType
   plan.pp = pp;
   plan.ffn_unit = unit;
   plan.kv_dtype = options.kv_dtype;
+  plan.types = types;
+  plan.requantized = std::move(requantized);
   const std::int64_t group = c.n_heads / c.n_kv_heads;
 
   // The tensor-parallel split is the same on every stage.
@@ -365,10 +416,10 @@ Result<ShardPlan> plan_shards(const model::ModelConfig& config, const WeightType
 
   // The whole model once: every layer with all heads and FFN rows, one embedding, one LM head.
   const Range all_heads{0, c.n_heads}, all_kv{0, c.n_kv_heads}, all_ffn{0, c.ffn};
-  for (const LayerWeightTypes& t : types.layers) plan.model_weight_bytes += layer_bytes(c, t, all_heads, all_kv, all_ffn);
-  plan.model_weight_bytes += matrix_bytes(types.token_embd, c.vocab, c.hidden);
+  for (const LayerWeightTypes& t : file_types.layers) plan.model_weight_bytes += layer_bytes(c, t, all_heads, all_kv, all_ffn);
+  plan.model_weight_bytes += matrix_bytes(file_types.token_embd, c.vocab, c.hidden);
   plan.model_weight_bytes += static_cast<std::uint64_t>(c.hidden) * kF32Bytes;
-  if (!c.tied_embeddings) plan.model_weight_bytes += matrix_bytes(types.output, c.vocab, c.hidden);
+  if (!c.tied_embeddings) plan.model_weight_bytes += matrix_bytes(file_types.output, c.vocab, c.hidden);
   return plan;
 }
 
@@ -440,6 +491,7 @@ std::string format_plan(const ShardPlan& plan, const model::ModelConfig& config)
     std::string why = "norms on every rank";
     if (any_replica) why += ", replicated KV heads";
     if (config.tied_embeddings && plan.pp > 1) why += ", the tied table on both the first and the last stage";
+    if (!plan.requantized.empty()) why += ", matrices re-quantised to Q8_0";
     summary += fmt::format("; the ranks together hold {} (+{:.1f}%) more weights and {} (+{:.1f}%) more KV per token ({})",
                            unbreakable(human_bytes(extra_w)),
                            100.0 * static_cast<double>(extra_w) / static_cast<double>(plan.model_weight_bytes),
@@ -447,6 +499,11 @@ std::string format_plan(const ShardPlan& plan, const model::ModelConfig& config)
                            why);
   }
   append_wrapped(out, "", summary + ".", 0);
+  if (!plan.requantized.empty()) {
+    append_wrapped(out, "", fmt::format("Re-quantised (--requantize-unaligned, no aligned split for this tp): {}.",
+                                        plan.requantized),
+                   0);
+  }
   out += "\n";
 
   constexpr std::size_t kIndent = 12;

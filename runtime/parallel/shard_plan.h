@@ -31,7 +31,8 @@
 // Errors (INVALID_ARGUMENT, naming the numbers): tp or pp below 1, tp above 64 or above the query
 // head count, pp above the layer count, an FFN size that is not a whole number of units or has
 // fewer units than tp ranks, a vocabulary smaller than tp, per-layer weight types missing, or
-// fewer head units than tp ranks (the message names the largest tp that works).
+// fewer head units than tp ranks (the message names the largest tp that works, and
+// --requantize-unaligned).
 // Threading: pure functions over immutable inputs.
 #pragma once
 
@@ -83,6 +84,12 @@ struct PlanOptions {
   int tp = 1;
   int pp = 1;
   hal::DType kv_dtype = hal::DType::kF32;  // for kv_bytes_per_token
+  // Where the o (or down) weights' blocks leave fewer head (FFN) units than ranks, re-quantise those
+  // matrices to Q8_0 (32-column blocks) at load instead of refusing: each rank's slice is
+  // dequantised from the file and quantised again (ShardPlan::types, ::requantized say which, and
+  // the rank weight bytes count the larger format). `--requantize-unaligned`,
+  // model.requantize_unaligned.
+  bool requantize_unaligned = false;
 };
 
 struct RankPlan {
@@ -108,6 +115,10 @@ struct ShardPlan {
   hal::DType kv_dtype = hal::DType::kF32;  // the KV-cache format kv_bytes_per_token counts
   std::vector<RankPlan> ranks;  // ranks[r].rank == r
   std::uint64_t model_weight_bytes = 0;  // the whole model held once (what tp = pp = 1 holds)
+  // The formats the ranks hold: the file's, except matrices re-quantised (requantize_unaligned).
+  WeightTypes types;
+  // "the o weights of 80 layers, Q4_K -> Q8_0 at load (+1.23 GiB over the file's)"; empty if none.
+  std::string requantized;
   const RankPlan& at(int stage, int tp_rank) const { return ranks[static_cast<std::size_t>(stage * tp + tp_rank)]; }
   std::uint64_t total_weight_bytes() const;  // sum over ranks (replicas counted on each rank)
 };

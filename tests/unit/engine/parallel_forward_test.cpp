@@ -43,6 +43,7 @@ const Shape kShapes[] = {{"0.5b", 14, 2, true}, {"1.5b", 12, 2, true},  {"3b", 1
 
 struct Layout {
   int tp, pp;
+  bool requantize_unaligned = false;  // ParallelOptions::requantize_unaligned
 };
 
 std::string model_path(const Shape& s) {
@@ -173,6 +174,7 @@ Result<GreedyRun> run_layout(const model::GgufFile& file, const model::ModelConf
   ParallelOptions po;
   po.tp = lay.tp;
   po.pp = lay.pp;
+  po.requantize_unaligned = lay.requantize_unaligned;
   SX_ASSIGN_OR_RETURN(auto m, Qwen2Model::load(file, config, backend, group.devices, po, model_options()));
   return run_greedy(*m, forced);
 }
@@ -338,6 +340,52 @@ TEST(ParallelForwardQuantized, HeadDim128Q4_K_MSplitsHeadsInPairs) {
     std::printf("head_dim 128 q4_k_m tp %d (heads %s): %d forced steps, max relative logit diff %.2g vs tp 1 "
                 "(quantisation: %.2g vs f32); free-running greedy tokens %s tp 1's\n",
                 tp, heads.c_str(), kSteps, d, quant_error, free->tokens == ref_free->tokens ? "equal to" : "DIFFERENT from");
+  }
+}
+
+// Where no aligned split exists (issue 21 item 1): 6 heads of head_dim 128 with o in Q4_K make 3
+// units of 2 heads, so TP 4 and TP 6 are refused naming --requantize-unaligned; with it, each
+// rank's o columns are dequantised from the file and quantised to Q8_0 at load (1 or 2 heads a
+// rank), the plan says so, and the logits stay within a quarter of the Q4_K_M mix's own error of
+// TP 1 (the Q8_0 rounding of the re-quantised o weights is what differs).
+TEST(ParallelForwardQuantized, RequantizesOWeightsWhereHeadsDoNotSplitOnBlocks) {
+  const Shape shape{"head128x6", 6, 2, false};
+  model::RandomModelSpec spec;
+  spec.config = shape_config(shape, 128);
+  spec.config.n_layers = 2;
+  spec.config.ffn = 1536;
+  spec.seed = 17;
+  spec.init_std = 0.05f;
+  auto files = write_twins(spec, model_path(shape), [](model::RandomModelSpec& q) { q.mix = model::WeightMix::kQ4_K_M; });
+  ASSERT_TRUE(files.ok()) << files.status().to_string();
+  const model::ModelConfig* config = &files->config;
+  const model::GgufFile* q_file = files->q.get();
+  auto types = parallel::weight_types_from_source(*q_file, *config);
+  ASSERT_TRUE(types.ok()) << types.status().to_string();
+  ASSERT_EQ(types->layers[0].o, hal::DType::kQ4_K);
+  auto twin = run_one_device(*files->f32, *config);
+  ASSERT_TRUE(twin.ok()) << twin.status().to_string();
+  auto ref = run_one_device(*q_file, *config, twin->tokens);
+  ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+  const double quant_error = max_relative_diff(*ref, *twin);
+  for (const int tp : {4, 6}) {
+    SCOPED_TRACE(::testing::Message() << "tp " << tp);
+    auto refused = run_layout(*q_file, *config, {tp, 1});
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find("--requantize-unaligned"), std::string::npos) << refused.status().to_string();
+    auto plan = parallel::plan_shards(*config, *types, {tp, 1, hal::DType::kF32, true});
+    ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+    EXPECT_EQ(plan->requantized.rfind("the o weights of 2 layers, Q4_K -> Q8_0 at load (+", 0), 0u) << plan->requantized;
+    EXPECT_EQ(plan->types.layers[1].o, hal::DType::kQ8_0);
+    EXPECT_EQ(plan->types.layers[1].down, types->layers[1].down);  // the FFN splits as it is
+    auto got = run_layout(*q_file, *config, {tp, 1, true}, twin->tokens);
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    const double d = max_relative_diff(*got, *ref);
+    EXPECT_GT(d, 0.0);  // the o weights really are other numbers
+    EXPECT_LE(d, quant_error / 4);
+    std::printf("head_dim 128, 6 heads, q4_k_m, tp %d with o re-quantised to q8_0: max relative logit diff %.2g vs "
+                "tp 1 (quantisation: %.2g vs f32)\n",
+                tp, d, quant_error);
   }
 }
 
