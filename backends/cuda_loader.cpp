@@ -60,6 +60,13 @@ class CudaProxy final : public hal::Backend {
     SX_RETURN_IF_ERROR(load());
     return inner_->create_channels(devices, options);
   }
+  std::uint64_t channel_reserve_bytes(int group_size) const override {
+    return load().ok() ? inner_->channel_reserve_bytes(group_size) : 0;
+  }
+  Result<hal::Topology> topology() const override {
+    SX_RETURN_IF_ERROR(load());
+    return inner_->topology();
+  }
 
  private:
   Status load() const {

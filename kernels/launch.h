@@ -72,6 +72,19 @@ cudaError_t launch_gemm_q8(cudaStream_t s, const std::uint8_t* w, const std::int
 // y[r][:] += bias[:] for m rows of n.
 cudaError_t launch_add_bias(cudaStream_t s, float* y, const float* bias, std::int64_t m, std::int64_t n);
 
+// The channels' device work (collective.cu). RankBuffers: one buffer per rank of a group on one
+// GPU (the loopback channel), at most kMaxLoopbackRanks.
+inline constexpr int kMaxLoopbackRanks = 16;
+struct RankBuffers {
+  void* data[kMaxLoopbackRanks];
+};
+// In place on every rank's buffer: element i = the sum over ranks 0, 1, ... of element i, added in
+// rank order in F32 and rounded once to `dtype` (F32, F16 or BF16), as the CPU's channel sums.
+cudaError_t launch_rank_sum(cudaStream_t s, const RankBuffers& b, int ranks, std::int64_t n, hal::DType dtype);
+// dst[i] = src[i] as F32 (src F16, BF16 or F32); and back, rounded to nearest even.
+cudaError_t launch_widen(cudaStream_t s, const void* src, hal::DType dtype, float* dst, std::int64_t n);
+cudaError_t launch_narrow(cudaStream_t s, const float* src, hal::DType dtype, void* dst, std::int64_t n);
+
 // The probe of the preflight: writes 0x5e7a47 to *out. Fails with cudaErrorNoKernelImageForDevice
 // (or cudaErrorInvalidDeviceFunction) where this build has no code for the device.
 cudaError_t launch_probe(cudaStream_t s, int* out);

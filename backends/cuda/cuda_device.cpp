@@ -29,6 +29,7 @@
 #include "backends/cuda/arena.h"
 #include "backends/cuda/cuda_util.h"
 #include "backends/cuda/launch_plan.h"
+#include "backends/cuda/loopback_channel.h"
 #include "backends/cuda/nccl_api.h"
 #include "backends/cuda/nccl_channel.h"
 #include "kernels/launch.h"
@@ -936,9 +937,10 @@ Result<std::vector<std::unique_ptr<hal::Channel>>> create_cuda_channels(std::spa
   const Result<const NcclApi*> nccl = load_nccl();
   SX_ASSIGN_OR_RETURN(const CudaChannelKind kind,
                       choose_cuda_channel(ordinals, std::getenv("SEXTANT_CUDA_CHANNEL"), nccl.status()));
+  if (kind == CudaChannelKind::kLoopback) return create_loopback_channels(devices, options);
   if (kind == CudaChannelKind::kStaged) {
-    log_info("{}: collectives staged through host memory ({} devices, several on one GPU or "
-             "SEXTANT_CUDA_CHANNEL=staged)",
+    log_info("{}: collectives staged through host memory ({} devices; SEXTANT_CUDA_CHANNEL=nccl for distinct GPUs "
+             "or loopback for devices of one GPU keeps them on the GPUs)",
              options.name.empty() ? "channel" : options.name, devices.size());
     return backends::create_staged_channels(devices, options);
   }

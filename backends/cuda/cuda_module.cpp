@@ -14,8 +14,10 @@
 #include <fmt/format.h>
 
 #include "backends/cuda/cuda_device.h"
+#include "backends/cuda/cuda_topology.h"
 #include "backends/cuda/device_order.h"
 #include "backends/cuda/module_abi.h"
+#include "backends/cuda/nccl_api.h"
 #include "backends/cuda/preflight.h"
 #include "runtime/base/log.h"
 #include "runtime/hal/registry.h"
@@ -196,6 +198,15 @@ class CudaBackend final : public hal::Backend {
                                                                      const hal::ChannelOptions& options) override {
     return create_cuda_channels(devices, options);
   }
+  std::uint64_t channel_reserve_bytes(int group_size) const override {
+    return nccl_reserve_bytes(group_size, std::getenv("SEXTANT_CUDA_CHANNEL"), std::getenv("NCCL_BUFFSIZE"));
+  }
+  // The GPUs' links in PCI order (read again on each call: cheap, and a planner may ask late).
+  Result<hal::Topology> topology() const override {
+    const State& s = state();
+    SX_RETURN_IF_ERROR(s.status);
+    return gather_topology(s.gpus);
+  }
 
  private:
   struct State {
@@ -217,6 +228,7 @@ class CudaBackend final : public hal::Backend {
       if (!state_.status.ok()) return;
       state_.gpus = in.devices;
       for (const std::string& line : describe_devices(in.devices)) log_info("{}", line);
+      if (in.devices.size() > 1) log_info("GPU links:\n{}", hal::format_topology(gather_topology(in.devices)));
       auto picked = select_gpus(std::getenv("SEXTANT_CUDA_DEVICES"), static_cast<int>(in.devices.size()));
       if (!picked.ok()) {
         state_.status = picked.status();

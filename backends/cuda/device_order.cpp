@@ -168,6 +168,19 @@ std::optional<DeviceOrder> parse_device_order(const char* value) {
   return std::nullopt;
 }
 
+namespace {
+// A decimal number of at most 4 digits; -1 otherwise.
+int small_number(std::string_view s) {
+  if (s.empty() || s.size() > 4) return -1;
+  int v = 0;
+  for (const char c : s) {
+    if (c < '0' || c > '9') return -1;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+}  // namespace
+
 Result<std::vector<int>> select_gpus(const char* value, int gpus) {
   std::vector<int> out;
   if (value == nullptr || *value == '\0') {
@@ -180,18 +193,20 @@ Result<std::vector<int>> select_gpus(const char* value, int gpus) {
     std::string_view entry = rest.substr(0, comma);
     while (!entry.empty() && entry.front() == ' ') entry.remove_prefix(1);
     while (!entry.empty() && entry.back() == ' ') entry.remove_suffix(1);
-    int v = 0;
-    bool ok = !entry.empty() && entry.size() <= 4;
-    for (const char c : entry) {
-      if (c < '0' || c > '9') ok = false;
-      else v = v * 10 + (c - '0');
+    // "G" or "GxN" (GPU G, N times: "0x6" = "0,0,0,0,0,0").
+    std::string_view gpu = entry, times = "1";
+    if (const std::size_t x = entry.find('x'); x != std::string_view::npos) {
+      gpu = entry.substr(0, x);
+      times = entry.substr(x + 1);
     }
-    if (!ok || v >= gpus) {
-      return invalid_argument_error("SEXTANT_CUDA_DEVICES=\"{}\": entry \"{}\" is not a GPU index (this machine has {} "
-                                    "GPU{}, 0 to {})",
+    const int v = small_number(gpu);
+    const int n = small_number(times);
+    if (v < 0 || v >= gpus || n < 1 || n > 64) {
+      return invalid_argument_error("SEXTANT_CUDA_DEVICES=\"{}\": entry \"{}\" is not a GPU index or GPUxCOUNT "
+                                    "(this machine has {} GPU{}, 0 to {}; a count is 1 to 64)",
                                     value, entry, gpus, gpus == 1 ? "" : "s", gpus - 1);
     }
-    out.push_back(v);
+    out.insert(out.end(), static_cast<std::size_t>(n), v);
     if (comma == std::string_view::npos) break;
     rest.remove_prefix(comma + 1);
   }

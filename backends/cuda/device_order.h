@@ -61,7 +61,8 @@ VisibleDevices parse_visible_devices(const char* value);
 
 // Sextant's CUDA devices when $SEXTANT_CUDA_DEVICES is set: a comma-separated list of GPU indices
 // (PCI order, as listed by describe_devices), one entry per Sextant device; a GPU may be named
-// several times ("0,0,0,0,0,0": six devices on GPU 0, for testing tensor parallelism on one card).
+// several times ("0,0,0,0,0,0", or "0x6": six devices on GPU 0, for testing tensor parallelism on
+// one card; "0x3,1x3": three on each of two).
 // Null or empty `value`: every GPU once. INVALID_ARGUMENT naming the entry and the GPU count
 // otherwise.
 Result<std::vector<int>> select_gpus(const char* value, int gpus);

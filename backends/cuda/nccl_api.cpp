@@ -76,22 +76,27 @@ Result<const NcclApi*> load_nccl() {
 
 Result<CudaChannelKind> choose_cuda_channel(const std::vector<int>& ordinals, const char* env, const Status& nccl) {
   const std::string_view mode = env != nullptr && *env != '\0' ? std::string_view(env) : "auto";
-  if (mode != "auto" && mode != "nccl" && mode != "staged") {
-    return invalid_argument_error("SEXTANT_CUDA_CHANNEL={}: expected auto, nccl or staged", mode);
+  if (mode != "auto" && mode != "nccl" && mode != "staged" && mode != "loopback") {
+    return invalid_argument_error("SEXTANT_CUDA_CHANNEL={}: expected auto, nccl, loopback or staged", mode);
   }
-  // The NCCL channel has not run on GPUs yet (no machine of the project has several): opt-in until
-  // tests/device/run has validated it on a multi-GPU machine.
+  // Neither NCCL nor the loopback channel has run on GPUs yet: opt-in until tests/device/run has
+  // validated them.
   if (mode == "staged" || mode == "auto") return CudaChannelKind::kStaged;
-  bool shared = false;
+  bool shared = false, one_gpu = true;
   for (std::size_t i = 0; i < ordinals.size(); ++i) {
+    one_gpu = one_gpu && ordinals[i] == ordinals[0];
     for (std::size_t j = 0; j < i; ++j) shared = shared || ordinals[i] == ordinals[j];
   }
-  if (shared) {
-    if (mode == "nccl") {
-      return invalid_argument_error("SEXTANT_CUDA_CHANNEL=nccl: the group has several devices on one GPU, which "
-                                    "NCCL refuses; use distinct GPUs or SEXTANT_CUDA_CHANNEL=staged");
+  if (mode == "loopback") {
+    if (!one_gpu) {
+      return invalid_argument_error("SEXTANT_CUDA_CHANNEL=loopback: the group spans several GPUs; the loopback "
+                                    "channel joins devices of one GPU (SEXTANT_CUDA_DEVICES=0x6); use nccl or staged");
     }
-    return CudaChannelKind::kStaged;
+    return CudaChannelKind::kLoopback;
+  }
+  if (shared) {
+    return invalid_argument_error("SEXTANT_CUDA_CHANNEL=nccl: the group has several devices on one GPU, which NCCL "
+                                  "refuses; use distinct GPUs, SEXTANT_CUDA_CHANNEL=loopback (all on one GPU) or staged");
   }
   if (!nccl.ok()) {
     return Status(nccl.code(), fmt::format("{} (or SEXTANT_CUDA_CHANNEL=staged: collectives staged through host "
@@ -99,6 +104,17 @@ Result<CudaChannelKind> choose_cuda_channel(const std::vector<int>& ordinals, co
                                            nccl.message()));
   }
   return CudaChannelKind::kNccl;
+}
+
+std::uint64_t nccl_reserve_bytes(int ranks, const char* channel_env, const char* buffsize_env) {
+  if (ranks <= 1 || channel_env == nullptr || std::string_view(channel_env) != "nccl") return 0;
+  std::uint64_t buffsize = std::uint64_t{4} << 20;
+  if (buffsize_env != nullptr && *buffsize_env != '\0') {
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(buffsize_env, &end, 0);
+    if (end != nullptr && *end == '\0' && v > 0 && v <= (std::uint64_t{1} << 32)) buffsize = v;
+  }
+  return buffsize * 2 * 4 * 16 + (std::uint64_t{64} << 20);
 }
 
 std::string nccl_error(const NcclApi& api, int result, NcclApi::Comm comm) {

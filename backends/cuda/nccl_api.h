@@ -51,15 +51,25 @@ std::string nccl_version_string(int code);
 Result<NcclApi> open_nccl(const std::string& library);
 // The process's NCCL: open_nccl($SEXTANT_NCCL_LIBRARY or "libnccl.so.2"), once.
 Result<const NcclApi*> load_nccl();
-// How the ranks of a CUDA group exchange data: NCCL (ranks on distinct GPUs), or staged through
-// host memory (several Sextant devices of one GPU, which NCCL refuses, until the loopback channel;
-// or asked for). $SEXTANT_CUDA_CHANNEL: "nccl" (NCCL or an error), "staged", unset or "auto"
-// (staged for now: the NCCL channel has never run on GPUs; it becomes auto's choice for distinct
-// GPUs once tests/device/run has validated it on a multi-GPU machine). `nccl` is load_nccl()'s
-// answer.
-enum class CudaChannelKind { kNccl, kStaged };
+// How the ranks of a CUDA group exchange data. $SEXTANT_CUDA_CHANNEL:
+// - "nccl": NCCL (ranks on distinct GPUs; several devices of one GPU, which NCCL refuses, or no
+//   NCCL: an error naming the way out);
+// - "loopback": the loopback channel (every device of the group on one GPU, else an error);
+// - "staged": through host memory (any group; correct but slow);
+// - unset or "auto": staged for now. Neither NCCL nor the loopback channel has run on a GPU yet;
+//   once tests/device/run has validated them, auto becomes nccl for distinct GPUs and loopback
+//   for devices of one GPU.
+// `nccl` is load_nccl()'s answer.
+enum class CudaChannelKind { kNccl, kStaged, kLoopback };
 Result<CudaChannelKind> choose_cuda_channel(const std::vector<int>& ordinals, const char* env,
                                             const Status& nccl);
+
+// The device memory NCCL takes per GPU for a group of `ranks` (its connection buffers, for the
+// memory plan) when the group will use NCCL ($SEXTANT_CUDA_CHANNEL=nccl and ranks > 1; else 0):
+// an estimate, NCCL_BUFFSIZE (default 4 MiB, `buffsize_env` as NCCL reads it) x 2 protocols x 4
+// connections (ring and tree neighbours) x 16 channels + 64 MiB, 576 MiB with the defaults. The
+// channel logs what NCCL actually took at its creation, to check it on a real machine.
+std::uint64_t nccl_reserve_bytes(int ranks, const char* channel_env, const char* buffsize_env);
 
 // "ncclUnhandledCudaError: ... (last error: ...)" for a result of a call on `comm` (may be null).
 std::string nccl_error(const NcclApi& api, int result, NcclApi::Comm comm);

@@ -12,9 +12,12 @@
 
 #include <fmt/format.h>
 
+#include "backends/common/host_group.h"
 #include "backends/cuda/collective_watch.h"
 #include "backends/cuda/cuda_device.h"
 #include "backends/cuda/cuda_util.h"
+#include "backends/cuda/device_mail.h"
+#include "kernels/launch.h"
 #include "runtime/base/log.h"
 
 namespace sx::cuda {
@@ -32,25 +35,45 @@ class NcclRankComm final : public RankComm {
     return ok_status();
   }
   // ncclCommAbort frees the communicator (all of the process's once all are aborted): at most once,
-  // and never followed by ncclCommDestroy.
+  // and never followed by ncclCommDestroy. It waits (up to kAbortWait) for a call of the rank's
+  // thread on the communicator to return, so that the two do not race; a call blocked longer
+  // (hung inside NCCL on the host, waiting for a peer) is aborted under it, which is what
+  // ncclCommAbort is for.
   void abort() override {
+    std::unique_lock<std::timed_mutex> lock(call_mu_, std::defer_lock);
+    (void)lock.try_lock_for(kAbortWait);
     if (!aborted_.exchange(true)) (void)api_.comm_abort(comm_);
   }
   bool aborted() const { return aborted_; }
   NcclApi::Comm comm() const { return comm_; }
+  // `call` (an NCCL call on this communicator) unless it was aborted: kNcclAborted then.
+  template <typename Call>
+  int call(Call c) {
+    std::lock_guard<std::timed_mutex> lock(call_mu_);
+    if (aborted_) return kNcclAborted;
+    return c(comm_);
+  }
+  static constexpr int kNcclAborted = -1;
 
  private:
+  static constexpr std::chrono::milliseconds kAbortWait{1000};
   const NcclApi& api_;
   NcclApi::Comm comm_;
+  std::timed_mutex call_mu_;
   std::atomic<bool> aborted_{false};
 };
 
-// What the ranks of one group share: the communicators (destroyed with the last rank's channel)
-// and the watch.
+// What the ranks of one group share: the communicators (destroyed with the last rank's channel),
+// the watch, and the buffered point-to-point transfers (device_mail.h: ncclSend would hold the
+// sender's stream until the peer receives).
 struct NcclGroup {
+  NcclGroup(std::vector<std::string> names, const hal::ChannelOptions& options, std::vector<int> ordinals)
+      : host(names, options), mail(host, std::move(ordinals), names) {}
   const NcclApi* api = nullptr;
   std::vector<std::unique_ptr<NcclRankComm>> comms;
   std::unique_ptr<CollectiveWatch> watch;
+  backends::HostGroup host;
+  DeviceMail mail;
   ~NcclGroup() {
     // Collectives still in flight (a rank that stopped without abort): destroying would wait for
     // them, so abort instead.
@@ -88,18 +111,34 @@ class NcclChannel final : public hal::Channel {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
+  // F16 / BF16 are widened into F32 on the device, summed as F32 and rounded once (hal/channel.h;
+  // NCCL's own half sums would round at every step).
   Status all_reduce(hal::Stream& stream, hal::BufView data, std::int64_t count, hal::DType dtype) override {
-    if (size_ == 1 || count == 0) return ok_status();
-    if (dtype != hal::DType::kF32) {
-      return unimplemented_error("all_reduce: the NCCL channel sums f32 (as the HAL defines the sum), not {}",
-                                 hal::dtype_name(dtype));
-    }
-    if (count < 0) return invalid_argument_error("all_reduce: count {} is negative", count);
-    const auto bytes = static_cast<std::size_t>(count) * 4;
+    SX_RETURN_IF_ERROR(backends::HostGroup::check_reduce(count, dtype));
+    const std::size_t bytes = static_cast<std::size_t>(count) * hal::dtype_info(dtype).block_bytes;
     SX_ASSIGN_OR_RETURN(std::byte * p, device_address(data, bytes, device_));
-    return issue(stream, "all_reduce", bytes, [&](void* s) {
-      return g_->api->all_reduce(p, p, static_cast<std::size_t>(count), kNcclFloat32, kNcclSum, comm(), s);
-    });
+    if (size_ == 1 || count == 0) return ok_status();
+    const auto n = static_cast<std::size_t>(count);
+    if (dtype == hal::DType::kF32) {
+      return issue(stream, "all_reduce", bytes, [&](NcclApi::Comm c, void* s) {
+        return g_->api->all_reduce(p, p, n, kNcclFloat32, kNcclSum, c, s);
+      });
+    }
+    SX_ASSIGN_OR_RETURN(void* sv, native_stream(stream));
+    const auto s = static_cast<cudaStream_t>(sv);
+    SX_RETURN_IF_ERROR(cuda_status(cudaSetDevice(ordinal_), device_.info().name));
+    float* wide = nullptr;
+    SX_RETURN_IF_ERROR(cuda_status(cudaMallocAsync(reinterpret_cast<void**>(&wide), n * 4, s),
+                                   fmt::format("{}: all_reduce: {} bytes to widen into", device_.info().name, n * 4)));
+    Status st = cuda_status(kernels::launch_widen(s, p, dtype, wide, count), "all_reduce: widening");
+    if (st.ok()) {
+      st = issue(stream, "all_reduce", n * 4, [&](NcclApi::Comm c, void* sp) {
+        return g_->api->all_reduce(wide, wide, n, kNcclFloat32, kNcclSum, c, sp);
+      });
+    }
+    if (st.ok()) st = cuda_status(kernels::launch_narrow(s, wide, dtype, p, count), "all_reduce: narrowing");
+    const Status freed = cuda_status(cudaFreeAsync(wide, s), "all_reduce");
+    return st.ok() ? freed : st;
   }
   Status all_gather(hal::Stream& stream, hal::BufView send, hal::BufView recv, std::size_t bytes) override {
     SX_ASSIGN_OR_RETURN(std::byte * s_p, device_address(send, bytes, device_));
@@ -107,38 +146,45 @@ class NcclChannel final : public hal::Channel {
     if (size_ == 1) return copy_on(stream, r_p, s_p, bytes);
     if (bytes == 0) return ok_status();
     return issue(stream, "all_gather", bytes * static_cast<std::size_t>(size_),
-                 [&](void* s) { return g_->api->all_gather(s_p, r_p, bytes, kNcclUint8, comm(), s); });
+                 [&](NcclApi::Comm c, void* s) { return g_->api->all_gather(s_p, r_p, bytes, kNcclUint8, c, s); });
   }
   Status broadcast(hal::Stream& stream, hal::BufView data, std::size_t bytes, int root) override {
     if (root < 0 || root >= size_) return invalid_argument_error("broadcast: root {} of {} ranks", root, size_);
     if (size_ == 1 || bytes == 0) return ok_status();
     SX_ASSIGN_OR_RETURN(std::byte * p, device_address(data, bytes, device_));
     return issue(stream, "broadcast", bytes,
-                 [&](void* s) { return g_->api->broadcast(p, p, bytes, kNcclUint8, root, comm(), s); });
+                 [&](NcclApi::Comm c, void* s) { return g_->api->broadcast(p, p, bytes, kNcclUint8, root, c, s); });
   }
+  // Buffered (device_mail.h), beside NCCL: a send never holds the stream for its receiver.
   Status send(hal::Stream& stream, hal::BufView data, std::size_t bytes, int peer) override {
-    if (peer < 0 || peer >= size_ || peer == rank_) return invalid_argument_error("send: peer {} of {}", peer, size_);
-    if (bytes == 0) return ok_status();
+    SX_RETURN_IF_ERROR(g_->host.check_peer("send", rank_, peer));
+    SX_RETURN_IF_ERROR(g_->watch->status());
     SX_ASSIGN_OR_RETURN(std::byte * p, device_address(data, bytes, device_));
-    return issue(stream, "send", bytes, [&](void* s) { return g_->api->send(p, bytes, kNcclUint8, peer, comm(), s); });
+    SX_ASSIGN_OR_RETURN(void* s, native_stream(stream));
+    return g_->mail.send(rank_, peer, static_cast<cudaStream_t>(s), p, bytes);
   }
   Status recv(hal::Stream& stream, hal::BufView data, std::size_t bytes, int peer) override {
-    if (peer < 0 || peer >= size_ || peer == rank_) return invalid_argument_error("recv: peer {} of {}", peer, size_);
-    if (bytes == 0) return ok_status();
+    SX_RETURN_IF_ERROR(g_->host.check_peer("recv", rank_, peer));
+    SX_RETURN_IF_ERROR(g_->watch->status());
     SX_ASSIGN_OR_RETURN(std::byte * p, device_address(data, bytes, device_));
-    return issue(stream, "recv", bytes, [&](void* s) { return g_->api->recv(p, bytes, kNcclUint8, peer, comm(), s); });
+    SX_ASSIGN_OR_RETURN(void* s, native_stream(stream));
+    return g_->mail.recv(peer, rank_, static_cast<cudaStream_t>(s), p, bytes);
   }
   Status barrier(hal::Stream& stream) override {
     if (size_ == 1) return ok_status();
     return all_reduce(stream, {scratch_.get(), 0}, 1, hal::DType::kF32);
   }
-  void abort(const Status& why) override { g_->watch->fail(rank_, why); }
+  // The watch fails the collectives; the mailbox's waiters (a recv) wake too.
+  void abort(const Status& why) override {
+    g_->watch->fail(rank_, why);
+    g_->host.abort(rank_, why);
+  }
 
  private:
-  NcclApi::Comm comm() const { return g_->comms[static_cast<std::size_t>(rank_)]->comm(); }
+  NcclRankComm& comm() const { return *g_->comms[static_cast<std::size_t>(rank_)]; }
 
-  // Enqueues `call` on the rank's CUDA stream (after its deferred ops), then an event the watch
-  // polls until the collective completed.
+  // Enqueues `call(comm, stream)` on the rank's CUDA stream (after its deferred ops), then an
+  // event the watch polls until the collective completed.
   template <typename Call>
   Status issue(hal::Stream& stream, const char* what, std::size_t bytes, Call call) {
     SX_RETURN_IF_ERROR(g_->watch->status());
@@ -161,9 +207,11 @@ class NcclChannel final : public hal::Channel {
       free_events_.push_back(ev);  // done (or failed: the stream's sync reports that)
       return true;
     });
-    if (const int r = call(s); r != kNcclSuccess && r != kNcclInProgress) {
+    const int r = comm().call([&](NcclApi::Comm c) { return call(c, s); });
+    if (r == NcclRankComm::kNcclAborted) return g_->watch->status();
+    if (r != kNcclSuccess && r != kNcclInProgress) {
       g_->watch->fail(rank_, internal_error("{}: {} of {} bytes: {}", device_.info().name, what, bytes,
-                                            nccl_error(*g_->api, r, comm())));
+                                            nccl_error(*g_->api, r, comm().comm())));
       return g_->watch->status();
     }
     if (Status st = cuda_status(cudaEventRecord(ev, static_cast<cudaStream_t>(s)), what); !st.ok()) {
@@ -324,12 +372,21 @@ Result<std::vector<std::unique_ptr<hal::Channel>>> create_nccl_channels(const Nc
   const std::string settings = nccl_settings(api);
   const std::string group_name = options.name.empty() ? fmt::format("channel of {} ranks", n) : options.name;
   log_info("{}: {} over {}; {}", group_name, settings, fmt::join(names, ", "), p2p_facts(ordinals));
+  // NCCL's own memory, measured on each GPU around the set-up (the memory plan reserved
+  // nccl_reserve_bytes for it).
+  std::vector<std::size_t> free_before(n, 0);
+  for (std::size_t r = 0; r < n; ++r) {
+    std::size_t total = 0;
+    if (cudaSetDevice(ordinals[r]) != cudaSuccess || cudaMemGetInfo(&free_before[r], &total) != cudaSuccess) {
+      (void)cudaGetLastError();
+    }
+  }
   std::vector<NcclApi::Comm> comms(n, nullptr);
   if (const int r = api.comm_init_all(comms.data(), static_cast<int>(n), ordinals.data()); r != kNcclSuccess) {
     return unavailable_error("{}: ncclCommInitAll over {}: {} ({})", group_name, fmt::join(names, ", "),
                              nccl_error(api, r, nullptr), settings);
   }
-  auto group = std::make_shared<NcclGroup>();
+  auto group = std::make_shared<NcclGroup>(names, options, ordinals);
   group->api = &api;
   std::vector<RankComm*> raw;
   for (NcclApi::Comm c : comms) {
@@ -344,6 +401,18 @@ Result<std::vector<std::unique_ptr<hal::Channel>>> create_nccl_channels(const Nc
     for (auto& c : group->comms) c->abort();
     return st;
   }
+  std::string took;
+  for (std::size_t r = 0; r < n; ++r) {
+    std::size_t now = 0, total = 0;
+    if (cudaSetDevice(ordinals[r]) != cudaSuccess || cudaMemGetInfo(&now, &total) != cudaSuccess) {
+      (void)cudaGetLastError();
+      continue;
+    }
+    took += fmt::format("{}{} {} MiB", took.empty() ? "" : ", ", names[r],
+                        (static_cast<long long>(free_before[r]) - static_cast<long long>(now)) / (1 << 20));
+  }
+  log_info("{}: NCCL took {} (the memory plan reserved {} MiB per GPU)", group_name, took,
+           nccl_reserve_bytes(static_cast<int>(n), "nccl", std::getenv("NCCL_BUFFSIZE")) >> 20);
   group->watch = std::make_unique<CollectiveWatch>(WatchedGroup{group_name, names, settings, options.timeout}, raw);
   std::vector<std::unique_ptr<hal::Channel>> out;
   for (std::size_t r = 0; r < n; ++r) {

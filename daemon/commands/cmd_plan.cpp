@@ -219,6 +219,8 @@ int cmd_plan(int argc, char** argv) {
            "TYPE"},
           {{"--tp"}, true, false, "tensor-parallel ranks per stage (default 1; with --devices: devices / pp)", "N"},
           {{"--pp"}, true, false, "pipeline stages (default 1)", "M"},
+          {{"--requantize-unaligned"}, false, false,
+           "where the o / down weights' blocks allow no split for --tp, plan them re-quantised to Q8_0", ""},
           {{"--devices"}, true, false,
            "one per rank: 6x24GiB, or 24GiB,24GiB,... (default: the devices of --backend)",
            "LIST"},
@@ -353,12 +355,13 @@ int cmd_plan(int argc, char** argv) {
   parallel::PlanOptions options;
   options.tp = static_cast<int>(*tp);
   options.pp = static_cast<int>(*pp);
+  options.requantize_unaligned = args.has("--requantize-unaligned");
   options.kv_dtype = *kv;
   auto plan = parallel::plan_shards(m.config, m.types, options);
   if (!plan.ok()) return plan_failure(plan.status());
   const int ranks = plan->tp * plan->pp;
 
-  std::string devices_line;
+  std::string devices_line, links;
   if (explicit_devices) {
     if (static_cast<int>(devices.size()) != ranks) {
       return usage_error(invalid_argument_error("--devices lists {} device{} but tp {} x pp {} has {} ranks (one device "
@@ -376,6 +379,8 @@ int cmd_plan(int argc, char** argv) {
     if (!backend.ok()) return plan_failure(backend.status());
     auto infos = hal::list_devices(**backend);
     if (!infos.ok()) return plan_failure(infos.status());
+    // The GPUs' links where the backend knows them (CUDA: NVML's matrix, peer access, P2P rank).
+    if (auto topo = (*backend)->topology(); topo.ok() && topo->size() > 1) links = hal::format_topology(*topo);
     auto budgets = engine::group_budgets(*infos, ranks, *overhead);
     if (!budgets.ok()) return plan_failure(budgets.status());
     devices = *std::move(budgets);
@@ -406,6 +411,7 @@ int cmd_plan(int argc, char** argv) {
              stdout);
   std::fputs(parallel::format_plan(*plan, m.config).c_str(), stdout);
   std::fputs(fmt::format("\n{}\n", devices_line).c_str(), stdout);
+  if (!links.empty()) std::fputs(fmt::format("GPU links:\n{}", links).c_str(), stdout);
   std::fputs(engine::format_memory_plan(*memory, args.has("--verbose")).c_str(), stdout);
   std::fflush(stdout);
   if (!memory->fits) {

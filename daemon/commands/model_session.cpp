@@ -28,6 +28,8 @@ std::vector<Args::Spec> model_session_specs() {
       {{"-t", "--threads"}, true, false, "CPU threads (default: all; split between the ranks)", "N"},
       {{"--tp"}, true, false, "tensor-parallel ranks, any count that the heads allow (default 1)", "N"},
       {{"--pp"}, true, false, "pipeline stages (default 1)", "M"},
+      {{"--requantize-unaligned"}, false, false,
+       "where the o / down weights' blocks allow no split for --tp, re-quantise them to Q8_0 at load", ""},
       {{"--ctx"}, true, false, "KV cache capacity in tokens (default: what the request needs)", "N"},
       {{"--kv-dtype"}, true, false, "KV cache format: f32 (default), f16, bf16", "TYPE"},
       {{"--max-batch-tokens"}, true, false, "tokens per forward step / prefill chunk (default 512)", "N"},
@@ -60,6 +62,7 @@ Result<SessionOptions> session_options(const Args& args, std::int64_t context_to
   o.threads = static_cast<int>(threads);
   o.tp = static_cast<int>(tp);
   o.pp = static_cast<int>(pp);
+  o.requantize_unaligned = args.has("--requantize-unaligned");
   SX_ASSIGN_OR_RETURN(o.max_batch_tokens, args.get_int("--max-batch-tokens", 512, 1, 1 << 20));
   SX_ASSIGN_OR_RETURN(std::string kv_name, args.get_string("--kv-dtype", "f32"));
   auto kv_type = hal::dtype_from_name(kv_name);
@@ -119,10 +122,11 @@ Result<ModelSession> open_session(const SessionOptions& o, engine::OpenedModel o
   engine::ParallelOptions po;
   po.tp = o.tp;
   po.pp = o.pp;
+  po.requantize_unaligned = o.requantize_unaligned;
 
   // The memory plan for exactly this session, before any weight is loaded: refuse what cannot fit.
   SX_ASSIGN_OR_RETURN(parallel::WeightTypes types, parallel::weight_types_from_source(*s.opened.weights, c));
-  SX_ASSIGN_OR_RETURN(parallel::ShardPlan shards, parallel::plan_shards(c, types, {po.tp, po.pp, mo.kv.dtype}));
+  SX_ASSIGN_OR_RETURN(parallel::ShardPlan shards, parallel::plan_shards(c, types, {po.tp, po.pp, mo.kv.dtype, po.requantize_unaligned}));
   engine::MemoryPlanOptions mpo;
   mpo.memory_utilization = o.memory_utilization;
   mpo.max_model_len = ctx;
@@ -132,7 +136,11 @@ Result<ModelSession> open_session(const SessionOptions& o, engine::OpenedModel o
   // Whatever the backend: its devices say whether they share one memory or each have their own.
   std::vector<hal::DeviceInfo> infos;
   for (const hal::Device* d : s.devices.devices) infos.push_back(d->info());
-  SX_ASSIGN_OR_RETURN(const std::vector<engine::DeviceBudget> budgets, engine::group_budgets(infos, o.tp * o.pp, 0));
+  // What the channels take beyond the model on each device (NCCL's buffers): the rank's TP group
+  // and, with PP, the pipeline group of every rank.
+  const std::uint64_t channels = backend->channel_reserve_bytes(o.tp) + (o.pp > 1 ? backend->channel_reserve_bytes(o.tp * o.pp) : 0);
+  SX_ASSIGN_OR_RETURN(const std::vector<engine::DeviceBudget> budgets,
+                      engine::group_budgets(infos, o.tp * o.pp, channels));
   SX_ASSIGN_OR_RETURN(engine::MemoryPlan plan, engine::plan_memory(c, types, shards, budgets, mpo));
   s.plan_text = engine::format_memory_plan(plan, true);
   if (o.verbose) std::fputs(s.plan_text.c_str(), stderr);

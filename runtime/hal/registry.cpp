@@ -11,6 +11,10 @@ Result<std::vector<std::unique_ptr<Channel>>> Backend::create_channels(std::span
                              devices.size());
 }
 
+Result<Topology> Backend::topology() const {
+  return unimplemented_error("backend '{}' does not report how its devices are linked", name());
+}
+
 Result<std::vector<std::unique_ptr<Device>>> Backend::create_devices_at(std::span<const int> indices,
                                                                       const DeviceOptions& options) {
   std::vector<std::unique_ptr<Device>> out;

@@ -15,6 +15,7 @@
 #include "runtime/hal/channel.h"
 #include "runtime/hal/device.h"
 #include "runtime/hal/device_options.h"
+#include "runtime/hal/topology.h"
 
 namespace sx::hal {
 
@@ -40,6 +41,16 @@ class Backend {
   // default: a backend without collectives can still serve a group of one.
   virtual Result<std::vector<std::unique_ptr<Channel>>> create_channels(std::span<Device* const> devices,
                                                                          const ChannelOptions& options);
+  // The links between the machine's GPUs (topology.h), in the backend's GPU order (for CUDA: PCI
+  // order, as its devices are numbered when each GPU is one device). UNIMPLEMENTED by default (the
+  // CPU's devices share one memory; Vulkan does not say).
+  virtual Result<Topology> topology() const;
+  // Device memory a channel of `group_size` ranks of this backend takes on each of its devices
+  // beyond what the channel's user allocates (NCCL's buffers), for the memory plan. 0 by default.
+  virtual std::uint64_t channel_reserve_bytes(int group_size) const {
+    (void)group_size;
+    return 0;
+  }
 };
 
 // backend.devices(), its error (a missing driver, no device) as "backend NAME unavailable:

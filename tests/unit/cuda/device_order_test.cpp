@@ -182,7 +182,11 @@ TEST(SelectGpus, EveryGpuOnceOrTheListedOnesWithRepeats) {
   ASSERT_TRUE(six.ok());
   EXPECT_THAT(*six, ElementsAre(0, 0, 0, 0, 0, 0));
   EXPECT_THAT(*select_gpus(" 1, 0", 2), ElementsAre(1, 0));
-  for (const char* bad : {"2", "0,x", "-1", "0,,1", "GPU-0"}) {
+  // GPUxCOUNT.
+  EXPECT_THAT(*select_gpus("0x6", 1), ElementsAre(0, 0, 0, 0, 0, 0));
+  EXPECT_THAT(*select_gpus("0x3,1x3", 2), ElementsAre(0, 0, 0, 1, 1, 1));
+  EXPECT_THAT(*select_gpus("1x1, 0", 2), ElementsAre(1, 0));
+  for (const char* bad : {"2", "0,x", "-1", "0,,1", "GPU-0", "0x0", "0x", "x2", "0x65", "2x2", "0x2x2"}) {
     auto r = select_gpus(bad, 2);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);

@@ -46,6 +46,16 @@ TEST(NcclApi, TheInstalledNcclOpensWithEveryFunction) {
   std::printf("NCCL %s from %s\n", nccl_version_string(r->version).c_str(), r->path.c_str());
 }
 
+TEST(NcclApi, ReserveForTheMemoryPlanOnlyWhenTheGroupUsesNccl) {
+  EXPECT_EQ(nccl_reserve_bytes(6, "nccl", nullptr), std::uint64_t{576} << 20);
+  EXPECT_EQ(nccl_reserve_bytes(6, "nccl", "8388608"), (std::uint64_t{8} << 20) * 128 + (std::uint64_t{64} << 20));
+  EXPECT_EQ(nccl_reserve_bytes(2, "nccl", "0x200000"), (std::uint64_t{2} << 20) * 128 + (std::uint64_t{64} << 20));
+  EXPECT_EQ(nccl_reserve_bytes(6, "nccl", "lots"), std::uint64_t{576} << 20);  // NCCL's default then
+  EXPECT_EQ(nccl_reserve_bytes(1, "nccl", nullptr), 0u);  // a group of one has no communicator
+  for (const char* other : {"staged", "loopback", "auto"}) EXPECT_EQ(nccl_reserve_bytes(6, other, nullptr), 0u);
+  EXPECT_EQ(nccl_reserve_bytes(6, nullptr, nullptr), 0u);
+}
+
 TEST(NcclApi, ChannelChoice) {
   const Status ok = ok_status(), missing = unavailable_error("NCCL unavailable: libnccl.so.2: cannot open");
   EXPECT_EQ(*choose_cuda_channel({0, 1, 2}, "nccl", ok), CudaChannelKind::kNccl);
@@ -64,6 +74,14 @@ TEST(NcclApi, ChannelChoice) {
   ASSERT_FALSE(forced.ok());
   EXPECT_THAT(forced.status().message(), HasSubstr("several devices on one GPU"));
   EXPECT_EQ(choose_cuda_channel({0, 1}, "nvlink", ok).status().code(), StatusCode::kInvalidArgument);
+  // The loopback channel: asked for, and only for devices of one GPU (NCCL not needed).
+  EXPECT_EQ(*choose_cuda_channel({2, 2, 2, 2, 2, 2}, "loopback", missing), CudaChannelKind::kLoopback);
+  EXPECT_EQ(*choose_cuda_channel({0, 0, 0}, "auto", ok), CudaChannelKind::kStaged);
+  auto spans = choose_cuda_channel({0, 0, 1}, "loopback", ok);
+  ASSERT_FALSE(spans.ok());
+  EXPECT_EQ(spans.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(spans.status().message(), AllOf(HasSubstr("several GPUs"), HasSubstr("nccl or staged")));
+  EXPECT_THAT(forced.status().message(), HasSubstr("SEXTANT_CUDA_CHANNEL=loopback"));
 }
 
 }  // namespace

@@ -1,0 +1,83 @@
+// The device side of the CUDA channels (backends/cuda/loopback_channel.cpp, nccl_channel.cpp):
+// the loopback all-reduce's rank-order sum, and widening / narrowing between F16 / BF16 and F32.
+#include <cuda_fp16.h>
+
+#include "kernels/common.cuh"
+
+namespace sx::kernels {
+namespace {
+
+// DType codes as the launchers take them (hal::DType is a host enum; the kernels take an int).
+constexpr int kF32 = 0, kF16 = 1, kBF16 = 2;
+
+__device__ __forceinline__ float load(const void* p, int t, std::int64_t i) {
+  if (t == kF16) return __half2float(static_cast<const __half*>(p)[i]);
+  if (t == kBF16) return __uint_as_float(static_cast<std::uint32_t>(static_cast<const std::uint16_t*>(p)[i]) << 16);
+  return static_cast<const float*>(p)[i];
+}
+
+// Round to nearest even, quiet NaN: runtime/base/half.h's f32_to_bf16 to the bit.
+__device__ __forceinline__ std::uint16_t to_bf16(float f) {
+  const std::uint32_t x = __float_as_uint(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((x >> 16) | 0x40u);
+  return static_cast<std::uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+__device__ __forceinline__ void store(void* p, int t, std::int64_t i, float v) {
+  if (t == kF16) {
+    static_cast<__half*>(p)[i] = __float2half_rn(v);
+  } else if (t == kBF16) {
+    static_cast<std::uint16_t*>(p)[i] = to_bf16(v);
+  } else {
+    static_cast<float*>(p)[i] = v;
+  }
+}
+
+// Element i of every rank's buffer, summed in rank order in F32 and rounded once, written back to
+// every rank's buffer: each element is read and written by one thread, so the sum is in place.
+__global__ void rank_sum_kernel(RankBuffers b, int ranks, std::int64_t n, int t) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    float sum = load(b.data[0], t, i);
+    for (int r = 1; r < ranks; ++r) sum += load(b.data[r], t, i);
+    for (int r = 0; r < ranks; ++r) store(b.data[r], t, i, sum);
+  }
+}
+
+__global__ void widen_kernel(const void* src, int t, float* dst, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    dst[i] = load(src, t, i);
+  }
+}
+
+__global__ void narrow_kernel(const float* src, int t, void* dst, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    store(dst, t, i, src[i]);
+  }
+}
+
+int code_of(hal::DType t) { return t == hal::DType::kF16 ? kF16 : t == hal::DType::kBF16 ? kBF16 : kF32; }
+
+}  // namespace
+
+cudaError_t launch_rank_sum(cudaStream_t s, const RankBuffers& b, int ranks, std::int64_t n, hal::DType dtype) {
+  if (n <= 0 || ranks <= 0) return cudaSuccess;
+  rank_sum_kernel<<<grid_for(n, 256), 256, 0, s>>>(b, ranks, n, code_of(dtype));
+  return cudaGetLastError();
+}
+
+cudaError_t launch_widen(cudaStream_t s, const void* src, hal::DType dtype, float* dst, std::int64_t n) {
+  if (n <= 0) return cudaSuccess;
+  widen_kernel<<<grid_for(n, 256), 256, 0, s>>>(src, code_of(dtype), dst, n);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_narrow(cudaStream_t s, const float* src, hal::DType dtype, void* dst, std::int64_t n) {
+  if (n <= 0) return cudaSuccess;
+  narrow_kernel<<<grid_for(n, 256), 256, 0, s>>>(src, code_of(dtype), dst, n);
+  return cudaGetLastError();
+}
+
+}  // namespace sx::kernels
