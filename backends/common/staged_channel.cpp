@@ -39,7 +39,10 @@ class StagedChannel final : public hal::Channel {
     const std::size_t total = bytes * static_cast<std::size_t>(size());
     SX_RETURN_IF_ERROR(check(send, bytes, "all_gather", "send"));
     SX_RETURN_IF_ERROR(check(recv, total, "all_gather", "recv"));
-    if (size() == 1) return ok_status();
+    if (size() == 1) {  // a group of one gathers its own bytes: recv = send
+      if (bytes == 0 || (send.buffer == recv.buffer && send.offset == recv.offset)) return ok_status();
+      return s.copy(*recv.buffer, recv.offset, *send.buffer, send.offset, bytes);
+    }
     const std::size_t at = round_up(bytes);
     SX_ASSIGN_OR_RETURN(hal::Buffer * st, staging(at + total));
     SX_RETURN_IF_ERROR(s.copy(*st, 0, *send.buffer, send.offset, bytes));

@@ -31,6 +31,12 @@ class CpuChannel final : public hal::Channel {
 
   Status all_gather(hal::Stream& stream, hal::BufView send, hal::BufView recv, std::size_t bytes) override {
     const std::size_t total = bytes * static_cast<std::size_t>(group_->size());
+    if (group_->size() == 1) {  // a group of one gathers its own bytes: recv = send
+      SX_RETURN_IF_ERROR(resolve_view(device_, send, bytes, "all_gather", "send").status());
+      SX_RETURN_IF_ERROR(resolve_view(device_, recv, total, "all_gather", "recv").status());
+      if (bytes == 0 || (send.buffer == recv.buffer && send.offset == recv.offset)) return ok_status();
+      return stream.copy(*recv.buffer, recv.offset, *send.buffer, send.offset, bytes);
+    }
     return submit(stream, "all_gather", {{send, bytes}, {recv, total}}, [=, this](std::uint64_t seq) -> Status {
       SX_ASSIGN_OR_RETURN(std::byte * s, resolve_view(device_, send, bytes, "all_gather", "send"));
       SX_ASSIGN_OR_RETURN(std::byte * d, resolve_view(device_, recv, total, "all_gather", "recv"));

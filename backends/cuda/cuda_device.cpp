@@ -931,12 +931,17 @@ Result<std::vector<std::unique_ptr<hal::Channel>>> create_cuda_channels(std::spa
       return invalid_argument_error("channel: device {} of the group is not a CUDA device", i);
     }
   }
-  if (devices.size() <= 1) return backends::create_staged_channels(devices, options);  // a group of one
+  // A group of one needs no transport, unless NCCL is asked for (a communicator of one rank and its
+  // self-test validate NCCL on a machine with one GPU: tests/device/run).
+  const char* env = std::getenv("SEXTANT_CUDA_CHANNEL");
+  if (devices.size() <= 1 && (env == nullptr || std::string_view(env) != "nccl")) {
+    return backends::create_staged_channels(devices, options);
+  }
   std::vector<int> ordinals;
   for (hal::Device* d : devices) ordinals.push_back(cuda_ordinal(*d));
   const Result<const NcclApi*> nccl = load_nccl();
   SX_ASSIGN_OR_RETURN(const CudaChannelKind kind,
-                      choose_cuda_channel(ordinals, std::getenv("SEXTANT_CUDA_CHANNEL"), nccl.status()));
+                      choose_cuda_channel(ordinals, env, nccl.status()));
   if (kind == CudaChannelKind::kLoopback) return create_loopback_channels(devices, options);
   if (kind == CudaChannelKind::kStaged) {
     log_info("{}: collectives staged through host memory ({} devices; SEXTANT_CUDA_CHANNEL=nccl for distinct GPUs "

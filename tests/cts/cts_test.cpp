@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/base/half.h"
 #include "runtime/hal/registry.h"
 #include "tests/cts/targets.h"
 
@@ -420,6 +421,85 @@ TEST_P(CtsChannel, CollectivesGiveEveryRankTheSameResult) {
     const int from = (r + n - 1) % n;
     EXPECT_EQ(received[ur], (std::vector<std::int32_t>{from * 10, from * 10 + 1, from * 10 + 2}));
   }
+}
+
+// F16 and BF16 all_reduce (channel.h: widened, summed in F32, rounded once): every rank gets the
+// same bits, within channel.h's bound of the rank-order F32 sum plus half a unit of the format's
+// last place (the one rounding).
+TEST_P(CtsChannel, HalfPrecisionAllReduceRoundsTheF32SumOnce) {
+  const int n = 3;
+  CTS_BACKEND(b, n);
+  CTS_GROUP(g, b, n, std::chrono::milliseconds(20'000));
+  constexpr std::int64_t kCount = 777;
+  for (const DType t : {DType::kF16, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(t));
+    auto to_half = [t](float f) { return t == DType::kF16 ? f32_to_f16(f) : f32_to_bf16(f); };
+    auto from_half = [t](std::uint16_t h) { return t == DType::kF16 ? f16_to_f32(h) : bf16_to_f32(h); };
+    std::vector<std::vector<std::uint16_t>> inputs(n), reduced(n);
+    for (int r = 0; r < n; ++r) {
+      std::mt19937 gen(static_cast<unsigned>(91 + r));
+      std::uniform_real_distribution<float> dist(-50.0f, 50.0f);
+      for (std::int64_t i = 0; i < kCount; ++i) inputs[static_cast<std::size_t>(r)].push_back(to_half(dist(gen)));
+    }
+    auto st = g.run([&](int r) -> Status {
+      const auto ur = static_cast<std::size_t>(r);
+      Stream& s = *g.streams[ur];
+      SX_ASSIGN_OR_RETURN(auto data, g.devices[ur]->alloc(kCount * 2));
+      SX_RETURN_IF_ERROR(upload_span<std::uint16_t>(s, *data, 0, inputs[ur]));
+      SX_RETURN_IF_ERROR(g.channels[ur]->all_reduce(s, {data.get(), 0}, kCount, t));
+      reduced[ur].resize(kCount);
+      SX_RETURN_IF_ERROR(download_span<std::uint16_t>(s, std::span<std::uint16_t>(reduced[ur]), *data, 0));
+      return s.sync();
+    });
+    const double last_place = t == DType::kF16 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
+    for (int r = 0; r < n; ++r) {
+      const auto ur = static_cast<std::size_t>(r);
+      ASSERT_TRUE(st[ur].ok()) << "rank " << r << ": " << st[ur].to_string();
+      for (std::int64_t i = 0; i < kCount; ++i) {
+        const auto ui = static_cast<std::size_t>(i);
+        float sum = from_half(inputs[0][ui]);
+        double magnitude = std::fabs(sum);
+        for (int k = 1; k < n; ++k) {
+          sum += from_half(inputs[static_cast<std::size_t>(k)][ui]);
+          magnitude += std::fabs(from_half(inputs[static_cast<std::size_t>(k)][ui]));
+        }
+        const double bound = n * std::ldexp(1.0, -23) * magnitude + std::fabs(sum) * last_place / 2 + 1e-6;
+        EXPECT_LE(std::fabs(double(from_half(reduced[ur][ui])) - sum), bound) << "rank " << r << " element " << i;
+        EXPECT_EQ(reduced[ur][ui], reduced[0][ui]) << "rank " << r << " element " << i;
+      }
+    }
+  }
+}
+
+// A group of one rank: every collective leaves the data as it is (all_gather copies send into
+// recv). Through the backend's channel as it is chosen (SEXTANT_CUDA_CHANNEL=nccl: a communicator
+// of one rank and its self-test).
+TEST_P(CtsChannel, AGroupOfOneKeepsItsData) {
+  CTS_BACKEND(b, 1);
+  CTS_GROUP(g, b, 1, std::chrono::milliseconds(20'000));
+  auto st = g.run([&](int) -> Status {
+    Stream& s = *g.streams[0];
+    Channel& c = *g.channels[0];
+    EXPECT_EQ(c.rank(), 0);
+    EXPECT_EQ(c.size(), 1);
+    const std::vector<float> values = {1.5f, -2.0f, 3.25f, 1e6f};
+    SX_ASSIGN_OR_RETURN(auto data, g.devices[0]->alloc(16));
+    SX_ASSIGN_OR_RETURN(auto recv, g.devices[0]->alloc(16));
+    SX_RETURN_IF_ERROR(upload_span<float>(s, *data, 0, values));
+    SX_RETURN_IF_ERROR(s.fill(*recv, 0, 16, 0));
+    SX_RETURN_IF_ERROR(c.all_reduce(s, {data.get(), 0}, 4, DType::kF32));
+    SX_RETURN_IF_ERROR(c.broadcast(s, {data.get(), 0}, 16, 0));
+    SX_RETURN_IF_ERROR(c.all_gather(s, {data.get(), 0}, {recv.get(), 0}, 16));
+    SX_RETURN_IF_ERROR(c.barrier(s));
+    std::vector<float> a(4), r(4);
+    SX_RETURN_IF_ERROR(download_span<float>(s, std::span<float>(a), *data, 0));
+    SX_RETURN_IF_ERROR(download_span<float>(s, std::span<float>(r), *recv, 0));
+    SX_RETURN_IF_ERROR(s.sync());
+    EXPECT_EQ(a, values);
+    EXPECT_EQ(r, values);
+    return ok_status();
+  });
+  EXPECT_TRUE(st[0].ok()) << st[0].to_string();
 }
 
 TEST_P(CtsChannel, AnAbortingRankFailsItsPeersPromptlyNamingItself) {

@@ -5,7 +5,8 @@
 // PP 2, the ranks joined by the backend's channel (Vulkan: six devices of one physical device,
 // meson selects physical device 0 six times: lavapipe in CI); a layout needing more devices than
 // the backend has is skipped saying so, and the whole case is skipped with the reason where the
-// backend has no device. The full Qwen2.5-0.5B shape below likewise.
+// backend has no device. Qwen2.5-72B's head layout (64 / 8) likewise, and the full Qwen2.5-0.5B
+// shape below.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -107,26 +108,27 @@ Result<RandomFile> write_random_file(const model::RandomModelSpec& spec, std::st
   return r;
 }
 
-TEST_P(ModelParity, SevenBHeadLayoutGivesTheCpuGreedyIdsAtEveryLayout) {
-  hal::Backend* gpu = backend();
-  if (gpu == nullptr) GTEST_SKIP() << GetParam() << " has no device here";
+// A random model with `heads` / `kv_heads` (head_dim 16, 3 layers) gives the CPU's greedy ids on
+// `gpu` at TP 1, TP 6 and TP 3 x PP 2.
+void check_head_layout(hal::Backend* gpu, const char* backend_name, const char* name, int heads, int kv_heads,
+                       unsigned seed) {
   model::RandomModelSpec spec;
   model::ModelConfig& c = spec.config;
-  c.name = "qwen2.5-7b-heads";
+  c.name = name;
   c.n_layers = 3;
-  c.n_heads = 28;
-  c.n_kv_heads = 4;
+  c.n_heads = heads;
+  c.n_kv_heads = kv_heads;
   c.head_dim = 16;
-  c.hidden = 28 * 16;
+  c.hidden = heads * 16;
   c.ffn = 2 * c.hidden + 32;
   c.vocab = 512;
   c.context_length = 256;
   c.rope_theta = 1e6;
   c.rms_eps = 1e-6;
   c.qkv_bias = true;
-  spec.seed = 7;
+  spec.seed = seed;
   spec.init_std = 0.05f;
-  auto rf = write_random_file(spec, "sx_vk_7b_heads");
+  auto rf = write_random_file(spec, fmt::format("sx_parity_{}", name));
   ASSERT_TRUE(rf.ok()) << rf.status().to_string();
   const model::GgufFile& file = *rf->file;
   const model::ModelConfig& config = rf->config;
@@ -148,9 +150,9 @@ TEST_P(ModelParity, SevenBHeadLayoutGivesTheCpuGreedyIdsAtEveryLayout) {
     int tp, pp;
   };
   for (const Layout lay : {Layout{1, 1}, Layout{6, 1}, Layout{3, 2}}) {
-    SCOPED_TRACE(::testing::Message() << GetParam() << " tp " << lay.tp << " pp " << lay.pp);
+    SCOPED_TRACE(::testing::Message() << backend_name << " " << name << " tp " << lay.tp << " pp " << lay.pp);
     if (const std::string why = missing_devices(*gpu, static_cast<std::size_t>(lay.tp * lay.pp)); !why.empty()) {
-      std::printf("%s tp %d pp %d: skipped: %s\n", GetParam(), lay.tp, lay.pp, why.c_str());
+      std::printf("%s tp %d pp %d: skipped: %s\n", backend_name, lay.tp, lay.pp, why.c_str());
       continue;
     }
     auto group = create_device_group(*gpu, lay.tp * lay.pp, hal::DeviceOptions{});
@@ -165,10 +167,24 @@ TEST_P(ModelParity, SevenBHeadLayoutGivesTheCpuGreedyIdsAtEveryLayout) {
     EXPECT_EQ(got->ids, ref->ids);
     const double worst = max_relative_logit_diff(*got, *ref);
     EXPECT_LT(worst, 1e-4);
-    std::printf("%s tp %d pp %d: %d greedy ids %s the CPU's; max relative logit diff %.2g\n", GetParam(), lay.tp,
-                lay.pp, kSteps, got->ids == ref->ids ? "equal to" : "DIFFERENT from", worst);
+    std::printf("%s %s tp %d pp %d: %d greedy ids %s the CPU's; max relative logit diff %.2g\n", backend_name, name,
+                lay.tp, lay.pp, kSteps, got->ids == ref->ids ? "equal to" : "DIFFERENT from", worst);
   }
   std::filesystem::remove(rf->path);
+}
+
+TEST_P(ModelParity, SevenBHeadLayoutGivesTheCpuGreedyIdsAtEveryLayout) {
+  hal::Backend* gpu = backend();
+  if (gpu == nullptr) GTEST_SKIP() << GetParam() << " has no device here";
+  check_head_layout(gpu, GetParam(), "qwen2.5-7b-heads", 28, 4, 7);
+}
+
+// Qwen2.5-72B's 64 query heads / 8 KV heads: at TP 6 ranks of 10 and 11 heads, groups of 8 split
+// across ranks (KV heads replicated).
+TEST_P(ModelParity, SeventyTwoBHeadLayoutGivesTheCpuGreedyIdsAtEveryLayout) {
+  hal::Backend* gpu = backend();
+  if (gpu == nullptr) GTEST_SKIP() << GetParam() << " has no device here";
+  check_head_layout(gpu, GetParam(), "qwen2.5-72b-heads", 64, 8, 72);
 }
 
 // The full Qwen2.5-0.5B shape (24 layers, hidden 896, 14 / 2 heads, FFN 4864, vocab 151936: its
