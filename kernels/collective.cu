@@ -23,9 +23,34 @@ __device__ __forceinline__ std::uint16_t to_bf16(float f) {
   return static_cast<std::uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
+// Round to nearest even, NaN as 0x7e00 with its sign, overflow to infinity: runtime/base/half.h's
+// f32_to_f16 to the bit (__float2half_rn differs for NaN).
+__device__ __forceinline__ std::uint16_t to_f16(float f) {
+  const std::uint32_t x = __float_as_uint(f);
+  const std::uint32_t sign = (x >> 16) & 0x8000u;
+  const std::uint32_t absx = x & 0x7fffffffu;
+  if (absx >= 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u : 0u));
+  if (absx >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);
+  if (absx < 0x38800000u) {
+    if (absx < 0x33000000u) return static_cast<std::uint16_t>(sign);
+    const std::uint32_t e = absx >> 23;
+    const std::uint32_t mant = (absx & 0x7fffffu) | 0x800000u;
+    const std::uint32_t shift = 126 - e;
+    std::uint32_t q = mant >> shift;
+    const std::uint32_t rem = mant & ((1u << shift) - 1);
+    const std::uint32_t half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1u))) ++q;
+    return static_cast<std::uint16_t>(sign | q);
+  }
+  std::uint32_t h = (absx >> 13) - ((127u - 15u) << 10);
+  const std::uint32_t rem = absx & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
+  return static_cast<std::uint16_t>(sign | h);
+}
+
 __device__ __forceinline__ void store(void* p, int t, std::int64_t i, float v) {
   if (t == kF16) {
-    static_cast<__half*>(p)[i] = __float2half_rn(v);
+    static_cast<std::uint16_t*>(p)[i] = to_f16(v);
   } else if (t == kBF16) {
     static_cast<std::uint16_t*>(p)[i] = to_bf16(v);
   } else {

@@ -111,6 +111,11 @@ void HostGroup::abort(int rank, const Status& why) {
                                  why.ok() ? "aborted" : why.message())));
 }
 
+void HostGroup::fail(const Status& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!failed_) fail_locked(why.ok() ? aborted_error("{}: failed", group_name()) : why);
+}
+
 void HostGroup::send(int from, int to, std::span<const std::byte> data) {
   std::lock_guard<std::mutex> lock(mu_);
   mail_[static_cast<std::size_t>(from * n_ + to)].emplace_back(data.begin(), data.end());

@@ -50,6 +50,9 @@ class HostGroup {
   void send(int from, int to, std::span<const std::byte> data);
   Status recv(int from, int to, std::span<std::byte> data);
   void abort(int rank, const Status& why);
+  // Fails the group with `why` as it is (a failure found outside it, e.g. by an NCCL watch); the
+  // first failure wins.
+  void fail(const Status& why);
 
   // The argument checks every channel over a HostGroup makes at enqueue.
   static Status check_reduce(std::int64_t count, hal::DType dtype);

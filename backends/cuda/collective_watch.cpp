@@ -76,6 +76,7 @@ bool CollectiveWatch::fail_locked(Status why) {
 // Outside mu_: an abort may take a while, and ranks keep asking status() meanwhile.
 void CollectiveWatch::abort_all() {
   for (RankComm* c : comms_) c->abort();
+  if (group_.on_fail) group_.on_fail(status());
 }
 
 std::size_t CollectiveWatch::forget(int rank) {

@@ -41,6 +41,9 @@ struct WatchedGroup {
   std::vector<std::string> device_names;  // one per rank
   std::string transport;                  // what the group runs over, for messages ("NCCL 2.28.3, ...")
   std::chrono::milliseconds timeout{60'000};
+  // Called once, after the communicators were aborted, with the group's failure (outside the
+  // watch's lock): what else the group waits on (its point-to-point mailbox) fails with it.
+  std::function<void(const Status&)> on_fail;
 };
 
 class CollectiveWatch {

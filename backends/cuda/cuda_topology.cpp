@@ -54,9 +54,7 @@ std::string sysfs_line(const std::string& bus_id, const char* file) {
 }
 
 // Fills the NVML facts; an error string when NVML cannot say.
-std::string nvml_links(const std::vector<GpuIdentity>& gpus, hal::Topology& t) {
-  void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) return fmt::format("libnvidia-ml.so.1: {}", dlerror());
+std::string nvml_links(void* lib, const std::vector<GpuIdentity>& gpus, hal::Topology& t) {
   NvmlLinks n;
   n.init = reinterpret_cast<int (*)()>(dlsym(lib, "nvmlInit_v2"));
   n.handle_by_pci = reinterpret_cast<int (*)(const char*, void**)>(dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2"));
@@ -67,6 +65,13 @@ std::string nvml_links(const std::vector<GpuIdentity>& gpus, hal::Topology& t) {
     return "libnvidia-ml.so.1 lacks nvmlDeviceGetTopologyCommonAncestor";
   }
   if (const int r = n.init(); r != 0) return fmt::format("nvmlInit failed ({})", r);
+  // nvmlInit counts: each init here is paired with a shutdown.
+  struct Shutdown {
+    int (*fn)();
+    ~Shutdown() {
+      if (fn != nullptr) (void)fn();
+    }
+  } shutdown{reinterpret_cast<int (*)()>(dlsym(lib, "nvmlShutdown"))};
   const std::size_t count = gpus.size();
   std::vector<void*> h(count, nullptr);
   for (std::size_t i = 0; i < count; ++i) {
@@ -90,7 +95,11 @@ std::string nvml_links(const std::vector<GpuIdentity>& gpus, hal::Topology& t) {
           gpu = true;
         }
       }
-      if (!gpu) ++to_switch[i];
+      // Not one of ours: NVSwitch, or a GPU this process does not see (CUDA_VISIBLE_DEVICES), which
+      // NVML still knows by its PCI id.
+      void* other = nullptr;
+      remote.bus_id[sizeof remote.bus_id - 1] = '\0';
+      if (!gpu && n.handle_by_pci(remote.bus_id, &other) != 0) ++to_switch[i];
     }
   }
   for (std::size_t i = 0; i < count; ++i) {
@@ -132,7 +141,10 @@ hal::Topology gather_topology(const std::vector<GpuIdentity>& gpus) {
       (void)cudaGetLastError();
     }
   }
-  if (const std::string why = nvml_links(gpus, t); !why.empty()) {
+  void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  const std::string why = lib == nullptr ? fmt::format("libnvidia-ml.so.1: {}", dlerror()) : nvml_links(lib, gpus, t);
+  if (lib != nullptr) dlclose(lib);
+  if (!why.empty()) {
     t.source += fmt::format(" (link kinds not known: {})", why);
   }
   return t;

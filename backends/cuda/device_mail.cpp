@@ -10,12 +10,30 @@
 
 namespace sx::cuda {
 
+Status DeviceMail::prepare_pools(const std::vector<int>& ordinals, const std::vector<std::string>& names) {
+  for (std::size_t i = 0; i < ordinals.size(); ++i) {
+    int pools = 0;
+    SX_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, ordinals[i]),
+                                   names[i]));
+    if (pools == 0) {
+      return unimplemented_error("{}: no stream-ordered memory pools (the channel's send/recv buffers need them); use "
+                                 "SEXTANT_CUDA_CHANNEL=staged",
+                                 names[i]);
+    }
+    cudaMemPool_t pool = nullptr;
+    SX_RETURN_IF_ERROR(cuda_status(cudaDeviceGetDefaultMemPool(&pool, ordinals[i]), names[i]));
+    std::uint64_t keep = UINT64_MAX;
+    SX_RETURN_IF_ERROR(cuda_status(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), names[i]));
+  }
+  return ok_status();
+}
+
 DeviceMail::~DeviceMail() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [handle, p] : parcels_) {
     (void)cudaSetDevice(ordinals_[static_cast<std::size_t>(p.from)]);
     // Whatever still reads or writes it completes first (the channels' streams were synced).
-    if (p.taken) (void)cudaEventSynchronize(p.consumed);
+    if (p.taken && p.consumed != nullptr) (void)cudaEventSynchronize(p.consumed);
     (void)cudaEventSynchronize(p.ready);
     release(p, nullptr);
     (void)cudaStreamSynchronize(nullptr);
@@ -33,7 +51,7 @@ void DeviceMail::reclaim(int from, cudaStream_t s) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = parcels_.begin(); it != parcels_.end();) {
     Parcel& p = it->second;
-    if (p.from == from && p.taken && cudaEventQuery(p.consumed) == cudaSuccess) {
+    if (p.from == from && p.taken && p.consumed != nullptr && cudaEventQuery(p.consumed) == cudaSuccess) {
       release(p, s);
       it = parcels_.erase(it);
     } else {
@@ -90,21 +108,23 @@ Status DeviceMail::recv(int from, int to, cudaStream_t s, std::byte* dst, std::s
   const std::size_t sent = p->bytes;  // p may be freed by the sender once taken
   const bool mismatch = sent != bytes;
   const int dev = ordinals_[static_cast<std::size_t>(to)];
-  SX_RETURN_IF_ERROR(cuda_status(cudaSetDevice(dev), name + ": recv"));
   cudaEvent_t consumed = nullptr;
-  SX_RETURN_IF_ERROR(cuda_status(cudaEventCreateWithFlags(&consumed, cudaEventDisableTiming), name + ": recv"));
-  Status st = cuda_status(cudaStreamWaitEvent(s, p->ready, 0), name + ": recv");
+  Status st = cuda_status(cudaSetDevice(dev), name + ": recv");
+  if (st.ok()) st = cuda_status(cudaEventCreateWithFlags(&consumed, cudaEventDisableTiming), name + ": recv");
+  if (st.ok()) st = cuda_status(cudaStreamWaitEvent(s, p->ready, 0), name + ": recv");
   if (st.ok() && bytes > 0 && !mismatch) {
     st = cuda_status(cudaMemcpyPeerAsync(dst, dev, p->data, ordinals_[static_cast<std::size_t>(from)], bytes, s),
                      fmt::format("{}: recv of {} bytes from {}", name, bytes, names_[static_cast<std::size_t>(from)]));
   }
-  // Recorded even after a failed copy, so that the parcel is freed.
-  const Status rec = cuda_status(cudaEventRecord(consumed, s), name + ": recv");
+  // Recorded even after a failed copy, so that the parcel is freed; without an event (a broken
+  // context) the parcel waits for the destructor.
+  const Status rec = consumed != nullptr ? cuda_status(cudaEventRecord(consumed, s), name + ": recv") : st;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    p->consumed = consumed;
+    p->consumed = rec.ok() ? consumed : nullptr;
     p->taken = true;
   }
+  if (!rec.ok() && consumed != nullptr) (void)cudaEventDestroy(consumed);
   if (mismatch) {
     return invalid_argument_error("recv: rank {} ({}) expected {} bytes from rank {} ({}), which sent {}", to, name,
                                   bytes, from, names_[static_cast<std::size_t>(from)], sent);

@@ -34,10 +34,17 @@ class DeviceMail {
   DeviceMail(const DeviceMail&) = delete;
   DeviceMail& operator=(const DeviceMail&) = delete;
 
+  // Checks that every GPU of the group has stream-ordered memory pools (parcels come from the
+  // default pool) and keeps freed pool memory mapped (release threshold: unlimited), so that a
+  // step's parcels do not map and unmap memory at every sync. Parcels are activation-sized and not
+  // in the memory plan.
+  static Status prepare_pools(const std::vector<int>& ordinals, const std::vector<std::string>& names);
+
   // `bytes` at device address `p` of rank `from`, after the work enqueued on its stream `s`.
   Status send(int from, int to, cudaStream_t s, const std::byte* p, std::size_t bytes);
   // Into `p` of rank `to`, on its stream `s`: the next parcel `from` sent it, which must be
-  // `bytes` long (INVALID_ARGUMENT naming both sizes otherwise).
+  // `bytes` long (INVALID_ARGUMENT naming both sizes otherwise). A parcel taken is always marked
+  // so, whatever fails after, so that the next recv gets the next parcel and the sender frees it.
   Status recv(int from, int to, cudaStream_t s, std::byte* p, std::size_t bytes);
 
  private:

@@ -3,7 +3,10 @@
 
 #include <cuda_runtime.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <functional>
 #include <string>
 
@@ -36,10 +39,41 @@ struct LoopbackGroup {
   DeviceMail mail;
   const int ordinal;
   // arrived[r]: recorded by rank r at each collective; done: by rank 0 after the work. Reused from
-  // one collective to the next: a rank records again only after the meeting that ended the
-  // previous collective, by when every wait on the old recording has been enqueued.
+  // one collective to the next: rank r records `arrived` again only after it saw collective k's
+  // `done` published (rank 0 had enqueued its wait on the old recording by then), and rank 0
+  // records `done` again only after the meeting of collective k + 1, which every rank reaches
+  // after enqueuing its wait on collective k's.
   std::vector<cudaEvent_t> arrived;
   cudaEvent_t done = nullptr;
+
+  // Rank 0, after recording `done` for the collective of meeting `seq`: how its part went.
+  void publish_done(std::uint64_t seq, const Status& st) {
+    std::lock_guard<std::mutex> lock(mu);
+    done_seq = seq + 1;
+    done_status = st;
+    cv.notify_all();
+  }
+  // Another rank: waits (up to the group's timeout) until rank 0 published `done` for `seq`
+  // (`published`), and returns rank 0's status. A deadline (rank 0 stuck enqueuing) fails the
+  // group and is returned with `published` false.
+  Status wait_done(std::uint64_t seq, int rank, bool& published) {
+    std::unique_lock<std::mutex> lock(mu);
+    published = cv.wait_for(lock, timeout, [&] { return done_seq > seq; });
+    if (!published) {
+      lock.unlock();
+      const Status late = deadline_exceeded_error("{}: rank {} waited {} ms for rank 0 to enqueue collective #{}",
+                                                  group_name, rank, timeout.count(), seq);
+      host.fail(late);
+      return late;
+    }
+    return done_status;
+  }
+  std::string group_name;
+  std::chrono::milliseconds timeout{60'000};
+  std::mutex mu;
+  std::condition_variable cv;
+  std::uint64_t done_seq = 0;  // collectives of meetings below this have their `done` recorded
+  Status done_status;
 };
 
 // A rank's operands, exchanged at the first meeting.
@@ -127,10 +161,16 @@ class LoopbackChannel final : public hal::Channel {
 
   // The protocol of loopback_channel.h around `work`, which rank 0 enqueues on its stream.
   Status collective(hal::Stream& stream, const char* what, Slot mine, const Work& work) {
-    SX_ASSIGN_OR_RETURN(void* sv, native_stream(stream));
-    const auto s = static_cast<cudaStream_t>(sv);
     const std::string where = fmt::format("{}: {}", device_.info().name, what);
-    Status st = cuda_status(cudaSetDevice(g_->ordinal), where);
+    const std::uint64_t seq = seq_++;
+    Status st = ok_status();
+    cudaStream_t s = nullptr;
+    if (Result<void*> sv = native_stream(stream); sv.ok()) {
+      s = static_cast<cudaStream_t>(*sv);
+    } else {
+      st = sv.status();
+    }
+    if (st.ok()) st = cuda_status(cudaSetDevice(g_->ordinal), where);
     if (st.ok()) st = cuda_status(cudaEventRecord(g_->arrived[static_cast<std::size_t>(rank_)], s), where);
     if (!st.ok()) {
       g_->host.abort(rank_, st);  // the others would wait out the deadline otherwise
@@ -138,22 +178,29 @@ class LoopbackChannel final : public hal::Channel {
     }
     const std::size_t n = static_cast<std::size_t>(size());
     std::vector<Slot> slots(n);
-    SX_RETURN_IF_ERROR(g_->host.all_gather(rank_, seq_++, reinterpret_cast<const std::byte*>(&mine),
+    SX_RETURN_IF_ERROR(g_->host.all_gather(rank_, seq, reinterpret_cast<const std::byte*>(&mine),
                                            reinterpret_cast<std::byte*>(slots.data()), sizeof(Slot)));
+    // Past the meeting every rank's event is recorded and rank 0 enqueues the work. Whatever
+    // happens to the group from here, each other rank's stream waits for `done` before it goes
+    // on (rank 0's stream may be writing into its buffers), so rank 0 always records it and says
+    // so, failed or not.
     if (rank_ == 0) {
       for (std::size_t r = 1; r < n && st.ok(); ++r) {
         st = cuda_status(cudaStreamWaitEvent(s, g_->arrived[r], 0), where);
       }
       if (st.ok()) st = work(s, slots);
-      if (st.ok()) st = cuda_status(cudaEventRecord(g_->done, s), where);
-      if (!st.ok()) {
-        g_->host.abort(rank_, st);
-        return st;
-      }
+      const Status rec = cuda_status(cudaEventRecord(g_->done, s), where);
+      if (st.ok()) st = rec;
+      g_->publish_done(seq, st);
+      if (!st.ok()) g_->host.abort(rank_, st);
+      return st;
     }
-    SX_RETURN_IF_ERROR(g_->host.barrier(rank_, seq_++));
-    if (rank_ != 0) return cuda_status(cudaStreamWaitEvent(s, g_->done, 0), where);
-    return ok_status();
+    bool published = false;
+    const Status rank0 = g_->wait_done(seq, rank_, published);
+    if (!published) return rank0;
+    const Status waited = cuda_status(cudaStreamWaitEvent(s, g_->done, 0), where);
+    if (!rank0.ok()) return rank0;
+    return waited;
   }
 
   // A group of one: recv = send.
@@ -167,7 +214,7 @@ class LoopbackChannel final : public hal::Channel {
   std::shared_ptr<LoopbackGroup> g_;
   int rank_;
   hal::Device& device_;
-  std::uint64_t seq_ = 0;  // the HostGroup's sequence: two meetings per collective
+  std::uint64_t seq_ = 0;  // the HostGroup's sequence: one meeting per collective
 };
 
 }  // namespace
@@ -195,14 +242,8 @@ Result<std::vector<std::unique_ptr<hal::Channel>>> create_loopback_channels(std:
     }
     names.push_back(devices[i]->info().name);
   }
-  int pools = 0;
   SX_RETURN_IF_ERROR(cuda_status(cudaSetDevice(ordinal), names[0]));
-  SX_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, ordinal), names[0]));
-  if (pools == 0) {
-    return unimplemented_error("SEXTANT_CUDA_CHANNEL=loopback: {} has no stream-ordered memory pools (send/recv "
-                               "buffers need them); use SEXTANT_CUDA_CHANNEL=staged",
-                               names[0]);
-  }
+  SX_RETURN_IF_ERROR(DeviceMail::prepare_pools({ordinal}, {names[0]}));
   auto g = std::make_shared<LoopbackGroup>(names, options, ordinal);
   g->arrived.assign(devices.size(), nullptr);
   for (cudaEvent_t& e : g->arrived) {
@@ -210,6 +251,8 @@ Result<std::vector<std::unique_ptr<hal::Channel>>> create_loopback_channels(std:
   }
   SX_RETURN_IF_ERROR(cuda_status(cudaEventCreateWithFlags(&g->done, cudaEventDisableTiming), "loopback channel: an event"));
   const std::string group_name = options.name.empty() ? fmt::format("channel of {} ranks", devices.size()) : options.name;
+  g->group_name = group_name;
+  g->timeout = options.timeout;
   log_info("{}: loopback collectives on GPU {} between {}", group_name, ordinal, fmt::join(names, ", "));
   std::vector<std::unique_ptr<hal::Channel>> out;
   for (std::size_t i = 0; i < devices.size(); ++i) {

@@ -35,32 +35,45 @@ class NcclRankComm final : public RankComm {
     return ok_status();
   }
   // ncclCommAbort frees the communicator (all of the process's once all are aborted): at most once,
-  // and never followed by ncclCommDestroy. It waits (up to kAbortWait) for a call of the rank's
-  // thread on the communicator to return, so that the two do not race; a call blocked longer
-  // (hung inside NCCL on the host, waiting for a peer) is aborted under it, which is what
-  // ncclCommAbort is for.
+  // never followed by ncclCommDestroy, and never while a call of the rank's thread is inside NCCL
+  // on it (freed under it). Abort waits up to kAbortWait for such a call to return; a call still
+  // inside (hung on the host: with blocking communicators only the lazy connection set-up waits
+  // there) is left to abort when it returns, and the group has failed meanwhile all the same
+  // (CollectiveWatch::status), so the other ranks are told at once.
   void abort() override {
+    if (aborted_) return;
     std::unique_lock<std::timed_mutex> lock(call_mu_, std::defer_lock);
-    (void)lock.try_lock_for(kAbortWait);
-    if (!aborted_.exchange(true)) (void)api_.comm_abort(comm_);
+    if (!lock.try_lock_for(kAbortWait)) {
+      abort_pending_ = true;
+      return;
+    }
+    abort_locked();
   }
   bool aborted() const { return aborted_; }
   NcclApi::Comm comm() const { return comm_; }
-  // `call` (an NCCL call on this communicator) unless it was aborted: kNcclAborted then.
+  // `c(comm)` (an NCCL call on this communicator) unless it was aborted: kNcclAborted then. A
+  // failed call's message (nccl_error, read while the communicator is certainly alive) goes to
+  // `error`.
   template <typename Call>
-  int call(Call c) {
+  int call(Call c, std::string& error) {
     std::lock_guard<std::timed_mutex> lock(call_mu_);
     if (aborted_) return kNcclAborted;
-    return c(comm_);
+    const int r = c(comm_);
+    if (r != kNcclSuccess && r != kNcclInProgress) error = nccl_error(api_, r, comm_);
+    if (abort_pending_) abort_locked();
+    return r;
   }
   static constexpr int kNcclAborted = -1;
 
  private:
+  void abort_locked() {
+    if (!aborted_.exchange(true)) (void)api_.comm_abort(comm_);
+  }
   static constexpr std::chrono::milliseconds kAbortWait{1000};
   const NcclApi& api_;
   NcclApi::Comm comm_;
   std::timed_mutex call_mu_;
-  std::atomic<bool> aborted_{false};
+  std::atomic<bool> aborted_{false}, abort_pending_{false};
 };
 
 // What the ranks of one group share: the communicators (destroyed with the last rank's channel),
@@ -74,10 +87,11 @@ struct NcclGroup {
   std::unique_ptr<CollectiveWatch> watch;
   backends::HostGroup host;
   DeviceMail mail;
+  std::atomic<bool> abandoned{false};  // a channel went with collectives of its own in flight
   ~NcclGroup() {
     // Collectives still in flight (a rank that stopped without abort): destroying would wait for
     // them, so abort instead.
-    const bool busy = watch != nullptr && watch->in_flight() > 0;
+    const bool busy = abandoned || (watch != nullptr && watch->in_flight() > 0);
     watch.reset();  // no more polling of the communicators
     for (auto& c : comms) {
       if (busy) c->abort();
@@ -103,7 +117,9 @@ class NcclChannel final : public hal::Channel {
       : g_(std::move(group)), rank_(rank), size_(size), device_(device), ordinal_(ordinal),
         scratch_(std::move(scratch)) {}
   ~NcclChannel() override {
-    g_->watch->forget(rank_);  // its done() functions refer to this channel
+    // Its done() functions refer to this channel; collectives still in flight make the group
+    // abort its communicators rather than destroy them (which would wait for them).
+    if (g_->watch->forget(rank_) > 0) g_->abandoned = true;
     (void)cudaSetDevice(ordinal_);
     std::lock_guard<std::mutex> lock(events_mu_);
     for (cudaEvent_t e : free_events_) (void)cudaEventDestroy(e);
@@ -161,14 +177,14 @@ class NcclChannel final : public hal::Channel {
     SX_RETURN_IF_ERROR(g_->watch->status());
     SX_ASSIGN_OR_RETURN(std::byte * p, device_address(data, bytes, device_));
     SX_ASSIGN_OR_RETURN(void* s, native_stream(stream));
-    return g_->mail.send(rank_, peer, static_cast<cudaStream_t>(s), p, bytes);
+    return failing_group(g_->mail.send(rank_, peer, static_cast<cudaStream_t>(s), p, bytes));
   }
   Status recv(hal::Stream& stream, hal::BufView data, std::size_t bytes, int peer) override {
     SX_RETURN_IF_ERROR(g_->host.check_peer("recv", rank_, peer));
     SX_RETURN_IF_ERROR(g_->watch->status());
     SX_ASSIGN_OR_RETURN(std::byte * p, device_address(data, bytes, device_));
     SX_ASSIGN_OR_RETURN(void* s, native_stream(stream));
-    return g_->mail.recv(peer, rank_, static_cast<cudaStream_t>(s), p, bytes);
+    return failing_group(g_->mail.recv(peer, rank_, static_cast<cudaStream_t>(s), p, bytes));
   }
   Status barrier(hal::Stream& stream) override {
     if (size_ == 1) return ok_status();
@@ -182,6 +198,11 @@ class NcclChannel final : public hal::Channel {
 
  private:
   NcclRankComm& comm() const { return *g_->comms[static_cast<std::size_t>(rank_)]; }
+  // A point-to-point failure (a deadline in the mailbox, a CUDA error) fails the collectives too.
+  Status failing_group(Status st) {
+    if (!st.ok()) g_->watch->fail(rank_, st);
+    return st;
+  }
 
   // Enqueues `call(comm, stream)` on the rank's CUDA stream (after its deferred ops), then an
   // event the watch polls until the collective completed.
@@ -207,11 +228,11 @@ class NcclChannel final : public hal::Channel {
       free_events_.push_back(ev);  // done (or failed: the stream's sync reports that)
       return true;
     });
-    const int r = comm().call([&](NcclApi::Comm c) { return call(c, s); });
+    std::string error;
+    const int r = comm().call([&](NcclApi::Comm c) { return call(c, s); }, error);
     if (r == NcclRankComm::kNcclAborted) return g_->watch->status();
     if (r != kNcclSuccess && r != kNcclInProgress) {
-      g_->watch->fail(rank_, internal_error("{}: {} of {} bytes: {}", device_.info().name, what, bytes,
-                                            nccl_error(*g_->api, r, comm().comm())));
+      g_->watch->fail(rank_, internal_error("{}: {} of {} bytes: {}", device_.info().name, what, bytes, error));
       return g_->watch->status();
     }
     if (Status st = cuda_status(cudaEventRecord(ev, static_cast<cudaStream_t>(s)), what); !st.ok()) {
@@ -370,6 +391,7 @@ Result<std::vector<std::unique_ptr<hal::Channel>>> create_nccl_channels(const Nc
     names.push_back(d->info().name);
   }
   const std::string settings = nccl_settings(api);
+  SX_RETURN_IF_ERROR(DeviceMail::prepare_pools(ordinals, names));
   const std::string group_name = options.name.empty() ? fmt::format("channel of {} ranks", n) : options.name;
   log_info("{}: {} over {}; {}", group_name, settings, fmt::join(names, ", "), p2p_facts(ordinals));
   // NCCL's own memory, measured on each GPU around the set-up (the memory plan reserved
@@ -413,7 +435,10 @@ Result<std::vector<std::unique_ptr<hal::Channel>>> create_nccl_channels(const Nc
   }
   log_info("{}: NCCL took {} (the memory plan reserved {} MiB per GPU)", group_name, took,
            nccl_reserve_bytes(static_cast<int>(n), "nccl", std::getenv("NCCL_BUFFSIZE")) >> 20);
-  group->watch = std::make_unique<CollectiveWatch>(WatchedGroup{group_name, names, settings, options.timeout}, raw);
+  // A failed group also fails its point-to-point mailbox (a rank waiting in recv is told at once).
+  backends::HostGroup* host = &group->host;
+  group->watch = std::make_unique<CollectiveWatch>(
+      WatchedGroup{group_name, names, settings, options.timeout, [host](const Status& why) { host->fail(why); }}, raw);
   std::vector<std::unique_ptr<hal::Channel>> out;
   for (std::size_t r = 0; r < n; ++r) {
     SX_ASSIGN_OR_RETURN(std::unique_ptr<hal::Buffer> scratch, devices[r]->alloc(4, hal::BufferUsage::kDevice));
