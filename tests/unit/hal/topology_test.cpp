@@ -1,8 +1,12 @@
 // The topology structure and its nvidia-smi-style rendering (runtime/hal/topology.h).
 #include "runtime/hal/topology.h"
 
+#include <string>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "runtime/hal/topology_text.h"
 
 namespace sx::hal {
 namespace {
@@ -44,6 +48,84 @@ TEST(Topology, FormatsTheMatrixAffinityPeersAndTheLegendOfWhatIsUsed) {
   EXPECT_THAT(s, HasSubstr("NV#  = NVLink"));
   EXPECT_THAT(s, Not(HasSubstr("PIX  =")));  // only the letters used
   EXPECT_THAT(s, HasSubstr("(from a test)"));
+}
+
+std::string fixture(const char* name) { return std::string(SX_TOPOLOGY_DIR) + "/" + name; }
+
+// The saved matrices of tests/data/topology read back: GPU links, NIC columns ignored, affinity kept.
+TEST(TopologyText, ReadsSavedNvidiaSmiMatrices) {
+  auto dgx = read_nvidia_smi_topo(fixture("dgx-8x-h100-nvlink.txt"));
+  ASSERT_TRUE(dgx.ok()) << dgx.status().to_string();
+  ASSERT_EQ(dgx->size(), 8);  // four NIC columns and rows dropped
+  for (int i = 0; i < 8; ++i) {
+    for (int j = 0; j < 8; ++j) EXPECT_EQ(link_letters(dgx->link(i, j)), i == j ? "X" : "NV18") << i << "," << j;
+  }
+  EXPECT_EQ(dgx->cpu_affinity[5], "56-111,168-223");
+  EXPECT_EQ(dgx->numa_affinity[2], "0");
+  EXPECT_THAT(dgx->source, HasSubstr("dgx-8x-h100-nvlink.txt"));
+
+  auto box = read_nvidia_smi_topo(fixture("pcie-4+2-sys.txt"));
+  ASSERT_TRUE(box.ok()) << box.status().to_string();
+  ASSERT_EQ(box->size(), 6);
+  EXPECT_EQ(box->link(0, 1).kind, LinkKind::kPix);
+  EXPECT_EQ(box->link(1, 2).kind, LinkKind::kNode);
+  EXPECT_EQ(box->link(3, 4).kind, LinkKind::kSys);
+  EXPECT_EQ(box->link(4, 5).kind, LinkKind::kPix);
+  EXPECT_EQ(box->numa_affinity, (std::vector<std::string>{"0", "0", "0", "0", "1", "1"}));
+
+  auto pairs = read_nvidia_smi_topo(fixture("nvlink-pairs-4x.txt"));
+  ASSERT_TRUE(pairs.ok()) << pairs.status().to_string();
+  EXPECT_EQ(link_letters(pairs->link(2, 3)), "NV4");
+  EXPECT_EQ(pairs->link(1, 2).kind, LinkKind::kPhb);
+
+  auto dual = read_nvidia_smi_topo(fixture("dual-socket-8x-pcie.txt"));
+  ASSERT_TRUE(dual.ok()) << dual.status().to_string();
+  EXPECT_EQ(dual->link(0, 1).kind, LinkKind::kPxb);
+  EXPECT_EQ(dual->link(0, 3).kind, LinkKind::kNode);
+  EXPECT_EQ(dual->link(3, 4).kind, LinkKind::kSys);
+  // Printed again in the same letters.
+  EXPECT_THAT(format_topology(*dual), HasSubstr("GPU3 NODE NODE PXB  X    SYS  SYS  SYS  SYS  0-23,48-71     0\n"));
+}
+
+// Terminal colours, spaces instead of tabs, old letters (SOC), no affinity columns.
+TEST(TopologyText, ToleratesColoursSpacesAndOldLetters) {
+  const std::string text =
+      "\x1b[4mGPU0    GPU1    GPU2    CPU Affinity\x1b[0m\r\n"
+      "GPU0     X      PHB     SOC     0-7\r\n"
+      "GPU1    PHB      X      SOC     0-7\n"
+      "GPU2    SOC     SOC      X      8-15\n\nLegend:\n  X = Self\n";
+  auto t = parse_nvidia_smi_topo(text, "pasted");
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  ASSERT_EQ(t->size(), 3);
+  EXPECT_EQ(t->link(0, 2).kind, LinkKind::kSys);
+  EXPECT_EQ(t->link(0, 1).kind, LinkKind::kPhb);
+  EXPECT_EQ(t->cpu_affinity, (std::vector<std::string>{"0-7", "0-7", "8-15"}));
+  EXPECT_TRUE(t->numa_affinity.empty());
+}
+
+TEST(TopologyText, ErrorsNameTheFileLineAndCell) {
+  struct Case {
+    const char* text;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"nothing here\n", "no header line starting with GPU0"},
+      {"\tGPU0\tGPU1\nGPU0\t X \tPIX\nGPU1\tPIX\tWAT\n", "bad.txt:3: GPU1 to GPU1: 'WAT' is not a link"},
+      {"\tGPU0\tGPU1\nGPU0\t X \tPIX\nGPU1\tPIX\tPIX\n", "bad.txt:3: GPU1 to GPU1 is 'PIX': only a GPU's own cell is X"},
+      {"\tGPU0\tGPU1\nGPU0\t X \tPIX\n", "the header names 2 GPUs but 1 rows follow"},
+      {"\tGPU0\tGPU1\nGPU0\t X\nGPU1\tPIX\t X\n", "bad.txt:2: GPU0 has 1 link cells; the header has 2"},
+      {"\tGPU0\tGPU1\nGPU0\t X \tPIX\nGPU1\tSYS\t X\n", "GPU0 to GPU1 is PIX but GPU1 to GPU0 is SYS"},
+      {"\tGPU0\tGPU2\n", "bad.txt:1: column 2 is GPU2, expected GPU1"},
+  };
+  for (const Case& c : cases) {
+    auto t = parse_nvidia_smi_topo(c.text, "bad.txt");
+    ASSERT_FALSE(t.ok()) << c.text;
+    EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(t.status().message(), HasSubstr(c.says));
+  }
+  auto missing = read_nvidia_smi_topo("/nonexistent/topo.txt");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.status().message(), HasSubstr("/nonexistent/topo.txt"));
 }
 
 }  // namespace
