@@ -5,12 +5,15 @@
 // tokens and full-length requests), or the refusal with alternatives.
 // Reads no tensor data and touches no device. Exit code: 0 fits, 1 refused (or a model / shard plan
 // that cannot work), 2 usage errors.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <string>
 
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
 #include "backends/registry.h"
 #include "daemon/commands/commands.h"
@@ -21,6 +24,8 @@
 #include "runtime/model/hf_model.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/random_model.h"
+#include "runtime/hal/topology_text.h"
+#include "runtime/parallel/placement.h"
 #include "runtime/parallel/shard_plan.h"
 #include "runtime/parallel/weight_recipes.h"
 
@@ -241,6 +246,13 @@ int cmd_plan(int argc, char** argv) {
            "KV-cache format: f32, f16, bf16 (default: bf16 with --devices, as GPU deployments store it; "
            "else f32, the CPU engine's)",
            "TYPE"},
+          {{"--topology"}, true, false,
+           "a saved `nvidia-smi topo -m` of the machine: choose the TP groups, rank order and replicas from its "
+           "links (needs --devices; --tp, --pp, --replicas fix parts of the choice)",
+           "FILE"},
+          {{"--replicas"}, true, false, "engines serving the model, each on its own devices (with --topology)", "N"},
+          {{"--json"}, false, false, "print the plan as JSON (placement.groups: each TP group's devices in rank order)",
+           ""},
           {{"-v", "--verbose"}, false, false, "also the workspace parts and the KV bytes of every layer", ""},
       });
   if (Status s = args.parse(argc, argv); !s.ok()) return report_error("plan", s);
@@ -278,12 +290,33 @@ int cmd_plan(int argc, char** argv) {
     if (!d.ok()) return usage_error(d.status());
     devices = *std::move(d);
   }
+  // The machine's links: the placement chooses what --tp / --pp / --replicas leave open.
+  std::optional<hal::Topology> topology;
+  if (auto file = args.get("--topology")) {
+    if (!explicit_devices) {
+      return usage_error(invalid_argument_error("--topology needs --devices (the memory of each GPU, e.g. 6x24GiB)"));
+    }
+    auto t = hal::read_nvidia_smi_topo(*file);
+    if (!t.ok()) return usage_error(t.status());
+    if (static_cast<int>(devices.size()) > t->size()) {
+      return usage_error(invalid_argument_error("--devices lists {} devices but {} has {} GPUs", devices.size(), *file,
+                                                t->size()));
+    }
+    topology = *std::move(t);
+  } else if (args.has("--replicas")) {
+    return usage_error(invalid_argument_error("--replicas applies to --topology (sextant serve takes model.replicas)"));
+  }
+  auto replicas = args.get_int("--replicas", 0, 1, 64);
+  if (!replicas.ok()) return usage_error(replicas.status());
   // Any integer is passed on: the planner says what is wrong with a count and what to change.
-  auto pp = args.get_int("--pp", 1, -(1 << 30), 1 << 30);
+  auto pp = args.get_int("--pp", topology && !args.has("--pp") ? 0 : 1, -(1 << 30), 1 << 30);
   if (!pp.ok()) return usage_error(pp.status());
   // With --devices and no --tp, every device is a rank: tp = devices / pp.
   const auto n_devices = static_cast<std::int64_t>(devices.size());
-  auto tp = args.get_int("--tp", explicit_devices && *pp >= 1 && n_devices % *pp == 0 ? n_devices / *pp : 1,
+  auto tp = args.get_int("--tp",
+                         topology                                             ? 0
+                         : explicit_devices && *pp >= 1 && n_devices % *pp == 0 ? n_devices / *pp
+                                                                                : 1,
                          -(1 << 30), 1 << 30);
   if (!tp.ok()) return usage_error(tp.status());
   auto kv_name = args.get_string("--kv-dtype", explicit_devices ? "bf16" : "f32");
@@ -357,13 +390,47 @@ int cmd_plan(int argc, char** argv) {
   options.pp = static_cast<int>(*pp);
   options.requantize_unaligned = args.has("--requantize-unaligned");
   options.kv_dtype = *kv;
+  std::optional<parallel::Placement> placement;
+  if (topology) {
+    // A replica of tp x pp ranks fits when the shard plan allows it and its memory plan fits on
+    // devices as small as the smallest listed.
+    const engine::DeviceBudget smallest = *std::min_element(
+        devices.begin(), devices.end(),
+        [](const engine::DeviceBudget& a, const engine::DeviceBudget& b) { return a.capacity_bytes < b.capacity_bytes; });
+    parallel::PlacementRequest request;
+    request.devices = static_cast<int>(devices.size());
+    request.tp = options.tp;
+    request.pp = options.pp;
+    request.replicas = static_cast<int>(*replicas);
+    request.fits = [&](int t, int p) {
+      parallel::PlanOptions o = options;
+      o.tp = t;
+      o.pp = p;
+      auto shards = parallel::plan_shards(m.config, m.types, o);
+      if (!shards.ok()) return false;
+      std::vector<engine::DeviceBudget> group(static_cast<std::size_t>(t * p), smallest);
+      auto memory = engine::plan_memory(m.config, m.types, *shards, group, mo);
+      return memory.ok() && memory->fits;
+    };
+    auto placed = parallel::place(*topology, request);
+    if (!placed.ok()) return plan_failure(placed.status());
+    placement = *std::move(placed);
+    options.tp = placement->chosen.tp;
+    options.pp = placement->chosen.pp;
+    // The memory plan below is replica 0's, on its devices in rank order.
+    std::vector<engine::DeviceBudget> mine;
+    for (int s = 0; s < options.pp; ++s) {
+      for (const int d : placement->chosen.groups[static_cast<std::size_t>(s)]) mine.push_back(devices[static_cast<std::size_t>(d)]);
+    }
+    devices = std::move(mine);
+  }
   auto plan = parallel::plan_shards(m.config, m.types, options);
   if (!plan.ok()) return plan_failure(plan.status());
   const int ranks = plan->tp * plan->pp;
 
   std::string devices_line, links;
   if (explicit_devices) {
-    if (static_cast<int>(devices.size()) != ranks) {
+    if (!topology && static_cast<int>(devices.size()) != ranks) {
       return usage_error(invalid_argument_error("--devices lists {} device{} but tp {} x pp {} has {} ranks (one device "
                                                 "per rank)",
                                                 devices.size(), devices.size() == 1 ? "" : "s", plan->tp, plan->pp,
@@ -401,6 +468,73 @@ int cmd_plan(int argc, char** argv) {
   }
   auto memory = engine::plan_memory(m.config, m.types, *plan, devices, mo);
   if (!memory.ok()) return usage_error(memory.status());
+  if (placement) {
+    std::vector<std::string> gpus;
+    for (int s = 0; s < plan->pp; ++s) {
+      for (const int d : placement->chosen.groups[static_cast<std::size_t>(s)]) {
+        gpus.push_back(topology->gpus[static_cast<std::size_t>(d)]);
+      }
+    }
+    devices_line += fmt::format("; the table is replica 0's, on {}", fmt::join(gpus, ", "));
+  }
+
+  if (args.has("--json")) {
+    nlohmann::json j;
+    j["model"] = m.what;
+    j["tp"] = plan->tp;
+    j["pp"] = plan->pp;
+    j["replicas"] = placement ? placement->chosen.replicas : 1;
+    j["fits"] = memory->fits;
+    if (!memory->fits) j["refusal"] = memory->refusal;
+    if (!plan->requantized.empty()) j["requantized"] = plan->requantized;
+    j["ranks"] = nlohmann::json::array();
+    for (const parallel::RankPlan& r : plan->ranks) {
+      j["ranks"].push_back({{"rank", r.rank},
+                            {"stage", r.stage},
+                            {"tp_rank", r.tp_rank},
+                            {"q_heads", {r.q_heads.begin, r.q_heads.end}},
+                            {"kv_heads", {r.kv_heads.begin, r.kv_heads.end}},
+                            {"ffn_rows", {r.ffn.begin, r.ffn.end}},
+                            {"vocab_rows", {r.vocab.begin, r.vocab.end}},
+                            {"layers", {r.layers.begin, r.layers.end}},
+                            {"weight_bytes", r.weight_bytes}});
+    }
+    j["devices"] = nlohmann::json::array();
+    for (const engine::DeviceMemory& d : memory->devices) {
+      j["devices"].push_back({{"name", d.name},
+                              {"capacity_bytes", d.capacity},
+                              {"weight_bytes", d.weights},
+                              {"workspace_bytes", d.workspace},
+                              {"overhead_bytes", d.overhead},
+                              {"kv_pool_bytes", d.kv_pool},
+                              {"free_bytes", d.free}});
+    }
+    j["kv_tokens"] = memory->kv_tokens;
+    nlohmann::json pl;
+    if (placement) {
+      const parallel::Layout& c = placement->chosen;
+      pl["groups"] = c.groups;
+      pl["layout"] = c.describe();
+      pl["why"] = placement->why;
+      pl["worst_link_in_a_tp_group"] = c.worst_link;
+      pl["topology"] = topology->source;
+      pl["layouts_compared"] = placement->candidates;
+      if (placement->has_alternative) {
+        pl["alternative"] = {{"layout", placement->alternative.describe()},
+                             {"groups", placement->alternative.groups},
+                             {"cost", placement->alternative_cost}};
+      }
+    } else {
+      // Without --topology: the devices in the order given, a TP group per stage.
+      std::vector<std::vector<int>> groups(static_cast<std::size_t>(plan->pp));
+      for (const parallel::RankPlan& r : plan->ranks) groups[static_cast<std::size_t>(r.stage)].push_back(r.rank);
+      pl["groups"] = groups;
+      pl["why"] = "the devices in the order given (--topology FILE to choose them from the machine's links)";
+    }
+    j["placement"] = pl;
+    std::fputs((j.dump(2) + "\n").c_str(), stdout);
+    return memory->fits ? 0 : 1;
+  }
 
   std::fputs(describe_model(m.what, m.config, m.types, *kv).c_str(), stdout);
   if (!m.note.empty()) std::fputs((m.note + "\n").c_str(), stdout);
@@ -412,6 +546,15 @@ int cmd_plan(int argc, char** argv) {
   std::fputs(parallel::format_plan(*plan, m.config).c_str(), stdout);
   std::fputs(fmt::format("\n{}\n", devices_line).c_str(), stdout);
   if (!links.empty()) std::fputs(fmt::format("GPU links:\n{}", links).c_str(), stdout);
+  if (placement) {
+    std::string text = fmt::format("Placement from {} ({} layouts compared): {}\n  why: {}\n", topology->source,
+                                   placement->candidates, placement->chosen.describe(), placement->why);
+    if (placement->has_alternative) {
+      text += fmt::format("  instead of {}: {}\n", placement->alternative.describe(), placement->alternative_cost);
+    }
+    text += "GPU links:\n" + hal::format_topology(*topology);
+    std::fputs(text.c_str(), stdout);
+  }
   std::fputs(engine::format_memory_plan(*memory, args.has("--verbose")).c_str(), stdout);
   std::fflush(stdout);
   if (!memory->fits) {

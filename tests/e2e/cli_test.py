@@ -377,6 +377,82 @@ def plan_72b_awq_from_a_config_json_fits():
         assert len(layers) == 80 and all("6.00 KiB" in l for l in layers), p.stdout.decode()
 
 
+# Qwen/Qwen2.5-7B and -14B config.json as published (the fields the planner reads).
+QWEN25_7B_CONFIG = dict(QWEN25_72B_CONFIG, hidden_size=3584, intermediate_size=18944, num_attention_heads=28,
+                        num_hidden_layers=28, num_key_value_heads=4, rms_norm_eps=1e-06, max_window_layers=28)
+QWEN25_14B_CONFIG = dict(QWEN25_72B_CONFIG, hidden_size=5120, intermediate_size=13824, num_attention_heads=40,
+                         num_hidden_layers=48, num_key_value_heads=8, max_window_layers=48)
+TOPOLOGY_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "topology")
+
+
+def topology_links(path):
+    """The GPU x GPU letters of a saved `nvidia-smi topo -m`, read independently of Sextant's parser."""
+    links = {}
+    for line in open(path, encoding="utf-8"):
+        cells = line.split()
+        if cells and cells[0].startswith("GPU") and cells[0][3:].isdigit():
+            i = int(cells[0][3:])
+            for j, cell in enumerate(cells[1:]):
+                if cell in ("X", "PIX", "PXB", "PHB", "NODE", "SYS") or cell.startswith("NV"):
+                    links[(i, j)] = cell
+                else:
+                    break
+    return links
+
+
+@case
+def plan_places_tp_groups_by_the_topology():
+    """Issue 22: for every saved topology and the 7B / 14B / 72B configs in llama.cpp's Q4_K_M mix, the
+    placement's TP groups (--json placement.groups, rank order) hold no SYS link, since a layout without
+    one always exists; the seed's 4 + 2 box (two TP 3 instances by hand, one of them across the sockets)
+    gets 3 x TP 2 for 7B and TP 2 x PP 3 for 72B, every TP link behind one PCIe switch."""
+    boxes = {"pcie-4+2-sys.txt": "24GiB", "dgx-8x-h100-nvlink.txt": "80GiB", "nvlink-pairs-4x.txt": "24GiB",
+             "dual-socket-8x-pcie.txt": "24GiB"}
+    chosen = {}
+    with tempfile.TemporaryDirectory() as d:
+        for name, cfg in (("7b", QWEN25_7B_CONFIG), ("14b", QWEN25_14B_CONFIG), ("72b", QWEN25_72B_CONFIG)):
+            path = write_config(d, cfg, f"{name}.json")
+            for box, memory in boxes.items():
+                topo = os.path.join(TOPOLOGY_DIR, box)
+                links = topology_links(topo)
+                gpus = 1 + max(i for i, _ in links)
+                p = run("plan", "--topology", topo, "--config", path, "--weights", "q4_k_m", "--devices",
+                        f"{gpus}x{memory}", "--max-model-len", "8192", "--json")
+                j = json.loads(p.stdout)
+                groups = j["placement"]["groups"]
+                assert j["fits"] and len(groups) == j["replicas"] * j["pp"], (name, box, j)
+                used = [g for group in groups for g in group]
+                assert len(used) == len(set(used)) and all(len(g) == j["tp"] for g in groups), (name, box, groups)
+                for group in groups:
+                    for a in group:
+                        for b in group:
+                            assert links[(a, b)] != "SYS", (name, box, group, links[(a, b)])
+                chosen[(name, box)] = (j["tp"], j["pp"], j["replicas"], groups)
+            # The text names the choice, why and the alternative.
+            p = run("plan", "--topology", os.path.join(TOPOLOGY_DIR, "pcie-4+2-sys.txt"), "--config", path, "--weights",
+                    "q4_k_m", "--devices", "6x24GiB", "--max-model-len", "8192")
+            out = p.stdout.decode()
+            assert "Placement from " in out and "instead of TP 6: [0, 1, 2, 3, 4, 5]: TP traffic across CPU sockets" in out, out
+    assert chosen[("7b", "pcie-4+2-sys.txt")] == (2, 1, 3, [[0, 1], [2, 3], [4, 5]]), chosen
+    assert chosen[("72b", "pcie-4+2-sys.txt")] == (2, 3, 1, [[0, 1], [2, 3], [4, 5]]), chosen
+    assert chosen[("72b", "dgx-8x-h100-nvlink.txt")][:3] == (8, 1, 1), chosen
+    # Asked for TP 3 on the 4 + 2 box: the SYS link cannot be avoided and is named.
+    with tempfile.TemporaryDirectory() as d:
+        p = run("plan", "--topology", os.path.join(TOPOLOGY_DIR, "pcie-4+2-sys.txt"), "--config",
+                write_config(d, QWEN25_7B_CONFIG), "--weights", "q4_k_m", "--devices", "6x24GiB", "--tp", "3",
+                "--max-model-len", "8192")
+        assert b"2 replicas of TP 3" in p.stdout and b"across CPU sockets (SYS between GPU" in p.stdout, p.stdout
+    # Usage errors: --topology without --devices, a bad file, more devices than GPUs.
+    topo = os.path.join(TOPOLOGY_DIR, "nvlink-pairs-4x.txt")
+    for args, says, rc in ((("--topology", topo), b"--topology needs --devices", 2),
+                           (("--topology", "/nonexistent/topo.txt", "--devices", "4x24GiB"),
+                            b"NOT_FOUND: /nonexistent/topo.txt: cannot open", 1),
+                           (("--topology", topo, "--devices", "6x24GiB"), b"has 4 GPUs", 2),
+                           (("--replicas", "2", "--devices", "4x24GiB"), b"--replicas applies to --topology", 2)):
+        p = run("plan", "--shape", "qwen2.5-7b", *args, check=False)
+        assert p.returncode == rc and says in p.stderr, (args, p.returncode, p.stderr)
+
+
 @case
 def plan_72b_bf16_is_refused_with_a_4bit_alternative():
     with tempfile.TemporaryDirectory() as d:
