@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "backends/registry.h"
+#include "daemon/diagnose/known_failures.h"
 #include "runtime/engine/memory_planner.h"
 #include "runtime/kv/kv_cache_manager.h"
 #include "runtime/parallel/shard_plan.h"
@@ -144,7 +145,7 @@ Result<ModelSession> open_session(const SessionOptions& o, engine::OpenedModel o
   SX_ASSIGN_OR_RETURN(engine::MemoryPlan plan, engine::plan_memory(c, types, shards, budgets, mpo));
   s.plan_text = engine::format_memory_plan(plan, true);
   if (o.verbose) std::fputs(s.plan_text.c_str(), stderr);
-  if (!plan.fits) return resource_exhausted_error("memory plan: {}", plan.refusal);
+  SX_RETURN_IF_ERROR(engine::memory_plan_status(plan));
   std::uint64_t weights = 0, workspace = 0;
   for (const engine::DeviceMemory& d : plan.devices) {
     weights += d.weights;
@@ -172,6 +173,10 @@ std::string ModelSession::devices_summary() const {
 
 int report_error(std::string_view command, const Status& status) {
   std::fprintf(stderr, "sextant %.*s: %s\n", static_cast<int>(command.size()), command.data(), status.to_string().c_str());
+  // A known failure (daemon/diagnose): its root cause and fix on one more line.
+  if (const std::string why = diagnose::cause_and_fix(status); !why.empty()) {
+    std::fprintf(stderr, "sextant %.*s: %s\n", static_cast<int>(command.size()), command.data(), why.c_str());
+  }
   return status.code() == StatusCode::kInvalidArgument ? 2 : 1;
 }
 

@@ -75,7 +75,7 @@ class Server::Impl final : public ConnectionOwner {
     if (accepting_ || !listener_open_ || stop_requested_) return ok_status();
     SX_RETURN_IF_ERROR(loop::uv_status(
         uv_listen(reinterpret_cast<uv_stream_t*>(&listener_), ctx_.options.backlog, &Impl::on_connection),
-        fmt::format("listen on {}:{}", ctx_.options.host, port_)));
+        fmt::format("listen on {}:{}", ctx_.options.host, port_ != 0 ? port_ : ctx_.options.port)));
     accepting_ = true;
     return ok_status();
   }

@@ -27,6 +27,7 @@
 #include "daemon/admin/admin_server.h"
 #include "daemon/commands/model_session.h"
 #include "daemon/config/yaml_io.h"
+#include "daemon/diagnose/known_failures.h"
 #include "daemon/http/router.h"
 #include "daemon/http/server.h"
 #include "daemon/loop/async_queue.h"
@@ -390,6 +391,8 @@ int Daemon::run() {
 
 void Daemon::fail_startup(const std::string& phase, const Status& s) {
   log_error("serve: failed in phase {}: {}", phase, s.to_string());
+  // A known failure (daemon/diagnose): its root cause and fix on one line.
+  if (const std::string why = diagnose::cause_and_fix(s); !why.empty()) log_error("serve: {}", why);
   exit_code_ = 1;
   if (inherited_.from_daemon()) {
     // The daemon that started this one goes on serving on the same sockets: leave its file, and
@@ -835,6 +838,12 @@ void TokenizeWork::run() {
     return;
   }
   if (req.endpoint == openai::Endpoint::kChat) {
+    if (Status chat = tokenizer::check_chat_tokens(*tok); !chat.ok()) {
+      error = openai::ApiError{};
+      error->code = "no_chat_template";
+      error->message = chat.message();
+      return;
+    }
     auto text = tokenizer::render_chatml_checked(req.messages);
     if (!text.ok()) {
       error = openai::ApiError{};

@@ -490,4 +490,9 @@ std::string format_memory_plan(const MemoryPlan& plan, bool verbose) {
   return out;
 }
 
+Status memory_plan_status(const MemoryPlan& plan) {
+  if (plan.fits) return ok_status();
+  return resource_exhausted_error("memory plan: {}", plan.refusal);
+}
+
 }  // namespace sx::engine

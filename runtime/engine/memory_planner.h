@@ -156,6 +156,9 @@ Result<std::vector<DeviceBudget>> device_budgets(std::span<const hal::DeviceInfo
 Result<std::vector<DeviceBudget>> group_budgets(std::span<const hal::DeviceInfo> devices, int ranks,
                                                 std::uint64_t overhead_bytes);
 
+// OK when `plan` fits; else RESOURCE_EXHAUSTED "memory plan: <its refusal>" (what a load refuses).
+Status memory_plan_status(const MemoryPlan& plan);
+
 // The memory table (per device: capacity, usable, weights, workspace, overhead, KV pool, free, in
 // GiB), then the KV summary lines, then the refusal or the suggestions. `verbose` adds each
 // device's workspace parts and a per-layer table of KV bytes per token and pool bytes.

@@ -53,4 +53,16 @@ Result<std::string> render_chatml_checked(std::span<const ChatMessage> messages,
   return render_chatml(messages, add_generation_prompt, default_system);
 }
 
+Status check_chat_tokens(const Tokenizer& tok) {
+  for (const std::string_view marker : {std::string_view("<|im_start|>"), std::string_view("<|im_end|>")}) {
+    if (!tok.token_id(marker)) {
+      return failed_precondition_error(
+          "the model has no chat template: its tokenizer has no {} token (ChatML, the conversation format Sextant "
+          "renders); send prompts in the model's own format to /v1/completions",
+          marker);
+    }
+  }
+  return ok_status();
+}
+
 }  // namespace sx::tokenizer

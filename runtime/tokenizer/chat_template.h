@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "runtime/base/status.h"
+#include "runtime/tokenizer/tokenizer.h"
 
 namespace sx::tokenizer {
 
@@ -34,5 +35,10 @@ std::string render_chatml(std::span<const ChatMessage> messages, bool add_genera
 // of system/user/assistant/tool.
 Result<std::string> render_chatml_checked(std::span<const ChatMessage> messages, bool add_generation_prompt = true,
                                           std::string_view default_system = kQwenDefaultSystem);
+
+// Whether `tok` can carry a ChatML conversation: FAILED_PRECONDITION, naming the missing token,
+// when it has no <|im_start|> or <|im_end|> token (a base model's or a foreign tokenizer: the
+// rendered markers would be split into ordinary text and the model would not see turns).
+Status check_chat_tokens(const Tokenizer& tok);
 
 }  // namespace sx::tokenizer

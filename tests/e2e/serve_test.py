@@ -481,6 +481,35 @@ def sigterm_exits_cleanly_and_startup_errors_name_the_phase():
     assert p.returncode == 1 and "failed in phase model check" in err and "/nonexistent.gguf" in err, err
     p = subprocess.run([SEXTANT, "serve", "--model", MODEL, "--engine-typo", "1"], capture_output=True, timeout=60)
     assert p.returncode == 2 and b"--engine-typo" in p.stderr, p.stderr
+    # Known failures (issue 22): a failed start ends with one line naming the root cause and the fix.
+    d = tempfile.mkdtemp()
+
+    def start(*args):
+        p = subprocess.run([SEXTANT, "serve", "--admin-socket", os.path.join(tempfile.mkdtemp(), "a.sock"), *args],
+                           capture_output=True, timeout=60)
+        err = p.stderr.decode()
+        assert p.returncode == 1, (args, p.returncode, err)
+        cause = [line for line in err.splitlines() if "serve: cause: " in line]
+        assert len(cause) == 1 and "; fix: " in cause[0], err
+        return err, cause[0]
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        err, cause = start("--model", MODEL, "--port", str(port))
+        assert f"listen on 127.0.0.1:{port}: address already in use" in err, err
+        assert "another process listens on the HTTP port" in cause and "--port" in cause, cause
+    truncated = os.path.join(d, "truncated.gguf")
+    with open(MODEL, "rb") as src, open(truncated, "wb") as dst:
+        dst.write(src.read(os.path.getsize(MODEL) // 2))
+    err, cause = start("--model", truncated, "--port", "0")
+    assert "truncated" in err and "the model file is shorter than its header says" in cause, err
+    tiny = os.path.join(d, "tiny.yaml")
+    with open(tiny, "w") as f:
+        f.write("engine:\n  memory_budget: 2MiB\n")
+    err, cause = start("--model", MODEL, "--config", tiny, "--port", "0")
+    assert "memory plan: the weights do not fit" in err and "the weights (with the step workspace) alone" in cause, err
 
 
 daemon_harness.run_cases("SX_SERVE_CASES")

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "runtime/tokenizer/chat_template.h"
+#include "tests/unit/tokenizer/tiny_vocab.h"
 
 namespace sx::tokenizer {
 namespace {
@@ -56,6 +57,24 @@ TEST(ChatTemplate, CustomOrNoDefaultSystem) {
             "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
             "<|im_start|>assistant\n");
   EXPECT_EQ(render_chatml(m, true, ""), "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+// A tokenizer without ChatML's markers cannot carry a conversation: refused naming the token
+// (the serve route answers 400 no_chat_template with this message).
+TEST(ChatTemplate, ChatNeedsTheChatMlTokens) {
+  auto with = Tokenizer::from_data(testing::tiny_data({}, {{"<|im_start|>", kTokenControl}, {"<|im_end|>", kTokenControl}}));
+  ASSERT_TRUE(with.ok()) << with.status().to_string();
+  EXPECT_TRUE(check_chat_tokens(**with).ok());
+  auto half = Tokenizer::from_data(testing::tiny_data({}, {{"<|im_start|>", kTokenControl}}));
+  ASSERT_TRUE(half.ok()) << half.status().to_string();
+  const Status st = check_chat_tokens(**half);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("the model has no chat template: its tokenizer has no <|im_end|> token"),
+            std::string::npos)
+      << st.to_string();
+  auto none = Tokenizer::from_data(testing::tiny_data({}));
+  ASSERT_TRUE(none.ok());
+  EXPECT_NE(check_chat_tokens(**none).message().find("no <|im_start|> token"), std::string::npos);
 }
 
 }  // namespace
