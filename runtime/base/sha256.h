@@ -1,4 +1,5 @@
-// SHA-256 (FIPS 180-4), streaming, for checking model files against published checksums.
+// SHA-256 (FIPS 180-4) through libcrypto, streaming, for checking model files against published
+// checksums.
 // Threading: one Sha256 per thread; sha256_file reads the file sequentially.
 #pragma once
 
@@ -10,11 +11,16 @@
 
 #include "runtime/base/status.h"
 
+struct evp_md_ctx_st;  // OpenSSL's EVP_MD_CTX
+
 namespace sx {
 
 class Sha256 {
  public:
   Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
   void update(std::span<const std::uint8_t> data);
   // The digest; the object must not be updated afterwards.
   std::array<std::uint8_t, 32> finish();
@@ -22,11 +28,7 @@ class Sha256 {
   std::string finish_hex();
 
  private:
-  void block(const std::uint8_t* p);
-  std::array<std::uint32_t, 8> h_;
-  std::array<std::uint8_t, 64> buf_{};
-  std::size_t used_ = 0;
-  std::uint64_t total_ = 0;
+  ::evp_md_ctx_st* ctx_;  // EVP_MD_CTX
 };
 
 // Hex digest of a whole file; `progress(done, total)` is called after each chunk when set.
