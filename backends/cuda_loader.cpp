@@ -63,6 +63,9 @@ class CudaProxy final : public hal::Backend {
   std::uint64_t channel_reserve_bytes(int group_size) const override {
     return load().ok() ? inner_->channel_reserve_bytes(group_size) : 0;
   }
+  std::vector<hal::MachineCheck> machine_checks() const override {
+    return load().ok() ? inner_->machine_checks() : std::vector<hal::MachineCheck>{};
+  }
   Result<hal::Topology> topology() const override {
     SX_RETURN_IF_ERROR(load());
     return inner_->topology();

@@ -73,7 +73,9 @@ Result<CpuOptions> parse_cpu_options(const hal::DeviceOptions& options) {
   SX_ASSIGN_OR_RETURN(std::int64_t budget, r.integer("memory_budget", 0, 0, INT64_MAX));
   SX_ASSIGN_OR_RETURN(o.strict, r.flag("strict", false));
   SX_ASSIGN_OR_RETURN(std::int64_t fail_at, r.integer("fail_at_op", 0, 0, INT64_MAX));
+  SX_ASSIGN_OR_RETURN(std::int64_t corrupt, r.integer("corrupt_device", -1, -1, 4096));
   SX_RETURN_IF_ERROR(r.finish());
+  o.corrupt_device = static_cast<int>(corrupt);
   o.threads = static_cast<int>(threads);
   o.memory_budget = static_cast<std::uint64_t>(budget);
   o.fail_at_op = static_cast<std::uint64_t>(fail_at);
@@ -83,7 +85,8 @@ Result<CpuOptions> parse_cpu_options(const hal::DeviceOptions& options) {
 CpuDevice::CpuDevice(int index, const CpuOptions& options)
     : pool_(options.threads > 0 ? options.threads : hardware_threads()),
       strict_(options.strict),
-      fail_at_op_(options.fail_at_op) {
+      fail_at_op_(options.fail_at_op),
+      corrupt_(options.corrupt_device == index) {
   info_.backend = "cpu";
   info_.index = index;
   describe_memory(info_, options.memory_budget);
@@ -589,7 +592,12 @@ Status CpuStream::run(const hal::Op& op) {
   if (!latched_.ok()) return latched_;
   return enqueue([this, op]() -> Status {
     SX_RETURN_IF_ERROR(device_.count_op(hal::op_name(op)));
-    return std::visit(Dispatch{device_, scratch_}, op);
+    SX_RETURN_IF_ERROR(std::visit(Dispatch{device_, scratch_}, op));
+    if (const auto* mm = std::get_if<hal::MatmulArgs>(&op); mm != nullptr && device_.corrupt()) {
+      SX_ASSIGN_OR_RETURN(float* y, resolve_as<float>(device_, mm->y, mm->m * mm->n, "matmul", "y"));
+      for (std::int64_t i = 0; i < mm->m * mm->n; ++i) y[i] = 1.0f - 2.0f * y[i];  // fault injection: corrupt_device
+    }
+    return ok_status();
   });
 }
 

@@ -34,7 +34,7 @@ namespace sx::cpu {
 class CpuDevice;
 
 // The CPU backend's device options (hal::DeviceOptions names: "threads", "memory_budget",
-// "strict", "fail_at_op"; any other name is refused).
+// "strict", "fail_at_op", "corrupt_device"; any other name is refused).
 struct CpuOptions {
   int threads = 0;                  // worker threads (0 = all hardware threads); for a group
                                     // (create_devices) the total, split evenly between the ranks
@@ -45,6 +45,10 @@ struct CpuOptions {
   bool strict = false;
   // Fault injection (tests): the n-th op run on this device (1-based) fails with INTERNAL.
   std::uint64_t fail_at_op = 0;
+  // Fault injection (tests): the device cpu:N with this N computes wrong results without an error
+  // (every matmul output y becomes 1 - 2y), as a broken GPU would; -1: none. Set for a whole group, it hits
+  // one rank (the smoke test must catch it).
+  int corrupt_device = -1;
 };
 Result<CpuOptions> parse_cpu_options(const hal::DeviceOptions& options);
 
@@ -94,6 +98,7 @@ class CpuDevice final : public hal::Device {
   Result<std::unique_ptr<hal::Event>> create_event() override;
 
   bool strict() const { return strict_; }
+  bool corrupt() const { return corrupt_; }
   ThreadPool& pool() { return pool_; }
   std::mutex& exec_mutex() { return exec_mu_; }
   void release(CpuBuffer* buffer);
@@ -107,6 +112,7 @@ class CpuDevice final : public hal::Device {
   ThreadPool pool_;
   bool strict_ = false;
   std::uint64_t fail_at_op_ = 0;
+  bool corrupt_ = false;
   std::atomic<std::uint64_t> ops_run_{0};
   std::mutex exec_mu_;
   std::atomic<std::uint64_t> used_{0};

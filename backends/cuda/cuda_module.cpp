@@ -201,6 +201,19 @@ class CudaBackend final : public hal::Backend {
   std::uint64_t channel_reserve_bytes(int group_size) const override {
     return nccl_reserve_bytes(group_size, std::getenv("SEXTANT_CUDA_CHANNEL"), std::getenv("NCCL_BUFFSIZE"));
   }
+  // The preflight's findings (run again: memory and processes change), then each GPU's PCIe link.
+  std::vector<hal::MachineCheck> machine_checks() const override {
+    const PreflightInput in = gather();
+    std::vector<hal::MachineCheck> out;
+    for (const Finding& f : run_preflight(in)) {
+      out.push_back({f.verdict == Verdict::kFail   ? hal::MachineCheck::Verdict::kFail
+                     : f.verdict == Verdict::kWarn ? hal::MachineCheck::Verdict::kWarn
+                                                   : hal::MachineCheck::Verdict::kOk,
+                     f.check, f.message});
+    }
+    for (hal::MachineCheck& c : pcie_checks(in.devices)) out.push_back(std::move(c));
+    return out;
+  }
   // The GPUs' links in PCI order (read again on each call: cheap, and a planner may ask late).
   Result<hal::Topology> topology() const override {
     const State& s = state();

@@ -121,6 +121,45 @@ std::string nvml_links(void* lib, const std::vector<GpuIdentity>& gpus, hal::Top
 
 }  // namespace
 
+std::vector<hal::MachineCheck> pcie_checks(const std::vector<GpuIdentity>& gpus) {
+  std::vector<hal::MachineCheck> out;
+  void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) return out;
+  using Get = int (*)(void*, unsigned*);
+  auto init = reinterpret_cast<int (*)()>(dlsym(lib, "nvmlInit_v2"));
+  auto shutdown = reinterpret_cast<int (*)()>(dlsym(lib, "nvmlShutdown"));
+  auto by_pci = reinterpret_cast<int (*)(const char*, void**)>(dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2"));
+  auto gen = reinterpret_cast<Get>(dlsym(lib, "nvmlDeviceGetCurrPcieLinkGeneration"));
+  auto max_gen = reinterpret_cast<Get>(dlsym(lib, "nvmlDeviceGetMaxPcieLinkGeneration"));
+  auto width = reinterpret_cast<Get>(dlsym(lib, "nvmlDeviceGetCurrPcieLinkWidth"));
+  auto max_width = reinterpret_cast<Get>(dlsym(lib, "nvmlDeviceGetMaxPcieLinkWidth"));
+  if (init != nullptr && by_pci != nullptr && gen != nullptr && max_gen != nullptr && width != nullptr &&
+      max_width != nullptr && init() == 0) {
+    for (std::size_t i = 0; i < gpus.size(); ++i) {
+      void* h = nullptr;
+      unsigned g = 0, mg = 0, w = 0, mw = 0;
+      if (by_pci(gpus[i].pci_bus_id.c_str(), &h) != 0 || gen(h, &g) != 0 || max_gen(h, &mg) != 0 || width(h, &w) != 0 ||
+          max_width(h, &mw) != 0) {
+        continue;
+      }
+      const std::string what = fmt::format("GPU {} ({}, PCI {}): PCIe Gen{} x{} (maximum Gen{} x{})", i, gpus[i].name,
+                                           gpus[i].pci_bus_id, g, w, mg, mw);
+      if (w < mw) {
+        out.push_back({hal::MachineCheck::Verdict::kWarn, "pcie",
+                       what + ": a narrower link than the card allows (a riser, a shared slot or a bad seat); "
+                              "collectives over it are slow and may time out: reseat the card or move it to a "
+                              "full-width slot"});
+      } else {
+        out.push_back({hal::MachineCheck::Verdict::kOk, "pcie",
+                       g < mg ? what + " (a lower generation at idle is power saving; check under load)" : what});
+      }
+    }
+    if (shutdown != nullptr) (void)shutdown();
+  }
+  dlclose(lib);
+  return out;
+}
+
 hal::Topology gather_topology(const std::vector<GpuIdentity>& gpus) {
   const int n = static_cast<int>(gpus.size());
   hal::Topology t = hal::make_topology(n, "NVML and the CUDA runtime");

@@ -8,11 +8,16 @@
 #include <vector>
 
 #include "backends/cuda/device_order.h"
+#include "runtime/hal/registry.h"
 #include "runtime/hal/topology.h"
 
 namespace sx::cuda {
 
 // `gpus` in PCI order (GPU i of the result is gpus[i]).
 hal::Topology gather_topology(const std::vector<GpuIdentity>& gpus);
+// Each GPU's PCIe link now against its maximum (NVML): a narrower link than the card and slot
+// allow is a warning (a card stuck at x4 explains NCCL time-outs); a lower generation is reported
+// but fine at idle (links train down to save power). Empty without NVML.
+std::vector<hal::MachineCheck> pcie_checks(const std::vector<GpuIdentity>& gpus);
 
 }  // namespace sx::cuda

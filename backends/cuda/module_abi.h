@@ -30,5 +30,5 @@ typedef sx::hal::Backend* (*SxCudaModuleEntry)(const SxCudaHostHooks* hooks, con
 }
 
 namespace sx::cuda {
-inline constexpr int kAbi = 2;
+inline constexpr int kAbi = 3;
 }

@@ -5,6 +5,7 @@
 
 #include "backends/registry.h"
 #include "daemon/diagnose/known_failures.h"
+#include "runtime/engine/smoke_test.h"
 #include "runtime/engine/memory_planner.h"
 #include "runtime/kv/kv_cache_manager.h"
 #include "runtime/parallel/shard_plan.h"
@@ -31,6 +32,12 @@ std::vector<Args::Spec> model_session_specs() {
       {{"--pp"}, true, false, "pipeline stages (default 1)", "M"},
       {{"--requantize-unaligned"}, false, false,
        "where the o / down weights' blocks allow no split for --tp, re-quantise them to Q8_0 at load", ""},
+      {{"--smoke-test"}, false, false,
+       "first run the bundled model through the same TP x PP layout and check its text (default: for tp x pp > 1 "
+       "on GPU backends)",
+       ""},
+      {{"--device-option"}, true, true, "a backend device option, e.g. threads=2 (repeatable; see the README)",
+       "NAME=VALUE"},
       {{"--ctx"}, true, false, "KV cache capacity in tokens (default: what the request needs)", "N"},
       {{"--kv-dtype"}, true, false, "KV cache format: f32 (default), f16, bf16", "TYPE"},
       {{"--max-batch-tokens"}, true, false, "tokens per forward step / prefill chunk (default 512)", "N"},
@@ -64,6 +71,23 @@ Result<SessionOptions> session_options(const Args& args, std::int64_t context_to
   o.tp = static_cast<int>(tp);
   o.pp = static_cast<int>(pp);
   o.requantize_unaligned = args.has("--requantize-unaligned");
+  if (args.has("--smoke-test")) o.smoke_test = "on";
+  for (const std::string& kv : args.get_all("--device-option")) {
+    const std::size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return invalid_argument_error("--device-option {}: expected NAME=VALUE", kv);
+    }
+    const std::string name = kv.substr(0, eq), value = kv.substr(eq + 1);
+    char* end = nullptr;
+    const long long n = std::strtoll(value.c_str(), &end, 10);
+    if (value == "true" || value == "false") {
+      o.device_options.set(name, value == "true");
+    } else if (!value.empty() && end != nullptr && *end == '\0') {
+      o.device_options.set(name, static_cast<std::int64_t>(n));
+    } else {
+      o.device_options.set(name, value);
+    }
+  }
   SX_ASSIGN_OR_RETURN(o.max_batch_tokens, args.get_int("--max-batch-tokens", 512, 1, 1 << 20));
   SX_ASSIGN_OR_RETURN(std::string kv_name, args.get_string("--kv-dtype", "f32"));
   auto kv_type = hal::dtype_from_name(kv_name);
@@ -101,6 +125,28 @@ Result<ModelSession> open_session(const SessionOptions& o, engine::OpenedModel o
   s.tp = o.tp;
   s.pp = o.pp;
   phase("devices", s.devices_summary());
+  // Small model first (engine/smoke_test.h), on the same devices and channels as the real one.
+  const bool smoke = o.smoke_test == "on" || (o.smoke_test == "auto" && o.tp * o.pp > 1 && backend->name() != "cpu");
+  if (smoke) {
+    const std::string bundled = engine::find_smoke_model();
+    if (bundled.empty()) {
+      if (o.smoke_test == "on") {
+        return not_found_error("smoke test: the bundled model (memorise-f16.gguf) is not installed; set "
+                               "SEXTANT_SMOKE_MODEL to its path or engine.smoke_test: off");
+      }
+      log_warn("smoke test skipped: the bundled model (memorise-f16.gguf) is not installed");
+    } else {
+      SX_ASSIGN_OR_RETURN(const engine::SmokeResult r,
+                          engine::run_smoke_test(bundled, *backend, s.devices.devices, o.tp, o.pp));
+      const std::string detail = r.steps > 0 ? fmt::format("the bundled model's text through tp {} x pp {}: {} tokens "
+                                                           "as memorised ({:.2f} s)",
+                                                           o.tp, o.pp, r.steps, r.seconds)
+                                             : "skipped: " + r.skipped;
+      if (!o.on_phase) std::fprintf(stderr, "smoke test: %s\n", detail.c_str());
+      phase("smoke test", detail);
+      s.smoke_summary = detail;
+    }
+  }
 
   engine::ModelOptions mo;
   mo.cancel = o.cancel;
@@ -146,6 +192,7 @@ Result<ModelSession> open_session(const SessionOptions& o, engine::OpenedModel o
   s.plan_text = engine::format_memory_plan(plan, true);
   if (o.verbose) std::fputs(s.plan_text.c_str(), stderr);
   SX_RETURN_IF_ERROR(engine::memory_plan_status(plan));
+  s.memory_plan = plan;
   std::uint64_t weights = 0, workspace = 0;
   for (const engine::DeviceMemory& d : plan.devices) {
     weights += d.weights;
@@ -160,6 +207,7 @@ Result<ModelSession> open_session(const SessionOptions& o, engine::OpenedModel o
       o.memory_utilization);
   if (!o.on_phase) std::fprintf(stderr, "memory plan: %s\n", s.plan_summary.c_str());
   phase("plan", s.plan_summary);
+  if (o.plan_only) return s;
   SX_ASSIGN_OR_RETURN(s.model, engine::Qwen2Model::load(*s.opened.weights, c, *backend, s.devices.devices, po, mo));
   return s;
 }

@@ -9,11 +9,13 @@
 #include <string_view>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "daemon/commands/args.h"
 #include "runtime/engine/device_group.h"
+#include "runtime/engine/memory_planner.h"
 #include "runtime/engine/model_loader.h"
 #include "runtime/engine/qwen2_model.h"
 #include "runtime/hal/device.h"
@@ -29,6 +31,11 @@ struct SessionOptions {
   int threads = 0;  // 0: all
   int tp = 1, pp = 1;
   bool requantize_unaligned = false;  // parallel::PlanOptions::requantize_unaligned
+  // engine/smoke_test.h before the memory plan: "auto" (tp x pp > 1 on a backend other than the
+  // CPU), "on", "off".
+  std::string smoke_test = "auto";
+  // Stop after the memory plan (`sextant doctor`): devices created, smoke test run, nothing loaded.
+  bool plan_only = false;
   std::int64_t context_tokens = 0;  // KV capacity per request (0: the model's context length)
   bool cap_context = false;         // context_tokens is an estimate: cap it at the model's context
   std::int64_t max_seqs = 1;        // requests that can all reach context_tokens at once
@@ -53,6 +60,8 @@ struct ModelSession {
   std::unique_ptr<engine::Qwen2Model> model;
   std::string plan_text;     // the memory plan as printed by `sextant plan --verbose`
   std::string plan_summary;  // its one-line summary
+  std::optional<engine::MemoryPlan> memory_plan;
+  std::string smoke_summary;  // the smoke test's result, "" when it did not run
   std::int64_t context_tokens = 0, max_seqs = 0;
   int tp = 1, pp = 1;
   // "cpu:0 (2 threads)" or "6 devices (tp 6 x pp 1): cpu:0 (1 threads), ..."

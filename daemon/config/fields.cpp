@@ -367,6 +367,7 @@ std::vector<Field> build_fields() {
   v.push_back(int_choice_field("engine.block_size", SX_AT(engine.block_size), {8, 16, 32}));
   v.push_back(bool_field("engine.enable_prefix_caching", SX_AT(engine.enable_prefix_caching)));
   v.push_back(bool_field("engine.prefix_affinity", SX_AT(engine.prefix_affinity)));
+  v.push_back(string_choice_field("engine.smoke_test", SX_AT(engine.smoke_test), {"auto", "on", "off"}));
   v.push_back(optional_bytes_field("engine.memory_budget", SX_AT(engine.memory_budget), 1u << 20,
                                    std::uint64_t{1} << 50));
   // http

@@ -63,6 +63,7 @@ struct EngineSection {
   bool enable_prefix_caching = true;            // reuse KV blocks of shared prompt prefixes
   bool prefix_affinity = true;                  // route a request to the replica that holds its prompt's prefix
   std::optional<std::uint64_t> memory_budget;   // bytes each device may use (backend option); unset = from the device
+  std::string smoke_test = "auto";              // the bundled model through the layout first: auto, on, off
   bool operator==(const EngineSection&) const = default;
 };
 

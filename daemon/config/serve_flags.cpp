@@ -17,6 +17,8 @@ constexpr FlagBinding kServeFlags[] = {
     {"--backend", "", "model.backend", true, "", false, "NAME", "cpu (default), vulkan, cuda or auto"},
     {"--tp", "", "model.tp", true, "", false, "N", "tensor-parallel ranks (default 1)"},
     {"--pp", "", "model.pp", true, "", false, "N", "pipeline stages (default 1)"},
+    {"--smoke-test", "", "engine.smoke_test", false, "on", false, "",
+     "run the bundled model through the TP x PP layout and check its text before loading (engine.smoke_test)"},
     {"--requantize-unaligned", "", "model.requantize_unaligned", false, "true", false, "",
      "re-quantise o / down weights to Q8_0 at load where their blocks allow no split for tp"},
     {"--replicas", "", "model.replicas", true, "", false, "SPEC",

@@ -86,6 +86,12 @@ const std::vector<Rule>& rules() {
         "use /v1/completions with your own prompt format, or a model whose tokenizer defines a chat template"},
        {},
        {"no chat template"}},
+      {{"smoke-test", "the bundled model gave a wrong token through this TP x PP layout on these devices: a rank "
+                      "computes wrong results or a collective moves wrong data",
+        "run `sextant doctor` with the same layout; try --tp 1 on each device to find the bad one, and "
+        "SEXTANT_CUDA_CHANNEL=staged (or NCCL_P2P_DISABLE=1) to rule out the transport"},
+       {StatusCode::kFailedPrecondition},
+       {"smoke test:"}},
       {{"no-driver", "no NVIDIA driver is loaded on this machine (libcuda.so.1 is missing)",
         "install the NVIDIA driver (nvidia-smi must work), or run with --backend cpu or vulkan"},
        {},

@@ -79,6 +79,7 @@ Result<std::unique_ptr<Replica>> Replica::load(const ReplicaOptions& o, std::str
   so.block_size = c.engine.block_size;
   so.memory_utilization = c.engine.memory_utilization;
   so.memory_budget = c.engine.memory_budget.value_or(0);
+  so.smoke_test = c.engine.smoke_test;
   so.cancel = o.cancel;
   so.on_phase = [&](std::string_view done, const std::string& detail) {
     log_info("serve: {}: phase {}: ok ({})", who, done, detail);

@@ -19,6 +19,16 @@
 
 namespace sx::hal {
 
+// A fact a backend checked about the machine, for `sextant doctor`: the CUDA preflight's findings
+// (driver, runtime, architectures, visible devices, memory and the processes holding it), PCIe
+// links against their maximum.
+struct MachineCheck {
+  enum class Verdict { kOk, kWarn, kFail };
+  Verdict verdict = Verdict::kOk;
+  std::string check;    // "driver", "architecture", "pcie", ...
+  std::string message;  // the evidence, and the fix where one is needed
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -45,6 +55,9 @@ class Backend {
   // order, as its devices are numbered when each GPU is one device). UNIMPLEMENTED by default (the
   // CPU's devices share one memory; Vulkan does not say).
   virtual Result<Topology> topology() const;
+  // What the backend checks about the machine before serving (empty by default: nothing beyond its
+  // device list). Cheap enough for `sextant doctor`; never creates a device.
+  virtual std::vector<MachineCheck> machine_checks() const { return {}; }
   // Device memory a channel of `group_size` ranks of this backend takes on each of its devices
   // beyond what the channel's user allocates (NCCL's buffers), for the memory plan. 0 by default.
   virtual std::uint64_t channel_reserve_bytes(int group_size) const {

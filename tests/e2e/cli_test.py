@@ -323,6 +323,29 @@ def plan_usage_errors():
         assert p.returncode == 2 and p.stderr.startswith(b"sextant plan:"), (args, p.returncode, p.stderr)
 
 
+@case
+def smoke_test_runs_the_layout_first_and_catches_a_wrong_rank():
+    """Issue 22 item 4: the bundled model through TP 6 on CPU devices before the real load; a rank made to
+    compute wrong results (--device-option corrupt_device=N) stops the command with the step and the tokens,
+    and the catalogue's cause line."""
+    args = ("generate", "--model", model("q8_0"), "--prompt", "Alice was beginning to get", "-n", "8", "--tp", "6",
+            "--smoke-test", "--ids")
+    p = run(*args)
+    assert b"smoke test: the bundled model's text through tp 6 x pp 1: 24 tokens as memorised" in p.stderr, p.stderr
+    for bad in (0, 5):
+        p = run(*args, "--device-option", f"corrupt_device={bad}", check=False)
+        err = p.stderr.decode()
+        assert p.returncode == 1, (bad, p.returncode, err)
+        assert "FAILED_PRECONDITION: smoke test: the bundled model through tp 6 x pp 1 on cpu:0" in err, err
+        assert "sextant generate: cause: the bundled model gave a wrong token" in err, err
+        assert p.stdout == b"", p.stdout  # nothing generated: the real model was never loaded
+    p = run("generate", "--model", model("q8_0"), "--prompt", "Alice was", "-n", "1", "--pp", "3", "--smoke-test",
+            check=False)  # beyond the bundled model's 2 layers
+    assert b"smoke test: skipped: the bundled model has 14 heads and 2 layers" in p.stderr, p.stderr
+    p = run("generate", "--model", model("q8_0"), "--prompt", "x", "-n", "1", "--device-option", "nonsense", check=False)
+    assert p.returncode == 2 and b"--device-option nonsense: expected NAME=VALUE" in p.stderr, p.stderr
+
+
 # Qwen/Qwen2.5-72B/config.json as published.
 QWEN25_72B_CONFIG = {
     "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,

@@ -2,7 +2,7 @@
 // failures, produced by the code that reports it in Sextant (a truncated GGUF, a model missing a
 // tensor, the memory planner, the CUDA preflight on an injected machine, the collectives' watch and
 // the host channel's deadline, the CPU backend's and SEXTANT_CUDA_DEVICES's device checks, libuv's
-// EADDRINUSE, the chat-template check), is recognised and answered with its cause and fix. Only
+// EADDRINUSE, the chat-template check, the smoke test through a corrupt rank), is recognised and answered with its cause and fix. Only
 // peer access is a literal: the CUDA runtime's own text, as the module's cuda_status formats it
 // (no GPU here). The real starts (port in use, a truncated model, memory too small) are
 // tests/e2e's.
@@ -21,7 +21,9 @@
 #include "backends/cuda/preflight.h"
 #include "backends/registry.h"
 #include "daemon/loop/uv_status.h"
+#include "runtime/engine/device_group.h"
 #include "runtime/engine/memory_planner.h"
+#include "runtime/engine/smoke_test.h"
 #include "runtime/model/gguf.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/random_model.h"
@@ -188,6 +190,18 @@ TEST(KnownFailures, APortInUseAndAChatWithoutTemplate) {
   auto tok = tokenizer::Tokenizer::from_data(tokenizer::testing::tiny_data({}));
   ASSERT_TRUE(tok.ok());
   expect_known(tokenizer::check_chat_tokens(**tok), "no-chat-template");
+}
+
+TEST(KnownFailures, ASmokeTestThroughAWrongRank) {
+  hal::Backend& cpu = **backends::default_registry().find("cpu");
+  hal::DeviceOptions o;
+  o.set("threads", 1);
+  o.set("corrupt_device", std::int64_t{2});
+  auto g = engine::create_device_group(cpu, 3, o);
+  ASSERT_TRUE(g.ok());
+  auto r = engine::run_smoke_test(SX_MODELS_DIR "/memorise-f16.gguf", cpu, g->devices, 3, 1);
+  ASSERT_FALSE(r.ok());
+  expect_known(r.status(), "smoke-test");
 }
 
 TEST(KnownFailures, OtherErrorsAreNotGuessed) {
