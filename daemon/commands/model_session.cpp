@@ -102,6 +102,22 @@ Result<SessionOptions> session_options(const Args& args, std::int64_t context_to
   return o;
 }
 
+SessionOptions session_options(const config::ServeConfig& c) {
+  SessionOptions so;
+  so.backend = c.model.backend;
+  so.tp = static_cast<int>(c.model.tp);
+  so.pp = static_cast<int>(c.model.pp);
+  so.requantize_unaligned = c.model.requantize_unaligned;
+  so.context_tokens = c.engine.max_model_len;
+  so.max_seqs = c.engine.max_num_seqs;
+  so.max_batch_tokens = c.engine.max_num_batched_tokens;
+  so.block_size = c.engine.block_size;
+  so.memory_utilization = c.engine.memory_utilization;
+  so.memory_budget = c.engine.memory_budget.value_or(0);
+  so.smoke_test = c.engine.smoke_test;
+  return so;
+}
+
 Result<ModelSession> open_session(const SessionOptions& o, engine::OpenedModel opened) {
   ModelSession s;
   s.opened = std::move(opened);

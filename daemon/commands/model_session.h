@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "daemon/commands/args.h"
+#include "daemon/config/serve_config.h"
 #include "runtime/engine/device_group.h"
 #include "runtime/engine/memory_planner.h"
 #include "runtime/engine/model_loader.h"
@@ -53,6 +54,10 @@ struct SessionOptions {
   // one-line summary), ("load", ...). Unset: the plan summary goes to stderr.
   std::function<void(std::string_view phase, const std::string& detail)> on_phase;
 };
+
+// A replica's session as `sextant serve`'s config describes it (model, engine and parallel
+// settings; the caller adds the replica's devices, threads and hooks).
+SessionOptions session_options(const config::ServeConfig& c);
 
 struct ModelSession {
   engine::OpenedModel opened;

@@ -65,21 +65,10 @@ Result<std::unique_ptr<Replica>> Replica::load(const ReplicaOptions& o, std::str
   log_info("serve: {}: phase model check: ok ({}, {} layers, context {})", who, c.model.path, opened->config.n_layers,
            opened->config.context_length);
   phase = "devices";
-  SessionOptions so;
-  so.backend = c.model.backend;  // "auto": open_session picks and logs why
+  SessionOptions so = session_options(c);  // backend "auto": open_session picks and logs why
   so.threads = o.threads;
-  so.tp = static_cast<int>(c.model.tp);
-  so.pp = static_cast<int>(c.model.pp);
-  so.requantize_unaligned = c.model.requantize_unaligned;
   so.device_indices = o.devices;
   if (o.fail_at_op > 0) so.device_options.set("fail_at_op", o.fail_at_op);
-  so.context_tokens = c.engine.max_model_len;
-  so.max_seqs = c.engine.max_num_seqs;
-  so.max_batch_tokens = c.engine.max_num_batched_tokens;
-  so.block_size = c.engine.block_size;
-  so.memory_utilization = c.engine.memory_utilization;
-  so.memory_budget = c.engine.memory_budget.value_or(0);
-  so.smoke_test = c.engine.smoke_test;
   so.cancel = o.cancel;
   so.on_phase = [&](std::string_view done, const std::string& detail) {
     log_info("serve: {}: phase {}: ok ({})", who, done, detail);

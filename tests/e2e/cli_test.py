@@ -346,6 +346,55 @@ def smoke_test_runs_the_layout_first_and_catches_a_wrong_rank():
     assert p.returncode == 2 and b"--device-option nonsense: expected NAME=VALUE" in p.stderr, p.stderr
 
 
+@case
+def doctor_runs_every_check_that_applies():
+    """Issue 22 item 1: `sextant doctor` with the bundled model exits 0, every check ok / warn / skip with its
+    evidence (skips say why); a truncated model exits 1 naming the file and the fix; a port in use fails its
+    check; TP 6 runs the smoke test and an all-reduce over the six CPU ranks; --json carries the same."""
+    sock_dir = tempfile.mkdtemp()
+    base = ("doctor", "--admin-socket", os.path.join(sock_dir, "a.sock"), "--port", "0")
+    p = run(*base, "--model", model("q8_0"))
+    out = p.stdout.decode()
+    assert p.returncode == 0 and out.rstrip().endswith("Serving would start."), out
+    rows = {line[8:31].strip(): line[2:6].strip() for line in out.splitlines() if line[2:6].strip() in
+            ("ok", "warn", "fail", "skip")}
+    for name in ("system", "backend cpu", "model", "checksums", "chat template", "session", "http port",
+                 "admin socket", "processes"):
+        assert rows.get(name) in ("ok", "warn"), (name, rows, out)
+    for name in ("links", "nccl", "collectives"):  # the CPU backend: no links, no NCCL, one rank
+        assert rows.get(name) == "skip", (name, rows, out)
+    if not os.path.exists("/dev/nvidiactl"):  # no NVIDIA driver here: the CUDA backend is skipped, saying why
+        assert rows.get("backend cuda") == "skip" and "backend cuda unavailable: no NVIDIA driver" in out, out
+    # JSON: the same checks.
+    j = json.loads(run(*base, "--model", model("q8_0"), "--json").stdout)
+    assert j["serving_would_start"] is True and {c["check"] for c in j["checks"]} >= set(rows), j
+    # TP 6: the smoke test through the layout and an all-reduce over the ranks.
+    p = run(*base, "--model", model("q8_0"), "--tp", "6", "--smoke-test", "--no-checksums")
+    out = p.stdout.decode()
+    assert "query heads per rank: 2, 2, 2, 2, 2, 4" in out and "24 tokens as memorised" in out, out
+    assert "all_reduce of 4096 floats over 6 ranks: the sums are right on every rank" in out, out
+    # A truncated model: exit 1, the file named, the fix given.
+    with tempfile.TemporaryDirectory() as d:
+        bad = os.path.join(d, "half.gguf")
+        with open(model("q8_0"), "rb") as src, open(bad, "wb") as dst:
+            dst.write(src.read(os.path.getsize(model("q8_0")) // 2))
+        p = run(*base, "--model", bad, check=False)
+        out = p.stdout.decode()
+        assert p.returncode == 1 and out.rstrip().endswith("Serving would not start."), out
+        fail = [line for line in out.splitlines() if line.startswith("  fail")]
+        assert len(fail) == 1 and "model" in fail[0] and bad in fail[0] and "truncated" in fail[0], out
+        assert "fix: download or copy it again" in out, out
+    # A port in use.
+    import socket
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        p = run("doctor", "--admin-socket", os.path.join(sock_dir, "b.sock"), "--port", str(busy.getsockname()[1]),
+                "--model", model("q8_0"), "--no-checksums", check=False)
+        out = p.stdout.decode()
+        assert p.returncode == 1 and "address already in use" in out and "another process listens" in out, out
+
+
 # Qwen/Qwen2.5-72B/config.json as published.
 QWEN25_72B_CONFIG = {
     "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
