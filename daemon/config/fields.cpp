@@ -357,6 +357,8 @@ std::vector<Field> build_fields() {
   v.push_back(int_field("model.tp", SX_AT(model.tp), 1, kMaxRanks));
   v.push_back(int_field("model.pp", SX_AT(model.pp), 1, kMaxRanks));
   v.push_back(bool_field("model.requantize_unaligned", SX_AT(model.requantize_unaligned)));
+  v.push_back(string_choice_field("model.placement", SX_AT(model.placement), {"auto", "none"}));
+  v.push_back(string_field("model.topology", SX_AT(model.topology), /*allow_empty=*/true));
   v.push_back(replicas_field("model.replicas", SX_AT(model.replicas)));
   v.push_back(string_field("model.served_model_name", SX_AT(model.served_model_name), /*allow_empty=*/true));
   // engine

@@ -49,6 +49,8 @@ struct ModelSection {
   std::int64_t tp = 1;                 // tensor-parallel ranks
   std::int64_t pp = 1;                 // pipeline stages
   bool requantize_unaligned = false;   // parallel::PlanOptions::requantize_unaligned
+  std::string placement = "auto";      // auto: device groups and rank order from the links; none: in order
+  std::string topology;                // a saved `nvidia-smi topo -m` for the placement ("" = the backend's)
   std::string replicas = "1";          // engines serving the model: "N", "per-device" or device groups (replica_spec.h)
   std::string served_model_name;       // the `model` id clients send; empty = file stem of path
   bool operator==(const ModelSection&) const = default;

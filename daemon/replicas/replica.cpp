@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -11,6 +12,8 @@
 #include "daemon/config/replica_spec.h"
 #include "runtime/base/log.h"
 #include "runtime/engine/model_loader.h"
+#include "runtime/hal/topology_text.h"
+#include "runtime/parallel/placement.h"
 
 namespace sx::daemon::replicas {
 
@@ -122,6 +125,66 @@ std::int64_t fault_for(int index) {
 
 }  // namespace
 
+namespace {
+
+// model.placement auto (issue 22 item 3): the replicas' device groups and rank order from the links
+// between the GPUs (model.topology, else the backend's), where model.devices does not list them and
+// the replicas are a count; nullopt where no links are known (the devices go in order).
+Result<std::optional<std::vector<std::vector<int>>>> place_replicas(const config::ServeConfig& config,
+                                                                    const config::ReplicaSpec& spec, int available) {
+  using Groups = std::optional<std::vector<std::vector<int>>>;
+  if (config.model.placement != "auto" || !config.model.devices.empty() ||
+      spec.kind != config::ReplicaSpec::Kind::kCount || available < 2) {
+    return Groups{};
+  }
+  std::optional<hal::Topology> topo;
+  if (!config.model.topology.empty()) {
+    SX_ASSIGN_OR_RETURN(hal::Topology t, hal::read_nvidia_smi_topo(config.model.topology));
+    topo = std::move(t);
+  } else if (config.model.backend != "auto") {
+    SX_ASSIGN_OR_RETURN(hal::Backend * backend, backends::default_registry().find(config.model.backend));
+    if (auto t = backend->topology(); t.ok()) topo = *std::move(t);
+  }
+  // The links are per GPU: placement needs one device per GPU (not SEXTANT_CUDA_DEVICES=0x6).
+  if (!topo || topo->size() != available) {
+    if (topo && !config.model.topology.empty()) {
+      return invalid_argument_error("model.topology: {} describes {} GPUs but backend {} has {} devices",
+                                    config.model.topology, topo->size(), config.model.backend, available);
+    }
+    return Groups{};
+  }
+  parallel::PlacementRequest req;
+  req.devices = available;
+  req.tp = static_cast<int>(config.model.tp);
+  req.pp = static_cast<int>(config.model.pp);
+  req.replicas = spec.count;
+  auto p = parallel::place(*topo, req);
+  if (!p.ok()) return invalid_argument_error("model.placement: {}", p.status().message());
+  std::vector<std::vector<int>> groups;
+  for (int r = 0; r < p->chosen.replicas; ++r) {
+    std::vector<int> devices;
+    for (int s = 0; s < p->chosen.pp; ++s) {
+      const auto& g = p->chosen.groups[static_cast<std::size_t>(r * p->chosen.pp + s)];
+      devices.insert(devices.end(), g.begin(), g.end());
+    }
+    groups.push_back(std::move(devices));
+  }
+  log_info("serve: placement from {}: {}; {}", topo->source, p->chosen.describe(), p->why);
+  if (p->chosen.worst == parallel::LinkTier::kSocket) {
+    // The configured shape cannot avoid a SYS link: say what the links would allow instead.
+    parallel::PlacementRequest any;
+    any.devices = available;
+    any.fits = [need = req.tp * req.pp](int t, int pp) { return t * pp >= need; };
+    if (auto better = parallel::place(*topo, any); better.ok() && better->chosen.worst < p->chosen.worst) {
+      log_warn("serve: placement: every layout of this shape has a SYS link inside a TP group; {} would avoid it ({})",
+               better->chosen.describe(), better->why);
+    }
+  }
+  return Groups{std::move(groups)};
+}
+
+}  // namespace
+
 Result<std::vector<std::unique_ptr<Replica>>> load_replicas(const config::ServeConfig& config, int generation,
                                                             const std::atomic<bool>* cancel,
                                                             std::string* failed_phase) {
@@ -139,7 +202,10 @@ Result<std::vector<std::unique_ptr<Replica>>> load_replicas(const config::ServeC
   }
   const int ranks = static_cast<int>(config.model.tp * config.model.pp);
   std::vector<std::vector<int>> groups;
-  if (spec == config::ReplicaSpec{} && config.model.devices.empty()) {
+  SX_ASSIGN_OR_RETURN(std::optional<std::vector<std::vector<int>>> placed, place_replicas(config, spec, available));
+  if (placed) {
+    groups = std::move(*placed);
+  } else if (spec == config::ReplicaSpec{} && config.model.devices.empty()) {
     groups.push_back({});  // one replica on the first tp x pp devices, as open_session picks them
   } else {
     auto g = config::replica_device_groups(spec, ranks, available, config.model.devices);

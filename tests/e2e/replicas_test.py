@@ -165,6 +165,31 @@ def wait_generation(d, generation, timeout=60):
 
 
 @case
+def placement_from_a_saved_topology_keeps_sys_links_out_of_tp_groups():
+    """Issue 22 item 3: with model.topology (a saved `nvidia-smi topo -m` of an 8-GPU dual-socket server standing
+    for the 8 CPU devices) the replicas' TP groups are placed from the links, the choice and why logged at start;
+    each replica serves the memorised text. TP 3 x 2 replicas on the seed's 4 + 2 box cannot avoid a SYS link:
+    the log says what would."""
+    topo_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "topology")
+    dual = os.path.join(topo_dir, "dual-socket-8x-pcie.txt")
+    d = Daemon("--replicas", "2", "--tp", "4", "--topology", dual, max_num_seqs=4)
+    try:
+        text = d.text()
+        assert "serve: placement from " in text and "2 replicas of TP 4: [0, 1, 2, 3] [4, 5, 6, 7]" in text, text[-3000:]
+        assert "TP traffic through a CPU's root complex (NODE between GPU" in text, text[-3000:]
+        outs = [stream(d.port, "Alice was beginning to get", 16)[0] for _ in range(4)]
+        assert len(set(outs)) == 1 and outs[0], outs
+    finally:
+        d.stop()
+    # The CPU backend lists 8 devices; a 6-GPU topology does not describe them.
+    p = subprocess.run([SEXTANT, "serve", "--model", MODEL, "--port", "0", "--admin-socket",
+                        os.path.join(tempfile.mkdtemp(), "a.sock"), "--replicas", "2", "--tp", "3", "--topology",
+                        os.path.join(topo_dir, "pcie-4+2-sys.txt")], capture_output=True, timeout=60)
+    err = p.stderr.decode()
+    assert p.returncode == 1 and "describes 6 GPUs but backend cpu has 8 devices" in err, err
+
+
+@case
 def reloads_under_load_fail_no_request():
     seconds = float(os.environ.get("SX_RELOAD_LOAD_SECONDS", "60"))
     tmp = tempfile.mkdtemp(prefix="sx-reload-")
