@@ -20,6 +20,7 @@ constexpr const char* kUsage =
     "  convert      convert a safetensors directory or GGUF file to GGUF (f16, bf16, q8_0, q4_k, ...)\n"
     "  plan         show what every rank of a TP x PP group holds (heads, FFN rows, bytes)\n"
     "  doctor       check the machine, GPUs, links, NCCL, model and deployment before serving\n"
+    "  logs         the starts serve kept: list, --show N, --diff (what changed between the last two)\n"
     "  ctl          send a command (status, plan, drain, ...) to a running daemon's admin socket\n"
     "\n"
     "Run 'sextant <command> --help' for the options of a command.\n";
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
   if (cmd == "inspect") return sx::daemon::cmd_inspect(sub_argc, sub_argv);
   if (cmd == "plan") return sx::daemon::cmd_plan(sub_argc, sub_argv);
   if (cmd == "doctor") return sx::daemon::cmd_doctor(sub_argc, sub_argv);
+  if (cmd == "logs") return sx::daemon::cmd_logs(sub_argc, sub_argv);
   if (cmd == "ctl") return sx::daemon::cmd_ctl(sub_argc, sub_argv);
   std::fprintf(stderr, "sextant: unknown command '%.*s'\n\n%s", static_cast<int>(cmd.size()), cmd.data(), kUsage);
   return 2;

@@ -10,6 +10,7 @@ int cmd_convert(int argc, char** argv);
 int cmd_inspect(int argc, char** argv);
 int cmd_plan(int argc, char** argv);
 int cmd_doctor(int argc, char** argv);
+int cmd_logs(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_ctl(int argc, char** argv);
 int cmd_serve(int argc, char** argv);

@@ -406,6 +406,8 @@ std::vector<Field> build_fields() {
                                     {"info", LogLevel::kInfo},
                                     {"warn", LogLevel::kWarn},
                                     {"error", LogLevel::kError}}));
+  v.push_back(string_field("log.dir", SX_AT(log.dir), /*allow_empty=*/true));
+  v.push_back(int_field("log.keep", SX_AT(log.keep), 1, 1000));
   return v;
 }
 

@@ -106,6 +106,8 @@ enum class LogFormat { kText, kJson };
 struct LogSection {
   LogFormat format = LogFormat::kText;
   LogLevel level = LogLevel::kInfo;
+  std::string dir;      // where each start's log and summary are kept ("" = the default, "none" = nowhere)
+  std::int64_t keep = 10;  // starts kept in dir
   bool operator==(const LogSection&) const = default;
 };
 

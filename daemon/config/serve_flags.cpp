@@ -45,6 +45,7 @@ constexpr FlagBinding kServeFlags[] = {
      "do not reuse KV blocks of shared prefixes"},
     {"--log-format", "", "log.format", true, "", false, "FORMAT", "text (default) or json"},
     {"--log-level", "", "log.level", true, "", false, "LEVEL", "debug, info (default), warn or error"},
+    {"--log-dir", "", "log.dir", true, "", false, "DIR", "where each start's log is kept (none: nowhere)"},
 };
 
 // Options that are not overrides.

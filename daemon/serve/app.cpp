@@ -28,6 +28,7 @@
 #include "daemon/commands/model_session.h"
 #include "daemon/config/yaml_io.h"
 #include "daemon/diagnose/known_failures.h"
+#include "daemon/serve/start_log.h"
 #include "daemon/http/router.h"
 #include "daemon/http/server.h"
 #include "daemon/loop/async_queue.h"
@@ -47,6 +48,9 @@
 namespace sx::daemon::serve {
 
 namespace {
+
+// This start's log (run_daemon), for the admin command "logs"; null when none is kept.
+StartLog* g_start_log = nullptr;
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
@@ -1250,6 +1254,11 @@ void Daemon::handle_admin(const json& request, admin::Reply reply) {
                       {"replicas", current_->replicas.size()}});
   }
   if (cmd == "config") return reply(json{{"yaml", config::to_yaml(config_)}});
+  if (cmd == "logs") {
+    if (g_start_log == nullptr) return reply(failed_precondition_error("this daemon keeps no start log (log.dir: none)"));
+    const int lines = request.value("lines", 200);
+    return reply(json{{"path", g_start_log->log_path()}, {"log", g_start_log->tail(std::clamp(lines, 1, 100000))}});
+  }
   if (cmd == "drain") {
     begin_drain(false);
     return reply(json{{"state", state_name(state_)}, {"in_flight", active_.size()}});
@@ -1270,7 +1279,7 @@ void Daemon::handle_admin(const json& request, admin::Reply reply) {
   if (cmd == "reload") return start_reload(request, std::move(reply), "ctl reload");
   if (cmd == "upgrade") return start_upgrade(request, std::move(reply));
   return reply(invalid_argument_error(
-      "unknown command '{}' (status, plan, config, drain, resume, shutdown, reload, upgrade)", cmd));
+      "unknown command '{}' (status, plan, config, logs, drain, resume, shutdown, reload, upgrade)", cmd));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1424,8 +1433,28 @@ void Daemon::close_everything() {
 }  // namespace
 
 int run_daemon(const config::ServeConfig& config, std::vector<std::string> serve_args) {
-  Daemon d(config, std::move(serve_args));
-  return d.run();
+  // This start's log and summary (start_log.h); a directory that cannot be used is only a warning.
+  std::unique_ptr<StartLog> start_log;
+  if (config.log.dir != "none") {
+    const std::string dir = config.log.dir.empty() ? default_log_dir() : config.log.dir;
+    std::vector<std::string> argv = {"sextant", "serve"};
+    argv.insert(argv.end(), serve_args.begin(), serve_args.end());
+    auto opened = StartLog::open(dir, static_cast<int>(config.log.keep), config::to_yaml(config), argv);
+    if (opened.ok()) {
+      start_log = std::move(opened).value();
+      g_start_log = start_log.get();
+    } else {
+      log_warn("serve: no start log: {}", opened.status().message());
+    }
+  }
+  int rc = 0;
+  {
+    Daemon d(config, std::move(serve_args));
+    rc = d.run();
+  }
+  if (start_log) start_log->finish(rc);
+  g_start_log = nullptr;
+  return rc;
 }
 
 }  // namespace sx::daemon::serve

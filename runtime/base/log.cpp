@@ -13,6 +13,7 @@ namespace {
 std::atomic<int> g_level{static_cast<int>(LogLevel::kInfo)};
 std::atomic<bool> g_json{false};
 std::mutex g_mu;
+std::function<void(LogLevel, std::string_view)> g_observer;  // guarded by g_mu
 
 // A JSON string literal of `s` (control characters escaped; other bytes as they are).
 std::string json_quote(std::string_view s) {
@@ -50,8 +51,14 @@ LogLevel log_level() { return static_cast<LogLevel>(g_level.load()); }
 
 void set_log_json(bool json) { g_json.store(json); }
 
+void set_log_observer(std::function<void(LogLevel, std::string_view)> observer) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_observer = std::move(observer);
+}
+
 void log_line(LogLevel level, std::string_view message) {
   std::lock_guard<std::mutex> lock(g_mu);
+  if (g_observer) g_observer(level, message);
   if (g_json.load()) {
     const double ts = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     std::fprintf(stderr, "{\"ts\": %.3f, \"level\": \"%s\", \"msg\": %s}\n", ts, level_name(level),

@@ -2,6 +2,7 @@
 // {"ts": seconds since the epoch, "level", "msg"} after set_log_json(true)). Thread-safe.
 #pragma once
 
+#include <functional>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -14,6 +15,9 @@ void set_log_level(LogLevel level);
 LogLevel log_level();
 void set_log_json(bool json);
 void log_line(LogLevel level, std::string_view message);
+// Also hands every line written to `observer` (under the log's lock: keep it short; it must not
+// log). Empty: none. The start log of `sextant serve` keeps a copy of each start this way.
+void set_log_observer(std::function<void(LogLevel, std::string_view)> observer);
 
 template <typename... Args>
 void log_info(fmt::format_string<Args...> f, Args&&... args) {

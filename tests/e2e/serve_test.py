@@ -472,6 +472,48 @@ def shutdown_past_the_drain_timeout_ends_what_is_left():
 
 
 @case
+def each_start_keeps_its_log_and_the_last_two_can_be_compared():
+    """Issue 22 item 5: every start keeps its log and summary in log.dir (log.keep of them); `sextant ctl logs`
+    shows the current one; `sextant logs` lists the starts and `--diff` names what changed between the last two
+    (here the model file, max_num_seqs and the first error with its cause)."""
+    logs = tempfile.mkdtemp(prefix="sx-logs-")
+    d = Daemon("--log-dir", logs, "--set", "log.keep=2")
+    try:
+        p = d.ctl("logs")
+        out = p.stdout.decode()
+        assert "serve: replica 1.0: phase plan: ok" in out and "serve: ready" in out, out
+    finally:
+        d.stop()
+    bad = os.path.join(logs, "..", "half.gguf")
+    with open(MODEL, "rb") as src, open(bad, "wb") as dst:
+        dst.write(src.read(os.path.getsize(MODEL) // 2))
+    p = subprocess.run([SEXTANT, "serve", "--model", bad, "--port", "0", "--max-num-seqs", "4", "--log-dir", logs,
+                        "--set", "log.keep=2", "--admin-socket", os.path.join(tempfile.mkdtemp(), "a.sock")],
+                       capture_output=True, timeout=60)
+    assert p.returncode == 1, p.stderr
+    p = subprocess.run([SEXTANT, "logs", "--dir", logs], capture_output=True, timeout=30)
+    lines = p.stdout.decode().splitlines()
+    assert p.returncode == 0 and len(lines) == 2, p.stdout
+    assert " failed " in lines[0] and "failed in phase model check" in lines[0] and "truncated" in lines[0], lines
+    assert " stopped " in lines[1], lines
+    p = subprocess.run([SEXTANT, "logs", "--dir", logs, "--diff"], capture_output=True, timeout=30)
+    diff = p.stdout.decode()
+    for want in ("(stopped) -> ", "(failed)", "first_error:", "now:    failed in phase model check", "cause:",
+                 "the model file is shorter than its header says", "max_num_seqs: 32", "max_num_seqs: 4",
+                 "half.gguf"):
+        assert want in diff, (want, diff)
+    shown = subprocess.run([SEXTANT, "logs", "--dir", logs, "--show", "1"], capture_output=True, timeout=30)
+    assert b"[error] serve: failed in phase model check" in shown.stdout, shown.stdout
+    # log.keep = 2: a third start leaves the two newest.
+    subprocess.run([SEXTANT, "serve", "--model", bad, "--port", "0", "--log-dir", logs, "--set", "log.keep=2",
+                    "--admin-socket", os.path.join(tempfile.mkdtemp(), "a.sock")], capture_output=True, timeout=60)
+    kept = sorted(n for n in os.listdir(logs) if n.endswith(".json"))
+    assert len(kept) == 2 and len([n for n in os.listdir(logs) if n.endswith(".log")]) == 2, os.listdir(logs)
+    p = subprocess.run([SEXTANT, "logs", "--dir", logs, "--diff"], capture_output=True, timeout=30)
+    assert b"(failed) -> " in p.stdout, p.stdout
+
+
+@case
 def sigterm_exits_cleanly_and_startup_errors_name_the_phase():
     rc, text = D.stop()
     assert rc == 0 and "serve: stopped (exit status 0)" in text, (rc, text[-1500:])

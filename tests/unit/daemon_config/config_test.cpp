@@ -296,7 +296,7 @@ TEST(LoadConfigErrors, ListItemsNameTheirIndex) {
 TEST(LoadConfigErrors, UnknownKeysAndSections) {
   EXPECT_EQ(load_error("engine:\n  max_num_seq: 4\n"),
             "sextant.yaml:2:3: engine.max_num_seq: unknown key (did you mean max_num_seqs?)");
-  EXPECT_EQ(load_error("log:\n  colour: red\n"), "sextant.yaml:2:3: log.colour: unknown key (log has: format, level)");
+  EXPECT_EQ(load_error("log:\n  colour: red\n"), "sextant.yaml:2:3: log.colour: unknown key (log has: format, level, dir, keep)");
   EXPECT_EQ(load_error("modle:\n  path: x\n"),
             "sextant.yaml:1:1: modle: unknown section (expected one of model, engine, http, admin, limits, log; did "
             "you mean model?)");
