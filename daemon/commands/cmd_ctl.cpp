@@ -24,6 +24,7 @@ constexpr const char* kCommandsHelp =
     "  status       the daemon's state, replicas, queues, memory and counters\n"
     "  plan         the shard and memory plan being served\n"
     "  config       the effective configuration (API keys redacted)\n"
+    "  logs         this start's log (lines=N: the last N, default 200) and where it is kept\n"
     "  drain        stop admitting requests; those in flight finish\n"
     "  resume       admit requests again after a drain\n"
     "  shutdown     drain, then stop the daemon\n"

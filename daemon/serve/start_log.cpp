@@ -35,16 +35,6 @@ std::string utc_now(const char* format) {
   return buf;
 }
 
-const char* level_word(LogLevel l) {
-  switch (l) {
-    case LogLevel::kDebug: return "debug";
-    case LogLevel::kInfo: return "info";
-    case LogLevel::kWarn: return "warn";
-    case LogLevel::kError: return "error";
-  }
-  return "?";
-}
-
 // "phase NAME: ok (DETAIL)" -> NAME, DETAIL (after an optional "replica N: " / "WHO: ").
 bool parse_phase(std::string_view line, std::string& name, std::string& detail) {
   const std::size_t at = line.find("phase ");
@@ -116,7 +106,7 @@ Result<std::unique_ptr<StartLog>> StartLog::open(const std::string& dir, int kee
   }
   StartLog* self = s.get();
   set_log_observer([self](LogLevel level, std::string_view message) {
-    std::fprintf(self->log_, "%s [%s] %.*s\n", utc_now("%Y-%m-%dT%H:%M:%SZ").c_str(), level_word(level),
+    std::fprintf(self->log_, "%s [%s] %.*s\n", utc_now("%Y-%m-%dT%H:%M:%SZ").c_str(), log_level_name(level),
                  static_cast<int>(message.size()), message.data());
     std::fflush(self->log_);
     self->observe(message);

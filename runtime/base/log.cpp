@@ -35,7 +35,9 @@ std::string json_quote(std::string_view s) {
   }
   return out + "\"";
 }
-const char* level_name(LogLevel l) {
+}  // namespace
+
+const char* log_level_name(LogLevel l) {
   switch (l) {
     case LogLevel::kDebug: return "debug";
     case LogLevel::kInfo: return "info";
@@ -44,7 +46,6 @@ const char* level_name(LogLevel l) {
   }
   return "?";
 }
-}  // namespace
 
 void set_log_level(LogLevel level) { g_level.store(static_cast<int>(level)); }
 LogLevel log_level() { return static_cast<LogLevel>(g_level.load()); }
@@ -61,11 +62,11 @@ void log_line(LogLevel level, std::string_view message) {
   if (g_observer) g_observer(level, message);
   if (g_json.load()) {
     const double ts = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    std::fprintf(stderr, "{\"ts\": %.3f, \"level\": \"%s\", \"msg\": %s}\n", ts, level_name(level),
+    std::fprintf(stderr, "{\"ts\": %.3f, \"level\": \"%s\", \"msg\": %s}\n", ts, log_level_name(level),
                  json_quote(message).c_str());
     return;
   }
-  std::fprintf(stderr, "sextant: [%s] %.*s\n", level_name(level), static_cast<int>(message.size()),
+  std::fprintf(stderr, "sextant: [%s] %.*s\n", log_level_name(level), static_cast<int>(message.size()),
                message.data());
 }
 

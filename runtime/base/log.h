@@ -11,6 +11,8 @@ namespace sx {
 
 enum class LogLevel { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
 
+// "debug", "info", "warn", "error".
+const char* log_level_name(LogLevel level);
 void set_log_level(LogLevel level);
 LogLevel log_level();
 void set_log_json(bool json);

@@ -84,13 +84,15 @@ TEST(CpuVectorMath, ExpAndSiluMatchLibm) {
 TEST(CpuOptions, AreParsedByNameAndUnknownNamesAreRefused) {
   const std::unique_ptr<hal::Backend> backend = cpu::make_cpu_backend();
   hal::DeviceOptions o;
-  o.set("threads", 4).set("memory_budget", std::uint64_t{1} << 30).set("strict", true).set("fail_at_op", 9);
+  o.set("threads", 4).set("memory_budget", std::uint64_t{1} << 30).set("strict", true).set("fail_at_op", 9).set(
+      "corrupt_device", 1);
   auto parsed = cpu::parse_cpu_options(o);
   ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
   EXPECT_EQ(parsed->threads, 4);
   EXPECT_EQ(parsed->memory_budget, std::uint64_t{1} << 30);
   EXPECT_TRUE(parsed->strict);
   EXPECT_EQ(parsed->fail_at_op, 9u);
+  EXPECT_EQ(parsed->corrupt_device, 1);
   auto group = backend->create_devices(2, o);
   ASSERT_TRUE(group.ok()) << group.status().to_string();
   EXPECT_EQ((*group)[1]->info().name, "cpu:1 (2 threads, strict)");
@@ -103,7 +105,7 @@ TEST(CpuOptions, AreParsedByNameAndUnknownNamesAreRefused) {
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(refused.status().message(), "backend 'cpu' has no device option 'device_memory_fraction' (it takes: "
-                                        "threads, memory_budget, strict, fail_at_op)");
+                                        "threads, memory_budget, strict, fail_at_op, corrupt_device)");
   hal::DeviceOptions bad;
   bad.set("strict", "yes");
   EXPECT_EQ(cpu::parse_cpu_options(bad).status().message(),

@@ -29,6 +29,7 @@
 #include "runtime/model/random_model.h"
 #include "runtime/parallel/shard_plan.h"
 #include "runtime/tokenizer/chat_template.h"
+#include "tests/unit/model/gguf_test_util.h"
 #include "tests/unit/tokenizer/tiny_vocab.h"
 
 namespace sx::daemon::diagnose {
@@ -55,18 +56,7 @@ struct ModelFile {
   explicit ModelFile(const char* stem) {
     path = (std::filesystem::temp_directory_path() / fmt::format("{}_{}.gguf", stem, ::getpid())).string();
     model::RandomModelSpec spec;
-    model::ModelConfig& c = spec.config;
-    c.name = "tiny";
-    c.n_layers = 2;
-    c.n_heads = 2;
-    c.n_kv_heads = 1;
-    c.head_dim = 16;
-    c.hidden = 32;
-    c.ffn = 64;
-    c.vocab = 300;
-    c.context_length = 64;
-    c.rope_theta = 1e6;
-    c.rms_eps = 1e-6;
+    spec.config = model::testing::tiny_qwen2_config(300, true);
     const Status written = model::write_random_qwen2_gguf(spec, path);
     EXPECT_TRUE(written.ok()) << written.to_string();
     config = spec.config;

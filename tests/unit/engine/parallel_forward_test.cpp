@@ -295,33 +295,51 @@ TEST(ParallelForwardQuantized, EveryLayoutStaysWithinTheQuantisationError) {
   }
 }
 
+// A model of `shape`'s heads with head_dim 128, 2 layers and FFN 1536, written in llama.cpp's
+// Q4_K_M mix (o in Q4_K: 256-column blocks, two heads) and as its F32 twin; the twin's free-running
+// greedy run, the quantised file's run fed the twin's tokens (TP 1's reference) and the
+// quantisation error between them.
+struct Head128Case {
+  QuantTwins files;
+  parallel::WeightTypes types;
+  GreedyRun twin, ref;
+  double quant_error = 0;
+};
+Result<Head128Case> head128_case(const Shape& shape, unsigned seed) {
+  model::RandomModelSpec spec;
+  spec.config = shape_config(shape, 128);
+  spec.config.n_layers = 2;
+  spec.config.ffn = 1536;
+  spec.seed = seed;
+  spec.init_std = 0.05f;
+  SX_ASSIGN_OR_RETURN(QuantTwins files, write_twins(spec, model_path(shape), [](model::RandomModelSpec& q) {
+                        q.mix = model::WeightMix::kQ4_K_M;
+                      }));
+  Head128Case c{std::move(files)};
+  SX_ASSIGN_OR_RETURN(c.types, parallel::weight_types_from_source(*c.files.q, c.files.config));
+  if (c.types.layers[0].o != hal::DType::kQ4_K) return internal_error("the Q4_K_M mix did not store o as Q4_K");
+  SX_ASSIGN_OR_RETURN(c.twin, run_one_device(*c.files.f32, c.files.config));
+  SX_ASSIGN_OR_RETURN(c.ref, run_one_device(*c.files.q, c.files.config, c.twin.tokens));
+  c.quant_error = max_relative_diff(c.ref, c.twin);
+  return c;
+}
+
 // head_dim 128 in llama.cpp's Q4_K_M mix (issue 21): o in Q4_K (blocks of 256 columns = 2 heads),
 // so the planner moves heads in pairs: 12 query heads / 4 KV heads (groups of 3, split across
 // ranks and replicated) at TP 6 as 2 heads a rank and at TP 4 as 2, 4, 2, 4; FFN 1536 in six
 // 256-row units. Fed the F32 twin's greedy tokens, each layout stays within a tenth of the
 // quantisation error of TP 1, and its free-running greedy tokens are reported next to TP 1's.
 TEST(ParallelForwardQuantized, HeadDim128Q4_K_MSplitsHeadsInPairs) {
-  const Shape shape{"head128", 12, 4, false};
-  model::RandomModelSpec spec;
-  spec.config = shape_config(shape, 128);
-  spec.config.n_layers = 2;
-  spec.config.ffn = 1536;
-  spec.seed = 13;
-  spec.init_std = 0.05f;
-  auto files = write_twins(spec, model_path(shape), [](model::RandomModelSpec& q) { q.mix = model::WeightMix::kQ4_K_M; });
-  ASSERT_TRUE(files.ok()) << files.status().to_string();
-  const model::ModelConfig* config = &files->config;
-  const model::GgufFile* q_file = files->q.get();
-  auto types = parallel::weight_types_from_source(*q_file, *config);
-  ASSERT_TRUE(types.ok()) << types.status().to_string();
-  EXPECT_EQ(types->layers[0].o, hal::DType::kQ4_K);
-  auto twin = run_one_device(*files->f32, *config);
-  ASSERT_TRUE(twin.ok()) << twin.status().to_string();
-  auto ref = run_one_device(*q_file, *config, twin->tokens);
-  ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+  auto c = head128_case({"head128", 12, 4, false}, 13);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  const model::ModelConfig* config = &c->files.config;
+  const model::GgufFile* q_file = c->files.q.get();
+  const auto* types = &c->types;
+  const auto* twin = &c->twin;
+  const auto* ref = &c->ref;
   auto ref_free = run_one_device(*q_file, *config);
   ASSERT_TRUE(ref_free.ok()) << ref_free.status().to_string();
-  const double quant_error = max_relative_diff(*ref, *twin);
+  const double quant_error = c->quant_error;
   for (const int tp : {4, 6}) {
     SCOPED_TRACE(::testing::Message() << "tp " << tp);
     auto plan = parallel::plan_shards(*config, *types, {tp, 1, hal::DType::kF32});
@@ -349,25 +367,14 @@ TEST(ParallelForwardQuantized, HeadDim128Q4_K_MSplitsHeadsInPairs) {
 // rank), the plan says so, and the logits stay within a quarter of the Q4_K_M mix's own error of
 // TP 1 (the Q8_0 rounding of the re-quantised o weights is what differs).
 TEST(ParallelForwardQuantized, RequantizesOWeightsWhereHeadsDoNotSplitOnBlocks) {
-  const Shape shape{"head128x6", 6, 2, false};
-  model::RandomModelSpec spec;
-  spec.config = shape_config(shape, 128);
-  spec.config.n_layers = 2;
-  spec.config.ffn = 1536;
-  spec.seed = 17;
-  spec.init_std = 0.05f;
-  auto files = write_twins(spec, model_path(shape), [](model::RandomModelSpec& q) { q.mix = model::WeightMix::kQ4_K_M; });
-  ASSERT_TRUE(files.ok()) << files.status().to_string();
-  const model::ModelConfig* config = &files->config;
-  const model::GgufFile* q_file = files->q.get();
-  auto types = parallel::weight_types_from_source(*q_file, *config);
-  ASSERT_TRUE(types.ok()) << types.status().to_string();
-  ASSERT_EQ(types->layers[0].o, hal::DType::kQ4_K);
-  auto twin = run_one_device(*files->f32, *config);
-  ASSERT_TRUE(twin.ok()) << twin.status().to_string();
-  auto ref = run_one_device(*q_file, *config, twin->tokens);
-  ASSERT_TRUE(ref.ok()) << ref.status().to_string();
-  const double quant_error = max_relative_diff(*ref, *twin);
+  auto c = head128_case({"head128x6", 6, 2, false}, 17);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  const model::ModelConfig* config = &c->files.config;
+  const model::GgufFile* q_file = c->files.q.get();
+  const auto* types = &c->types;
+  const auto* twin = &c->twin;
+  const auto* ref = &c->ref;
+  const double quant_error = c->quant_error;
   for (const int tp : {4, 6}) {
     SCOPED_TRACE(::testing::Message() << "tp " << tp);
     auto refused = run_layout(*q_file, *config, {tp, 1});
