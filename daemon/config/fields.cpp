@@ -239,6 +239,22 @@ Field fraction_field(std::string_view path, At at) {
   return f;
 }
 
+// A number of milliseconds in [0, 600000] (engine.max_step_ms).
+template <class At>
+Field milliseconds_field(std::string_view path, At at) {
+  Field f;
+  f.path = path;
+  f.expected = "milliseconds from 0 to 600000";
+  f.set = [at](ServeConfig& c, std::string_view text) -> std::string {
+    const auto v = parse_number(text);
+    if (!v || !(*v >= 0.0 && *v <= 600000.0)) return expected_got("milliseconds from 0 (off) to 600000", text);
+    at(c) = *v;
+    return {};
+  };
+  f.print = [at](const ServeConfig& c, bool) { return fmt::format("{}", at(c)); };
+  return f;
+}
+
 std::string check_size(std::string_view text, std::uint64_t min, std::uint64_t max, std::uint64_t& out) {
   const auto v = parse_size_text(text);
   if (!v) return expected_got("a size such as 16384, 16KiB or 8MiB", text);
@@ -370,6 +386,7 @@ std::vector<Field> build_fields() {
   v.push_back(bool_field("engine.enable_prefix_caching", SX_AT(engine.enable_prefix_caching)));
   v.push_back(bool_field("engine.prefix_affinity", SX_AT(engine.prefix_affinity)));
   v.push_back(string_choice_field("engine.smoke_test", SX_AT(engine.smoke_test), {"auto", "on", "off"}));
+  v.push_back(milliseconds_field("engine.max_step_ms", SX_AT(engine.max_step_ms)));
   v.push_back(optional_bytes_field("engine.memory_budget", SX_AT(engine.memory_budget), 1u << 20,
                                    std::uint64_t{1} << 50));
   // http

@@ -66,6 +66,7 @@ struct EngineSection {
   bool prefix_affinity = true;                  // route a request to the replica that holds its prompt's prefix
   std::optional<std::uint64_t> memory_budget;   // bytes each device may use (backend option); unset = from the device
   std::string smoke_test = "auto";              // the bundled model through the layout first: auto, on, off
+  double max_step_ms = 500;                     // paced steps: the step-time target (0: fill each step)
   bool operator==(const EngineSection&) const = default;
 };
 

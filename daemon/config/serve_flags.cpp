@@ -37,6 +37,8 @@ constexpr FlagBinding kServeFlags[] = {
     {"--max-num-batched-tokens", "", "engine.max_num_batched_tokens", true, "", false, "N",
      "tokens per step (default 2048)"},
     {"--block-size", "", "engine.block_size", true, "", false, "N", "tokens per KV block: 8, 16 (default) or 32"},
+    {"--max-step-ms", "", "engine.max_step_ms", true, "", false, "MS",
+     "step-time target: prefill chunks fit beside the running decodes (default 500; 0: fill each step)"},
     {"--memory-utilization", "", "engine.memory_utilization", true, "", false, "X",
      "fraction of device memory to use, (0, 1] (default 0.9)"},
     {"--api-key", "", "http.api_keys", true, "", true, "KEY", "accepted bearer token (repeatable; default: no auth)"},

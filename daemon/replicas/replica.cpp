@@ -87,6 +87,7 @@ Result<std::unique_ptr<Replica>> Replica::load(const ReplicaOptions& o, std::str
   engine::EngineConfig ec;
   ec.scheduler.max_num_batched_tokens = r->session_->model->options().max_batch_tokens;
   ec.scheduler.max_num_seqs = c.engine.max_num_seqs;
+  ec.scheduler.max_step_ms = c.engine.max_step_ms;
   ec.scheduler.max_model_len = r->max_request_tokens();
   ec.prefix_caching = c.engine.enable_prefix_caching;
   ec.eos_ids = r->session_->opened.extra_eos_ids;
@@ -95,12 +96,17 @@ Result<std::unique_ptr<Replica>> Replica::load(const ReplicaOptions& o, std::str
   r->engine_ = std::move(eng).value();
   if (cancelled()) return failed(cancelled_error("shutdown requested before the warm-up"));
   phase = "warm-up";
-  // One token through every layer: the first client does not pay for first-touch costs.
+  // A short prompt and two decodes through every layer: the first client does not pay for
+  // first-touch costs, and the scheduler's cost model has seen a prefill step and decode steps
+  // (paced scheduling starts with its measured costs, not a guess).
   engine::RequestOptions wo;
-  wo.max_tokens = 1;
+  wo.max_tokens = 3;
   wo.sampling.temperature = 0;
+  wo.ignore_eos = true;
+  const std::int64_t warm_prompt = std::clamp<std::int64_t>(r->max_request_tokens() - wo.max_tokens, 1, 32);
   Status warm_error;
-  auto id = r->engine_->submit({0}, wo, [&](const engine::RequestEvent& e) {
+  auto id = r->engine_->submit(std::vector<std::int32_t>(static_cast<std::size_t>(warm_prompt), 0), wo,
+                               [&](const engine::RequestEvent& e) {
     if (e.finished && e.finish == engine::RequestFinish::kError) warm_error = e.error;
   });
   if (!id.ok()) return failed(id.status());

@@ -1203,7 +1203,16 @@ json engine_json(const engine::EngineStats& es, std::uint64_t failed_steps, std:
                                                                        : 0.0}}},
               {"tokens", json{{"prompt", es.prompt_tokens}, {"generated", es.generation_tokens}}},
               {"preemptions", es.preemptions},
-              {"failed_steps", failed_steps}};
+              {"failed_steps", failed_steps},
+              {"steps", json{{"count", es.steps},
+                             {"max_step_ms", es.max_step_ms},
+                             {"cost_model", json{{"ready", es.cost_ready},
+                                                 {"fixed_ms", es.cost_fixed_ms},
+                                                 {"per_decode_token_ms", es.cost_per_decode_ms},
+                                                 {"per_prefill_token_ms", es.cost_per_prefill_ms}}},
+                             {"last", json{{"decode_tokens", es.last_decode_tokens},
+                                           {"prefill_tokens", es.last_prefill_tokens},
+                                           {"ms", es.last_step_ms}}}}}};
 }
 
 json Daemon::status_json() {

@@ -35,6 +35,12 @@ void metric(std::string& out, const std::string& name, const char* type, const s
 
 Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
 
+Histogram::Histogram(std::vector<double> bounds, std::vector<std::uint64_t> counts, double sum)
+    : bounds_(std::move(bounds)), counts_(std::move(counts)), sum_(sum) {
+  counts_.resize(bounds_.size() + 1, 0);
+  for (std::uint64_t c : counts_) count_ += c;
+}
+
 void Histogram::observe(double value) {
   const auto it = std::lower_bound(bounds_.begin(), bounds_.end(), value);
   ++counts_[static_cast<std::size_t>(it - bounds_.begin())];
@@ -73,6 +79,28 @@ engine::EngineStats sum_engine_stats(std::span<const engine::EngineStats> stats)
     all.preemptions += s.preemptions;
     all.prompt_tokens += s.prompt_tokens;
     all.generation_tokens += s.generation_tokens;
+    all.steps += s.steps;
+    for (std::size_t i = 0; i < all.step_tokens_counts.size() && i < s.step_tokens_counts.size(); ++i) {
+      all.step_tokens_counts[i] += s.step_tokens_counts[i];
+    }
+    for (std::size_t i = 0; i < all.step_seconds_counts.size() && i < s.step_seconds_counts.size(); ++i) {
+      all.step_seconds_counts[i] += s.step_seconds_counts[i];
+    }
+    all.step_tokens_sum += s.step_tokens_sum;
+    all.step_seconds_sum += s.step_seconds_sum;
+  }
+  // The step target, cost model and last step are each engine's own: the first replica's stand for
+  // the totals (every replica's are listed with it).
+  if (!stats.empty()) {
+    const engine::EngineStats& f = stats.front();
+    all.max_step_ms = f.max_step_ms;
+    all.cost_ready = f.cost_ready;
+    all.cost_fixed_ms = f.cost_fixed_ms;
+    all.cost_per_decode_ms = f.cost_per_decode_ms;
+    all.cost_per_prefill_ms = f.cost_per_prefill_ms;
+    all.last_decode_tokens = f.last_decode_tokens;
+    all.last_prefill_tokens = f.last_prefill_tokens;
+    all.last_step_ms = f.last_step_ms;
   }
   all.kv_usage = all.kv_total_blocks > 0
                      ? 1.0 - static_cast<double>(all.kv_free_blocks) / static_cast<double>(all.kv_total_blocks)
@@ -115,6 +143,19 @@ std::string ServeMetrics::render(const std::string& model_name, const std::vecto
               [](S s) { return static_cast<double>(s.generation_tokens); });
   per_replica("sextant_kv_cache_free_blocks", "gauge", "KV cache blocks with no request holding them.",
               [](S s) { return static_cast<double>(s.kv_free_blocks); });
+  // Steps, over all replicas (issue 24): tokens per step as vLLM counts them, and step seconds.
+  out += Histogram(std::vector<double>(std::begin(engine::kStepTokenBounds), std::end(engine::kStepTokenBounds)),
+                   all.step_tokens_counts, all.step_tokens_sum)
+             .render("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", labels);
+  out += Histogram(std::vector<double>(std::begin(engine::kStepSecondsBounds), std::end(engine::kStepSecondsBounds)),
+                   all.step_seconds_counts, all.step_seconds_sum)
+             .render("sextant_step_seconds", "Histogram of engine step times in seconds (forward and sampling).",
+                     labels);
+  per_replica("sextant_step_target_seconds", "gauge", "The scheduler's step-time target (0: unpaced).",
+              [](S s) { return s.max_step_ms / 1000.0; });
+  per_replica("sextant_step_cost_prefill_seconds_per_token", "gauge",
+              "The cost model's time per prefill token (0 until measured).",
+              [](S s) { return s.cost_per_prefill_ms / 1000.0; });
   out += "# HELP sextant_replica_state The state of each replica (1 for the state it is in).\n"
          "# TYPE sextant_replica_state gauge\n";
   for (const ReplicaSample& r : replicas) {

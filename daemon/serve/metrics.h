@@ -27,6 +27,8 @@ engine::EngineStats sum_engine_stats(std::span<const engine::EngineStats> stats)
 class Histogram {
  public:
   explicit Histogram(std::vector<double> bounds);
+  // One already counted: `counts` per bucket (not cumulative; the last is +Inf), their `sum`.
+  Histogram(std::vector<double> bounds, std::vector<std::uint64_t> counts, double sum);
   void observe(double value);
   // The _bucket/_sum/_count lines of `name` with `labels` ("model_name=\"m\"").
   std::string render(const std::string& name, const std::string& help, const std::string& labels) const;

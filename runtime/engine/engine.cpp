@@ -1,5 +1,8 @@
 // Engine: inbox -> scheduler -> one batched forward -> per-request sampling -> events.
 #include "runtime/engine/engine.h"
+#include "runtime/base/log.h"
+
+#include <chrono>
 
 #include <algorithm>
 #include <cmath>
@@ -257,6 +260,7 @@ Status Engine::step() {
     on_device = on_device && l.options.top_logprobs < 0 && l.sampler.on_device_candidates(model_.top_k_limit(), &k);
     top_k = std::max(top_k, k);
   }
+  const auto t0 = std::chrono::steady_clock::now();
   const Status st = on_device ? model_.forward_top_k(b, top_k, top_values_, top_ids_) : model_.forward(b, logits_);
   if (!st.ok()) {
     // The step is lost: fail its requests (their KV is unknown) and report the error. Requests
@@ -303,6 +307,11 @@ Status Engine::step() {
     events.push_back(std::move(e));
   }
   scheduler_.update(out, sampled);
+  // The step's time (forward and sampling) teaches the scheduler's cost model.
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  scheduler_.observe_step(out, seconds);
+  log_debug("engine: step of {} decode + {} prefill tokens (budget {}) in {:.1f} ms", out.num_decode_tokens,
+            out.num_prefill_tokens, out.prefill_budget, seconds * 1000.0);
   // Text: a stop id ended the request in the scheduler (its text is not shown); otherwise decode and
   // look for stop strings.
   for (RequestEvent& e : events) {
@@ -322,6 +331,14 @@ Status Engine::step() {
     ++stats_.steps;
     stats_.prompt_tokens += prompt_tokens;
     stats_.generation_tokens += sampled.size();
+    const auto tokens = static_cast<double>(out.num_batched_tokens);
+    ++stats_.step_tokens_counts[static_cast<std::size_t>(
+        std::lower_bound(std::begin(kStepTokenBounds), std::end(kStepTokenBounds), tokens) - std::begin(kStepTokenBounds))];
+    ++stats_.step_seconds_counts[static_cast<std::size_t>(
+        std::lower_bound(std::begin(kStepSecondsBounds), std::end(kStepSecondsBounds), seconds) -
+        std::begin(kStepSecondsBounds))];
+    stats_.step_tokens_sum += tokens;
+    stats_.step_seconds_sum += seconds;
   }
   emit_finished();
   publish_state();
@@ -340,6 +357,14 @@ void Engine::publish_state() {
   stats_.preemptions = ss.preemptions;
   stats_.prefix_queries = ks.prefix_queries;
   stats_.prefix_hits = ks.prefix_hits;
+  stats_.max_step_ms = ss.max_step_ms;
+  stats_.cost_ready = ss.cost.ready;
+  stats_.cost_fixed_ms = ss.cost.fixed * 1000.0;
+  stats_.cost_per_decode_ms = ss.cost.per_decode * 1000.0;
+  stats_.cost_per_prefill_ms = ss.cost.per_prefill * 1000.0;
+  stats_.last_decode_tokens = ss.last_decode_tokens;
+  stats_.last_prefill_tokens = ss.last_prefill_tokens;
+  stats_.last_step_ms = ss.last_step_ms;
   scheduler_busy_ = scheduler_.has_work();
 }
 

@@ -74,6 +74,10 @@ struct RequestEvent {
 
 using EventCallback = std::function<void(const RequestEvent&)>;
 
+// Bucket bounds of the per-step histograms (vLLM's for iteration tokens).
+inline constexpr double kStepTokenBounds[] = {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
+inline constexpr double kStepSecondsBounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+
 struct EngineStats {
   std::int64_t running = 0, waiting = 0;
   double kv_usage = 0.0;
@@ -81,6 +85,18 @@ struct EngineStats {
   std::uint64_t prefix_queries = 0, prefix_hits = 0;  // tokens
   std::uint64_t preemptions = 0, steps = 0;
   std::uint64_t prompt_tokens = 0, generation_tokens = 0;
+  // Paced steps (issue 24): the scheduler's step-time target (0: unpaced), its cost model of this
+  // engine's devices, and the last step's composition and time.
+  double max_step_ms = 0;
+  bool cost_ready = false;
+  double cost_fixed_ms = 0, cost_per_decode_ms = 0, cost_per_prefill_ms = 0;
+  std::int64_t last_decode_tokens = 0, last_prefill_tokens = 0;
+  double last_step_ms = 0;
+  // Every step's tokens and seconds, as bucket counts over kStepTokenBounds / kStepSecondsBounds
+  // (not cumulative; the last is +Inf) and sums.
+  std::vector<std::uint64_t> step_tokens_counts = std::vector<std::uint64_t>(std::size(kStepTokenBounds) + 1, 0);
+  std::vector<std::uint64_t> step_seconds_counts = std::vector<std::uint64_t>(std::size(kStepSecondsBounds) + 1, 0);
+  double step_tokens_sum = 0, step_seconds_sum = 0;
 };
 
 class Engine {

@@ -22,6 +22,7 @@ struct Request {
   std::int64_t num_cached_prompt = 0;   // of the prompt, taken from the prefix cache at admission
   std::int64_t num_preemptions = 0;
   std::uint64_t arrival = 0;            // admission order (set by the scheduler)
+  std::int64_t prefill_skips = 0;       // steps in a row its prefill was passed over (paced scheduling)
   bool cancel_requested = false;
 
   std::int64_t num_tokens() const { return static_cast<std::int64_t>(prompt.size() + output.size()); }

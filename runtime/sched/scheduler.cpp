@@ -74,22 +74,47 @@ SchedulerOutput Scheduler::schedule() {
     if (r->cancel_requested) cancelled.push_back(r.get());
   }
   for (Request* r : cancelled) finish_request(r, FinishReason::kCancelled);
+  SchedulerOutput out = config_.max_step_ms > 0 ? schedule_paced() : schedule_unpaced();
+  for (const ScheduledRequest& s : out.scheduled) {
+    (s.num_tokens == 1 ? out.num_decode_tokens : out.num_prefill_tokens) += s.num_tokens;
+  }
+  return out;
+}
 
+void Scheduler::observe_step(const SchedulerOutput& out, double seconds) {
+  cost_.observe(out.num_decode_tokens, out.num_prefill_tokens, seconds);
+  last_decode_ = out.num_decode_tokens;
+  last_prefill_ = out.num_prefill_tokens;
+  last_seconds_ = seconds;
+}
+
+bool Scheduler::allocate_or_preempt(Request* r, std::int64_t n, SchedulerOutput& out) {
+  bool ok = kv_.allocate(r->id, r->num_computed + n, false);
+  while (!ok) {
+    // The newest running request not already in this step (r itself included).
+    Request* victim = nullptr;
+    for (auto it = running_.rbegin(); it != running_.rend() && victim == nullptr; ++it) {
+      const bool in_step = std::any_of(out.scheduled.begin(), out.scheduled.end(),
+                                       [&](const ScheduledRequest& s) { return s.request == *it; });
+      if (!in_step) victim = *it;
+    }
+    if (victim == nullptr) return false;  // everyone else is in the step: r waits for room
+    preempt(victim);
+    out.preempted.push_back(victim->id);
+    if (victim == r) return false;
+    ok = kv_.allocate(r->id, r->num_computed + n, false);
+  }
+  return true;
+}
+
+SchedulerOutput Scheduler::schedule_unpaced() {
   SchedulerOutput out;
   std::int64_t budget = config_.max_num_batched_tokens;
   // Running requests first: decodes and unfinished prefills, in admission order.
   for (std::size_t i = 0; i < running_.size() && budget > 0;) {
     Request* r = running_[i];
     const std::int64_t n = std::min(r->num_tokens() - r->num_computed, budget);
-    bool ok = kv_.allocate(r->id, r->num_computed + n, false);
-    while (!ok) {
-      Request* victim = running_.back();
-      preempt(victim);
-      out.preempted.push_back(victim->id);
-      if (victim == r) break;
-      ok = kv_.allocate(r->id, r->num_computed + n, false);
-    }
-    if (!ok) break;  // r itself was the newest and is preempted
+    if (!allocate_or_preempt(r, n, out)) break;  // r itself was the newest and is preempted
     out.scheduled.push_back({r, r->num_computed, n, r->num_computed + n == r->num_tokens()});
     budget -= n;
     ++i;
@@ -120,6 +145,99 @@ SchedulerOutput Scheduler::schedule() {
   return out;
 }
 
+SchedulerOutput Scheduler::schedule_paced() {
+  SchedulerOutput out;
+  std::int64_t budget = config_.max_num_batched_tokens;
+  // 1. Every running decode (one token left to compute: the last one sampled), admission order.
+  std::vector<Request*> candidates;  // running prefills, then the waiting requests
+  for (std::size_t i = 0; i < running_.size() && budget > 0;) {
+    Request* r = running_[i];
+    if (r->num_tokens() - r->num_computed > 1) {
+      candidates.push_back(r);
+      ++i;
+      continue;
+    }
+    if (!allocate_or_preempt(r, 1, out)) break;  // r was the newest and is preempted
+    out.scheduled.push_back({r, r->num_computed, 1, true});
+    --budget;
+    ++i;
+  }
+  // Preemption above may have taken prefilling requests back to the queue.
+  candidates.erase(std::remove_if(candidates.begin(), candidates.end(),
+                                  [](const Request* r) { return r->status != RequestStatus::kRunning; }),
+                   candidates.end());
+  // 2. The prefill share: what the cost model says fits in the target beside the decodes; with no
+  //    decode in the step, nobody is waiting for a token: the whole token budget.
+  const auto decodes = static_cast<std::int64_t>(out.scheduled.size());
+  std::int64_t left = budget <= 0 ? 0
+                      : decodes == 0
+                          ? budget
+                          : cost_.prefill_budget(decodes, config_.max_step_ms / 1000.0, config_.min_prefill_chunk,
+                                                 budget, /*cold_chunk=*/config_.min_prefill_chunk);
+  out.prefill_budget = left;
+  // 3. Prefills: the overdue (passed over too often, or preempted) oldest first, then the shortest
+  //    remaining prompt first.
+  if (out.preempted.empty()) candidates.insert(candidates.end(), waiting_.begin(), waiting_.end());
+  const std::int64_t skips = config_.max_prefill_skips;
+  auto overdue = [skips](const Request* r) {
+    return r->prefill_skips >= skips || (r->status == RequestStatus::kWaiting && r->num_preemptions > 0);
+  };
+  std::stable_sort(candidates.begin(), candidates.end(), [&](const Request* a, const Request* b) {
+    const bool oa = overdue(a), ob = overdue(b);
+    if (oa != ob) return oa;
+    if (oa) return a->arrival < b->arrival;
+    const std::int64_t ra = a->num_tokens() - a->num_computed, rb = b->num_tokens() - b->num_computed;
+    if (ra != rb) return ra < rb;
+    return a->arrival < b->arrival;
+  });
+  bool admitting = out.preempted.empty();
+  for (Request* r : candidates) {
+    if (left <= 0) break;
+    if (r->status == RequestStatus::kRunning) {
+      const std::int64_t n = std::min(r->num_tokens() - r->num_computed, left);
+      if (!allocate_or_preempt(r, n, out)) {
+        admitting = false;
+        continue;
+      }
+      out.scheduled.push_back({r, r->num_computed, n, r->num_computed + n == r->num_tokens()});
+      r->prefill_skips = 0;
+      left -= n;
+      continue;
+    }
+    if (!admitting || r->status != RequestStatus::kWaiting ||
+        static_cast<std::int64_t>(running_.size()) >= config_.max_num_seqs) {
+      continue;
+    }
+    if (!kv_.has(r->id)) {
+      r->num_computed = kv_.acquire_cached_prefix(r->id, r->all_tokens());
+      if (r->num_preemptions == 0) r->num_cached_prompt = r->num_computed;
+    }
+    const std::int64_t n = std::min(r->num_tokens() - r->num_computed, left);
+    if (!kv_.allocate(r->id, r->num_computed + n, /*admission=*/!running_.empty())) {
+      kv_.free(r->id);  // do not hold cached blocks while waiting
+      r->num_computed = 0;
+      admitting = false;  // no room: later arrivals wait too
+      continue;
+    }
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), r));
+    running_.push_back(r);
+    r->status = RequestStatus::kRunning;
+    out.scheduled.push_back({r, r->num_computed, n, r->num_computed + n == r->num_tokens()});
+    r->prefill_skips = 0;
+    left -= n;
+  }
+  // Whoever wanted prefill and got none this step waited one more.
+  for (Request* r : candidates) {
+    const bool got = std::any_of(out.scheduled.begin(), out.scheduled.end(),
+                                 [r](const ScheduledRequest& s) { return s.request == r; });
+    if (!got && r->status != RequestStatus::kFinished) ++r->prefill_skips;
+  }
+  std::int64_t total = 0;
+  for (const ScheduledRequest& s : out.scheduled) total += s.num_tokens;
+  out.num_batched_tokens = total;
+  return out;
+}
+
 void Scheduler::update(const SchedulerOutput& out, std::span<const std::int32_t> sampled) {
   std::size_t next_sample = 0;
   const std::int64_t cap = max_request_tokens();
@@ -147,8 +265,17 @@ std::vector<std::unique_ptr<Request>> Scheduler::take_finished() {
 }
 
 SchedulerStats Scheduler::stats() const {
-  return {static_cast<std::int64_t>(running_.size()), static_cast<std::int64_t>(waiting_.size()), preemptions_,
-          kv_.usage()};
+  SchedulerStats st;
+  st.running = static_cast<std::int64_t>(running_.size());
+  st.waiting = static_cast<std::int64_t>(waiting_.size());
+  st.preemptions = preemptions_;
+  st.kv_usage = kv_.usage();
+  st.max_step_ms = config_.max_step_ms;
+  st.cost = cost_.coefficients();
+  st.last_decode_tokens = last_decode_;
+  st.last_prefill_tokens = last_prefill_;
+  st.last_step_ms = last_seconds_ * 1000.0;
+  return st;
 }
 
 }  // namespace sx::sched

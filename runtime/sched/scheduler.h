@@ -1,10 +1,24 @@
 // Continuous batching (DESIGN.md §3 step 4, §7.7): which tokens of which requests go into the next
 // forward step. Pure host code: token ids and block ids, no device.
 //
-// Each step fills a token budget (max_num_batched_tokens) under a cap on running requests
-// (max_num_seqs): first every running request's next tokens (one for a decode, the rest of the
-// prompt, chunked to the budget, for a request still prefilling), then waiting requests in arrival
-// order, each starting from its longest cached prefix and chunked to what is left of the budget.
+// Paced steps (issue 24; max_step_ms > 0, serve's default): a step should end within a target
+// time, so that streams keep their pace while long prompts are prefilled. Every running decode is
+// in the step; the prefill tokens beside them (all of max_num_batched_tokens when no decode runs:
+// nobody waits for a token then) are what a cost model of this device (step_cost.h:
+// fixed + per decode token + per prefill token, fitted to the steps it measured, observe_step())
+// says fits in the target, never fewer than min_prefill_chunk (prefills always progress) nor more
+// than max_num_batched_tokens allows. That prefill share goes to the running prefills and the
+// waiting requests in this order: first any that was passed over max_prefill_skips steps in a row
+// or was preempted (oldest first), then shortest remaining prompt first (arrival order on ties), each
+// chunked to what is left. So a short prompt behind a long one is served within a step or two
+// instead of after all of the long one's chunks, several long prompts share the budget instead of
+// one running alone to the end, and none waits more than max_prefill_skips steps while others go.
+//
+// Unpaced steps (max_step_ms == 0, the behaviour before): each step fills a token budget
+// (max_num_batched_tokens) under a cap on running requests (max_num_seqs): first every running
+// request's next tokens (one for a decode, the rest of the prompt, chunked to the budget, for a
+// request still prefilling), then waiting requests in arrival order, each starting from its longest
+// cached prefix and chunked to what is left of the budget.
 // A request is admitted only if its blocks fit while leaving the watermark free. When a running
 // request cannot get a block, the newest running request is preempted by recompute: its blocks are
 // freed, its output so far is kept, and it goes back to the front of the queue to be prefilled
@@ -27,6 +41,7 @@
 #include "runtime/base/status.h"
 #include "runtime/kv/kv_cache_manager.h"
 #include "runtime/sched/request.h"
+#include "runtime/sched/step_cost.h"
 
 namespace sx::sched {
 
@@ -34,6 +49,9 @@ struct SchedulerConfig {
   std::int64_t max_num_batched_tokens = 2048;
   std::int64_t max_num_seqs = 64;
   std::int64_t max_model_len = 4096;  // prompt + output tokens of one request
+  double max_step_ms = 0;               // the step-time target (0: unpaced, fill to the token budget)
+  std::int64_t min_prefill_chunk = 16;  // prefill tokens a paced step takes at least (when any wait)
+  std::int64_t max_prefill_skips = 8;   // a prefill passed over this many steps goes first
 };
 
 struct ScheduledRequest {
@@ -46,6 +64,9 @@ struct ScheduledRequest {
 struct SchedulerOutput {
   std::vector<ScheduledRequest> scheduled;
   std::int64_t num_batched_tokens = 0;
+  std::int64_t num_decode_tokens = 0;   // scheduled one token at a time (a decode)
+  std::int64_t num_prefill_tokens = 0;  // in chunks of a prompt (or of a preempted request's recompute)
+  std::int64_t prefill_budget = 0;      // the prefill tokens the step could take
   std::vector<std::uint64_t> preempted;  // ids preempted while building this step
 };
 
@@ -53,6 +74,10 @@ struct SchedulerStats {
   std::int64_t running = 0, waiting = 0;
   std::uint64_t preemptions = 0;
   double kv_usage = 0.0;
+  double max_step_ms = 0;               // the target (0: unpaced)
+  StepCostModel::Coefficients cost;     // the cost model as fitted now
+  std::int64_t last_decode_tokens = 0, last_prefill_tokens = 0;
+  double last_step_ms = 0;
 };
 
 class Scheduler {
@@ -66,6 +91,8 @@ class Scheduler {
   void finish(std::uint64_t id, FinishReason reason);
 
   SchedulerOutput schedule();
+  // How long the step of `out` took (the forward and the sampling): the cost model learns from it.
+  void observe_step(const SchedulerOutput& out, double seconds);
   // Applies a step: scheduled tokens are computed; sampled[i] is the token of the i-th scheduled
   // request with sample == true. Stop ids, max_tokens and max_model_len end requests.
   void update(const SchedulerOutput& out, std::span<const std::int32_t> sampled);
@@ -82,6 +109,12 @@ class Scheduler {
   const SchedulerConfig& config() const { return config_; }
 
  private:
+  SchedulerOutput schedule_unpaced();
+  SchedulerOutput schedule_paced();
+  // Allocates blocks for r's next `n` tokens, preempting the newest running requests not already in
+  // `out` while they do not fit (r itself among them); false when r was preempted or nothing else
+  // can give room (r then waits, its blocks as they were).
+  bool allocate_or_preempt(Request* r, std::int64_t n, SchedulerOutput& out);
   void preempt(Request* r);
   void finish_request(Request* r, FinishReason reason);
 
@@ -93,6 +126,9 @@ class Scheduler {
   std::vector<std::unique_ptr<Request>> finished_;
   std::uint64_t next_arrival_ = 0;
   std::uint64_t preemptions_ = 0;
+  StepCostModel cost_;
+  std::int64_t last_decode_ = 0, last_prefill_ = 0;
+  double last_seconds_ = 0;
 };
 
 }  // namespace sx::sched

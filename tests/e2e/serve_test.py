@@ -472,6 +472,32 @@ def shutdown_past_the_drain_timeout_ends_what_is_left():
 
 
 @case
+def paced_steps_show_their_target_costs_and_composition():
+    """Issue 24: ctl status shows the step-time target (engine.max_step_ms, 500 by default), the cost model
+    fitted from the warm-up on (ready, with a positive time per prefill token) and the last step's
+    composition; /metrics has vLLM's iteration-token histogram and a step-time histogram whose counts
+    follow the steps."""
+    st = D.status()
+    steps = st["steps"]
+    assert steps["max_step_ms"] == 500, steps
+    assert steps["cost_model"]["ready"] is True and steps["cost_model"]["per_prefill_token_ms"] > 0, steps
+    assert steps["count"] >= 3, steps  # the warm-up's prefill and decodes
+    status, _ = post(D.port, "/v1/completions", {"model": NAME, "prompt": REF["prompt_text"], "max_tokens": 5,
+                                                 "temperature": 0, "ignore_eos": True})
+    assert status == 200
+    after = D.status()["steps"]
+    assert after["count"] >= steps["count"] + 5 and after["last"]["decode_tokens"] == 1, after
+    c = http.client.HTTPConnection("127.0.0.1", D.port, timeout=30)
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    c.close()
+    count = [l for l in text.splitlines() if l.startswith("vllm:iteration_tokens_total_count{")]
+    assert len(count) == 1 and int(float(count[0].split()[-1])) == after["count"], (count, after)
+    assert 'sextant_step_seconds_bucket{model_name="memorise-q8_0",le="+Inf"}' in text, text[:2000]
+    assert 'sextant_step_target_seconds{model_name="memorise-q8_0",replica="1.0"} 0.5' in text, text[:3000]
+
+
+@case
 def each_start_keeps_its_log_and_the_last_two_can_be_compared():
     """Issue 22 item 5: every start keeps its log and summary in log.dir (log.keep of them); `sextant ctl logs`
     shows the current one; `sextant logs` lists the starts and `--diff` names what changed between the last two

@@ -86,7 +86,13 @@ struct Stress {
   std::int64_t num_blocks, block_size, budget, max_seqs;
   bool prefix_caching;
   double cancel_rate;
+  double max_step_ms = 0;  // paced steps, timed by fake_step_seconds
 };
+
+// A device whose step takes 1 ms + 0.1 ms a decode token + 1 ms a prefill token.
+double fake_step_seconds(const SchedulerOutput& out) {
+  return 0.001 + 0.0001 * static_cast<double>(out.num_decode_tokens) + 0.001 * static_cast<double>(out.num_prefill_tokens);
+}
 
 class SchedulerStress : public ::testing::TestWithParam<Stress> {};
 
@@ -97,6 +103,7 @@ TEST_P(SchedulerStress, EveryRequestFinishesWithItsOwnOutputAndThePoolEmpties) {
   sc.max_num_batched_tokens = p.budget;
   sc.max_num_seqs = p.max_seqs;
   sc.max_model_len = 96;
+  sc.max_step_ms = p.max_step_ms;
   Scheduler s(sc, kv);
   FakeModel model(kv);
   std::mt19937 rng(1234);
@@ -142,6 +149,7 @@ TEST_P(SchedulerStress, EveryRequestFinishesWithItsOwnOutputAndThePoolEmpties) {
     EXPECT_LE(static_cast<std::int64_t>(out.scheduled.size()), p.max_seqs);
     const auto sampled = model.run(out);
     if (HasFailure()) return;
+    s.observe_step(out, fake_step_seconds(out));
     s.update(out, sampled);
     for (auto& r : s.take_finished()) {
       live.erase(std::remove(live.begin(), live.end(), r->id), live.end());
@@ -184,7 +192,10 @@ INSTANTIATE_TEST_SUITE_P(
     Pools, SchedulerStress,
     ::testing::Values(Stress{10'000, 24, 8, 64, 16, true, 0.05},    // tight pool: many preemptions
                       Stress{10'000, 400, 16, 256, 32, true, 0.05},  // roomy pool: batching + prefix reuse
-                      Stress{2'000, 20, 4, 16, 8, false, 0.1}));     // no prefix cache, tiny budget
+                      Stress{2'000, 20, 4, 16, 8, false, 0.1},       // no prefix cache, tiny budget
+                      // Paced steps (a 10 ms target on the fake device): the same outputs.
+                      Stress{10'000, 24, 8, 64, 16, true, 0.05, 10.0},
+                      Stress{10'000, 400, 16, 256, 32, true, 0.05, 10.0}));
 
 TEST(Scheduler, RefusesPromptsThatCannotFitWithClearErrors) {
   kv::KvCacheManager kv({5, 4, true, 0, 0.0});  // 16 tokens of pool
@@ -257,6 +268,146 @@ TEST(Scheduler, ChunkedPrefillRunsDecodesFirst) {
   EXPECT_EQ(o2.scheduled[0].num_tokens, 1);
   EXPECT_EQ(o2.scheduled[1].num_tokens, 7);  // the rest of the budget
   EXPECT_FALSE(o2.scheduled[1].sample);
+}
+
+// ---- Paced steps (issue 24) ------------------------------------------------------------------
+
+TEST(StepCostModel, FitsTheStepsItSawAndSaysWhatFitsTheTarget) {
+  StepCostModel m;
+  EXPECT_FALSE(m.coefficients().ready);
+  EXPECT_EQ(m.prefill_budget(4, 0.5, 16, 2048), 64);  // cold: a small first chunk
+  EXPECT_EQ(m.prefill_budget(4, 0.5, 16, 2048, 8), 16);  // never below the minimum
+  std::mt19937 rng(7);
+  for (int i = 0; i < 40; ++i) {
+    const std::int64_t d = static_cast<std::int64_t>(rng() % 8);
+    const std::int64_t p = i % 3 == 0 ? 0 : static_cast<std::int64_t>(rng() % 200);
+    m.observe(d, p, 0.2 + 0.01 * static_cast<double>(d) + 0.02 * static_cast<double>(p));
+  }
+  const auto& c = m.coefficients();
+  ASSERT_TRUE(c.ready);
+  EXPECT_NEAR(c.fixed, 0.2, 1e-6);
+  EXPECT_NEAR(c.per_decode, 0.01, 1e-6);
+  EXPECT_NEAR(c.per_prefill, 0.02, 1e-6);
+  EXPECT_EQ(m.prefill_budget(4, 0.51, 8, 2048), 13);    // (0.51 - 0.24) / 0.02 = 13.5
+  EXPECT_EQ(m.prefill_budget(40, 0.5, 16, 2048), 16);   // the decodes alone exceed it: the minimum
+  EXPECT_EQ(m.prefill_budget(0, 100.0, 16, 512), 512);  // the token cap
+}
+
+TEST(StepCostModel, FollowsADeviceThatGetsSlower) {
+  StepCostModel m;
+  auto feed = [&](double scale, int steps) {
+    for (int i = 0; i < steps; ++i) {
+      const std::int64_t p = (i % 4) * 40;
+      m.observe(4, p, scale * (0.1 + 0.005 * static_cast<double>(p)));
+    }
+  };
+  feed(1.0, 64);
+  const std::int64_t fast = m.prefill_budget(4, 0.5, 16, 2048);
+  EXPECT_EQ(fast, 80);  // (0.5 - 0.1) / 0.005
+  feed(2.0, 64);        // every step now takes twice as long
+  const std::int64_t slow = m.prefill_budget(4, 0.5, 16, 2048);
+  EXPECT_NEAR(static_cast<double>(slow), 30.0, 1.0);  // (0.5 - 0.2) / 0.01
+  std::printf("prefill budget at a 500 ms target: %lld tokens, then %lld once steps took twice as long\n",
+              static_cast<long long>(fast), static_cast<long long>(slow));
+}
+
+// A scheduler whose steps are timed by fake_step_seconds, and the fake model under it.
+struct Paced {
+  kv::KvCacheManager kv{{4096, 16, false, 0, 0.0}};
+  Scheduler s;
+  FakeModel model{kv};
+  std::uint64_t next_id = 1;
+  explicit Paced(double max_step_ms, std::int64_t budget = 2048) : s(config(max_step_ms, budget), kv) {}
+  static SchedulerConfig config(double max_step_ms, std::int64_t budget) {
+    SchedulerConfig c;
+    c.max_num_batched_tokens = budget;
+    c.max_model_len = 8192;
+    c.max_step_ms = max_step_ms;
+    return c;
+  }
+  std::uint64_t add(std::int64_t prompt, std::int64_t max_tokens) {
+    auto r = std::make_unique<Request>();
+    r->id = next_id++;
+    for (std::int64_t i = 0; i < prompt; ++i) r->prompt.push_back(1 + static_cast<std::int32_t>((i * 7 + r->id) % 40));
+    r->max_tokens = max_tokens;
+    const std::uint64_t id = r->id;
+    EXPECT_TRUE(s.add(std::move(r)).ok());
+    return id;
+  }
+  // One step: its output, after the model ran it and the scheduler learnt its time.
+  SchedulerOutput step() {
+    SchedulerOutput out = s.schedule();
+    const auto sampled = model.run(out);
+    s.observe_step(out, fake_step_seconds(out));
+    s.update(out, sampled);
+    return out;
+  }
+  static bool has(const SchedulerOutput& out, std::uint64_t id) {
+    return std::any_of(out.scheduled.begin(), out.scheduled.end(),
+                       [id](const ScheduledRequest& r) { return r.request->id == id; });
+  }
+};
+
+// Four streams decode; a 2,000-token prompt arrives. Unpaced, its first step carries 2,044 tokens
+// (the streams wait ~2 s of fake time for their next token); paced at 100 ms, every step carries
+// every stream's decode and at most what fits (the target, after the cost model's first steps),
+// and the prompt still gets its first token.
+TEST(PacedScheduler, DecodesAreInEveryStepAndAStepStaysNearTheTarget) {
+  for (const double target : {0.0, 100.0}) {
+    SCOPED_TRACE(::testing::Message() << "max_step_ms " << target);
+    Paced p(target);
+    std::vector<std::uint64_t> streams;
+    for (int i = 0; i < 4; ++i) streams.push_back(p.add(8, 1000));
+    for (int i = 0; i < 20; ++i) p.step();  // the streams decode; the cost model sees decode steps
+    const std::uint64_t big = p.add(2000, 4);
+    double longest = 0;
+    int steps = 0;
+    bool first_token = false;
+    while (!first_token) {
+      const SchedulerOutput out = p.step();
+      ++steps;
+      for (std::uint64_t id : streams) EXPECT_TRUE(Paced::has(out, id)) << "a stream missed step " << steps;
+      longest = std::max(longest, fake_step_seconds(out));
+      for (const ScheduledRequest& r : out.scheduled) first_token |= r.request->id == big && r.sample;
+      ASSERT_LT(steps, 1000);
+    }
+    if (target == 0) {
+      EXPECT_EQ(steps, 1);
+      EXPECT_GT(longest, 1.9);
+    } else {
+      EXPECT_LE(longest, 0.1 * 1.01) << "a step beyond the target";
+      EXPECT_GT(steps, 20);
+    }
+    std::printf("max_step_ms %g: the 2000-token prompt took %d steps; the longest step %.3f s\n", target, steps,
+                longest);
+  }
+}
+
+// Two long prompts arrive, then a short one: the short one is prefilled at once (shortest remaining
+// first), and neither long one waits more than max_prefill_skips steps in a row for its turn.
+TEST(PacedScheduler, AShortPromptIsNotStuckBehindLongOnesAndNoneStarves) {
+  Paced p(30.0);
+  for (int i = 0; i < 8; ++i) p.step();
+  const std::uint64_t a = p.add(600, 2), b = p.add(600, 2);
+  p.step();
+  const std::uint64_t shorter = p.add(20, 2);
+  const SchedulerOutput next = p.step();
+  EXPECT_TRUE(Paced::has(next, shorter)) << "the short prompt waited behind the long ones";
+  std::map<std::uint64_t, int> since;  // steps since each long prompt last got prefill
+  int worst = 0;
+  for (int i = 0; i < 400 && p.s.has_work(); ++i) {
+    const SchedulerOutput out = p.step();
+    for (const std::uint64_t id : {a, b}) {
+      since[id] = Paced::has(out, id) ? 0 : since[id] + 1;
+      worst = std::max(worst, since[id]);
+    }
+  }
+  EXPECT_FALSE(p.s.has_work()) << "the long prompts did not finish";
+  EXPECT_LE(worst, p.s.config().max_prefill_skips + 1);
+  const SchedulerStats st = p.s.stats();
+  EXPECT_DOUBLE_EQ(st.max_step_ms, 30.0);
+  EXPECT_TRUE(st.cost.ready);
+  EXPECT_NEAR(st.cost.per_prefill, 0.001, 1e-9);
 }
 
 }  // namespace

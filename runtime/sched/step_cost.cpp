@@ -1,0 +1,119 @@
+// The cost model of a forward step (step_cost.h).
+#include "runtime/sched/step_cost.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+namespace sx::sched {
+
+namespace {
+
+using Vec = std::array<double, 3>;
+using Mat = std::array<Vec, 3>;
+
+// Solves A x = b for the coefficients marked in `use` (the others are 0); false when singular.
+bool solve(Mat a, Vec b, const std::array<bool, 3>& use, Vec& x) {
+  int idx[3], n = 0;
+  for (int i = 0; i < 3; ++i) {
+    if (use[static_cast<std::size_t>(i)]) idx[n++] = i;
+  }
+  double m[3][4] = {};
+  for (int r = 0; r < n; ++r) {
+    for (int c = 0; c < n; ++c) m[r][c] = a[static_cast<std::size_t>(idx[r])][static_cast<std::size_t>(idx[c])];
+    m[r][n] = b[static_cast<std::size_t>(idx[r])];
+  }
+  for (int col = 0; col < n; ++col) {
+    int pivot = col;
+    for (int r = col + 1; r < n; ++r) {
+      if (std::fabs(m[r][col]) > std::fabs(m[pivot][col])) pivot = r;
+    }
+    if (std::fabs(m[pivot][col]) < 1e-12) return false;
+    for (int c = 0; c <= n; ++c) std::swap(m[col][c], m[pivot][c]);
+    for (int r = 0; r < n; ++r) {
+      if (r == col) continue;
+      const double f = m[r][col] / m[col][col];
+      for (int c = col; c <= n; ++c) m[r][c] -= f * m[col][c];
+    }
+  }
+  x = {0, 0, 0};
+  for (int r = 0; r < n; ++r) x[static_cast<std::size_t>(idx[r])] = m[r][n] / m[r][r];
+  return true;
+}
+
+}  // namespace
+
+StepCostModel::StepCostModel(double decay, std::size_t window) : decay_(decay), window_(std::max<std::size_t>(window, 4)) {}
+
+void StepCostModel::observe(std::int64_t decode_tokens, std::int64_t prefill_tokens, double seconds) {
+  if (!(seconds >= 0) || !std::isfinite(seconds) || decode_tokens + prefill_tokens <= 0) return;
+  steps_.push_back({static_cast<double>(decode_tokens), static_cast<double>(prefill_tokens), seconds});
+  if (steps_.size() > window_) steps_.pop_front();
+  ++c_.observations;
+  refit();
+}
+
+void StepCostModel::refit() {
+  // Weighted normal equations over [1, decode, prefill], newest weight 1.
+  Mat a{};
+  Vec b{};
+  double w = 1;
+  bool prefill_seen = false;
+  double p_min = 1e300, p_max = 0;
+  for (auto it = steps_.rbegin(); it != steps_.rend(); ++it, w *= decay_) {
+    const Vec x = {1.0, it->decode, it->prefill};
+    for (std::size_t i = 0; i < 3; ++i) {
+      for (std::size_t j = 0; j < 3; ++j) a[i][j] += w * x[i] * x[j];
+      b[i] += w * x[i] * it->seconds;
+    }
+    if (it->prefill > 0) prefill_seen = true;
+    p_min = std::min(p_min, it->prefill);
+    p_max = std::max(p_max, it->prefill);
+  }
+  // A whisper of ridge on the per-token terms keeps a window without variety solvable.
+  a[1][1] += 1e-9 * (1 + a[1][1]);
+  a[2][2] += 1e-9 * (1 + a[2][2]);
+  // Non-negative least squares for three terms: drop a negative one and solve again.
+  std::array<bool, 3> use = {true, true, true};
+  Vec x{};
+  for (int round = 0; round < 3; ++round) {
+    if (!solve(a, b, use, x)) {
+      use[1] = false;  // decode counts without variety: fold them into the fixed part
+      if (!solve(a, b, use, x)) return;
+    }
+    int worst = -1;
+    for (int i = 0; i < 3; ++i) {
+      if (use[static_cast<std::size_t>(i)] && x[static_cast<std::size_t>(i)] < 0 &&
+          (worst < 0 || x[static_cast<std::size_t>(i)] < x[static_cast<std::size_t>(worst)])) {
+        worst = i;
+      }
+    }
+    if (worst < 0) break;
+    use[static_cast<std::size_t>(worst)] = false;
+    x[static_cast<std::size_t>(worst)] = 0;
+  }
+  c_.fixed = std::max(0.0, x[0]);
+  c_.per_decode = std::max(0.0, x[1]);
+  c_.per_prefill = std::max(0.0, x[2]);
+  // The per-token prefill cost is known once prefills of two sizes (0 included) were seen and it
+  // came out positive.
+  c_.ready = prefill_seen && p_max > p_min && c_.per_prefill > 0;
+}
+
+double StepCostModel::predict(std::int64_t decode_tokens, std::int64_t prefill_tokens) const {
+  return c_.fixed + c_.per_decode * static_cast<double>(decode_tokens) +
+         c_.per_prefill * static_cast<double>(prefill_tokens);
+}
+
+std::int64_t StepCostModel::prefill_budget(std::int64_t decode_tokens, double target, std::int64_t min_chunk,
+                                           std::int64_t cap, std::int64_t cold_chunk) const {
+  const std::int64_t lo = std::min(std::max<std::int64_t>(min_chunk, 1), cap);
+  if (!c_.ready) return std::clamp(cold_chunk, lo, std::max(lo, cap));
+  const double left = target - predict(decode_tokens, 0);
+  const double tokens = left / c_.per_prefill;
+  if (!(tokens >= static_cast<double>(lo))) return lo;
+  if (tokens >= static_cast<double>(cap)) return cap;
+  return static_cast<std::int64_t>(tokens);
+}
+
+}  // namespace sx::sched

@@ -1,0 +1,52 @@
+// The cost of a forward step on this engine's devices (issue 24): step seconds as
+//   fixed + per_decode x decode tokens + per_prefill x prefill tokens,
+// fitted by least squares over the recent steps, each weighted by `decay` per step of age (so
+// the model follows a device that gets slower or faster: another replica, a thermal limit, a longer
+// context), with the three coefficients kept non-negative. The scheduler asks it how many prefill
+// tokens fit beside the decodes of a step within the step-time target.
+//
+// Until it has seen a step with prefill tokens (and one without, or enough variety to tell the
+// fixed part from the per-token one), prefill_budget() answers `cold_chunk`: a small first chunk,
+// so that a long prompt arriving first does not stall the streams while the model learns.
+//
+// Threading: not thread-safe (the engine thread).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+
+namespace sx::sched {
+
+class StepCostModel {
+ public:
+  struct Coefficients {
+    double fixed = 0, per_decode = 0, per_prefill = 0;  // seconds, seconds per token
+    std::uint64_t observations = 0;                      // steps seen (all time)
+    bool ready = false;                                  // per_prefill is known
+  };
+
+  explicit StepCostModel(double decay = 0.95, std::size_t window = 64);
+
+  void observe(std::int64_t decode_tokens, std::int64_t prefill_tokens, double seconds);
+  // Predicted seconds of a step.
+  double predict(std::int64_t decode_tokens, std::int64_t prefill_tokens) const;
+  // The most prefill tokens a step with `decode_tokens` decodes may take to end within `target`
+  // seconds: at least `min_chunk` (prefills always progress, even when the decodes alone take
+  // longer than the target), at most `cap`; `cold_chunk` (clamped the same way) until ready.
+  std::int64_t prefill_budget(std::int64_t decode_tokens, double target, std::int64_t min_chunk, std::int64_t cap,
+                              std::int64_t cold_chunk = 64) const;
+  const Coefficients& coefficients() const { return c_; }
+
+ private:
+  struct Step {
+    double decode, prefill, seconds;
+  };
+  void refit();
+
+  double decay_;
+  std::size_t window_;
+  std::deque<Step> steps_;  // newest last
+  Coefficients c_;
+};
+
+}  // namespace sx::sched
