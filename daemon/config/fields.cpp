@@ -223,31 +223,16 @@ Field bool_field(std::string_view path, At at) {
   return f;
 }
 
-// A number in (0, 1] (memory_utilization).
+// A number in [lo, hi], or (lo, hi] when `open_low` (memory_utilization: (0, 1]; max_step_ms:
+// [0, 600000]); `expected` says so in errors.
 template <class At>
-Field fraction_field(std::string_view path, At at) {
+Field number_field(std::string_view path, At at, double lo, bool open_low, double hi, std::string expected) {
   Field f;
   f.path = path;
-  f.expected = "a number in (0, 1]";
-  f.set = [at](ServeConfig& c, std::string_view text) -> std::string {
+  f.expected = expected;
+  f.set = [at, lo, open_low, hi, expected](ServeConfig& c, std::string_view text) -> std::string {
     const auto v = parse_number(text);
-    if (!v || !(*v > 0.0 && *v <= 1.0)) return expected_got("a number in (0, 1]", text);
-    at(c) = *v;
-    return {};
-  };
-  f.print = [at](const ServeConfig& c, bool) { return fmt::format("{}", at(c)); };
-  return f;
-}
-
-// A number of milliseconds in [0, 600000] (engine.max_step_ms).
-template <class At>
-Field milliseconds_field(std::string_view path, At at) {
-  Field f;
-  f.path = path;
-  f.expected = "milliseconds from 0 to 600000";
-  f.set = [at](ServeConfig& c, std::string_view text) -> std::string {
-    const auto v = parse_number(text);
-    if (!v || !(*v >= 0.0 && *v <= 600000.0)) return expected_got("milliseconds from 0 (off) to 600000", text);
+    if (!v || !((open_low ? *v > lo : *v >= lo) && *v <= hi)) return expected_got(expected, text);
     at(c) = *v;
     return {};
   };
@@ -378,7 +363,8 @@ std::vector<Field> build_fields() {
   v.push_back(replicas_field("model.replicas", SX_AT(model.replicas)));
   v.push_back(string_field("model.served_model_name", SX_AT(model.served_model_name), /*allow_empty=*/true));
   // engine
-  v.push_back(fraction_field("engine.memory_utilization", SX_AT(engine.memory_utilization)));
+  v.push_back(number_field("engine.memory_utilization", SX_AT(engine.memory_utilization), 0.0, true, 1.0,
+                           "a number in (0, 1]"));
   v.push_back(int_field("engine.max_model_len", SX_AT(engine.max_model_len), 0, Int{1} << 24));
   v.push_back(int_field("engine.max_num_seqs", SX_AT(engine.max_num_seqs), 1, 65536));
   v.push_back(int_field("engine.max_num_batched_tokens", SX_AT(engine.max_num_batched_tokens), 1, Int{1} << 24));
@@ -386,7 +372,8 @@ std::vector<Field> build_fields() {
   v.push_back(bool_field("engine.enable_prefix_caching", SX_AT(engine.enable_prefix_caching)));
   v.push_back(bool_field("engine.prefix_affinity", SX_AT(engine.prefix_affinity)));
   v.push_back(string_choice_field("engine.smoke_test", SX_AT(engine.smoke_test), {"auto", "on", "off"}));
-  v.push_back(milliseconds_field("engine.max_step_ms", SX_AT(engine.max_step_ms)));
+  v.push_back(number_field("engine.max_step_ms", SX_AT(engine.max_step_ms), 0.0, false, 600000.0,
+                           "milliseconds from 0 (off) to 600000"));
   v.push_back(optional_bytes_field("engine.memory_budget", SX_AT(engine.memory_budget), 1u << 20,
                                    std::uint64_t{1} << 50));
   // http
