@@ -363,8 +363,8 @@ def doctor_runs_every_check_that_applies():
         assert rows.get(name) in ("ok", "warn"), (name, rows, out)
     for name in ("links", "nccl", "collectives"):  # the CPU backend: no links, no NCCL, one rank
         assert rows.get(name) == "skip", (name, rows, out)
-    if not os.path.exists("/dev/nvidiactl"):  # no NVIDIA driver here: the CUDA backend is skipped, saying why
-        assert rows.get("backend cuda") == "skip" and "backend cuda unavailable: no NVIDIA driver" in out, out
+    if not os.path.exists("/dev/nvidiactl"):  # no NVIDIA driver (or no CUDA module): skipped, saying why
+        assert rows.get("backend cuda") == "skip" and "backend cuda unavailable: " in out, out
     # JSON: the same checks.
     j = json.loads(run(*base, "--model", model("q8_0"), "--json").stdout)
     assert j["serving_would_start"] is True and {c["check"] for c in j["checks"]} >= set(rows), j
