@@ -374,6 +374,8 @@ std::vector<Field> build_fields() {
   v.push_back(string_choice_field("engine.smoke_test", SX_AT(engine.smoke_test), {"auto", "on", "off"}));
   v.push_back(number_field("engine.max_step_ms", SX_AT(engine.max_step_ms), 0.0, false, 600000.0,
                            "milliseconds from 0 (off) to 600000"));
+  v.push_back(number_field("engine.max_step_ratio", SX_AT(engine.max_step_ratio), 0.0, false, 1000.0,
+                           "a number from 0 (no such cap) to 1000"));
   v.push_back(optional_bytes_field("engine.memory_budget", SX_AT(engine.memory_budget), 1u << 20,
                                    std::uint64_t{1} << 50));
   // http

@@ -67,6 +67,7 @@ struct EngineSection {
   std::optional<std::uint64_t> memory_budget;   // bytes each device may use (backend option); unset = from the device
   std::string smoke_test = "auto";              // the bundled model through the layout first: auto, on, off
   double max_step_ms = 500;                     // paced steps: the step-time target (0: fill each step)
+  double max_step_ratio = 2.5;                  // ... and at most this many decode-only steps (0: no such cap)
   bool operator==(const EngineSection&) const = default;
 };
 

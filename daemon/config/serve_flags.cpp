@@ -39,6 +39,8 @@ constexpr FlagBinding kServeFlags[] = {
     {"--block-size", "", "engine.block_size", true, "", false, "N", "tokens per KV block: 8, 16 (default) or 32"},
     {"--max-step-ms", "", "engine.max_step_ms", true, "", false, "MS",
      "step-time target: prefill chunks fit beside the running decodes (default 500; 0: fill each step)"},
+    {"--max-step-ratio", "", "engine.max_step_ratio", true, "", false, "X",
+     "a step takes at most X decode-only steps (default 2.5; 0: max_step_ms alone)"},
     {"--memory-utilization", "", "engine.memory_utilization", true, "", false, "X",
      "fraction of device memory to use, (0, 1] (default 0.9)"},
     {"--api-key", "", "http.api_keys", true, "", true, "KEY", "accepted bearer token (repeatable; default: no auth)"},

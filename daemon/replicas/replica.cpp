@@ -88,6 +88,7 @@ Result<std::unique_ptr<Replica>> Replica::load(const ReplicaOptions& o, std::str
   ec.scheduler.max_num_batched_tokens = r->session_->model->options().max_batch_tokens;
   ec.scheduler.max_num_seqs = c.engine.max_num_seqs;
   ec.scheduler.max_step_ms = c.engine.max_step_ms;
+  ec.scheduler.max_step_ratio = c.engine.max_step_ratio;
   ec.scheduler.max_model_len = r->max_request_tokens();
   ec.prefix_caching = c.engine.enable_prefix_caching;
   ec.eos_ids = r->session_->opened.extra_eos_ids;

@@ -145,6 +145,13 @@ SchedulerOutput Scheduler::schedule_unpaced() {
   return out;
 }
 
+double Scheduler::step_target() const {
+  double target = config_.max_step_ms / 1000.0;
+  const double pace = cost_.coefficients().decode_step;
+  if (config_.max_step_ratio > 0 && pace > 0) target = std::min(target, config_.max_step_ratio * pace);
+  return target;
+}
+
 SchedulerOutput Scheduler::schedule_paced() {
   SchedulerOutput out;
   std::int64_t budget = config_.max_num_batched_tokens;
@@ -172,8 +179,8 @@ SchedulerOutput Scheduler::schedule_paced() {
   std::int64_t left = budget <= 0 ? 0
                       : decodes == 0
                           ? budget
-                          : cost_.prefill_budget(decodes, config_.max_step_ms / 1000.0, config_.min_prefill_chunk,
-                                                 budget, /*cold_chunk=*/config_.min_prefill_chunk);
+                          : cost_.prefill_budget(decodes, step_target(), config_.min_prefill_chunk, budget,
+                                                 /*cold_chunk=*/config_.min_prefill_chunk);
   out.prefill_budget = left;
   // 3. Prefills: the overdue (passed over too often, or preempted) oldest first, then the shortest
   //    remaining prompt first.
@@ -270,7 +277,7 @@ SchedulerStats Scheduler::stats() const {
   st.waiting = static_cast<std::int64_t>(waiting_.size());
   st.preemptions = preemptions_;
   st.kv_usage = kv_.usage();
-  st.max_step_ms = config_.max_step_ms;
+  st.max_step_ms = config_.max_step_ms > 0 ? step_target() * 1000.0 : 0.0;
   st.cost = cost_.coefficients();
   st.last_decode_tokens = last_decode_;
   st.last_prefill_tokens = last_prefill_;

@@ -50,6 +50,10 @@ struct SchedulerConfig {
   std::int64_t max_num_seqs = 64;
   std::int64_t max_model_len = 4096;  // prompt + output tokens of one request
   double max_step_ms = 0;               // the step-time target (0: unpaced, fill to the token budget)
+  // The target is also at most this many times a step of decodes alone (the streams' pace, as
+  // measured): a long prompt then slows the streams by about this factor, whatever the device. 0:
+  // max_step_ms alone.
+  double max_step_ratio = 0;
   std::int64_t min_prefill_chunk = 16;  // prefill tokens a paced step takes at least (when any wait)
   std::int64_t max_prefill_skips = 8;   // a prefill passed over this many steps goes first
 };
@@ -74,7 +78,7 @@ struct SchedulerStats {
   std::int64_t running = 0, waiting = 0;
   std::uint64_t preemptions = 0;
   double kv_usage = 0.0;
-  double max_step_ms = 0;               // the target (0: unpaced)
+  double max_step_ms = 0;               // the target now (0: unpaced)
   StepCostModel::Coefficients cost;     // the cost model as fitted now
   std::int64_t last_decode_tokens = 0, last_prefill_tokens = 0;
   double last_step_ms = 0;
@@ -110,6 +114,8 @@ class Scheduler {
 
  private:
   SchedulerOutput schedule_unpaced();
+  // Seconds a paced step should take: max_step_ms, or max_step_ratio x a decode step if less.
+  double step_target() const;
   SchedulerOutput schedule_paced();
   // Allocates blocks for r's next `n` tokens, preempting the newest running requests not already in
   // `out` while they do not fit (r itself among them); false when r was preempted or nothing else

@@ -48,6 +48,9 @@ StepCostModel::StepCostModel(double decay, std::size_t window) : decay_(decay), 
 void StepCostModel::observe(std::int64_t decode_tokens, std::int64_t prefill_tokens, double seconds) {
   if (!(seconds >= 0) || !std::isfinite(seconds) || decode_tokens + prefill_tokens <= 0) return;
   steps_.push_back({static_cast<double>(decode_tokens), static_cast<double>(prefill_tokens), seconds});
+  if (prefill_tokens == 0) {
+    c_.decode_step = c_.decode_step > 0 ? 0.8 * c_.decode_step + 0.2 * seconds : seconds;
+  }
   if (steps_.size() > window_) steps_.pop_front();
   ++c_.observations;
   refit();
@@ -60,7 +63,18 @@ void StepCostModel::refit() {
   double w = 1;
   bool prefill_seen = false;
   double p_min = 1e300, p_max = 0;
+  // Steps with prefill only, once there are enough of two sizes.
+  double mixed_min = 1e300, mixed_max = 0;
+  int mixed = 0;
+  for (const Step& s : steps_) {
+    if (s.prefill <= 0) continue;
+    ++mixed;
+    mixed_min = std::min(mixed_min, s.prefill);
+    mixed_max = std::max(mixed_max, s.prefill);
+  }
+  const bool mixed_only = mixed >= 4 && mixed_max > mixed_min;
   for (auto it = steps_.rbegin(); it != steps_.rend(); ++it, w *= decay_) {
+    if (mixed_only && it->prefill <= 0) continue;
     const Vec x = {1.0, it->decode, it->prefill};
     for (std::size_t i = 0; i < 3; ++i) {
       for (std::size_t j = 0; j < 3; ++j) a[i][j] += w * x[i] * x[j];

@@ -1,9 +1,12 @@
 // The cost of a forward step on this engine's devices (issue 24): step seconds as
 //   fixed + per_decode x decode tokens + per_prefill x prefill tokens,
-// fitted by least squares over the recent steps, each weighted by `decay` per step of age (so
+// fitted by least squares over the recent steps that carried prefill tokens (once there are a few
+// of two sizes: a step of decodes alone is bound by reading the weights, not by its tokens, and
+// would bend the line; until then over all of them), each weighted by `decay` per step of age (so
 // the model follows a device that gets slower or faster: another replica, a thermal limit, a longer
-// context), with the three coefficients kept non-negative. The scheduler asks it how many prefill
-// tokens fit beside the decodes of a step within the step-time target.
+// context), with the three coefficients kept non-negative. Steps of decodes alone are averaged
+// apart (decode_step): the streams' pace, which the scheduler may set its target against. The
+// scheduler asks it how many prefill tokens fit beside the decodes of a step within the target.
 //
 // Until it has seen a step with prefill tokens (and one without, or enough variety to tell the
 // fixed part from the per-token one), prefill_budget() answers `cold_chunk`: a small first chunk,
@@ -23,6 +26,7 @@ class StepCostModel {
     double fixed = 0, per_decode = 0, per_prefill = 0;  // seconds, seconds per token
     std::uint64_t observations = 0;                      // steps seen (all time)
     bool ready = false;                                  // per_prefill is known
+    double decode_step = 0;  // seconds of a step with decodes only (moving average; 0: none seen)
   };
 
   explicit StepCostModel(double decay = 0.95, std::size_t window = 64);

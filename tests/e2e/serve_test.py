@@ -473,13 +473,15 @@ def shutdown_past_the_drain_timeout_ends_what_is_left():
 
 @case
 def paced_steps_show_their_target_costs_and_composition():
-    """Issue 24: ctl status shows the step-time target (engine.max_step_ms, 500 by default), the cost model
+    """Issue 24: ctl status shows the step-time target (engine.max_step_ms, 500 by default, capped at
+    engine.max_step_ratio = 2.5 decode-only steps), the cost model
     fitted from the warm-up on (ready, with a positive time per prefill token) and the last step's
     composition; /metrics has vLLM's iteration-token histogram and a step-time histogram whose counts
     follow the steps."""
     st = D.status()
     steps = st["steps"]
-    assert steps["max_step_ms"] == 500, steps
+    # The target now: 500 ms, or 2.5 decode-only steps (a millisecond or so on the bundled model) if less.
+    assert 0 < steps["max_step_ms"] < 500, steps
     assert steps["cost_model"]["ready"] is True and steps["cost_model"]["per_prefill_token_ms"] > 0, steps
     assert steps["count"] >= 3, steps  # the warm-up's prefill and decodes
     status, _ = post(D.port, "/v1/completions", {"model": NAME, "prompt": REF["prompt_text"], "max_tokens": 5,
@@ -494,7 +496,7 @@ def paced_steps_show_their_target_costs_and_composition():
     count = [l for l in text.splitlines() if l.startswith("vllm:iteration_tokens_total_count{")]
     assert len(count) == 1 and int(float(count[0].split()[-1])) == after["count"], (count, after)
     assert 'sextant_step_seconds_bucket{model_name="memorise-q8_0",le="+Inf"}' in text, text[:2000]
-    assert 'sextant_step_target_seconds{model_name="memorise-q8_0",replica="1.0"} 0.5' in text, text[:3000]
+    assert 'sextant_step_target_seconds{model_name="memorise-q8_0",replica="1.0"} ' in text, text[:3000]
 
 
 @case

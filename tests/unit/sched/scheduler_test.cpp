@@ -303,7 +303,7 @@ TEST(StepCostModel, FollowsADeviceThatGetsSlower) {
   };
   feed(1.0, 64);
   const std::int64_t fast = m.prefill_budget(4, 0.5, 16, 2048);
-  EXPECT_EQ(fast, 80);  // (0.5 - 0.1) / 0.005
+  EXPECT_NEAR(static_cast<double>(fast), 80.0, 1.0);  // (0.5 - 0.1) / 0.005
   feed(2.0, 64);        // every step now takes twice as long
   const std::int64_t slow = m.prefill_budget(4, 0.5, 16, 2048);
   EXPECT_NEAR(static_cast<double>(slow), 30.0, 1.0);  // (0.5 - 0.2) / 0.01
@@ -317,12 +317,14 @@ struct Paced {
   Scheduler s;
   FakeModel model{kv};
   std::uint64_t next_id = 1;
-  explicit Paced(double max_step_ms, std::int64_t budget = 2048) : s(config(max_step_ms, budget), kv) {}
-  static SchedulerConfig config(double max_step_ms, std::int64_t budget) {
+  explicit Paced(double max_step_ms, double ratio = 0, std::int64_t budget = 2048)
+      : s(config(max_step_ms, ratio, budget), kv) {}
+  static SchedulerConfig config(double max_step_ms, double ratio, std::int64_t budget) {
     SchedulerConfig c;
     c.max_num_batched_tokens = budget;
     c.max_model_len = 8192;
     c.max_step_ms = max_step_ms;
+    c.max_step_ratio = ratio;
     return c;
   }
   std::uint64_t add(std::int64_t prompt, std::int64_t max_tokens) {
@@ -353,9 +355,10 @@ struct Paced {
 // every stream's decode and at most what fits (the target, after the cost model's first steps),
 // and the prompt still gets its first token.
 TEST(PacedScheduler, DecodesAreInEveryStepAndAStepStaysNearTheTarget) {
-  for (const double target : {0.0, 100.0}) {
+  for (const double target : {0.0, 100.0, 1000.0}) {
     SCOPED_TRACE(::testing::Message() << "max_step_ms " << target);
-    Paced p(target);
+    // 1000 ms with max_step_ratio 2.5: the target is 2.5 decode-only steps (1.4 ms each) instead.
+    Paced p(target, target == 1000.0 ? 2.5 : 0.0);
     std::vector<std::uint64_t> streams;
     for (int i = 0; i < 4; ++i) streams.push_back(p.add(8, 1000));
     for (int i = 0; i < 20; ++i) p.step();  // the streams decode; the cost model sees decode steps
@@ -374,6 +377,11 @@ TEST(PacedScheduler, DecodesAreInEveryStepAndAStepStaysNearTheTarget) {
     if (target == 0) {
       EXPECT_EQ(steps, 1);
       EXPECT_GT(longest, 1.9);
+    } else if (target == 1000.0) {
+      // 3.5 ms leave no room for prefill on this device: each step takes the minimum chunk, 16 tokens.
+      EXPECT_NEAR(p.s.stats().max_step_ms, 3.5, 0.01);
+      EXPECT_LE(longest, 0.001 + 4 * 0.0001 + 16 * 0.001 + 1e-9);
+      EXPECT_EQ(steps, 125);  // 2000 / 16
     } else {
       EXPECT_LE(longest, 0.1 * 1.01) << "a step beyond the target";
       EXPECT_GT(steps, 20);
