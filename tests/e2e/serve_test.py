@@ -494,9 +494,10 @@ def paced_steps_show_their_target_costs_and_composition():
     text = c.getresponse().read().decode()
     c.close()
     count = [l for l in text.splitlines() if l.startswith("vllm:iteration_tokens_total_count{")]
-    assert len(count) == 1 and int(float(count[0].split()[-1])) == after["count"], (count, after)
+    assert len(count) == 1 and int(float(count[0].split()[-1])) >= after["count"], (count, after)
     assert 'sextant_step_seconds_bucket{model_name="memorise-q8_0",le="+Inf"}' in text, text[:2000]
-    assert 'sextant_step_target_seconds{model_name="memorise-q8_0",replica="1.0"} ' in text, text[:3000]
+    # (replica "G.R": a reload case before this one makes the generation another number)
+    assert re.search(r'sextant_step_target_seconds\{model_name="memorise-q8_0",replica="[0-9]+\.0"\} 0\.', text), text
 
 
 @case

@@ -240,7 +240,9 @@ TEST(ServeMetrics, EverySeriesWithItsValue) {
                           "vllm:inter_token_latency_seconds", "vllm:e2e_request_latency_seconds",
                           "sextant_requests_failed_total", "sextant_http_rejected_busy_total",
                           "sextant_http_open_connections", "sextant_http_requests_total",
-                          "sextant_kv_cache_free_blocks", "sextant_replica_state"}));
+                          "sextant_kv_cache_free_blocks", "sextant_replica_state", "vllm:iteration_tokens_total",
+                          "sextant_step_seconds", "sextant_step_target_seconds",
+                          "sextant_step_cost_prefill_seconds_per_token"}));
   for (const auto& [name, _] : e.types) EXPECT_TRUE(e.helps.count(name)) << name;
 }
 
