@@ -107,6 +107,26 @@ bool Scheduler::allocate_or_preempt(Request* r, std::int64_t n, SchedulerOutput&
   return true;
 }
 
+std::int64_t Scheduler::admit(Request* r, std::int64_t budget, SchedulerOutput& out) {
+  if (!kv_.has(r->id)) {
+    r->num_computed = kv_.acquire_cached_prefix(r->id, r->all_tokens());
+    if (r->num_preemptions == 0) r->num_cached_prompt = r->num_computed;
+  }
+  const std::int64_t n = std::min(r->num_tokens() - r->num_computed, budget);
+  // The watermark keeps room for running requests; with none running it only blocks progress
+  // (a request alone always fits: add() checks it against the whole pool).
+  if (!kv_.allocate(r->id, r->num_computed + n, /*admission=*/!running_.empty())) {
+    kv_.free(r->id);  // do not hold cached blocks while waiting
+    r->num_computed = 0;
+    return 0;
+  }
+  waiting_.erase(std::find(waiting_.begin(), waiting_.end(), r));
+  running_.push_back(r);
+  r->status = RequestStatus::kRunning;
+  out.scheduled.push_back({r, r->num_computed, n, r->num_computed + n == r->num_tokens()});
+  return n;
+}
+
 SchedulerOutput Scheduler::schedule_unpaced() {
   SchedulerOutput out;
   std::int64_t budget = config_.max_num_batched_tokens;
@@ -122,23 +142,8 @@ SchedulerOutput Scheduler::schedule_unpaced() {
   // Then waiting requests, unless this step had to preempt (there is no room to admit).
   while (out.preempted.empty() && !waiting_.empty() && budget > 0 &&
          static_cast<std::int64_t>(running_.size()) < config_.max_num_seqs) {
-    Request* r = waiting_.front();
-    if (!kv_.has(r->id)) {
-      r->num_computed = kv_.acquire_cached_prefix(r->id, r->all_tokens());
-      if (r->num_preemptions == 0) r->num_cached_prompt = r->num_computed;
-    }
-    const std::int64_t n = std::min(r->num_tokens() - r->num_computed, budget);
-    // The watermark keeps room for running requests; with none running it only blocks progress
-    // (a request alone always fits: add() checks it against the whole pool).
-    if (!kv_.allocate(r->id, r->num_computed + n, /*admission=*/!running_.empty())) {
-      kv_.free(r->id);  // do not hold cached blocks while waiting
-      r->num_computed = 0;
-      break;
-    }
-    waiting_.pop_front();
-    running_.push_back(r);
-    r->status = RequestStatus::kRunning;
-    out.scheduled.push_back({r, r->num_computed, n, r->num_computed + n == r->num_tokens()});
+    const std::int64_t n = admit(waiting_.front(), budget, out);
+    if (n == 0) break;
     budget -= n;
   }
   out.num_batched_tokens = config_.max_num_batched_tokens - budget;
@@ -215,21 +220,11 @@ SchedulerOutput Scheduler::schedule_paced() {
         static_cast<std::int64_t>(running_.size()) >= config_.max_num_seqs) {
       continue;
     }
-    if (!kv_.has(r->id)) {
-      r->num_computed = kv_.acquire_cached_prefix(r->id, r->all_tokens());
-      if (r->num_preemptions == 0) r->num_cached_prompt = r->num_computed;
-    }
-    const std::int64_t n = std::min(r->num_tokens() - r->num_computed, left);
-    if (!kv_.allocate(r->id, r->num_computed + n, /*admission=*/!running_.empty())) {
-      kv_.free(r->id);  // do not hold cached blocks while waiting
-      r->num_computed = 0;
+    const std::int64_t n = admit(r, left, out);
+    if (n == 0) {
       admitting = false;  // no room: later arrivals wait too
       continue;
     }
-    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), r));
-    running_.push_back(r);
-    r->status = RequestStatus::kRunning;
-    out.scheduled.push_back({r, r->num_computed, n, r->num_computed + n == r->num_tokens()});
     r->prefill_skips = 0;
     left -= n;
   }

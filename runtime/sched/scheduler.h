@@ -114,6 +114,10 @@ class Scheduler {
 
  private:
   SchedulerOutput schedule_unpaced();
+  // Admits waiting request r with up to `budget` tokens of its prefill (after its longest cached
+  // prefix) into `out`: the tokens scheduled, or 0 when its blocks do not fit (r keeps waiting,
+  // holding no blocks).
+  std::int64_t admit(Request* r, std::int64_t budget, SchedulerOutput& out);
   // Seconds a paced step should take: max_step_ms, or max_step_ratio x a decode step if less.
   double step_target() const;
   SchedulerOutput schedule_paced();
