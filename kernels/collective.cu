@@ -1,18 +1,15 @@
 // The device side of the CUDA channels (backends/cuda/loopback_channel.cpp, nccl_channel.cpp):
 // the loopback all-reduce's rank-order sum, and widening / narrowing between F16 / BF16 and F32.
-#include <cuda_fp16.h>
-
 #include "kernels/common.cuh"
+#include "kernels/dequant.cuh"
 
 namespace sx::kernels {
 namespace {
 
-// DType codes as the launchers take them (hal::DType is a host enum; the kernels take an int).
-constexpr int kF32 = 0, kF16 = 1, kBF16 = 2;
-
+// Element i of a buffer of F32, F16 or BF16 (dequant.cuh's format numbers and widening).
 __device__ __forceinline__ float load(const void* p, int t, std::int64_t i) {
-  if (t == kF16) return __half2float(static_cast<const __half*>(p)[i]);
-  if (t == kBF16) return __uint_as_float(static_cast<std::uint32_t>(static_cast<const std::uint16_t*>(p)[i]) << 16);
+  if (t == kF16) return half_to_float(static_cast<const std::uint16_t*>(p)[i]);
+  if (t == kBF16) return bf16_bits_to_float(static_cast<const std::uint16_t*>(p)[i]);
   return static_cast<const float*>(p)[i];
 }
 
