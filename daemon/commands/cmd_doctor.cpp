@@ -171,21 +171,17 @@ void check_links(Report& r, hal::Backend* b, const std::string& topology_file, i
   // The TP groups this deployment would use: its devices (or the first ones) in rank order.
   std::vector<int> ranks = devices;
   for (int i = static_cast<int>(ranks.size()); i < tp * pp; ++i) ranks.push_back(i);
-  std::string worst_words;
-  parallel::LinkTier worst = parallel::LinkTier::kSwitch;
+  parallel::WorstLink worst;
   for (int s = 0; s < pp; ++s) {
+    std::vector<int> group;  // stage s's TP group, GPUs the topology knows
     for (int i = 0; i < tp; ++i) {
-      for (int j = i + 1; j < tp; ++j) {
-        const int a = ranks[static_cast<std::size_t>(s * tp + i)], c = ranks[static_cast<std::size_t>(s * tp + j)];
-        if (a >= topo->size() || c >= topo->size()) continue;
-        const parallel::LinkTier t = parallel::tier_of(topo->link(a, c));
-        if (t > worst || worst_words.empty()) {
-          worst = std::max(worst, t);
-          worst_words = fmt::format("{} between GPU{} and GPU{}", hal::link_letters(topo->link(a, c)), a, c);
-        }
-      }
+      const int d = ranks[static_cast<std::size_t>(s * tp + i)];
+      if (d < topo->size()) group.push_back(d);
     }
+    parallel::WorstLink w = parallel::worst_link(*topo, group);
+    if (w.tier > worst.tier || worst.words.empty()) worst = std::move(w);
   }
+  const std::string& worst_words = worst.words;
   // What the links suggest for a model needing as many devices as this layout has (`sextant plan
   // --topology` checks the memory too).
   std::string suggestion;
@@ -193,7 +189,7 @@ void check_links(Report& r, hal::Backend* b, const std::string& topology_file, i
   req.devices = std::min(topo->size(), std::max(tp * pp, static_cast<int>(devices.size())));
   req.fits = [need = tp * pp](int t, int p) { return t * p >= need; };
   if (auto p = parallel::place(*topo, req); p.ok()) suggestion = p->chosen.describe();
-  if (worst == parallel::LinkTier::kSocket) {
+  if (worst.tier == parallel::LinkTier::kSocket) {
     return r.add("links", "warn",
                  fmt::format("a TP group crosses CPU sockets ({}): NCCL over the SMP interconnect is slow and hangs "
                              "on some PCIe boxes\n{}",

@@ -38,26 +38,6 @@ Ring best_ring(const hal::Topology& t, std::vector<int> devs) {
   return best;
 }
 
-// The worst link among all pairs of `devs` and its words.
-std::pair<LinkTier, std::string> worst_pair(const hal::Topology& t, const std::vector<int>& devs) {
-  LinkTier worst = LinkTier::kSwitch;
-  int worst_score = 1 << 30;
-  std::string words;
-  for (std::size_t i = 0; i < devs.size(); ++i) {
-    for (std::size_t j = i + 1; j < devs.size(); ++j) {
-      const hal::Link& l = t.link(devs[i], devs[j]);
-      const LinkTier tier = tier_of(l);
-      const int s = hal::link_score(l);
-      if (tier > worst || (tier == worst && s < worst_score)) {
-        worst = tier;
-        worst_score = s;
-        words = fmt::format("{} between {} and {}", hal::link_letters(l), t.gpus[static_cast<std::size_t>(devs[i])],
-                            t.gpus[static_cast<std::size_t>(devs[j])]);
-      }
-    }
-  }
-  return {worst, words};
-}
 
 // Better layouts first (placement.h's order).
 auto rank_key(const Layout& l) {
@@ -93,7 +73,7 @@ void partitions(const hal::Topology& t, std::vector<int>& rest, int tp, Grouping
     std::vector<int> group{first}, left;
     for (std::size_t i = 0; i < others.size(); ++i) (pick[i] ? group : left).push_back(others[i]);
     const Ring ring = best_ring(t, group);
-    auto [tier, words] = worst_pair(t, group);
+    auto [tier, words] = worst_link(t, group);
     Grouping next = current;
     next.groups.push_back(ring.order);
     if (tier > next.worst || (tier == next.worst && next.worst_link.empty())) {
@@ -133,7 +113,7 @@ Grouping consecutive_grouping(const hal::Topology& t, int count, int tp) {
     std::vector<int> devs(static_cast<std::size_t>(tp));
     std::iota(devs.begin(), devs.end(), start);
     const Ring ring = best_ring(t, devs);
-    auto [tier, words] = worst_pair(t, devs);
+    auto [tier, words] = worst_link(t, devs);
     if (tier > g.worst || (tier == g.worst && g.worst_link.empty())) {
       g.worst = tier;
       g.worst_link = words;
@@ -191,6 +171,26 @@ const char* tier_words(LinkTier tier) {
     case LinkTier::kSocket: return "across CPU sockets (SYS) or unknown";
   }
   return "";
+}
+
+WorstLink worst_link(const hal::Topology& t, const std::vector<int>& devs) {
+  LinkTier worst = LinkTier::kSwitch;
+  int worst_score = 1 << 30;
+  std::string words;
+  for (std::size_t i = 0; i < devs.size(); ++i) {
+    for (std::size_t j = i + 1; j < devs.size(); ++j) {
+      const hal::Link& l = t.link(devs[i], devs[j]);
+      const LinkTier tier = tier_of(l);
+      const int s = hal::link_score(l);
+      if (tier > worst || (tier == worst && s < worst_score)) {
+        worst = tier;
+        worst_score = s;
+        words = fmt::format("{} between {} and {}", hal::link_letters(l), t.gpus[static_cast<std::size_t>(devs[i])],
+                            t.gpus[static_cast<std::size_t>(devs[j])]);
+      }
+    }
+  }
+  return {worst, words};
 }
 
 std::string Layout::describe() const {

@@ -44,6 +44,14 @@ enum class LinkTier { kSwitch = 0, kHostBridge = 1, kSocket = 2 };
 LinkTier tier_of(const hal::Link& link);
 const char* tier_words(LinkTier tier);
 
+// The worst link between any two of `devices` (the lowest tier, then the lowest link_score) and its
+// words, "SYS between GPU3 and GPU4"; kSwitch and "" for fewer than two devices.
+struct WorstLink {
+  LinkTier tier = LinkTier::kSwitch;
+  std::string words;
+};
+WorstLink worst_link(const hal::Topology& topology, const std::vector<int>& devices);
+
 struct Layout {
   int tp = 1, pp = 1, replicas = 1;
   // replicas x pp x tp device indices: groups[r * pp + s] is stage s of replica r, TP rank order.
