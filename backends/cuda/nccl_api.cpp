@@ -106,6 +106,15 @@ Result<CudaChannelKind> choose_cuda_channel(const std::vector<int>& ordinals, co
   return CudaChannelKind::kNccl;
 }
 
+std::string nccl_environment() {
+  std::string set;
+  for (const char* name : {"NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_IB_DISABLE", "NCCL_SOCKET_IFNAME",
+                           "NCCL_DEBUG", "NCCL_ALGO", "NCCL_PROTO"}) {
+    if (const char* v = std::getenv(name); v != nullptr) set += fmt::format("{}{}={}", set.empty() ? "" : ", ", name, v);
+  }
+  return set;
+}
+
 std::uint64_t nccl_reserve_bytes(int ranks, const char* channel_env, const char* buffsize_env) {
   if (ranks <= 1 || channel_env == nullptr || std::string_view(channel_env) != "nccl") return 0;
   std::uint64_t buffsize = std::uint64_t{4} << 20;

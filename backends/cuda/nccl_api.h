@@ -71,6 +71,10 @@ Result<CudaChannelKind> choose_cuda_channel(const std::vector<int>& ordinals, co
 // channel logs what NCCL actually took at its creation, to check it on a real machine.
 std::uint64_t nccl_reserve_bytes(int ranks, const char* channel_env, const char* buffsize_env);
 
+// The NCCL_* variables set that change how NCCL connects (P2P, IB, socket interface, debug,
+// algorithm, protocol): "NCCL_P2P_DISABLE=1, NCCL_DEBUG=INFO"; empty when none is.
+std::string nccl_environment();
+
 // "ncclUnhandledCudaError: ... (last error: ...)" for a result of a call on `comm` (may be null).
 std::string nccl_error(const NcclApi& api, int result, NcclApi::Comm comm);
 

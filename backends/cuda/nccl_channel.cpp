@@ -102,11 +102,7 @@ struct NcclGroup {
 
 // The NCCL_* settings in effect, for the log and messages: "NCCL 2.28.9 (NCCL_P2P_DISABLE=1)".
 std::string nccl_settings(const NcclApi& api) {
-  std::string set;
-  for (const char* name : {"NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_IB_DISABLE", "NCCL_SOCKET_IFNAME",
-                           "NCCL_DEBUG", "NCCL_ALGO", "NCCL_PROTO"}) {
-    if (const char* v = std::getenv(name); v != nullptr) set += fmt::format("{}{}={}", set.empty() ? "" : ", ", name, v);
-  }
+  const std::string set = nccl_environment();
   return fmt::format("NCCL {}{}", nccl_version_string(api.version), set.empty() ? "" : " (" + set + ")");
 }
 

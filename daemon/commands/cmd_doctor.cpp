@@ -201,9 +201,10 @@ void check_links(Report& r, hal::Backend* b, const std::string& topology_file, i
 }
 
 void check_nccl(Report& r, hal::Backend* b, int tp) {
+  // NCCL's own variables (nccl_api.h), then the two that size its buffers and choose the channel.
   std::vector<std::string> set;
-  for (const char* name : {"NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_IB_DISABLE", "NCCL_SOCKET_IFNAME",
-                           "NCCL_DEBUG", "NCCL_ALGO", "NCCL_PROTO", "NCCL_BUFFSIZE", "SEXTANT_CUDA_CHANNEL"}) {
+  if (const std::string nccl = cuda::nccl_environment(); !nccl.empty()) set.push_back(nccl);
+  for (const char* name : {"NCCL_BUFFSIZE", "SEXTANT_CUDA_CHANNEL"}) {
     if (const char* v = std::getenv(name); v != nullptr) set.push_back(fmt::format("{}={}", name, v));
   }
   std::string implies;
