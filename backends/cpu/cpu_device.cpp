@@ -8,12 +8,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <string>
 #include <algorithm>
 #include <vector>
 
 #include "backends/cpu/cpu_channel.h"
+#include "backends/cpu/kernels/isa.h"
 #include "backends/cpu/ops/cpu_ops.h"
+#include "runtime/base/log.h"
 
 namespace sx::cpu {
 
@@ -603,6 +606,16 @@ Status CpuStream::run(const hal::Op& op) {
 
 namespace {
 
+// The kernels' ISA level (kernels/isa.h): an invalid SEXTANT_CPU_ISA fails the device's creation;
+// the choice is logged once per process.
+Status check_isa() {
+  const Result<IsaChoice>& c = cpu_isa();
+  if (!c.ok()) return c.status();
+  static std::once_flag logged;
+  std::call_once(logged, [] { log_info("{}", cpu_isa_line()); });
+  return ok_status();
+}
+
 class CpuBackend final : public hal::Backend {
  public:
   std::string_view name() const override { return "cpu"; }
@@ -615,7 +628,9 @@ class CpuBackend final : public hal::Backend {
       hal::DeviceInfo info = memory;
       info.backend = "cpu";
       info.index = i;
-      info.name = fmt::format("cpu:{} (logical; {} hardware threads shared)", i, hardware_threads());
+      const Result<IsaChoice>& isa = cpu_isa();
+      info.name = fmt::format("cpu:{} (logical; {} hardware threads shared; {} kernels)", i, hardware_threads(),
+                              isa.ok() ? isa->level : "no");
       out.push_back(std::move(info));
     }
     return out;
@@ -625,12 +640,14 @@ class CpuBackend final : public hal::Backend {
       return invalid_argument_error("cpu: device index {} is outside cpu:0 .. cpu:{}", index, kCpuLogicalDevices - 1);
     }
     SX_ASSIGN_OR_RETURN(const CpuOptions o, parse_cpu_options(options));
+    SX_RETURN_IF_ERROR(check_isa());
     return std::unique_ptr<hal::Device>(std::make_unique<CpuDevice>(index, o));
   }
   // The group's ranks share the host's cores: `threads` (0: all of them) is split evenly.
   Result<std::vector<std::unique_ptr<hal::Device>>> create_devices_at(std::span<const int> indices,
                                                                       const hal::DeviceOptions& options) override {
     SX_ASSIGN_OR_RETURN(CpuOptions o, parse_cpu_options(options));
+    SX_RETURN_IF_ERROR(check_isa());
     const auto count = static_cast<int>(indices.size());
     if (count < 1 || count > kCpuLogicalDevices) {
       return invalid_argument_error("cpu: a group of {} devices is outside 1 .. {}", count, kCpuLogicalDevices);

@@ -1,10 +1,11 @@
-// Small AVX2 helpers shared by the CPU ops and kernels (only defined when AVX2 and FMA are on).
+// Small AVX2 helpers shared by the CPU kernel units (only defined when AVX2 and FMA are on; in the
+// namespace of the ISA level being compiled, kernel_table.h).
 #pragma once
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 
-namespace sx::cpu {
+namespace sx::cpu::SX_CPU_ISA_NS {
 
 // Sum of the eight lanes.
 inline float hsum256(__m256 v) {
@@ -25,5 +26,5 @@ inline void prefetch_block(const void* p) {
   for (int o = 0; o < Bytes; o += 64) _mm_prefetch(static_cast<const char*>(p) + o, _MM_HINT_T0);
 }
 
-}  // namespace sx::cpu
+}  // namespace sx::cpu::SX_CPU_ISA_NS
 #endif

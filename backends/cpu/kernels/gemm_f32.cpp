@@ -16,7 +16,7 @@
 #include <immintrin.h>
 #endif
 
-namespace sx::cpu::detail {
+namespace sx::cpu::SX_CPU_ISA_NS::detail {
 
 namespace {
 
@@ -341,4 +341,4 @@ void gemm_f32(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
   });
 }
 
-}  // namespace sx::cpu::detail
+}  // namespace sx::cpu::SX_CPU_ISA_NS::detail

@@ -24,7 +24,7 @@
 #include <immintrin.h>
 #endif
 
-namespace sx::cpu::detail {
+namespace sx::cpu::SX_CPU_ISA_NS::detail {
 
 #if SX_GEMM_Q8_AVX2
 namespace {
@@ -465,10 +465,10 @@ void matmul_q8_0_r16(ThreadPool&, Scratch&, const MatmulProblem& p) { matmul_ref
 
 #endif
 
-}  // namespace sx::cpu::detail
+}  // namespace sx::cpu::SX_CPU_ISA_NS::detail
 
-namespace sx::cpu {
+namespace sx::cpu::SX_CPU_ISA_NS {
 
 std::int64_t run_q8_microkernel_in_l1(std::int64_t calls) { return detail::microkernel_in_l1(calls); }
 
-}  // namespace sx::cpu
+}  // namespace sx::cpu::SX_CPU_ISA_NS

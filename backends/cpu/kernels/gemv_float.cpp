@@ -13,7 +13,7 @@
 #include <immintrin.h>
 #endif
 
-namespace sx::cpu::detail {
+namespace sx::cpu::SX_CPU_ISA_NS::detail {
 
 namespace {
 
@@ -165,4 +165,4 @@ void gemv_float(ThreadPool& pool, const MatmulProblem& p) {
   }
 }
 
-}  // namespace sx::cpu::detail
+}  // namespace sx::cpu::SX_CPU_ISA_NS::detail

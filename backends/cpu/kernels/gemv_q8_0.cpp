@@ -15,7 +15,7 @@
 #include <immintrin.h>
 #endif
 
-namespace sx::cpu::detail {
+namespace sx::cpu::SX_CPU_ISA_NS::detail {
 
 namespace {
 
@@ -189,4 +189,4 @@ void gemv_q8_0(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
   });
 }
 
-}  // namespace sx::cpu::detail
+}  // namespace sx::cpu::SX_CPU_ISA_NS::detail

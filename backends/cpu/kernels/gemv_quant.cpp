@@ -28,7 +28,7 @@
 #include <immintrin.h>
 #endif
 
-namespace sx::cpu::detail {
+namespace sx::cpu::SX_CPU_ISA_NS::detail {
 
 namespace {
 
@@ -406,4 +406,4 @@ void gemv_quant(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
   gemv_dequant(pool, p);
 }
 
-}  // namespace sx::cpu::detail
+}  // namespace sx::cpu::SX_CPU_ISA_NS::detail

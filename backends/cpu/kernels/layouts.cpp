@@ -24,7 +24,7 @@ int interleaved_rows(hal::DType t) {
 }
 
 hal::DType weight_layout(hal::DType format) {
-  if (!kVectorInterleaved) return format;
+  if (!vector_interleaved()) return format;
   if (format == hal::DType::kQ8_0) return kQ8_0R16;
   if (format == hal::DType::kQ5_0) return kQ5_0R8;
   return format;

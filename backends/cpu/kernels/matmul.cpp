@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "backends/cpu/kernels/matmul_internal.h"
+#include "backends/cpu/kernels/kernel_table.h"
 #include "runtime/base/half.h"
 
 namespace sx::cpu {
@@ -50,33 +50,7 @@ void matmul(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p, MatmulPa
       for (std::int64_t j = 0; j < p.n; ++j) p.y[i * p.n + j] = p.bias != nullptr ? p.bias[j] : 0.0f;
     return;
   }
-  if (p.w_type == kQ8_0R16) {
-    detail::matmul_q8_0_r16(pool, scratch, p);
-    return;
-  }
-  if (path == MatmulPath::kAuto) path = select_matmul_path(p);
-  const bool q8 = p.w_type == hal::DType::kQ8_0;
-  switch (path) {
-    case MatmulPath::kGemv:
-      if (q8) {
-        detail::gemv_q8_0(pool, scratch, p);
-      } else if (hal::dtype_info(layout_source(p.w_type)).quantized) {
-        detail::gemv_quant(pool, scratch, p);
-      } else {
-        detail::gemv_float(pool, p);
-      }
-      return;
-    case MatmulPath::kGemmQ8:
-      if (q8) {
-        detail::gemm_q8_0(pool, scratch, p);
-        return;
-      }
-      [[fallthrough]];
-    case MatmulPath::kGemmF32:
-    case MatmulPath::kAuto:
-      detail::gemm_f32(pool, scratch, p);
-      return;
-  }
+  kernels().matmul(pool, scratch, p, path);
 }
 
 void matmul(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
@@ -114,7 +88,7 @@ void matmul_reference_q8_activations(const MatmulProblem& p) {
   const std::int64_t nb = p.k / kB;
   std::vector<std::int8_t> qs(static_cast<std::size_t>(p.m * p.k));
   std::vector<float> d(static_cast<std::size_t>(p.m * nb));
-  detail::quantize_rows_q8(p.x, 0, p.m, p.k, qs.data(), d.data());
+  for (std::int64_t i = 0; i < p.m; ++i) quantize_activations_q8(p.x + i * p.k, p.k, qs.data() + i * p.k, d.data() + i * nb);
   std::vector<hal::BlockQ8_0> tmp;
   for (std::int64_t j = 0; j < p.n; ++j) {
     const hal::BlockQ8_0* w = q8_row(p, j, tmp);

@@ -37,14 +37,10 @@ class Scratch {
   std::vector<Slot> slots_;
 };
 
-// True where the vector kernels for the interleaved layouts (kQ8_0R16, kQ5_0R8) are built (AVX2 +
-// FMA + F16C); elsewhere they work through scalar code only, so the CPU device keeps Q8_0 and Q5_0
-// weights as they are.
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-inline constexpr bool kVectorInterleaved = true;
-#else
-inline constexpr bool kVectorInterleaved = false;
-#endif
+// True where the kernels in use (kernel_table.h) have vector code for the interleaved layouts
+// (kQ8_0R16, kQ5_0R8: AVX2 + FMA + F16C and up); elsewhere they work through scalar code only, so the
+// CPU device keeps Q8_0 and Q5_0 weights as they are.
+bool vector_interleaved();
 
 // Supported formats: F32, F16, BF16, Q8_0 and kQ8_0R16 (k a multiple of 32 for the last two), and
 // every other GGML block format (Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K; k a multiple

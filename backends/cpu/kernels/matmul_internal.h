@@ -8,9 +8,14 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "backends/cpu/kernels/kernel_table.h"
 #include "backends/cpu/kernels/matmul.h"
 
-namespace sx::cpu::detail {
+#if !defined(SX_CPU_ISA_NS)
+#error "matmul_internal.h belongs to the kernel units, compiled once per ISA level (kernel_table.h)"
+#endif
+
+namespace sx::cpu::SX_CPU_ISA_NS::detail {
 
 inline constexpr int kSlotActs = 0;
 inline constexpr int kSlotPackedX = 1;
@@ -73,4 +78,4 @@ void for_row_streams(std::int64_t r0, std::int64_t r1, Fn&& fn) {
   }
 }
 
-}  // namespace sx::cpu::detail
+}  // namespace sx::cpu::SX_CPU_ISA_NS::detail

@@ -3,13 +3,14 @@
 #include <cmath>
 #include <cstdint>
 
+#include "backends/cpu/kernels/kernel_table.h"
 #include "backends/cpu/kernels/matmul_internal.h"
 
 #if defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
-namespace sx::cpu {
+namespace sx::cpu::SX_CPU_ISA_NS {
 
 void quantize_activations_q8(const float* x, std::int64_t k, std::int8_t* qs, float* d) {
   constexpr int kB = hal::kQ8_0Block;
@@ -60,4 +61,4 @@ void quantize_rows_q8(const float* x, std::int64_t r0, std::int64_t r1, std::int
 }
 
 }  // namespace detail
-}  // namespace sx::cpu
+}  // namespace sx::cpu::SX_CPU_ISA_NS

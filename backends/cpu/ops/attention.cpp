@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backends/cpu/kernels/kernel_table.h"
 #include "backends/cpu/ops/cpu_ops.h"
 #include "runtime/base/half.h"
 
@@ -11,7 +12,7 @@
 #include <immintrin.h>
 #endif
 
-namespace sx::cpu {
+namespace sx::cpu::SX_CPU_ISA_NS {
 
 void kv_write(ThreadPool& /*pool*/, const float* k, const float* v, void* k_cache, void* v_cache,
               hal::DType cache_type, const std::int32_t* slots, std::int64_t n_tokens,
@@ -200,4 +201,4 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
   });
 }
 
-}  // namespace sx::cpu
+}  // namespace sx::cpu::SX_CPU_ISA_NS

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backends/cpu/kernels/kernel_table.h"
 #include "backends/cpu/ops/cpu_ops.h"
 #include "backends/cpu/simd.h"
 
@@ -10,7 +11,7 @@
 #define SX_CPU_AVX2 1
 #endif
 
-namespace sx::cpu {
+namespace sx::cpu::SX_CPU_ISA_NS {
 
 #ifdef SX_CPU_AVX2
 namespace {
@@ -111,4 +112,4 @@ void load_row_f32(hal::DType type, const void* row, float* dst, std::int64_t n) 
   hal::dequantize_row(type, row, dst, n);
 }
 
-}  // namespace sx::cpu
+}  // namespace sx::cpu::SX_CPU_ISA_NS

@@ -29,8 +29,8 @@ TEST(CpuLayouts, ValuesLiePastHalsFormatsAndNameTheirSource) {
   EXPECT_EQ(cpu::row_bytes(kQ8_0R16, 64), hal::row_bytes(DType::kQ8_0, 64));
   EXPECT_EQ(type_name(kQ5_0R8), "q5_0_r8");
   EXPECT_EQ(type_name(DType::kQ4_K), "q4_k");
-  EXPECT_EQ(weight_layout(DType::kQ8_0), kVectorInterleaved ? kQ8_0R16 : DType::kQ8_0);
-  EXPECT_EQ(weight_layout(DType::kQ5_0), kVectorInterleaved ? kQ5_0R8 : DType::kQ5_0);
+  EXPECT_EQ(weight_layout(DType::kQ8_0), vector_interleaved() ? kQ8_0R16 : DType::kQ8_0);
+  EXPECT_EQ(weight_layout(DType::kQ5_0), vector_interleaved() ? kQ5_0R8 : DType::kQ5_0);
   EXPECT_EQ(weight_layout(DType::kQ4_K), DType::kQ4_K);
 }
 

@@ -1,0 +1,230 @@
+// Every kernel level this machine supports (issue 23, kernels/isa.h) against the baseline level's
+// kernels on the same inputs: bit-for-bit on the integer paths (Q8_0, the activation quantiser),
+// within a float tolerance on the others (F16, BF16, Q4_K, Q6_K, Q5_0, attention, vector math).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/kernels/isa.h"
+#include "backends/cpu/kernels/kernel_table.h"
+#include "runtime/base/thread_pool.h"
+#include "runtime/hal/dtype.h"
+#include "runtime/hal/quant.h"
+
+namespace sx::cpu {
+namespace {
+
+using hal::DType;
+
+std::vector<const KernelTable*> supported_levels() {
+  std::vector<const KernelTable*> v;
+  for (const IsaLevel& l : isa_levels()) {
+    if (const KernelTable* t = kernels_for(l.name)) v.push_back(t);
+  }
+  return v;
+}
+
+const KernelTable& baseline() {
+  const KernelTable* b = kernels_for("baseline");
+  if (b == nullptr) b = kernels_for("native");
+  return *b;
+}
+
+struct Weights {
+  std::vector<std::byte> plain;  // rows in `type`
+  std::vector<std::byte> r16;    // kQ8_0R16 (Q8_0 only)
+};
+
+Weights make_weights(DType type, std::int64_t n, std::int64_t k, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  std::vector<float> row(static_cast<std::size_t>(k));
+  Weights w;
+  const std::size_t rb = hal::row_bytes(type, k);
+  w.plain.resize(rb * static_cast<std::size_t>(n));
+  for (std::int64_t j = 0; j < n; ++j) {
+    for (float& v : row) v = nd(rng);
+    hal::quantize_row(type, row.data(), w.plain.data() + rb * static_cast<std::size_t>(j), k);
+  }
+  if (type == DType::kQ8_0) {
+    w.r16.resize(sx::cpu::tensor_bytes(kQ8_0R16, n, k) + 64);
+    auto* dst = reinterpret_cast<BlockQ8_0x16*>(w.r16.data() + (64 - reinterpret_cast<std::uintptr_t>(w.r16.data()) % 64) % 64);
+    repack_q8_0_r16(reinterpret_cast<const hal::BlockQ8_0*>(w.plain.data()), n, k, dst);
+  }
+  return w;
+}
+
+std::vector<float> run(const KernelTable& t, ThreadPool& pool, const void* w, DType type, const std::vector<float>& x,
+                       std::int64_t m, std::int64_t n, std::int64_t k, MatmulPath path) {
+  Scratch scratch;
+  std::vector<float> y(static_cast<std::size_t>(m * n), -1.0f);
+  MatmulProblem p;
+  p.w = w;
+  p.w_type = type;
+  p.x = x.data();
+  p.y = y.data();
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  t.matmul(pool, scratch, p, path);
+  return y;
+}
+
+TEST(CpuIsaParity, BaselineAndTheLevelsThisMachineHas) {
+  const auto levels = supported_levels();
+  ASSERT_FALSE(levels.empty());
+  std::string names;
+  for (const KernelTable* t : levels) names += std::string(" ") + t->level;
+  std::printf("levels compared:%s (%s)\n", names.c_str(), cpu_isa_line().c_str());
+}
+
+TEST(CpuIsaParity, Q8_0IsBitExactOnEveryLevelPathAndLayout) {
+  ThreadPool pool(2);
+  std::mt19937 rng(7);
+  const std::int64_t n = 80, k = 256;
+  const Weights w = make_weights(DType::kQ8_0, n, k, rng);
+  const void* r16 = w.r16.data() + (64 - reinterpret_cast<std::uintptr_t>(w.r16.data()) % 64) % 64;
+  for (std::int64_t m : {1, 3, 4, 7, 16, 37}) {
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> x(static_cast<std::size_t>(m * k));
+    for (float& v : x) v = nd(rng);
+    for (MatmulPath path : {MatmulPath::kGemv, MatmulPath::kGemmQ8}) {
+      const auto want = run(baseline(), pool, w.plain.data(), DType::kQ8_0, x, m, n, k, path);
+      const auto want_r16 = run(baseline(), pool, r16, kQ8_0R16, x, m, n, k, MatmulPath::kAuto);
+      ASSERT_EQ(0, std::memcmp(want.data(), want_r16.data(), want.size() * sizeof(float)));
+      for (const KernelTable* t : supported_levels()) {
+        const auto got = run(*t, pool, w.plain.data(), DType::kQ8_0, x, m, n, k, path);
+        EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+            << t->level << " m=" << m << " path " << static_cast<int>(path);
+        const auto got_r16 = run(*t, pool, r16, kQ8_0R16, x, m, n, k, MatmulPath::kAuto);
+        EXPECT_EQ(0, std::memcmp(want.data(), got_r16.data(), want.size() * sizeof(float)))
+            << t->level << " kQ8_0R16 m=" << m;
+      }
+    }
+  }
+}
+
+TEST(CpuIsaParity, ActivationQuantiserIsBitExact) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  std::vector<float> x(1024);
+  for (float& v : x) v = nd(rng);
+  x[5] = 0.5f;  // ties of the rounding
+  x[6] = -1.5f;
+  std::vector<std::int8_t> q0(x.size()), q1(x.size());
+  std::vector<float> d0(x.size() / 32), d1(x.size() / 32);
+  baseline().quantize_activations_q8(x.data(), 1024, q0.data(), d0.data());
+  for (const KernelTable* t : supported_levels()) {
+    t->quantize_activations_q8(x.data(), 1024, q1.data(), d1.data());
+    EXPECT_EQ(q0, q1) << t->level;
+    EXPECT_EQ(0, std::memcmp(d0.data(), d1.data(), d0.size() * sizeof(float))) << t->level;
+  }
+}
+
+TEST(CpuIsaParity, FloatAndBlockFormatsAgreeWithinTolerance) {
+  ThreadPool pool(2);
+  std::mt19937 rng(11);
+  const std::int64_t n = 48, k = 512;
+  for (DType type : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_K, DType::kQ6_K, DType::kQ5_0, DType::kQ4_0}) {
+    const Weights w = make_weights(type, n, k, rng);
+    for (std::int64_t m : {1, 5, 24}) {
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      std::vector<float> x(static_cast<std::size_t>(m * k));
+      for (float& v : x) v = nd(rng);
+      const auto want = run(baseline(), pool, w.plain.data(), type, x, m, n, k, MatmulPath::kAuto);
+      for (const KernelTable* t : supported_levels()) {
+        const auto got = run(*t, pool, w.plain.data(), type, x, m, n, k, MatmulPath::kAuto);
+        for (std::size_t i = 0; i < want.size(); ++i) {
+          // |y| ~ 0.05 * sqrt(512) ~ 1.1; the int8 activation paths of the block formats differ from the
+          // baseline's F32 dequantisation by their activation quantisation (matmul.h).
+          ASSERT_NEAR(want[i], got[i], 0.03f + 0.02f * std::fabs(want[i]))
+              << t->level << " " << hal::dtype_info(type).name << " m=" << m << " i=" << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuIsaParity, VectorMathAndAttentionAgreeWithinTolerance) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const std::int64_t n = 301;
+  std::vector<float> a(n), b(n);
+  for (float& v : a) v = nd(rng);
+  for (float& v : b) v = nd(rng);
+  const float dot0 = baseline().dot_f32(a.data(), b.data(), n);
+  std::vector<float> e0 = a;
+  const float s0 = baseline().exp_shifted_sum(e0.data(), n, 2.0f);
+  std::vector<float> silu0(n);
+  baseline().silu_mul_row(a.data(), b.data(), silu0.data(), n);
+  for (const KernelTable* t : supported_levels()) {
+    EXPECT_NEAR(dot0, t->dot_f32(a.data(), b.data(), n), 1e-4f * n) << t->level;
+    std::vector<float> e1 = a;
+    EXPECT_NEAR(s0, t->exp_shifted_sum(e1.data(), n, 2.0f), 1e-5f * s0 * n) << t->level;
+    for (std::int64_t i = 0; i < n; ++i) EXPECT_NEAR(e0[i], e1[i], 1e-5f * (1 + e0[i])) << t->level;
+    std::vector<float> silu1(n);
+    t->silu_mul_row(a.data(), b.data(), silu1.data(), n);
+    for (std::int64_t i = 0; i < n; ++i) EXPECT_NEAR(silu0[i], silu1[i], 1e-5f * (1 + std::fabs(silu0[i]))) << t->level;
+  }
+  // Paged attention: 2 sequences (a prefill of 5 tokens, a decode over 37), 4 heads, 2 KV heads.
+  ThreadPool pool(2);
+  const std::int64_t hd = 64, heads = 4, kv_heads = 2, bs = 16, max_blocks = 3;
+  const std::int64_t tokens = 6;
+  std::vector<float> q(tokens * heads * hd), kc(6 * bs * kv_heads * hd), vc(kc.size());
+  for (float& v : q) v = nd(rng);
+  for (float& v : kc) v = nd(rng);
+  for (float& v : vc) v = nd(rng);
+  const std::vector<std::int32_t> starts = {0, 5}, lens = {5, 37}, table = {0, 1, 2, 3, 4, 5};
+  auto attend = [&](const KernelTable& t) {
+    std::vector<float> out(q.size(), 0.0f);
+    AttentionPtrs p{q.data(), kc.data(), vc.data(), out.data(), starts.data(), lens.data(), table.data()};
+    AttentionShape s{DType::kF32, 2, tokens, heads, kv_heads, hd, bs, max_blocks, 0, 0, heads / kv_heads,
+                     1.0f / std::sqrt(static_cast<float>(hd))};
+    t.paged_attention(pool, p, s);
+    return out;
+  };
+  const auto want = attend(baseline());
+  for (const KernelTable* t : supported_levels()) {
+    const auto got = attend(*t);
+    for (std::size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(want[i], got[i], 1e-4f) << t->level << " i=" << i;
+  }
+}
+
+TEST(CpuIsaParity, ChoosingALevel) {
+  CpuFeatures none;
+  auto c = choose_isa(none, "");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->level, isa_levels().front().name == "native" ? "native" : "baseline");
+  if (isa_levels().size() == 1) return;  // a -Dcpu_march build: one level
+  CpuFeatures f;
+  f.avx = f.avx2 = f.fma = f.f16c = true;
+  c = choose_isa(f, "");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->level, "avx2");
+  f.avxvnni = true;
+  EXPECT_EQ(choose_isa(f, "")->level, "avx-vnni");
+  f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512vnni = true;
+  EXPECT_EQ(choose_isa(f, "")->level, "avx512-vnni");
+  EXPECT_EQ(choose_isa(f, "avx2")->level, "avx2");
+  EXPECT_EQ(choose_isa(f, "auto")->level, "avx512-vnni");
+  // Forcing a level the machine lacks, or one that does not exist, is refused with the reason.
+  const auto lacks = choose_isa(f, "avx512-bf16");
+  ASSERT_FALSE(lacks.ok());
+  EXPECT_NE(lacks.status().message().find("SEXTANT_CPU_ISA=avx512-bf16: this machine"), std::string::npos);
+  EXPECT_NE(lacks.status().message().find("avx512-vnni, avx512, avx-vnni, avx2, baseline"), std::string::npos)
+      << lacks.status().message();
+  const auto unknown = choose_isa(f, "sse9");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("not a kernel level"), std::string::npos);
+  // AMX: reported, never chosen (no AMX kernels).
+  f.amx_tile = f.amx_int8 = true;
+  EXPECT_EQ(choose_isa(f, "")->note, "amx present but not permitted by the OS");
+  f.amx_permitted = true;
+  EXPECT_NE(choose_isa(f, "")->note.find("permitted"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sx::cpu
