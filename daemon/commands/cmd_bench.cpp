@@ -6,6 +6,7 @@
 #include <random>
 #include <string>
 
+#include "backends/cpu/kernels/isa.h"
 #include "daemon/commands/bench_serving.h"
 #include "daemon/commands/commands.h"
 #include "daemon/commands/model_session.h"
@@ -84,6 +85,7 @@ int cmd_bench(int argc, char** argv) {
       }
       SX_ASSIGN_OR_RETURN(ModelSession session, open_session(args, std::move(opened), ctx, seqs));
       std::printf("model: %s; device: %s\n", args.get("--model")->c_str(), session.devices_summary().c_str());
+      if (session.devices_summary().find("cpu:") != std::string::npos) std::printf("%s\n", cpu::cpu_isa_line().c_str());
       if (concurrency > 0) {
         SX_RETURN_IF_ERROR(bench_concurrency(*session.model, *session.opened.tokenizer, concurrency, n_prompt, n_gen,
                                              static_cast<std::uint64_t>(seed)));
@@ -115,6 +117,7 @@ int cmd_bench(int argc, char** argv) {
                 static_cast<long long>(cfg.hidden), static_cast<long long>(cfg.n_heads),
                 static_cast<long long>(cfg.n_kv_heads), static_cast<double>(model.weight_bytes()) / 1e6);
     std::printf("device: %s\n", session.devices_summary().c_str());
+    if (session.devices_summary().find("cpu:") != std::string::npos) std::printf("%s\n", cpu::cpu_isa_line().c_str());
 
     std::vector<float> logits;
     auto prefill = [&]() { return engine::prefill(model, prompt, logits); };
