@@ -149,13 +149,31 @@ inline void widen_pair(const std::int8_t* q, __m256i& w0, __m256i& w1) {
           : [q] "r"(q)
           : "memory");
 }
+// With VNNI (AVX-512 VNNI on 256-bit registers, or AVX-VNNI) vpdpwssd does the vpmaddwd and the
+// vpaddd in one instruction, with the same exact int32 result (the int8-ranged products never
+// saturate), so every level gives the same bits.
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define SX_DPWSSD "%{evex%} vpdpwssd"  // %{ %}: braces, not asm dialect alternatives
+#elif defined(__AVXVNNI__)
+#define SX_DPWSSD "%{vex%} vpdpwssd"
+#endif
+#if defined(SX_DPWSSD)
+// One token's k-pair at offset OFF of x against w0 / w1 into accumulators A0 / A1 (operand names).
+#define SX_TOKEN_PAIR(OFF, A0, A1)                 \
+  "vpbroadcastd " OFF "(%[x]), %[xv]\n\t"          \
+  SX_DPWSSD " %[xv], %[w0], %[" A0 "]\n\t"         \
+  SX_DPWSSD " %[xv], %[w1], %[" A1 "]\n\t"
+#else
+#define SX_TOKEN_PAIR(OFF, A0, A1)                 \
+  "vpbroadcastd " OFF "(%[x]), %[xv]\n\t"          \
+  "vpmaddwd %[xv], %[w0], %[t]\n\t"                \
+  "vpmaddwd %[xv], %[w1], %[xv]\n\t"               \
+  "vpaddd %[t], %[" A0 "], %[" A0 "]\n\t"          \
+  "vpaddd %[xv], %[" A1 "], %[" A1 "]\n\t"
+#endif
 inline void madd_pair(__m256i& a0, __m256i& a1, __m256i w0, __m256i w1, const std::int32_t* x) {
   __m256i xv, t;
-  __asm__("vpbroadcastd (%[x]), %[xv]\n\t"
-          "vpmaddwd %[xv], %[w0], %[t]\n\t"
-          "vpmaddwd %[xv], %[w1], %[xv]\n\t"
-          "vpaddd %[t], %[a0], %[a0]\n\t"
-          "vpaddd %[xv], %[a1], %[a1]\n\t"
+  __asm__(SX_TOKEN_PAIR("", "a0", "a1")
           : [a0] "+x"(a0), [a1] "+x"(a1), [xv] "=&x"(xv), [t] "=&x"(t)
           : [w0] "x"(w0), [w1] "x"(w1), [x] "r"(x)
           : "memory");
@@ -232,36 +250,12 @@ void kernel_6(std::int64_t nb, const std::int32_t* a, const float* adx, const Bl
       __asm__(
           "vpmovsxbw (%[w]), %[w0]\n\t"
           "vpmovsxbw 16(%[w]), %[w1]\n\t"
-          "vpbroadcastd (%[x]), %[xv]\n\t"
-          "vpmaddwd %[xv], %[w0], %[t]\n\t"
-          "vpmaddwd %[xv], %[w1], %[xv]\n\t"
-          "vpaddd %[t], %[a00], %[a00]\n\t"
-          "vpaddd %[xv], %[a01], %[a01]\n\t"
-          "vpbroadcastd 4(%[x]), %[xv]\n\t"
-          "vpmaddwd %[xv], %[w0], %[t]\n\t"
-          "vpmaddwd %[xv], %[w1], %[xv]\n\t"
-          "vpaddd %[t], %[a10], %[a10]\n\t"
-          "vpaddd %[xv], %[a11], %[a11]\n\t"
-          "vpbroadcastd 8(%[x]), %[xv]\n\t"
-          "vpmaddwd %[xv], %[w0], %[t]\n\t"
-          "vpmaddwd %[xv], %[w1], %[xv]\n\t"
-          "vpaddd %[t], %[a20], %[a20]\n\t"
-          "vpaddd %[xv], %[a21], %[a21]\n\t"
-          "vpbroadcastd 12(%[x]), %[xv]\n\t"
-          "vpmaddwd %[xv], %[w0], %[t]\n\t"
-          "vpmaddwd %[xv], %[w1], %[xv]\n\t"
-          "vpaddd %[t], %[a30], %[a30]\n\t"
-          "vpaddd %[xv], %[a31], %[a31]\n\t"
-          "vpbroadcastd 16(%[x]), %[xv]\n\t"
-          "vpmaddwd %[xv], %[w0], %[t]\n\t"
-          "vpmaddwd %[xv], %[w1], %[xv]\n\t"
-          "vpaddd %[t], %[a40], %[a40]\n\t"
-          "vpaddd %[xv], %[a41], %[a41]\n\t"
-          "vpbroadcastd 20(%[x]), %[xv]\n\t"
-          "vpmaddwd %[xv], %[w0], %[t]\n\t"
-          "vpmaddwd %[xv], %[w1], %[xv]\n\t"
-          "vpaddd %[t], %[a50], %[a50]\n\t"
-          "vpaddd %[xv], %[a51], %[a51]\n\t"
+          SX_TOKEN_PAIR("", "a00", "a01")
+          SX_TOKEN_PAIR("4", "a10", "a11")
+          SX_TOKEN_PAIR("8", "a20", "a21")
+          SX_TOKEN_PAIR("12", "a30", "a31")
+          SX_TOKEN_PAIR("16", "a40", "a41")
+          SX_TOKEN_PAIR("20", "a50", "a51")
           : [a00] "+x"(i00), [a01] "+x"(i01), [a10] "+x"(i10), [a11] "+x"(i11), [a20] "+x"(i20),
             [a21] "+x"(i21), [a30] "+x"(i30), [a31] "+x"(i31), [a40] "+x"(i40), [a41] "+x"(i41),
             [a50] "+x"(i50), [a51] "+x"(i51), [w0] "=&x"(w0), [w1] "=&x"(w1), [xv] "=&x"(xv), [t] "=&x"(t)
