@@ -54,7 +54,7 @@ struct SchedulerConfig {
   // measured): a long prompt then slows the streams by about this factor, whatever the device. 0:
   // max_step_ms alone.
   double max_step_ratio = 0;
-  std::int64_t min_prefill_chunk = 16;  // prefill tokens a paced step takes at least (when any wait)
+  std::int64_t min_prefill_chunk = 4;   // prefill tokens a paced step takes at least (when any wait)
   std::int64_t max_prefill_skips = 8;   // a prefill passed over this many steps goes first
 };
 

@@ -378,10 +378,11 @@ TEST(PacedScheduler, DecodesAreInEveryStepAndAStepStaysNearTheTarget) {
       EXPECT_EQ(steps, 1);
       EXPECT_GT(longest, 1.9);
     } else if (target == 1000.0) {
-      // 3.5 ms leave no room for prefill on this device: each step takes the minimum chunk, 16 tokens.
+      // 3.5 ms leave no room for prefill on this device: each step takes the minimum chunk.
+      const std::int64_t chunk = SchedulerConfig{}.min_prefill_chunk;
       EXPECT_NEAR(p.s.stats().max_step_ms, 3.5, 0.01);
-      EXPECT_LE(longest, 0.001 + 4 * 0.0001 + 16 * 0.001 + 1e-9);
-      EXPECT_EQ(steps, 125);  // 2000 / 16
+      EXPECT_LE(longest, 0.001 + 4 * 0.0001 + static_cast<double>(chunk) * 0.001 + 1e-9);
+      EXPECT_EQ(steps, (2000 + chunk - 1) / chunk);
     } else {
       EXPECT_LE(longest, 0.1 * 1.01) << "a step beyond the target";
       EXPECT_GT(steps, 20);
