@@ -8,6 +8,7 @@
 //               sum_s m_s * xsum_s (Q4_K; Q6_K subtracts 32 * sum_s sc_s * xsum_s instead).
 //   Q5_0        x quantised per 32 (quantize_activations_q8, as the Q8_0 path): per block the
 //               exact int32 dot of (q - 16) and x, scaled by d_w * d_x.
+//   Q4_0, Q4_1, Q5_1  the same per 32; the mins of Q4_1 / Q5_1 (w = d q + m) join as m * d_x * sum(x).
 // Activation quantisation error per element is at most amax(block of x) / 254 (block = 256 for
 // Q4_K / Q6_K, 32 for Q5_0); every other step is exact integer arithmetic or F32 rounding.
 // Every other format (and every format without AVX2): the row is dequantised to F32 with
@@ -16,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/kernels/matmul_internal.h"
@@ -282,6 +284,54 @@ void dot_q5_0_r8(const BlockQ5_0x8* const (&w)[G], const std::int8_t* xq, const 
   for (int g = 0; g < G; ++g) _mm256_storeu_ps(out[g], acc[g]);
 }
 
+// Q4_0, Q4_1 and Q5_1: dots of R rows (nb blocks each) with one token quantised per 32 (xq, xd;
+// xsum = the sum of each block's xq), as dot_q5_0 does Q5_0: the unsigned 4- or 5-bit q against x
+// (vpmaddubsw, then vpmaddwd by ones: the exact int32 dot), then per block
+// acc += (dot - 8 * xsum) * d_w * d_x for Q4_0 (w = d (q - 8)), and for Q4_1 / Q5_1 (w = d q + m)
+// acc += dot * d_w * d_x and macc += m_w * d_x * xsum.
+template <hal::DType T, int R>
+void dot_q4_q5(const void* const (&w)[R], const std::int8_t* xq, const float* xd, const std::int32_t* xsum,
+               std::int64_t nb, float (&out)[R]) {
+  using Block = std::conditional_t<T == hal::DType::kQ4_0, hal::BlockQ4_0,
+                                   std::conditional_t<T == hal::DType::kQ4_1, hal::BlockQ4_1, hal::BlockQ5_1>>;
+  constexpr bool kMin = T != hal::DType::kQ4_0;
+  constexpr bool kFive = T == hal::DType::kQ5_1;
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i nib_shift = _mm256_setr_epi64x(0, 0, 4, 4);  // low nibbles, then high nibbles
+  // The fifth bits (Q5_1), as dot_q5_0 spreads them.
+  const __m256i spread = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202,
+                                            0x0303030303030303);
+  const __m256i bit_mask = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
+  const __m256i all = _mm256_set1_epi64x(-1);
+  const __m256i bit4 = _mm256_set1_epi8(0x10);
+  __m256 acc[R];
+  float macc[R] = {};
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(xq + 32 * b));
+    const __m256i corr = _mm256_zextsi128_si256(_mm_cvtsi32_si128(kMin ? 0 : -8 * xsum[b]));
+    const float dx = xd[b];
+    for (int r = 0; r < R; ++r) {
+      const Block& wb = static_cast<const Block*>(w[r])[b];
+      _mm_prefetch(reinterpret_cast<const char*>(&wb) + kGemvPrefetchBytes, _MM_HINT_T0);
+      const __m256i qs = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.qs)));
+      __m256i q = _mm256_and_si256(_mm256_srlv_epi64(qs, nib_shift), m4);
+      if constexpr (kFive) {
+        std::uint32_t qh;
+        std::memcpy(&qh, wb.qh, 4);
+        const __m256i bits = _mm256_cmpeq_epi8(
+            _mm256_or_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), spread), bit_mask), all);
+        q = _mm256_or_si256(q, _mm256_and_si256(bits, bit4));
+      }
+      const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(q, x), ones), corr);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(f16(wb.d) * dx), acc[r]);
+      if constexpr (kMin) macc[r] = std::fma(f16(wb.m) * dx, static_cast<float>(xsum[b]), macc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = hsum256(acc[r]) + macc[r];
+}
+
 float dot_f32(const float* w, const float* x, std::int64_t k) {
   __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
   std::int64_t i = 0;
@@ -319,7 +369,8 @@ void gemv_dequant(ThreadPool& pool, const MatmulProblem& p) {
 
 bool has_quant_gemv_kernel(hal::DType t) {
 #if SX_GEMV_QUANT_AVX2
-  return t == hal::DType::kQ4_K || t == hal::DType::kQ6_K || t == hal::DType::kQ5_0 || t == kQ5_0R8;
+  return t == hal::DType::kQ4_K || t == hal::DType::kQ6_K || t == hal::DType::kQ5_0 || t == kQ5_0R8 ||
+         t == hal::DType::kQ4_0 || t == hal::DType::kQ4_1 || t == hal::DType::kQ5_1;
 #else
   (void)t;
   return false;
@@ -351,6 +402,42 @@ void gemv_quant(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
         }
       }
     });
+    return;
+  }
+  if (t == hal::DType::kQ4_0 || t == hal::DType::kQ4_1 || t == hal::DType::kQ5_1) {
+    const std::int64_t nb = p.k / hal::kQK;
+    auto* xq = static_cast<std::int8_t*>(scratch.get(
+        kSlotActs, static_cast<std::size_t>(p.m * p.k) + static_cast<std::size_t>(p.m * nb) * 2 * sizeof(float)));
+    auto* xd = reinterpret_cast<float*>(xq + p.m * p.k);
+    auto* xsum = reinterpret_cast<std::int32_t*>(xd + p.m * nb);
+    quantize_rows_q8(p.x, 0, p.m, p.k, xq, xd);
+    for (std::int64_t i = 0; i < p.m * nb; ++i) {
+      std::int32_t sum = 0;
+      for (int j = 0; j < hal::kQK; ++j) sum += xq[i * hal::kQK + j];
+      xsum[i] = sum;
+    }
+    const auto* w = static_cast<const std::byte*>(p.w);
+    const std::size_t rb = cpu::row_bytes(t, p.k);
+    auto rows_of = [&]<hal::DType T>() {
+      for_row_chunks(pool, p.n, [&](std::int64_t r0, std::int64_t r1) {
+        for_row_streams(r0, r1, [&]<int R>(const std::int64_t (&rows)[R]) {
+          const void* wr[R];
+          for (int i = 0; i < R; ++i) wr[i] = w + rb * static_cast<std::size_t>(rows[i]);
+          for (std::int64_t tk = 0; tk < p.m; ++tk) {
+            float v[R];
+            dot_q4_q5<T, R>(wr, xq + tk * p.k, xd + tk * nb, xsum + tk * nb, nb, v);
+            for (int i = 0; i < R; ++i) p.y[tk * p.n + rows[i]] = v[i] + (p.bias != nullptr ? p.bias[rows[i]] : 0.0f);
+          }
+        });
+      });
+    };
+    if (t == hal::DType::kQ4_0) {
+      rows_of.template operator()<hal::DType::kQ4_0>();
+    } else if (t == hal::DType::kQ4_1) {
+      rows_of.template operator()<hal::DType::kQ4_1>();
+    } else {
+      rows_of.template operator()<hal::DType::kQ5_1>();
+    }
     return;
   }
   if (t == hal::DType::kQ5_0 || t == kQ5_0R8) {
