@@ -9,6 +9,8 @@
 //   Q5_0        x quantised per 32 (quantize_activations_q8, as the Q8_0 path): per block the
 //               exact int32 dot of (q - 16) and x, scaled by d_w * d_x.
 //   Q4_0, Q4_1, Q5_1  the same per 32; the mins of Q4_1 / Q5_1 (w = d q + m) join as m * d_x * sum(x).
+//   Q5_K        as Q4_K (x per 256) with the fifth bits.
+//   AWQ int4    x per 32, the zero of each group of 128 as scale * zero * sum_b d_x * sum(x_b).
 // Activation quantisation error per element is at most amax(block of x) / 254 (block = 256 for
 // Q4_K / Q6_K, 32 for Q5_0); every other step is exact integer arithmetic or F32 rounding.
 // Every other format (and every format without AVX2): the row is dequantised to F32 with
@@ -75,13 +77,18 @@ inline float f16(std::uint16_t h) { return _cvtsh_ss(h); }
 // 512 bytes gave 0.69-0.73, 1.5-3 KiB all 0.60-0.67).
 constexpr int kKQuantPrefetchBytes = 2048;
 
-// Dot of one Q4_K row (nsb super-blocks) with one quantised token.
-float dot_q4_k(const BlockQ4_K* w, const ActQ8K* a, std::int64_t nsb) {
+// Dot of one Q4_K row (nsb super-blocks) with one quantised token; Q5_K (Block = BlockQ5_K) is the
+// same with the fifth bits ORed in: element 64c + l takes bit 2c of qh[l], element 64c + 32 + l
+// bit 2c + 1 (q 0..31, so vpmaddubsw pairs stay below 2 * 31 * 127).
+template <typename Block>
+float dot_q4_k(const Block* w, const ActQ8K* a, std::int64_t nsb) {
+  constexpr bool kFive = std::is_same_v<Block, hal::BlockQ5_K>;
   const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i one = _mm256_set1_epi8(0x01);
   __m256 acc = _mm256_setzero_ps();
   __m128 accm = _mm_setzero_ps();
   for (std::int64_t i = 0; i < nsb; ++i) {
-    prefetch_block<sizeof(BlockQ4_K)>(reinterpret_cast<const char*>(w + i) + kKQuantPrefetchBytes);
+    prefetch_block<sizeof(Block)>(reinterpret_cast<const char*>(w + i) + kKQuantPrefetchBytes);
     const float d = a[i].d * f16(w[i].d);
     const float dmin = a[i].d * f16(w[i].dmin);
     std::uint32_t s[3];
@@ -101,16 +108,22 @@ float dot_q4_k(const BlockQ4_K* w, const ActQ8K* a, std::int64_t nsb) {
     const __m128i sc128 = _mm256_castsi256_si128(sm);
     const __m256i scales = _mm256_set_m128i(sc128, sc128);
     __m256i sumi = _mm256_setzero_si256();
+    [[maybe_unused]] __m256i qh;
+    if constexpr (kFive) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].qh));
     for (int c = 0; c < 4; ++c) {
       const __m256i sel0 = _mm256_set1_epi16(static_cast<short>(0x0100 + 0x0202 * (2 * c)));
       const __m256i sel1 = _mm256_set1_epi16(static_cast<short>(0x0100 + 0x0202 * (2 * c + 1)));
       const __m256i q4 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].qs + 32 * c));
       const __m256i x0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(a[i].qs + 64 * c));
       const __m256i x1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(a[i].qs + 64 * c + 32));
-      const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(q4, m4), x0),
-                                           _mm256_shuffle_epi8(scales, sel0));
-      const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q4, 4), m4), x1),
-                                           _mm256_shuffle_epi8(scales, sel1));
+      __m256i lo = _mm256_and_si256(q4, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+      if constexpr (kFive) {
+        const __m128i s0 = _mm_cvtsi32_si128(2 * c), s1 = _mm_cvtsi32_si128(2 * c + 1);
+        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, s0), one), 4));
+        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, s1), one), 4));
+      }
+      const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), _mm256_shuffle_epi8(scales, sel0));
+      const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), _mm256_shuffle_epi8(scales, sel1));
       sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
     }
     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
@@ -332,6 +345,45 @@ void dot_q4_q5(const void* const (&w)[R], const std::int8_t* xq, const float* xd
   for (int r = 0; r < R; ++r) out[r] = hsum256(acc[r]) + macc[r];
 }
 
+// AWQ / GPTQ int4 (kAwqInt4: groups of 128, byte j holding elements 2j (low nibble) and 2j + 1,
+// then the fp16 scale and zero; w = scale * (q - zero)): R rows against one token quantised per 32,
+// per block of 32 the exact int32 dot of q and x, then per group
+// y += scale * sum_b d_x,b * dot_b - scale * zero * sum_b d_x,b * xsum_b.
+template <int R>
+void dot_awq(const std::uint8_t* const (&w)[R], const std::int8_t* xq, const float* xd, const std::int32_t* xsum,
+             std::int64_t ngroups, float (&out)[R]) {
+  constexpr int kBlocks = hal::kAwqInt4Group / hal::kQK;
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m128i m4 = _mm_set1_epi8(0x0F);
+  __m256 acc[R];
+  float zacc[R] = {};
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (std::int64_t g = 0; g < ngroups; ++g) {
+    for (int r = 0; r < R; ++r) {
+      const std::uint8_t* blk = w[r] + g * hal::kAwqInt4BlockBytes;
+      _mm_prefetch(reinterpret_cast<const char*>(blk) + kGemvPrefetchBytes, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(blk) + kGemvPrefetchBytes + 64, _MM_HINT_T0);
+      std::uint16_t sh, zh;
+      std::memcpy(&sh, blk + hal::kAwqInt4Group / 2, 2);
+      std::memcpy(&zh, blk + hal::kAwqInt4Group / 2 + 2, 2);
+      const float scale = f16(sh), zero = f16(zh);
+      float zsum = 0.0f;
+      for (int b = 0; b < kBlocks; ++b) {
+        const std::int64_t xb = g * kBlocks + b;
+        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * b));
+        const __m128i lo = _mm_and_si128(bytes, m4), hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), m4);
+        const __m256i q = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+        const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(xq + 32 * xb));
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), ones);
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(scale * xd[xb]), acc[r]);
+        zsum = std::fma(xd[xb], static_cast<float>(xsum[xb]), zsum);
+      }
+      zacc[r] = std::fma(scale * zero, zsum, zacc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = hsum256(acc[r]) - zacc[r];
+}
+
 float dot_f32(const float* w, const float* x, std::int64_t k) {
   __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
   std::int64_t i = 0;
@@ -370,7 +422,8 @@ void gemv_dequant(ThreadPool& pool, const MatmulProblem& p) {
 bool has_quant_gemv_kernel(hal::DType t) {
 #if SX_GEMV_QUANT_AVX2
   return t == hal::DType::kQ4_K || t == hal::DType::kQ6_K || t == hal::DType::kQ5_0 || t == kQ5_0R8 ||
-         t == hal::DType::kQ4_0 || t == hal::DType::kQ4_1 || t == hal::DType::kQ5_1;
+         t == hal::DType::kQ4_0 || t == hal::DType::kQ4_1 || t == hal::DType::kQ5_1 || t == hal::DType::kQ5_K ||
+         t == hal::DType::kAwqInt4;
 #else
   (void)t;
   return false;
@@ -380,7 +433,7 @@ bool has_quant_gemv_kernel(hal::DType t) {
 void gemv_quant(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
 #if SX_GEMV_QUANT_AVX2
   const hal::DType t = p.w_type;
-  if (t == hal::DType::kQ4_K || t == hal::DType::kQ6_K) {
+  if (t == hal::DType::kQ4_K || t == hal::DType::kQ5_K || t == hal::DType::kQ6_K) {
     const std::int64_t nsb = p.k / kQK_K;
     auto* act = static_cast<ActQ8K*>(scratch.get(kSlotActs, static_cast<std::size_t>(p.m * nsb) * sizeof(ActQ8K)));
     if (p.m == 1) {
@@ -397,6 +450,8 @@ void gemv_quant(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
         for (std::int64_t tk = 0; tk < p.m; ++tk) {
           const float v = t == hal::DType::kQ4_K
                               ? dot_q4_k(reinterpret_cast<const BlockQ4_K*>(row), act + tk * nsb, nsb)
+                          : t == hal::DType::kQ5_K
+                              ? dot_q4_k(reinterpret_cast<const hal::BlockQ5_K*>(row), act + tk * nsb, nsb)
                               : dot_q6_k(reinterpret_cast<const BlockQ6_K*>(row), act + tk * nsb, nsb);
           p.y[tk * p.n + r] = v + bias;
         }
@@ -404,7 +459,7 @@ void gemv_quant(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
     });
     return;
   }
-  if (t == hal::DType::kQ4_0 || t == hal::DType::kQ4_1 || t == hal::DType::kQ5_1) {
+  if (t == hal::DType::kQ4_0 || t == hal::DType::kQ4_1 || t == hal::DType::kQ5_1 || t == hal::DType::kAwqInt4) {
     const std::int64_t nb = p.k / hal::kQK;
     auto* xq = static_cast<std::int8_t*>(scratch.get(
         kSlotActs, static_cast<std::size_t>(p.m * p.k) + static_cast<std::size_t>(p.m * nb) * 2 * sizeof(float)));
@@ -431,7 +486,20 @@ void gemv_quant(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
         });
       });
     };
-    if (t == hal::DType::kQ4_0) {
+    if (t == hal::DType::kAwqInt4) {
+      const std::int64_t ngroups = p.k / hal::kAwqInt4Group;
+      for_row_chunks(pool, p.n, [&](std::int64_t r0, std::int64_t r1) {
+        for_row_streams(r0, r1, [&]<int R>(const std::int64_t (&rows)[R]) {
+          const std::uint8_t* wr[R];
+          for (int i = 0; i < R; ++i) wr[i] = reinterpret_cast<const std::uint8_t*>(w + rb * static_cast<std::size_t>(rows[i]));
+          for (std::int64_t tk = 0; tk < p.m; ++tk) {
+            float v[R];
+            dot_awq<R>(wr, xq + tk * p.k, xd + tk * nb, xsum + tk * nb, ngroups, v);
+            for (int i = 0; i < R; ++i) p.y[tk * p.n + rows[i]] = v[i] + (p.bias != nullptr ? p.bias[rows[i]] : 0.0f);
+          }
+        });
+      });
+    } else if (t == hal::DType::kQ4_0) {
       rows_of.template operator()<hal::DType::kQ4_0>();
     } else if (t == hal::DType::kQ4_1) {
       rows_of.template operator()<hal::DType::kQ4_1>();

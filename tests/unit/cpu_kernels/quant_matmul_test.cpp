@@ -1,7 +1,7 @@
 // The CPU matmul on the GGML block formats (Q4_0 ... Q6_K) against the reference: every row
 // dequantised with hal::dequantize_row, dotted in double. Weights both quantised from Gaussian
 // values and random bytes (every scale, min and quant pattern, finite fp16 scales), on the GEMV
-// (int8 kernels for Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K; dequantising for the rest) and GEMM paths, several thread
+// (int8 kernels for Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, AWQ int4; dequantising for Q2_K, Q3_K) and GEMM paths, several thread
 // counts, odd m, n and k. Q5_0 also as kQ5_0R8, the CPU device's interleaved layout of it (the
 // reference dequantises the plain rows the layout was made from).
 #include <gtest/gtest.h>
@@ -45,8 +45,9 @@ std::vector<int> f16_fields(DType t) {
 // F32 on dequantised weights).
 int act_block(DType t, MatmulPath path) {
   if (path != MatmulPath::kGemv) return 0;
-  if (t == DType::kQ4_K || t == DType::kQ6_K) return 256;
-  if (t == DType::kQ5_0 || t == sx::cpu::kQ5_0R8 || t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_1) {
+  if (t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K) return 256;
+  if (t == DType::kQ5_0 || t == sx::cpu::kQ5_0R8 || t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_1 ||
+      t == DType::kAwqInt4) {
     return 32;
   }
   return 0;
@@ -185,8 +186,10 @@ TEST(CpuQuantMatmul, DecodeShapes) {
                          std::tuple{DType::kQ5_0, 4864, 896}, std::tuple{DType::kQ4_K, 1000, 1024},
                          std::tuple{sx::cpu::kQ5_0R8, 4864, 896}, std::tuple{sx::cpu::kQ5_0R8, 1001, 4864},
                          std::tuple{DType::kQ4_0, 4864, 896}, std::tuple{DType::kQ4_1, 1001, 1024},
-                         std::tuple{DType::kQ5_1, 896, 4864}}) {
+                         std::tuple{DType::kQ5_1, 896, 4864}, std::tuple{DType::kQ5_K, 896, 4864},
+                         std::tuple{DType::kAwqInt4, 1001, 896}}) {
     for (bool random_bytes : {false, true}) {
+      if (!random_bytes && t == DType::kAwqInt4) continue;  // no quantiser: random bytes only
       Case c(t, 1, n, k, random_bytes, 99);
       SCOPED_TRACE(std::string(sx::cpu::type_name(t)) + " " + std::to_string(n) + "x" + std::to_string(k));
       c.check(pool, scratch, MatmulPath::kAuto);
