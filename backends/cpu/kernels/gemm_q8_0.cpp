@@ -39,6 +39,30 @@ constexpr int kMaxPanelsPerTask = 16;  // <= 136 KiB of W per task and k block (
 // one stream per task, which the hardware prefetchers alone do not keep ahead of.
 constexpr int kPrefetchBytes = 1024;
 
+// With VNNI (AVX-512 VNNI on 256-bit registers, or AVX-VNNI) the microkernels run vpdpbusd, four
+// multiply-adds per int32 lane: W's k-pairs of 16 rows are regrouped into k-quads (vpunpck[lh]wd of
+// two pairs: rows 0-3 and 8-11 in one register, 4-7 and 12-15 in the other) and made unsigned
+// (w + 128, an xor), x stays signed (four int8 per int32 of the panel), and 128 * sum(x) of each
+// block, packed with x, is taken off the exact int32 sum. Without VNNI: k-pairs sign-extended to
+// int16 and vpmaddwd. Both give the exact int32 dot of each block, so every level gives the same bits.
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define SX_Q8_VNNI(insn) "%{evex%} " insn  // %{ %}: braces, not asm dialect alternatives
+#elif defined(__AVXVNNI__)
+#define SX_Q8_VNNI(insn) "%{vex%} " insn
+#endif
+#if defined(SX_Q8_VNNI)
+constexpr bool kVnni = true;
+constexpr int kXK = 4;           // k values per int32 of a packed x panel
+constexpr int kWStepBytes = 64;  // W bytes per k step of a panel (one k-quad of 16 rows)
+alignas(32) constexpr std::uint8_t kSignBias[32] = {
+    0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80,
+    0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80};
+#else
+constexpr bool kVnni = false;
+constexpr int kXK = 2;
+constexpr int kWStepBytes = 32;  // one k-pair of 16 rows
+#endif
+
 // Interleaves rows [row0, row0 + 16) x blocks [b0, b0 + nb) of a plain Q8_0 W into nb
 // BlockQ8_0x16 (the layout kQ8_0R16 weights already have); rows at or past n are zero.
 void interleave_panel(const BlockQ8_0* w, std::int64_t blocks_per_row, std::int64_t row0, std::int64_t n,
@@ -58,23 +82,45 @@ void interleave_panel(const BlockQ8_0* w, std::int64_t blocks_per_row, std::int6
   }
 }
 
-// Packed x panel of kMR tokens: [k-pair][kMR] int32 (two int16), then [block][kMR] F32 scales.
-std::size_t x_panel_bytes(std::int64_t k) {
-  return (static_cast<std::size_t>(k / 2) * kMR * 4 + static_cast<std::size_t>(k / kB) * kMR * sizeof(float) + 63) / 64 * 64;
+// Packed x panel of kMR tokens: [k / kXK][kMR] int32 (a k-pair as two int16, or with VNNI a k-quad
+// as four int8), then [block][kMR] F32 scales, then with VNNI [block][kMR] int32 128 * sum(x).
+constexpr std::size_t x_values_bytes(std::int64_t k) { return static_cast<std::size_t>(k / kXK) * kMR * 4; }
+constexpr std::size_t x_panel_bytes(std::int64_t k) {
+  return (x_values_bytes(k) + static_cast<std::size_t>(k / kB) * kMR * 4 * (kVnni ? 2 : 1) + 63) / 64 * 64;
+}
+inline const float* x_scales(const std::byte* panel, std::int64_t k) {
+  return reinterpret_cast<const float*>(panel + x_values_bytes(k));
+}
+inline const std::int32_t* x_sums(const std::byte* panel, std::int64_t k) {
+  return reinterpret_cast<const std::int32_t*>(panel + x_values_bytes(k) + static_cast<std::size_t>(k / kB) * kMR * 4);
 }
 
 void pack_x_panel(const std::int8_t* xq, const float* xd, std::int64_t m, std::int64_t k, std::int64_t t0,
                   std::byte* dst) {
   auto* pairs = reinterpret_cast<std::int32_t*>(dst);
-  auto* scales = reinterpret_cast<float*>(dst + static_cast<std::size_t>(k / 2) * kMR * 4);
+  auto* scales = const_cast<float*>(x_scales(dst, k));
+  [[maybe_unused]] auto* sums = const_cast<std::int32_t*>(x_sums(dst, k));
   const std::int64_t nb = k / kB;
   for (int t = 0; t < kMR; ++t) {
-    if (t0 + t >= m) {  // padding tokens: zero pairs and scales
-      for (std::int64_t p = 0; p < k / 2; ++p) pairs[p * kMR + t] = 0;
+    if (t0 + t >= m) {  // padding tokens: zero values, scales (and sums)
+      for (std::int64_t p = 0; p < k / kXK; ++p) pairs[p * kMR + t] = 0;
       for (std::int64_t b = 0; b < nb; ++b) scales[b * kMR + t] = 0.0f;
+      if constexpr (kVnni) {
+        for (std::int64_t b = 0; b < nb; ++b) sums[b * kMR + t] = 0;
+      }
       continue;
     }
     const std::int8_t* q = xq + (t0 + t) * k;
+    for (std::int64_t b = 0; b < nb; ++b) scales[b * kMR + t] = xd[(t0 + t) * nb + b];
+    if constexpr (kVnni) {
+      for (std::int64_t p = 0; p < k / 4; ++p) std::memcpy(&pairs[p * kMR + t], q + 4 * p, 4);
+      for (std::int64_t b = 0; b < nb; ++b) {
+        std::int32_t sum = 0;
+        for (int i = 0; i < kB; ++i) sum += q[b * kB + i];
+        sums[b * kMR + t] = 128 * sum;
+      }
+      continue;
+    }
     // 16 k (8 pairs) at a time (k is a multiple of 32): int8 sign-extended to int16 are the
     // little-endian pairs (lo | hi << 16) as int32.
     for (std::int64_t p0 = 0; p0 < k / 2; p0 += 8) {
@@ -83,7 +129,6 @@ void pack_x_panel(const std::int8_t* xq, const float* xd, std::int64_t m, std::i
                          _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 2 * p0))));
       for (int i = 0; i < 8; ++i) pairs[(p0 + i) * kMR + t] = v[i];
     }
-    for (std::int64_t b = 0; b < nb; ++b) scales[b * kMR + t] = xd[(t0 + t) * nb + b];
   }
 }
 
@@ -138,65 +183,89 @@ inline void scale_block(const BlockQ8_0x16& wb, float dx, __m256i i0, __m256i i1
 // and adds them: 16 multiply-adds. This is exactly the arithmetic of the GEMV
 // (gemv_q8_0.cpp), so a token's result does not depend on the batch it is computed in.
 //
-// One k-pair of 16 rows sign-extended to int16 (rows 0-7 in w0, 8-15 in w1), and one token's
-// k-pair (an int32 broadcast) multiplied and added into its two accumulators. Inline asm: written
-// with intrinsics, GCC unrolls the pair loop, reassociates the integer sums into a tree and
-// spills every product to the stack.
-inline void widen_pair(const std::int8_t* q, __m256i& w0, __m256i& w1) {
+// One k step of 16 rows of W in registers (load_w), one token's x of that step multiplied and added
+// into its two accumulators (madd_x), and a block's two accumulators made the exact int32 dots of
+// rows 0-7 and 8-15 (block_dots). Inline asm: written with intrinsics, GCC unrolls the step loop,
+// reassociates the integer sums into a tree and spills every product to the stack.
+#if defined(SX_Q8_VNNI)
+// A k-quad (two k-pairs, 64 bytes) of 16 rows as unsigned w + 128: rows 0-3 and 8-11 in w0, rows
+// 4-7 and 12-15 in w1.
+inline void load_w(const std::int8_t* q, __m256i& w0, __m256i& w1) {
+  __m256i t;
+  __asm__("vmovdqu %[bias], %[t]\n\t"
+          "vpxor (%[q]), %[t], %[w0]\n\t"
+          "vpxor 32(%[q]), %[t], %[w1]\n\t"
+          "vpunpckhwd %[w1], %[w0], %[t]\n\t"
+          "vpunpcklwd %[w1], %[w0], %[w0]\n\t"
+          "vmovdqa %[t], %[w1]\n\t"
+          : [w0] "=&x"(w0), [w1] "=&x"(w1), [t] "=&x"(t)
+          : [q] "r"(q), [bias] "m"(*reinterpret_cast<const __m256i*>(kSignBias))
+          : "memory");
+}
+// One token's k-quad (an int32 of four int8 at offset OFF of x) into accumulators A0 / A1.
+#define SX_TOKEN_STEP(OFF, A0, A1)                      \
+  "vpbroadcastd " OFF "(%[x]), %[xv]\n\t"               \
+  SX_Q8_VNNI("vpdpbusd") " %[xv], %[w0], %[" A0 "]\n\t" \
+  SX_Q8_VNNI("vpdpbusd") " %[xv], %[w1], %[" A1 "]\n\t"
+// acc - 128 * sum(x), the lanes back in row order.
+inline void block_dots(__m256i& i0, __m256i& i1, std::int32_t x_sum) {
+  const __m256i s = _mm256_set1_epi32(x_sum);
+  const __m256i e0 = _mm256_sub_epi32(i0, s), e1 = _mm256_sub_epi32(i1, s);
+  i0 = _mm256_permute2x128_si256(e0, e1, 0x20);
+  i1 = _mm256_permute2x128_si256(e0, e1, 0x31);
+}
+#else
+// A k-pair of 16 rows sign-extended to int16 (rows 0-7 in w0, 8-15 in w1).
+inline void load_w(const std::int8_t* q, __m256i& w0, __m256i& w1) {
   __asm__("vpmovsxbw (%[q]), %[w0]\n\t"
           "vpmovsxbw 16(%[q]), %[w1]\n\t"
           : [w0] "=x"(w0), [w1] "=x"(w1)
           : [q] "r"(q)
           : "memory");
 }
-// With VNNI (AVX-512 VNNI on 256-bit registers, or AVX-VNNI) vpdpwssd does the vpmaddwd and the
-// vpaddd in one instruction, with the same exact int32 result (the int8-ranged products never
-// saturate), so every level gives the same bits.
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-#define SX_DPWSSD "%{evex%} vpdpwssd"  // %{ %}: braces, not asm dialect alternatives
-#elif defined(__AVXVNNI__)
-#define SX_DPWSSD "%{vex%} vpdpwssd"
-#endif
-#if defined(SX_DPWSSD)
-// One token's k-pair at offset OFF of x against w0 / w1 into accumulators A0 / A1 (operand names).
-#define SX_TOKEN_PAIR(OFF, A0, A1)                 \
-  "vpbroadcastd " OFF "(%[x]), %[xv]\n\t"          \
-  SX_DPWSSD " %[xv], %[w0], %[" A0 "]\n\t"         \
-  SX_DPWSSD " %[xv], %[w1], %[" A1 "]\n\t"
-#else
-#define SX_TOKEN_PAIR(OFF, A0, A1)                 \
-  "vpbroadcastd " OFF "(%[x]), %[xv]\n\t"          \
-  "vpmaddwd %[xv], %[w0], %[t]\n\t"                \
-  "vpmaddwd %[xv], %[w1], %[xv]\n\t"               \
-  "vpaddd %[t], %[" A0 "], %[" A0 "]\n\t"          \
+// One token's k-pair (an int32 of two int16 at offset OFF of x) into accumulators A0 / A1.
+#define SX_TOKEN_STEP(OFF, A0, A1)            \
+  "vpbroadcastd " OFF "(%[x]), %[xv]\n\t"     \
+  "vpmaddwd %[xv], %[w0], %[t]\n\t"           \
+  "vpmaddwd %[xv], %[w1], %[xv]\n\t"          \
+  "vpaddd %[t], %[" A0 "], %[" A0 "]\n\t"     \
   "vpaddd %[xv], %[" A1 "], %[" A1 "]\n\t"
+inline void block_dots(__m256i&, __m256i&, std::int32_t) {}
 #endif
-inline void madd_pair(__m256i& a0, __m256i& a1, __m256i w0, __m256i w1, const std::int32_t* x) {
+inline void madd_x(__m256i& a0, __m256i& a1, __m256i w0, __m256i w1, const std::int32_t* x) {
   __m256i xv, t;
-  __asm__(SX_TOKEN_PAIR("", "a0", "a1")
+  __asm__(SX_TOKEN_STEP("", "a0", "a1")
           : [a0] "+x"(a0), [a1] "+x"(a1), [xv] "=&x"(xv), [t] "=&x"(t)
           : [w0] "x"(w0), [w1] "x"(w1), [x] "r"(x)
           : "memory");
 }
+// The k steps of a block and the x sum of token t of block b (0 without VNNI).
+constexpr int kSteps = kB / kXK;
+inline std::int32_t x_sum(const std::int32_t* acx, std::int64_t b, int t) { return kVnni ? acx[b * kMR + t] : 0; }
 
 // Up to 4 tokens (<= 8 int32 accumulators, in registers).
 template <int MR>
-void kernel_small(std::int64_t nb, const std::int32_t* a, const float* adx, const BlockQ8_0x16* w, float* c,
-                  std::int64_t ldc, int nr, const float* bias, bool accumulate) {
+void kernel_small(std::int64_t nb, const std::int32_t* a, const float* adx, const std::int32_t* acx,
+                  const BlockQ8_0x16* w, float* c, std::int64_t ldc, int nr, const float* bias, bool accumulate) {
   __m256 f[MR][2];
   load_tile<MR>(c, ldc, nr, accumulate, f);
   for (std::int64_t b = 0; b < nb; ++b) {
     __m256i acc[MR][2];
     for (int t = 0; t < MR; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_si256();
     const std::int8_t* q = w[b].qs;
-    const std::int32_t* xa = a + b * (kB / 2) * kMR;
-    for (int p = 0; p < kB / 2; ++p) {
-      if (p % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(q + 32 * p) + kPrefetchBytes, _MM_HINT_T0);
+    const std::int32_t* xa = a + b * kSteps * kMR;
+    for (int p = 0; p < kSteps; ++p) {
+      if (kWStepBytes == 64 || p % 2 == 0) {
+        _mm_prefetch(reinterpret_cast<const char*>(q + kWStepBytes * p) + kPrefetchBytes, _MM_HINT_T0);
+      }
       __m256i w0, w1;
-      widen_pair(q + 32 * p, w0, w1);
-      for (int t = 0; t < MR; ++t) madd_pair(acc[t][0], acc[t][1], w0, w1, xa + p * kMR + t);
+      load_w(q + kWStepBytes * p, w0, w1);
+      for (int t = 0; t < MR; ++t) madd_x(acc[t][0], acc[t][1], w0, w1, xa + p * kMR + t);
     }
-    for (int t = 0; t < MR; ++t) scale_block(w[b], adx[b * kMR + t], acc[t][0], acc[t][1], f[t][0], f[t][1]);
+    for (int t = 0; t < MR; ++t) {
+      block_dots(acc[t][0], acc[t][1], x_sum(acx, b, t));
+      scale_block(w[b], adx[b * kMR + t], acc[t][0], acc[t][1], f[t][0], f[t][1]);
+    }
   }
   for (int t = 0; t < MR; ++t) store_row(c + t * ldc, nr, f[t][0], f[t][1], bias);
 }
@@ -205,33 +274,53 @@ void kernel_small(std::int64_t nb, const std::int32_t* a, const float* adx, cons
 // (for_row_streams). The arithmetic per panel is kernel_small<1>'s, so the result does not depend
 // on S.
 template <int S>
-void kernel_1xS(std::int64_t nb, const std::int32_t* a, const float* adx, const BlockQ8_0x16* const (&w)[S],
-                float* const (&c)[S], const int (&nr)[S], const float* const (&bias)[S]) {
+void kernel_1xS(std::int64_t nb, const std::int32_t* a, const float* adx, const std::int32_t* acx,
+                const BlockQ8_0x16* const (&w)[S], float* const (&c)[S], const int (&nr)[S],
+                const float* const (&bias)[S]) {
   __m256 f[S][2];
   for (int s = 0; s < S; ++s) f[s][0] = f[s][1] = _mm256_setzero_ps();
   for (std::int64_t b = 0; b < nb; ++b) {
     __m256i acc[S][2];
     for (int s = 0; s < S; ++s) acc[s][0] = acc[s][1] = _mm256_setzero_si256();
-    const std::int32_t* xa = a + b * (kB / 2) * kMR;
-    for (int p = 0; p < kB / 2; ++p) {
+    const std::int32_t* xa = a + b * kSteps * kMR;
+    for (int p = 0; p < kSteps; ++p) {
       for (int s = 0; s < S; ++s) {
-        const std::int8_t* q = w[s][b].qs + 32 * p;
-        if (p % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(q) + kPrefetchBytes, _MM_HINT_T0);
+        const std::int8_t* q = w[s][b].qs + kWStepBytes * p;
+        if (kWStepBytes == 64 || p % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(q) + kPrefetchBytes, _MM_HINT_T0);
         __m256i w0, w1;
-        widen_pair(q, w0, w1);
-        madd_pair(acc[s][0], acc[s][1], w0, w1, xa + p * kMR);
+        load_w(q, w0, w1);
+        madd_x(acc[s][0], acc[s][1], w0, w1, xa + p * kMR);
       }
     }
-    for (int s = 0; s < S; ++s) scale_block(w[s][b], adx[b * kMR], acc[s][0], acc[s][1], f[s][0], f[s][1]);
+    for (int s = 0; s < S; ++s) {
+      block_dots(acc[s][0], acc[s][1], x_sum(acx, b, 0));
+      scale_block(w[s][b], adx[b * kMR], acc[s][0], acc[s][1], f[s][0], f[s][1]);
+    }
   }
   for (int s = 0; s < S; ++s) store_row(c[s], nr[s], f[s][0], f[s][1], bias[s]);
 }
 
 // 5 or 6 tokens (padding tokens of the x panel are zero; only mr rows of c are touched): the
-// k-pair loop is inline asm, since with intrinsics GCC 12 keeps a copy of the 12 accumulators on
-// the stack (12 stores per k-pair, which then bound the loop). F32 accumulators live in L1.
-void kernel_6(std::int64_t nb, const std::int32_t* a, const float* adx, const BlockQ8_0x16* w, float* c,
-              std::int64_t ldc, int mr, int nr, const float* bias, bool accumulate) {
+// k-step loop is inline asm, since with intrinsics GCC 12 keeps a copy of the 12 accumulators on
+// the stack (12 stores per k step, which then bound the loop). F32 accumulators live in L1.
+#if defined(SX_Q8_VNNI)
+// 0x80 in every byte from nothing (all ones, |-1| = 1, << 7): no operand left for a constant.
+#define SX_LOAD_W_ASM                      \
+  "vpcmpeqd %[xv], %[xv], %[xv]\n\t"       \
+  "vpabsb %[xv], %[xv]\n\t"                \
+  "vpsllw $7, %[xv], %[xv]\n\t"            \
+  "vpxor (%[w]), %[xv], %[w0]\n\t"         \
+  "vpxor 32(%[w]), %[xv], %[w1]\n\t"       \
+  "vpunpckhwd %[w1], %[w0], %[xv]\n\t"     \
+  "vpunpcklwd %[w1], %[w0], %[w0]\n\t"     \
+  "vmovdqa %[xv], %[w1]\n\t"
+#else
+#define SX_LOAD_W_ASM                      \
+  "vpmovsxbw (%[w]), %[w0]\n\t"            \
+  "vpmovsxbw 16(%[w]), %[w1]\n\t"
+#endif
+void kernel_6(std::int64_t nb, const std::int32_t* a, const float* adx, const std::int32_t* acx,
+              const BlockQ8_0x16* w, float* c, std::int64_t ldc, int mr, int nr, const float* bias, bool accumulate) {
   alignas(32) float facc[kMR][kNR] = {};
   if (accumulate) {
     for (int r = 0; r < mr; ++r) {
@@ -241,30 +330,30 @@ void kernel_6(std::int64_t nb, const std::int32_t* a, const float* adx, const Bl
   for (std::int64_t b = 0; b < nb; ++b) {
     __m256i i00 = _mm256_setzero_si256(), i01 = i00, i10 = i00, i11 = i00, i20 = i00, i21 = i00;
     __m256i i30 = i00, i31 = i00, i40 = i00, i41 = i00, i50 = i00, i51 = i00;
-    const std::int32_t* xa = a + b * (kB / 2) * kMR;
-    for (int p = 0; p < kB / 2; ++p) {
+    const std::int32_t* xa = a + b * kSteps * kMR;
+    for (int p = 0; p < kSteps; ++p) {
       __m256i w0, w1, xv, t;
-      const std::int8_t* wp = w[b].qs + 32 * p;
+      const std::int8_t* wp = w[b].qs + kWStepBytes * p;
       const std::int32_t* xp = xa + p * kMR;
-      if (p % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(wp) + kPrefetchBytes, _MM_HINT_T0);
+      if (kWStepBytes == 64 || p % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(wp) + kPrefetchBytes, _MM_HINT_T0);
       __asm__(
-          "vpmovsxbw (%[w]), %[w0]\n\t"
-          "vpmovsxbw 16(%[w]), %[w1]\n\t"
-          SX_TOKEN_PAIR("", "a00", "a01")
-          SX_TOKEN_PAIR("4", "a10", "a11")
-          SX_TOKEN_PAIR("8", "a20", "a21")
-          SX_TOKEN_PAIR("12", "a30", "a31")
-          SX_TOKEN_PAIR("16", "a40", "a41")
-          SX_TOKEN_PAIR("20", "a50", "a51")
+          SX_LOAD_W_ASM
+          SX_TOKEN_STEP("", "a00", "a01")
+          SX_TOKEN_STEP("4", "a10", "a11")
+          SX_TOKEN_STEP("8", "a20", "a21")
+          SX_TOKEN_STEP("12", "a30", "a31")
+          SX_TOKEN_STEP("16", "a40", "a41")
+          SX_TOKEN_STEP("20", "a50", "a51")
           : [a00] "+x"(i00), [a01] "+x"(i01), [a10] "+x"(i10), [a11] "+x"(i11), [a20] "+x"(i20),
             [a21] "+x"(i21), [a30] "+x"(i30), [a31] "+x"(i31), [a40] "+x"(i40), [a41] "+x"(i41),
             [a50] "+x"(i50), [a51] "+x"(i51), [w0] "=&x"(w0), [w1] "=&x"(w1), [xv] "=&x"(xv), [t] "=&x"(t)
           : [w] "r"(wp), [x] "r"(xp)
-          : "memory");  // reads wp[0..31] and xp[0..5] (30 operands is the limit: no "m" inputs)
+          : "memory");  // reads wp[0..kWStepBytes) and xp[0..5] (30 operands is the limit: no "m" inputs)
     }
     const float* dx = adx + b * kMR;
-    const __m256i acc[kMR][2] = {{i00, i01}, {i10, i11}, {i20, i21}, {i30, i31}, {i40, i41}, {i50, i51}};
+    __m256i acc[kMR][2] = {{i00, i01}, {i10, i11}, {i20, i21}, {i30, i31}, {i40, i41}, {i50, i51}};
     for (int t = 0; t < kMR; ++t) {
+      block_dots(acc[t][0], acc[t][1], x_sum(acx, b, t));
       __m256 f0 = _mm256_load_ps(facc[t]), f1 = _mm256_load_ps(facc[t] + 8);
       scale_block(w[b], dx[t], acc[t][0], acc[t][1], f0, f1);
       _mm256_store_ps(facc[t], f0);
@@ -274,14 +363,14 @@ void kernel_6(std::int64_t nb, const std::int32_t* a, const float* adx, const Bl
   for (int r = 0; r < mr; ++r) store_row(c + r * ldc, nr, _mm256_load_ps(facc[r]), _mm256_load_ps(facc[r] + 8), bias);
 }
 
-void kernel(std::int64_t nb, const std::int32_t* a, const float* adx, const BlockQ8_0x16* w, float* c,
-            std::int64_t ldc, int mr, int nr, const float* bias, bool accumulate) {
+void kernel(std::int64_t nb, const std::int32_t* a, const float* adx, const std::int32_t* acx, const BlockQ8_0x16* w,
+            float* c, std::int64_t ldc, int mr, int nr, const float* bias, bool accumulate) {
   switch (mr) {
-    case 1: return kernel_small<1>(nb, a, adx, w, c, ldc, nr, bias, accumulate);
-    case 2: return kernel_small<2>(nb, a, adx, w, c, ldc, nr, bias, accumulate);
-    case 3: return kernel_small<3>(nb, a, adx, w, c, ldc, nr, bias, accumulate);
-    case 4: return kernel_small<4>(nb, a, adx, w, c, ldc, nr, bias, accumulate);
-    default: return kernel_6(nb, a, adx, w, c, ldc, mr, nr, bias, accumulate);
+    case 1: return kernel_small<1>(nb, a, adx, acx, w, c, ldc, nr, bias, accumulate);
+    case 2: return kernel_small<2>(nb, a, adx, acx, w, c, ldc, nr, bias, accumulate);
+    case 3: return kernel_small<3>(nb, a, adx, acx, w, c, ldc, nr, bias, accumulate);
+    case 4: return kernel_small<4>(nb, a, adx, acx, w, c, ldc, nr, bias, accumulate);
+    default: return kernel_6(nb, a, adx, acx, w, c, ldc, mr, nr, bias, accumulate);
   }
 }
 
@@ -334,11 +423,12 @@ void run_gemm(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p, Panels
         const bool last = pc + kc == k;  // the bias joins the finished sum
         auto tile = [&](std::int64_t i, std::int64_t j) {
           const std::byte* xpi = xp + xpb * static_cast<std::size_t>(i);
-          const auto* a = reinterpret_cast<const std::int32_t*>(xpi) + (pc / 2) * kMR;
-          const auto* adx = reinterpret_cast<const float*>(xpi + static_cast<std::size_t>(k / 2) * kMR * 4) + (pc / kB) * kMR;
+          const auto* a = reinterpret_cast<const std::int32_t*>(xpi) + (pc / kXK) * kMR;
+          const float* adx = x_scales(xpi, k) + (pc / kB) * kMR;
+          const std::int32_t* acx = x_sums(xpi, k) + (pc / kB) * kMR;
           const int mr = static_cast<int>(std::min<std::int64_t>(kMR, m - i * kMR));
           const int nr = static_cast<int>(std::min<std::int64_t>(kNR, n - j * kNR));
-          kernel(nb, a, adx, w0 + (j - j0) * stride, p.y + i * kMR * n + j * kNR, n, mr, nr,
+          kernel(nb, a, adx, acx, w0 + (j - j0) * stride, p.y + i * kMR * n + j * kNR, n, mr, nr,
                  last && p.bias != nullptr ? p.bias + j * kNR : nullptr, pc > 0);
         };
         if (streaming && m == 1) {  // decode: W panels in lockstep streams (kernel_1xS)
@@ -357,8 +447,7 @@ void run_gemm(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p, Panels
                 bs[s] = p.bias != nullptr ? p.bias + js[s] * kNR : nullptr;
               }
               const auto* a = reinterpret_cast<const std::int32_t*>(xp);
-              const auto* adx = reinterpret_cast<const float*>(xp + static_cast<std::size_t>(k / 2) * kMR * 4);
-              kernel_1xS<S>(nb, a, adx, ws, cs, nrs, bs);
+              kernel_1xS<S>(nb, a, x_scales(xp, k), x_sums(xp, k), ws, cs, nrs, bs);
             }
           });
         } else if (streaming) {
@@ -428,7 +517,7 @@ void matmul_q8_0_r16(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p)
 std::int64_t microkernel_in_l1(std::int64_t calls) {
   constexpr std::int64_t k = 256, nb = k / kB;
   alignas(64) static BlockQ8_0x16 w[nb];
-  alignas(64) static std::byte xp[(k / 2 * kMR * 4 + nb * kMR * 4 + 63) / 64 * 64];
+  alignas(64) static std::byte xp[x_panel_bytes(k)];
   alignas(64) static float c[kMR * kNR];
   static std::once_flag once;
   std::call_once(once, [] {
@@ -444,8 +533,7 @@ std::int64_t microkernel_in_l1(std::int64_t calls) {
     pack_x_panel(xq.data(), xd.data(), kMR, k, 0, xp);
   });
   const auto* a = reinterpret_cast<const std::int32_t*>(xp);
-  const auto* adx = reinterpret_cast<const float*>(xp + k / 2 * kMR * 4);
-  for (std::int64_t i = 0; i < calls; ++i) kernel_6(nb, a, adx, w, c, kNR, kMR, kNR, nullptr, i > 0);
+  for (std::int64_t i = 0; i < calls; ++i) kernel_6(nb, a, x_scales(xp, k), x_sums(xp, k), w, c, kNR, kMR, kNR, nullptr, i > 0);
   return calls * kMR * kNR * k;
 }
 
