@@ -157,6 +157,49 @@ void lane_values_q5_0_r8(const BlockQ5_0x8& in, int lane, int (&q)[hal::kQK]) {
 
 }  // namespace
 
+bool converts_to_q8_0(hal::DType t) {
+  return t == hal::DType::kQ8_0 || t == hal::DType::kQ4_0 || t == hal::DType::kQ5_0 || t == kQ5_0R8;
+}
+
+void blocks_as_q8_0(hal::DType t, const void* tensor, std::int64_t k, std::int64_t row, std::int64_t b0,
+                    std::int64_t nb, hal::BlockQ8_0* dst) {
+  const std::int64_t nb_row = k / hal::kQK;
+  for (std::int64_t b = 0; b < nb; ++b) {
+    hal::BlockQ8_0& out = dst[b];
+    const std::int64_t at = row * nb_row + b0 + b;
+    if (t == hal::DType::kQ8_0) {
+      out = static_cast<const hal::BlockQ8_0*>(tensor)[at];
+    } else if (t == hal::DType::kQ4_0) {
+      const hal::BlockQ4_0& in = static_cast<const hal::BlockQ4_0*>(tensor)[at];
+      out.d = in.d;
+      for (int j = 0; j < hal::kQK / 2; ++j) {
+        out.qs[j] = static_cast<std::int8_t>((in.qs[j] & 0x0F) - 8);
+        out.qs[j + hal::kQK / 2] = static_cast<std::int8_t>((in.qs[j] >> 4) - 8);
+      }
+    } else if (t == hal::DType::kQ5_0) {
+      const hal::BlockQ5_0& in = static_cast<const hal::BlockQ5_0*>(tensor)[at];
+      std::uint32_t qh;
+      std::memcpy(&qh, in.qh, 4);
+      out.d = in.d;
+      for (int j = 0; j < hal::kQK / 2; ++j) {
+        int x0, x1;
+        hal::unpack_q5_pair(in.qs, qh, j, x0, x1);
+        out.qs[j] = static_cast<std::int8_t>(x0 - 16);
+        out.qs[j + hal::kQK / 2] = static_cast<std::int8_t>(x1 - 16);
+      }
+    } else if (t == kQ5_0R8) {
+      const BlockQ5_0x8& in = static_cast<const BlockQ5_0x8*>(tensor)[(row / kQ5_0R8Rows) * nb_row + b0 + b];
+      const int lane = static_cast<int>(row % kQ5_0R8Rows);
+      int q[hal::kQK];
+      lane_values_q5_0_r8(in, lane, q);
+      out.d = in.d[lane];
+      for (int j = 0; j < hal::kQK; ++j) out.qs[j] = static_cast<std::int8_t>(q[j] - 16);
+    } else {
+      fatal("blocks_as_q8_0", std::string(type_name(t)) + " does not hold Q8_0 values");
+    }
+  }
+}
+
 // y = (q - 16) * d, as dequantize_row_q5_0.
 void dequantize_lane_q5_0_r8(const BlockQ5_0x8* src, int lane, std::int64_t nb, float* y) {
   for (std::int64_t b = 0; b < nb; ++b) {

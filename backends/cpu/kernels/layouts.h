@@ -78,4 +78,11 @@ void unpack_row_q5_0_r8(const BlockQ5_0x8* src, std::int64_t k, std::int64_t row
 // bit-identical to unpack_row_q5_0_r8 followed by dequantize_row_q5_0.
 void dequantize_lane_q5_0_r8(const BlockQ5_0x8* src, int lane, std::int64_t nb, float* y);
 
+// Formats whose blocks hold exactly Q8_0 values (same fp16 scale, int8 q - 8 for Q4_0, q - 16 for
+// Q5_0), so the Q8_0 int8 GEMM runs them: kQ8_0, kQ4_0, kQ5_0, kQ5_0R8.
+bool converts_to_q8_0(hal::DType t);
+// Blocks [b0, b0 + nb) of row `row` of a [rows][k] tensor in such a format, as Q8_0 blocks.
+void blocks_as_q8_0(hal::DType t, const void* tensor, std::int64_t k, std::int64_t row, std::int64_t b0,
+                    std::int64_t nb, hal::BlockQ8_0* dst);
+
 }  // namespace sx::cpu

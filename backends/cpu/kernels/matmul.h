@@ -66,10 +66,12 @@ void matmul(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p);
 //   kGemv     small m (decode): rows of W split over threads, streamed once; Q8_0 quantises x and
 //             uses int8 dot products, the other formats convert W to F32 in registers.
 //   kGemmF32  large m (prefill): W panels dequantised to F32 and packed, register-tiled FMA GEMM.
-//   kGemmQ8   large m, Q8_0 only: x quantised once, int8 register-tiled GEMM.
+//   kGemmQ8   large m, Q8_0, and Q4_0 / Q5_0 (their values as Q8_0 blocks, layouts.h) where the
+//             kernels in use are vector ones: x quantised once, int8 register-tiled GEMM.
 enum class MatmulPath { kAuto, kGemv, kGemmF32, kGemmQ8 };
 
-// Runs `p` on a given path (tests and benchmarks; kGemmQ8 falls back to kGemmF32 for non-Q8_0).
+// Runs `p` on a given path (tests and benchmarks; kGemmQ8 falls back to kGemmF32 for the
+// formats it does not take).
 void matmul(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p, MatmulPath path);
 
 // The path kAuto takes for `p` (never kAuto).

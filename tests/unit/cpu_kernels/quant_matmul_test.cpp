@@ -44,6 +44,8 @@ std::vector<int> f16_fields(DType t) {
 // Block size of the activation quantisation of the int8 kernel for t, or 0 (the path is exact
 // F32 on dequantised weights).
 int act_block(DType t, MatmulPath path) {
+  // Q4_0 / Q5_0 on the int8 GEMM (their blocks as Q8_0 values), where the kernels in use have it.
+  if (path == MatmulPath::kGemmQ8) return sx::cpu::converts_to_q8_0(t) && sx::cpu::vector_interleaved() ? 32 : 0;
   if (path != MatmulPath::kGemv) return 0;
   if (t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K) return 256;
   if (t == DType::kQ5_0 || t == sx::cpu::kQ5_0R8 || t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_1 ||
@@ -155,13 +157,13 @@ TEST(CpuQuantMatmul, EveryFormatPathAndShape) {
                                            : be == 128 ? std::vector<std::int64_t>{128, 384}  // AWQ: 384 = 1.5 x 256
                                                        : std::vector<std::int64_t>{256, 768};
       for (std::int64_t k : ks) {
-        for (std::int64_t m : {1, 2, 5, 9}) {
+        for (std::int64_t m : {1, 2, 5, 9, 13}) {
           for (std::int64_t n : {1, 7, 37}) {
             for (bool random_bytes : {false, true}) {
               if (!random_bytes && !hal::can_quantize(sx::cpu::layout_source(t))) continue;  // Q2_K, Q3_K, AWQ: random bytes only
               Case c(t, m, n, k, random_bytes,
                      static_cast<std::uint32_t>(threads * 7 + m * 1000003 + n * 101 + k + (random_bytes ? 5 : 0)));
-              for (MatmulPath path : {MatmulPath::kAuto, MatmulPath::kGemv, MatmulPath::kGemmF32}) {
+              for (MatmulPath path : {MatmulPath::kAuto, MatmulPath::kGemv, MatmulPath::kGemmF32, MatmulPath::kGemmQ8}) {
                 SCOPED_TRACE(std::string(sx::cpu::type_name(t)) + " m=" + std::to_string(m) + " n=" + std::to_string(n) +
                              " k=" + std::to_string(k) + (random_bytes ? " random bytes" : " quantised") +
                              " path=" + std::to_string(static_cast<int>(path)) + " threads=" + std::to_string(threads));
