@@ -10,6 +10,7 @@
 //               exact int32 dot of (q - 16) and x, scaled by d_w * d_x.
 //   Q4_0, Q4_1, Q5_1  the same per 32; the mins of Q4_1 / Q5_1 (w = d q + m) join as m * d_x * sum(x).
 //   Q5_K        as Q4_K (x per 256) with the fifth bits.
+//   Q2_K, Q3_K  x per 256 too, their scales per 16 applied in int32 (dot_q23_k).
 //   AWQ int4    x per 32, the zero of each group of 128 as scale * zero * sum_b d_x * sum(x_b).
 // Activation quantisation error per element is at most amax(block of x) / 254 (block = 256 for
 // Q4_K / Q6_K, 32 for Q5_0); every other step is exact integer arithmetic or F32 rounding.
@@ -131,6 +132,89 @@ float dot_q4_k(const Block* w, const ActQ8K* a, std::int64_t nsb) {
   __m128 m = _mm_add_ps(accm, _mm_movehl_ps(accm, accm));
   m = _mm_add_ss(m, _mm_movehdup_ps(m));
   return hsum256(acc) - _mm_cvtss_f32(m);
+}
+
+// Dots of one Q2_K or Q3_K row with one quantised token. Both keep 2 bits per element in qs: for
+// chunk c (128 elements) and j = 0..3, element 128c + 32j + l is (qs[32c + l] >> 2j) & 3, in
+// sub-block 8c + 2j (l < 16) or 8c + 2j + 1. Per pair of sub-blocks one vpmaddubsw (the unsigned
+// 2- or 3-bit q against x) and one vpmaddwd by their scales (int16 in the two halves) give exact
+// int32 sums.
+//   Q2_K  w = d * sc * q - dmin * m (4-bit sc and m): d * sum_s sc_s dot_s - dmin * sum_s m_s xsum_s.
+//   Q3_K  w = d * sc * (q - 4 + 4 * hbit) (signed 6-bit sc): with v = q + 4 * hbit in 0..7,
+//         d * (sum_s sc_s dot_s(v) - 4 * sum_s sc_s xsum_s).
+// Then times the token's d (ActQ8K::d).
+inline int hsum_epi32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
+template <bool Q3>
+float dot_q23_k(const void* row, const ActQ8K* a, std::int64_t nsb) {
+  const __m256i m3 = _mm256_set1_epi8(0x03);
+  const __m256i one = _mm256_set1_epi8(0x01);
+  __m256 acc = _mm256_setzero_ps();
+  float acc_min = 0.0f;
+  for (std::int64_t i = 0; i < nsb; ++i) {
+    const std::uint8_t* qs;
+    __m256i hm = _mm256_setzero_si256();
+    std::int16_t sc[16];
+    float d, dmin = 0.0f;
+    if constexpr (Q3) {
+      const auto& b = static_cast<const hal::BlockQ3_K*>(row)[i];
+      prefetch_block<sizeof(hal::BlockQ3_K)>(reinterpret_cast<const char*>(&b) + kKQuantPrefetchBytes);
+      std::int8_t s8[16];
+      hal::q3k_scales(b.scales, s8);
+      for (int k = 0; k < 16; ++k) sc[k] = s8[k];
+      qs = b.qs;
+      hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask));
+      d = a[i].d * f16(b.d);
+    } else {
+      const auto& b = static_cast<const hal::BlockQ2_K*>(row)[i];
+      prefetch_block<sizeof(hal::BlockQ2_K)>(reinterpret_cast<const char*>(&b) + kKQuantPrefetchBytes);
+      std::int16_t mins[16];
+      for (int k = 0; k < 16; ++k) {
+        sc[k] = static_cast<std::int16_t>(b.scales[k] & 0x0F);
+        mins[k] = static_cast<std::int16_t>(b.scales[k] >> 4);
+      }
+      qs = b.qs;
+      d = a[i].d * f16(b.d);
+      dmin = a[i].d * f16(b.dmin);
+      const __m256i mp = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(mins)),
+                                           _mm256_load_si256(reinterpret_cast<const __m256i*>(a[i].bsums)));
+      acc_min = std::fma(dmin, static_cast<float>(hsum_epi32(mp)), acc_min);
+    }
+    const __m256i scales = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc));
+    __m256i sumi = _mm256_setzero_si256();
+    for (int c = 0; c < 2; ++c) {
+      const __m256i scd = _mm256_permute2x128_si256(scales, scales, c == 0 ? 0x00 : 0x11);
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
+      for (int j = 0; j < 4; ++j) {
+        __m256i v = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * j)), m3);
+        if constexpr (Q3) {
+          const __m256i hb = _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(4 * c + j)), one);
+          v = _mm256_or_si256(v, _mm256_slli_epi16(hb, 2));
+        }
+        const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(a[i].qs + 128 * c + 32 * j));
+        // Scales of sub-blocks s and s + 1 as int16 in the low and high halves (words 2j, 2j + 1 of
+        // scd, which holds this chunk's eight scales in both halves).
+        const char w0 = static_cast<char>(4 * j), w1 = static_cast<char>(4 * j + 1);
+        const char w2 = static_cast<char>(4 * j + 2), w3 = static_cast<char>(4 * j + 3);
+        const __m256i scv = _mm256_shuffle_epi8(
+            scd, _mm256_setr_epi8(w0, w1, w0, w1, w0, w1, w0, w1, w0, w1, w0, w1, w0, w1, w0, w1, w2, w3, w2, w3, w2,
+                                  w3, w2, w3, w2, w3, w2, w3, w2, w3, w2, w3));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(v, x), scv));
+      }
+    }
+    if constexpr (Q3) {
+      // - 4 * sum_s sc_s * xsum_s
+      const __m256i off = _mm256_madd_epi16(scales, _mm256_load_si256(reinterpret_cast<const __m256i*>(a[i].bsums)));
+      sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(off, 2));
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+  }
+  return hsum256(acc) - acc_min;
 }
 
 // Dot of one Q6_K row with one quantised token.
@@ -421,7 +505,8 @@ void gemv_dequant(ThreadPool& pool, const MatmulProblem& p) {
 
 bool has_quant_gemv_kernel(hal::DType t) {
 #if SX_GEMV_QUANT_AVX2
-  return t == hal::DType::kQ4_K || t == hal::DType::kQ6_K || t == hal::DType::kQ5_0 || t == kQ5_0R8 ||
+  return t == hal::DType::kQ2_K || t == hal::DType::kQ3_K || t == hal::DType::kQ4_K || t == hal::DType::kQ6_K ||
+         t == hal::DType::kQ5_0 || t == kQ5_0R8 ||
          t == hal::DType::kQ4_0 || t == hal::DType::kQ4_1 || t == hal::DType::kQ5_1 || t == hal::DType::kQ5_K ||
          t == hal::DType::kAwqInt4;
 #else
@@ -433,7 +518,8 @@ bool has_quant_gemv_kernel(hal::DType t) {
 void gemv_quant(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
 #if SX_GEMV_QUANT_AVX2
   const hal::DType t = p.w_type;
-  if (t == hal::DType::kQ4_K || t == hal::DType::kQ5_K || t == hal::DType::kQ6_K) {
+  if (t == hal::DType::kQ2_K || t == hal::DType::kQ3_K || t == hal::DType::kQ4_K || t == hal::DType::kQ5_K ||
+      t == hal::DType::kQ6_K) {
     const std::int64_t nsb = p.k / kQK_K;
     auto* act = static_cast<ActQ8K*>(scratch.get(kSlotActs, static_cast<std::size_t>(p.m * nsb) * sizeof(ActQ8K)));
     if (p.m == 1) {
@@ -448,7 +534,9 @@ void gemv_quant(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
         const std::byte* row = w + rb * static_cast<std::size_t>(r);
         const float bias = p.bias != nullptr ? p.bias[r] : 0.0f;
         for (std::int64_t tk = 0; tk < p.m; ++tk) {
-          const float v = t == hal::DType::kQ4_K
+          const float v = t == hal::DType::kQ2_K   ? dot_q23_k<false>(row, act + tk * nsb, nsb)
+                          : t == hal::DType::kQ3_K ? dot_q23_k<true>(row, act + tk * nsb, nsb)
+                          : t == hal::DType::kQ4_K
                               ? dot_q4_k(reinterpret_cast<const BlockQ4_K*>(row), act + tk * nsb, nsb)
                           : t == hal::DType::kQ5_K
                               ? dot_q4_k(reinterpret_cast<const hal::BlockQ5_K*>(row), act + tk * nsb, nsb)

@@ -1,7 +1,7 @@
 // The CPU matmul on the GGML block formats (Q4_0 ... Q6_K) against the reference: every row
 // dequantised with hal::dequantize_row, dotted in double. Weights both quantised from Gaussian
 // values and random bytes (every scale, min and quant pattern, finite fp16 scales), on the GEMV
-// (int8 kernels for Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, AWQ int4; dequantising for Q2_K, Q3_K) and GEMM paths, several thread
+// (int8 kernels for every block format) and GEMM paths, several thread
 // counts, odd m, n and k. Q5_0 also as kQ5_0R8, the CPU device's interleaved layout of it (the
 // reference dequantises the plain rows the layout was made from).
 #include <gtest/gtest.h>
@@ -47,7 +47,9 @@ int act_block(DType t, MatmulPath path) {
   // Q4_0 / Q5_0 on the int8 GEMM (their blocks as Q8_0 values), where the kernels in use have it.
   if (path == MatmulPath::kGemmQ8) return sx::cpu::converts_to_q8_0(t) && sx::cpu::vector_interleaved() ? 32 : 0;
   if (path != MatmulPath::kGemv) return 0;
-  if (t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K) return 256;
+  if (t == DType::kQ2_K || t == DType::kQ3_K || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K) {
+    return 256;
+  }
   if (t == DType::kQ5_0 || t == sx::cpu::kQ5_0R8 || t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_1 ||
       t == DType::kAwqInt4) {
     return 32;
@@ -189,9 +191,10 @@ TEST(CpuQuantMatmul, DecodeShapes) {
                          std::tuple{sx::cpu::kQ5_0R8, 4864, 896}, std::tuple{sx::cpu::kQ5_0R8, 1001, 4864},
                          std::tuple{DType::kQ4_0, 4864, 896}, std::tuple{DType::kQ4_1, 1001, 1024},
                          std::tuple{DType::kQ5_1, 896, 4864}, std::tuple{DType::kQ5_K, 896, 4864},
-                         std::tuple{DType::kAwqInt4, 1001, 896}}) {
+                         std::tuple{DType::kAwqInt4, 1001, 896}, std::tuple{DType::kQ2_K, 896, 4864},
+                         std::tuple{DType::kQ3_K, 1001, 1024}}) {
     for (bool random_bytes : {false, true}) {
-      if (!random_bytes && t == DType::kAwqInt4) continue;  // no quantiser: random bytes only
+      if (!random_bytes && !hal::can_quantize(t)) continue;  // Q2_K, Q3_K, AWQ: random bytes only
       Case c(t, 1, n, k, random_bytes, 99);
       SCOPED_TRACE(std::string(sx::cpu::type_name(t)) + " " + std::to_string(n) + "x" + std::to_string(k));
       c.check(pool, scratch, MatmulPath::kAuto);
