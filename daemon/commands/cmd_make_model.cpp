@@ -77,7 +77,7 @@ Status make_model(const Args& args) {
     spec.mix = model::WeightMix::kQ6_K;
   } else if (!type || !hal::can_quantize(*type)) {
     return invalid_argument_error(
-        "--type must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k or q4_k_m, got '{}'", type_name);
+        "--type must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k or q4_k_m, got '{}'", type_name);
   }
   spec.weight_type = *type;
   SX_ASSIGN_OR_RETURN(std::int64_t seed, args.get_int("--seed", 0, 0, INT64_MAX));
@@ -125,7 +125,7 @@ int cmd_make_model(int argc, char** argv) {
                 {{"--gptq"}, false, false,
                  "safetensors: a GPTQ 4-bit checkpoint (AutoGPTQ format, symmetric, groups of 128, no act-order)", ""},
                 {{"--shape"}, true, false, "Qwen2.5 size: 0.5b (default), 1.5b, 3b, 7b, 14b, 32b, 72b", "SIZE"},
-                {{"--type"}, true, false, "2-D weight format: f32, f16 (default), bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k; q6_k (Q8_0 where "
+                {{"--type"}, true, false, "2-D weight format: f32, f16 (default), bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k; q6_k (Q8_0 where "
                  "rows are not whole 256-blocks) or q4_k_m (llama.cpp's mix); safetensors: f32, f16, bf16 (default)", "TYPE"},
                 {{"--tokenizer"}, true, false, "Hugging Face tokenizer.json to embed (default: a synthetic one)", "FILE"},
                 {{"--layers"}, true, false, "override the layer count", "N"},

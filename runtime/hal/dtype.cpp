@@ -142,13 +142,13 @@ void quantize_row(DType t, const float* src, void* dst, std::int64_t n) {
     case DType::kQ4_1: quantize_row_q4_1(src, static_cast<BlockQ4_1*>(dst), n); return;
     case DType::kQ5_0: quantize_row_q5_0(src, static_cast<BlockQ5_0*>(dst), n); return;
     case DType::kQ5_1: quantize_row_q5_1(src, static_cast<BlockQ5_1*>(dst), n); return;
+    case DType::kQ2_K: quantize_row_q2_k(src, static_cast<BlockQ2_K*>(dst), n); return;
+    case DType::kQ3_K: quantize_row_q3_k(src, static_cast<BlockQ3_K*>(dst), n); return;
     case DType::kQ4_K: quantize_row_q4_k(src, static_cast<BlockQ4_K*>(dst), n); return;
     case DType::kQ5_K: quantize_row_q5_k(src, static_cast<BlockQ5_K*>(dst), n); return;
     case DType::kQ6_K: quantize_row_q6_k(src, static_cast<BlockQ6_K*>(dst), n); return;
     case DType::kI32:
     case DType::kAwqInt4:
-    case DType::kQ2_K:
-    case DType::kQ3_K:
       break;
   }
   fatal("quantize_row", std::string("unsupported type ") + std::string(dtype_name(t)));
@@ -159,7 +159,7 @@ bool can_dequantize(DType t) {
 }
 
 bool can_quantize(DType t) {
-  return can_dequantize(t) && t != DType::kQ2_K && t != DType::kQ3_K && t != DType::kAwqInt4;
+  return can_dequantize(t) && t != DType::kAwqInt4;
 }
 
 void convert_rows(DType from, const void* src, DType to, void* dst, std::int64_t rows, std::int64_t cols) {

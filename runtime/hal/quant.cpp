@@ -394,6 +394,79 @@ void quantize_row_q5_1(const float* x, BlockQ5_1* y, std::int64_t n) {
   }
 }
 
+// Q2_K: per sub-block of 16 an offset (4-bit m of dmin) and a step (4-bit sc of d) covering its
+// range with 2 bits, then q = round((x + m) / step).
+void quantize_row_q2_k(const float* x, BlockQ2_K* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
+    float off[16], hi[16], max_off = 0.0f;
+    for (int s = 0; s < 16; ++s) {
+      float mn = x[16 * s], mx = x[16 * s];
+      for (int l = 1; l < 16; ++l) {
+        mn = std::min(mn, x[16 * s + l]);
+        mx = std::max(mx, x[16 * s + l]);
+      }
+      off[s] = std::max(0.0f, -mn);
+      hi[s] = mx;
+      max_off = std::max(max_off, off[s]);
+    }
+    y[i].dmin = f16_ceil(max_off / 15.0f);
+    const float dmin = f16_to_f32(y[i].dmin);
+    int lm[16];
+    float need[16], max_need = 0.0f;
+    for (int s = 0; s < 16; ++s) {
+      lm[s] = ceil_div_clamped(off[s], dmin, 15);
+      need[s] = std::max(0.0f, (hi[s] + dmin * static_cast<float>(lm[s])) / 3.0f);
+      max_need = std::max(max_need, need[s]);
+    }
+    y[i].d = f16_ceil(max_need / 15.0f);
+    const float d = f16_to_f32(y[i].d);
+    std::memset(y[i].qs, 0, sizeof(y[i].qs));
+    for (int s = 0; s < 16; ++s) {
+      const int ls = ceil_div_clamped(need[s], d, 15);
+      y[i].scales[s] = static_cast<std::uint8_t>(ls | (lm[s] << 4));
+      const float step = d * static_cast<float>(ls), m = dmin * static_cast<float>(lm[s]);
+      for (int l = 0; l < 16; ++l) {
+        const int e = 16 * s + l;  // element 128c + 32j + l' sits in qs[32c + l'] at bits 2j
+        const int q = step > 0.0f ? round_clamped((x[e] + m) / step, 0, 3) : 0;
+        y[i].qs[32 * (e / 128) + e % 32] |= static_cast<std::uint8_t>(q << (2 * ((e % 128) / 32)));
+      }
+    }
+  }
+}
+
+// Q3_K: per sub-block of 16 a step (6-bit sc of d, stored + 32) with v = round(x / step) in -4..3,
+// kept as v + 4: the low 2 bits in qs (as Q2_K), the third in hmask.
+void quantize_row_q3_k(const float* x, BlockQ3_K* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
+    float need[16], max_need = 0.0f;
+    for (int s = 0; s < 16; ++s) {
+      float amax = 0.0f;
+      for (int l = 0; l < 16; ++l) amax = std::max(amax, std::fabs(x[16 * s + l]));
+      need[s] = amax / 3.5f;
+      max_need = std::max(max_need, need[s]);
+    }
+    y[i].d = f16_ceil(max_need / 31.0f);
+    const float d = f16_to_f32(y[i].d);
+    std::memset(y[i].qs, 0, sizeof(y[i].qs));
+    std::memset(y[i].hmask, 0, sizeof(y[i].hmask));
+    std::memset(y[i].scales, 0, sizeof(y[i].scales));
+    for (int s = 0; s < 16; ++s) {
+      const int sc = ceil_div_clamped(need[s], d, 31);
+      const int stored = sc + 32;  // q3k_scales: low 4 bits in byte s % 8 (high nibble for s >= 8),
+      y[i].scales[s % 8] |= static_cast<std::uint8_t>((stored & 0xF) << (s < 8 ? 0 : 4));  // high 2 bits
+      y[i].scales[8 + s % 4] |= static_cast<std::uint8_t>((stored >> 4) << (2 * (s / 4)));  // in byte 8 + s % 4
+      const float step = d * static_cast<float>(sc);
+      for (int l = 0; l < 16; ++l) {
+        const int e = 16 * s + l;
+        const int v = (step > 0.0f ? round_clamped(x[e] / step, -4, 3) : 0) + 4;
+        const int c = e / 128, j = (e % 128) / 32, at = e % 32;
+        y[i].qs[32 * c + at] |= static_cast<std::uint8_t>((v & 3) << (2 * j));
+        y[i].hmask[at] |= static_cast<std::uint8_t>((v >> 2) << (4 * c + j));
+      }
+    }
+  }
+}
+
 void quantize_row_q4_k(const float* x, BlockQ4_K* y, std::int64_t n) {
   for (std::int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
     std::uint8_t ls[8], lm[8], q[kQK_K];

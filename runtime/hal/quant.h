@@ -11,8 +11,8 @@
 // function in quant.cpp. tests/unit/hal/dequant_reference_test.py checks them against gguf-py's
 // independent numpy implementation on random blocks of every format.
 //
-// Quantisers (Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K): reference quality, not llama.cpp's exact
-// search (see quant.cpp for what each does); Q2_K and Q3_K have no quantiser.
+// Quantisers (Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K): reference quality, not
+// llama.cpp's exact search (see quant.cpp for what each does).
 // Pure functions; thread-safe.
 #pragma once
 
@@ -118,6 +118,8 @@ void quantize_row_q4_0(const float* x, BlockQ4_0* y, std::int64_t n);
 void quantize_row_q4_1(const float* x, BlockQ4_1* y, std::int64_t n);
 void quantize_row_q5_0(const float* x, BlockQ5_0* y, std::int64_t n);
 void quantize_row_q5_1(const float* x, BlockQ5_1* y, std::int64_t n);
+void quantize_row_q2_k(const float* x, BlockQ2_K* y, std::int64_t n);
+void quantize_row_q3_k(const float* x, BlockQ3_K* y, std::int64_t n);
 void quantize_row_q4_k(const float* x, BlockQ4_K* y, std::int64_t n);
 void quantize_row_q5_k(const float* x, BlockQ5_K* y, std::int64_t n);
 void quantize_row_q6_k(const float* x, BlockQ6_K* y, std::int64_t n);

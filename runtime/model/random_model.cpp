@@ -113,7 +113,7 @@ Status validate_spec(const RandomModelSpec& spec) {
   const hal::DType t = spec.weight_type;
   if (spec.mix == WeightMix::kUniform && !hal::can_quantize(t)) {
     return invalid_argument_error(
-        "random model spec: weight type {} is not one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k",
+        "random model spec: weight type {} is not one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k",
         hal::dtype_name(t));
   }
   // Mixes fall back to 32-element blocks (Q5_0, Q8_0) where rows are not whole 256-blocks.

@@ -159,33 +159,41 @@ float dot_q23_k(const void* row, const ActQ8K* a, std::int64_t nsb) {
   for (std::int64_t i = 0; i < nsb; ++i) {
     const std::uint8_t* qs;
     __m256i hm = _mm256_setzero_si256();
-    std::int16_t sc[16];
-    float d, dmin = 0.0f;
+    __m256i scales;  // the 16 sub-block scales as int16
+    float d;
     if constexpr (Q3) {
       const auto& b = static_cast<const hal::BlockQ3_K*>(row)[i];
       prefetch_block<sizeof(hal::BlockQ3_K)>(reinterpret_cast<const char*>(&b) + kKQuantPrefetchBytes);
-      std::int8_t s8[16];
-      hal::q3k_scales(b.scales, s8);
-      for (int k = 0; k < 16; ++k) sc[k] = s8[k];
+      // hal::q3k_scales without a loop: low 4 bits of scale s in byte s % 8 (the high nibble for
+      // s >= 8), its high 2 bits at bits 2 (s / 4) of byte 8 + s % 4; minus 32.
+      std::uint64_t lo;
+      std::uint32_t hi;
+      std::memcpy(&lo, b.scales, 8);
+      std::memcpy(&hi, b.scales + 8, 4);
+      constexpr std::uint64_t kNib = 0x0F0F0F0F0F0F0F0Full;
+      constexpr std::uint32_t kTwo = 0x03030303u;
+      const std::uint64_t hi01 = (hi & kTwo) | static_cast<std::uint64_t>((hi >> 2) & kTwo) << 32;
+      const std::uint64_t hi23 = ((hi >> 4) & kTwo) | static_cast<std::uint64_t>((hi >> 6) & kTwo) << 32;
+      const __m128i s8 = _mm_sub_epi8(
+          _mm_set_epi64x(static_cast<long long>(((lo >> 4) & kNib) | (hi23 << 4)), static_cast<long long>((lo & kNib) | (hi01 << 4))),
+          _mm_set1_epi8(32));
+      scales = _mm256_cvtepi8_epi16(s8);
       qs = b.qs;
       hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask));
       d = a[i].d * f16(b.d);
     } else {
       const auto& b = static_cast<const hal::BlockQ2_K*>(row)[i];
       prefetch_block<sizeof(hal::BlockQ2_K)>(reinterpret_cast<const char*>(&b) + kKQuantPrefetchBytes);
-      std::int16_t mins[16];
-      for (int k = 0; k < 16; ++k) {
-        sc[k] = static_cast<std::int16_t>(b.scales[k] & 0x0F);
-        mins[k] = static_cast<std::int16_t>(b.scales[k] >> 4);
-      }
+      const __m128i sm = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
+      const __m128i nib = _mm_set1_epi8(0x0F);
+      scales = _mm256_cvtepu8_epi16(_mm_and_si128(sm, nib));
+      const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sm, 4), nib));
       qs = b.qs;
       d = a[i].d * f16(b.d);
-      dmin = a[i].d * f16(b.dmin);
-      const __m256i mp = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(mins)),
-                                           _mm256_load_si256(reinterpret_cast<const __m256i*>(a[i].bsums)));
+      const float dmin = a[i].d * f16(b.dmin);
+      const __m256i mp = _mm256_madd_epi16(mins, _mm256_load_si256(reinterpret_cast<const __m256i*>(a[i].bsums)));
       acc_min = std::fma(dmin, static_cast<float>(hsum_epi32(mp)), acc_min);
     }
-    const __m256i scales = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc));
     __m256i sumi = _mm256_setzero_si256();
     for (int c = 0; c < 2; ++c) {
       const __m256i scd = _mm256_permute2x128_si256(scales, scales, c == 0 ? 0x00 : 0x11);

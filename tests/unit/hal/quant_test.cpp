@@ -40,8 +40,8 @@ TEST(Quant, FormatTable) {
     EXPECT_EQ(dtype_info(e.t).block_bytes, e.bytes);
     EXPECT_TRUE(can_dequantize(e.t));
   }
-  EXPECT_FALSE(can_quantize(DType::kQ2_K));
-  EXPECT_FALSE(can_quantize(DType::kQ3_K));
+  EXPECT_TRUE(can_quantize(DType::kQ2_K));
+  EXPECT_TRUE(can_quantize(DType::kQ3_K));
   EXPECT_TRUE(can_quantize(DType::kQ4_K));
   EXPECT_TRUE(can_dequantize(DType::kAwqInt4));  // quantised by the AWQ checkpoint writer instead
   EXPECT_FALSE(can_quantize(DType::kAwqInt4));
@@ -274,6 +274,62 @@ TEST(Quant, LegacyRoundTripBounds) {
             << dtype_name(t) << " block " << b << " element " << j;
       }
     }
+  }
+}
+
+// Q2_K and Q3_K (16-element sub-blocks): every value within half a step of its sub-block, the
+// step close to what the range needs, and a row's relative RMS error within what 2 and 3 bits give.
+TEST(Quant, LowBitKQuantRoundTripBounds) {
+  const std::vector<float> x = test_row(13, 256 * 48);
+  std::vector<std::uint8_t> packed;
+  for (DType t : {DType::kQ2_K, DType::kQ3_K}) {
+    const std::vector<float> y = round_trip(t, x, packed);
+    double err2 = 0, x2 = 0;
+    for (std::size_t b = 0; b < x.size() / 256; ++b) {
+      const float* xb = x.data() + b * 256;
+      const float* yb = y.data() + b * 256;
+      std::int8_t sc3[16] = {};
+      float d = 0, dmin = 0;
+      if (t == DType::kQ3_K) {
+        const auto* blk = reinterpret_cast<const BlockQ3_K*>(packed.data()) + b;
+        q3k_scales(blk->scales, sc3);
+        d = f16_to_f32(blk->d);
+      } else {
+        const auto* blk = reinterpret_cast<const BlockQ2_K*>(packed.data()) + b;
+        d = f16_to_f32(blk->d);
+        dmin = f16_to_f32(blk->dmin);
+      }
+      for (int s = 0; s < 16; ++s) {
+        float mn = xb[16 * s], mx = xb[16 * s], amax = 0;
+        for (int l = 0; l < 16; ++l) {
+          mn = std::min(mn, xb[16 * s + l]);
+          mx = std::max(mx, xb[16 * s + l]);
+          amax = std::max(amax, std::fabs(xb[16 * s + l]));
+        }
+        float step;
+        if (t == DType::kQ3_K) {
+          step = d * static_cast<float>(sc3[s]);
+          ASSERT_GE(sc3[s], 0);
+          ASSERT_LE(step, amax / 3.5f + d * 1.001f) << "q3_k block " << b << " sub " << s;
+        } else {
+          const auto* blk = reinterpret_cast<const BlockQ2_K*>(packed.data()) + b;
+          step = d * static_cast<float>(blk->scales[s] & 0xF);
+          ASSERT_LE(step, (std::max(mx, 0.0f) - std::min(mn, 0.0f)) / 3.0f * 1.0001f + dmin / 3.0f + d * 1.001f)
+              << "q2_k block " << b << " sub " << s;
+        }
+        for (int l = 0; l < 16; ++l) {
+          ASSERT_LE(std::fabs(xb[16 * s + l] - yb[16 * s + l]), 0.5f * step * 1.0001f + 1e-6f * (dmin + d) + 1e-30f)
+              << dtype_name(t) << " block " << b << " element " << 16 * s + l;
+        }
+      }
+      for (int i = 0; i < 256; ++i) {
+        err2 += static_cast<double>(xb[i] - yb[i]) * (xb[i] - yb[i]);
+        x2 += static_cast<double>(xb[i]) * xb[i];
+      }
+    }
+    const double rel = std::sqrt(err2 / x2);
+    EXPECT_LT(rel, t == DType::kQ2_K ? 0.45 : 0.25) << dtype_name(t);
+    std::printf("%s: relative RMS error %.3f\n", std::string(dtype_name(t)).c_str(), rel);
   }
 }
 
