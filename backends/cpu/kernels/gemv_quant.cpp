@@ -195,8 +195,10 @@ float dot_q23_k(const void* row, const ActQ8K* a, std::int64_t nsb) {
       acc_min = std::fma(dmin, static_cast<float>(hsum_epi32(mp)), acc_min);
     }
     __m256i sumi = _mm256_setzero_si256();
+    const __m256i scales_of[2] = {_mm256_permute2x128_si256(scales, scales, 0x00),
+                                  _mm256_permute2x128_si256(scales, scales, 0x11)};
     for (int c = 0; c < 2; ++c) {
-      const __m256i scd = _mm256_permute2x128_si256(scales, scales, c == 0 ? 0x00 : 0x11);
+      const __m256i scd = scales_of[c];
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
       for (int j = 0; j < 4; ++j) {
         __m256i v = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * j)), m3);
