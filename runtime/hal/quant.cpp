@@ -44,43 +44,60 @@ int round_clamped(float v, int lo, int hi) {
   return std::clamp(static_cast<int>(std::lround(v)), lo, hi);
 }
 
-// Shared by Q4_K / Q5_K: the 8 sub-block scales and mins of one super-block of x, quantised; q gets
-// the 256 quants (0..nmax).
+// Shared by Q2_K / Q4_K / Q5_K: the kSubs sub-block scales and mins (kLen elements each, each in
+// 0..kScaleMax of the super-block's d / dmin) of one super-block of x, quantised; q gets the 256
+// quants (0..nmax).
+template <int kSubs, int kLen, int kScaleMax>
 void quantize_k_scale_min(const float* x, int nmax, std::uint16_t* d_out, std::uint16_t* dmin_out,
-                          std::uint8_t ls[8], std::uint8_t lm[8], std::uint8_t q[kQK_K]) {
-  float off[8], hi[8];
+                          std::uint8_t (&ls)[kSubs], std::uint8_t (&lm)[kSubs], std::uint8_t q[kQK_K]) {
+  static_assert(kSubs * kLen == kQK_K);
+  float off[kSubs], hi[kSubs];
   float max_off = 0.0f;
-  for (int s = 0; s < 8; ++s) {
-    float mn = x[32 * s], mx = x[32 * s];
-    for (int l = 1; l < 32; ++l) {
-      mn = std::min(mn, x[32 * s + l]);
-      mx = std::max(mx, x[32 * s + l]);
+  for (int s = 0; s < kSubs; ++s) {
+    float mn = x[kLen * s], mx = x[kLen * s];
+    for (int l = 1; l < kLen; ++l) {
+      mn = std::min(mn, x[kLen * s + l]);
+      mx = std::max(mx, x[kLen * s + l]);
     }
     off[s] = std::max(0.0f, -mn);
     hi[s] = mx;
     max_off = std::max(max_off, off[s]);
   }
-  const std::uint16_t dmin_h = f16_ceil(max_off / 63.0f);
+  const std::uint16_t dmin_h = f16_ceil(max_off / static_cast<float>(kScaleMax));
   const float dmin = f16_to_f32(dmin_h);
-  float need[8], max_need = 0.0f;
-  for (int s = 0; s < 8; ++s) {
-    lm[s] = static_cast<std::uint8_t>(ceil_div_clamped(off[s], dmin, 63));
+  float need[kSubs], max_need = 0.0f;
+  for (int s = 0; s < kSubs; ++s) {
+    lm[s] = static_cast<std::uint8_t>(ceil_div_clamped(off[s], dmin, kScaleMax));
     const float m = dmin * lm[s];
     need[s] = std::max(0.0f, (hi[s] + m) / static_cast<float>(nmax));
     max_need = std::max(max_need, need[s]);
   }
-  const std::uint16_t d_h = f16_ceil(max_need / 63.0f);
+  const std::uint16_t d_h = f16_ceil(max_need / static_cast<float>(kScaleMax));
   const float d = f16_to_f32(d_h);
-  for (int s = 0; s < 8; ++s) {
-    ls[s] = static_cast<std::uint8_t>(ceil_div_clamped(need[s], d, 63));
+  for (int s = 0; s < kSubs; ++s) {
+    ls[s] = static_cast<std::uint8_t>(ceil_div_clamped(need[s], d, kScaleMax));
     const float step = d * ls[s];
     const float m = dmin * lm[s];
-    for (int l = 0; l < 32; ++l) {
-      q[32 * s + l] = static_cast<std::uint8_t>(step > 0.0f ? round_clamped((x[32 * s + l] + m) / step, 0, nmax) : 0);
+    for (int l = 0; l < kLen; ++l) {
+      q[kLen * s + l] =
+          static_cast<std::uint8_t>(step > 0.0f ? round_clamped((x[kLen * s + l] + m) / step, 0, nmax) : 0);
     }
   }
   *d_out = d_h;
   *dmin_out = dmin_h;
+}
+
+// Shared by Q3_K / Q6_K: per sub-block of 16 the step that puts max |x| at `half_range` steps,
+// need[s]; returns the super-block's d (fp16), the smallest with every step within scale_max of it.
+std::uint16_t symmetric_steps(const float* x, float half_range, int scale_max, float (&need)[16]) {
+  float max_need = 0.0f;
+  for (int s = 0; s < 16; ++s) {
+    float amax = 0.0f;
+    for (int l = 0; l < 16; ++l) amax = std::max(amax, std::fabs(x[16 * s + l]));
+    need[s] = amax / half_range;
+    max_need = std::max(max_need, need[s]);
+  }
+  return f16_ceil(max_need / static_cast<float>(scale_max));
 }
 
 // Inverse of q4k_scale_min.
@@ -395,41 +412,15 @@ void quantize_row_q5_1(const float* x, BlockQ5_1* y, std::int64_t n) {
 }
 
 // Q2_K: per sub-block of 16 an offset (4-bit m of dmin) and a step (4-bit sc of d) covering its
-// range with 2 bits, then q = round((x + m) / step).
+// range with 2 bits, then q = round((x + m) / step), as Q4_K does per 32.
 void quantize_row_q2_k(const float* x, BlockQ2_K* y, std::int64_t n) {
   for (std::int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
-    float off[16], hi[16], max_off = 0.0f;
-    for (int s = 0; s < 16; ++s) {
-      float mn = x[16 * s], mx = x[16 * s];
-      for (int l = 1; l < 16; ++l) {
-        mn = std::min(mn, x[16 * s + l]);
-        mx = std::max(mx, x[16 * s + l]);
-      }
-      off[s] = std::max(0.0f, -mn);
-      hi[s] = mx;
-      max_off = std::max(max_off, off[s]);
-    }
-    y[i].dmin = f16_ceil(max_off / 15.0f);
-    const float dmin = f16_to_f32(y[i].dmin);
-    int lm[16];
-    float need[16], max_need = 0.0f;
-    for (int s = 0; s < 16; ++s) {
-      lm[s] = ceil_div_clamped(off[s], dmin, 15);
-      need[s] = std::max(0.0f, (hi[s] + dmin * static_cast<float>(lm[s])) / 3.0f);
-      max_need = std::max(max_need, need[s]);
-    }
-    y[i].d = f16_ceil(max_need / 15.0f);
-    const float d = f16_to_f32(y[i].d);
+    std::uint8_t ls[16], lm[16], q[kQK_K];
+    quantize_k_scale_min<16, 16, 15>(x, 3, &y[i].d, &y[i].dmin, ls, lm, q);
     std::memset(y[i].qs, 0, sizeof(y[i].qs));
-    for (int s = 0; s < 16; ++s) {
-      const int ls = ceil_div_clamped(need[s], d, 15);
-      y[i].scales[s] = static_cast<std::uint8_t>(ls | (lm[s] << 4));
-      const float step = d * static_cast<float>(ls), m = dmin * static_cast<float>(lm[s]);
-      for (int l = 0; l < 16; ++l) {
-        const int e = 16 * s + l;  // element 128c + 32j + l' sits in qs[32c + l'] at bits 2j
-        const int q = step > 0.0f ? round_clamped((x[e] + m) / step, 0, 3) : 0;
-        y[i].qs[32 * (e / 128) + e % 32] |= static_cast<std::uint8_t>(q << (2 * ((e % 128) / 32)));
-      }
+    for (int s = 0; s < 16; ++s) y[i].scales[s] = static_cast<std::uint8_t>(ls[s] | (lm[s] << 4));
+    for (int e = 0; e < kQK_K; ++e) {  // element 128c + 32j + l sits in qs[32c + l] at bits 2j
+      y[i].qs[32 * (e / 128) + e % 32] |= static_cast<std::uint8_t>(q[e] << (2 * ((e % 128) / 32)));
     }
   }
 }
@@ -438,14 +429,8 @@ void quantize_row_q2_k(const float* x, BlockQ2_K* y, std::int64_t n) {
 // kept as v + 4: the low 2 bits in qs (as Q2_K), the third in hmask.
 void quantize_row_q3_k(const float* x, BlockQ3_K* y, std::int64_t n) {
   for (std::int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
-    float need[16], max_need = 0.0f;
-    for (int s = 0; s < 16; ++s) {
-      float amax = 0.0f;
-      for (int l = 0; l < 16; ++l) amax = std::max(amax, std::fabs(x[16 * s + l]));
-      need[s] = amax / 3.5f;
-      max_need = std::max(max_need, need[s]);
-    }
-    y[i].d = f16_ceil(max_need / 31.0f);
+    float need[16];
+    y[i].d = symmetric_steps(x, 3.5f, 31, need);
     const float d = f16_to_f32(y[i].d);
     std::memset(y[i].qs, 0, sizeof(y[i].qs));
     std::memset(y[i].hmask, 0, sizeof(y[i].hmask));
@@ -470,7 +455,7 @@ void quantize_row_q3_k(const float* x, BlockQ3_K* y, std::int64_t n) {
 void quantize_row_q4_k(const float* x, BlockQ4_K* y, std::int64_t n) {
   for (std::int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
     std::uint8_t ls[8], lm[8], q[kQK_K];
-    quantize_k_scale_min(x, 15, &y[i].d, &y[i].dmin, ls, lm, q);
+    quantize_k_scale_min<8, 32, 63>(x, 15, &y[i].d, &y[i].dmin, ls, lm, q);
     pack_k_scale_min(ls, lm, y[i].scales);
     for (int c = 0; c < 4; ++c) {
       for (int l = 0; l < 32; ++l) {
@@ -483,7 +468,7 @@ void quantize_row_q4_k(const float* x, BlockQ4_K* y, std::int64_t n) {
 void quantize_row_q5_k(const float* x, BlockQ5_K* y, std::int64_t n) {
   for (std::int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
     std::uint8_t ls[8], lm[8], q[kQK_K];
-    quantize_k_scale_min(x, 31, &y[i].d, &y[i].dmin, ls, lm, q);
+    quantize_k_scale_min<8, 32, 63>(x, 31, &y[i].d, &y[i].dmin, ls, lm, q);
     pack_k_scale_min(ls, lm, y[i].scales);
     std::memset(y[i].qh, 0, sizeof(y[i].qh));
     for (int c = 0; c < 4; ++c) {
@@ -498,14 +483,8 @@ void quantize_row_q5_k(const float* x, BlockQ5_K* y, std::int64_t n) {
 
 void quantize_row_q6_k(const float* x, BlockQ6_K* y, std::int64_t n) {
   for (std::int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
-    float need[16], max_need = 0.0f;
-    for (int s = 0; s < 16; ++s) {
-      float amax = 0.0f;
-      for (int l = 0; l < 16; ++l) amax = std::max(amax, std::fabs(x[16 * s + l]));
-      need[s] = amax / 31.5f;
-      max_need = std::max(max_need, need[s]);
-    }
-    y[i].d = f16_ceil(max_need / 127.0f);
+    float need[16];
+    y[i].d = symmetric_steps(x, 31.5f, 127, need);
     const float d = f16_to_f32(y[i].d);
     std::uint8_t q[kQK_K];
     for (int s = 0; s < 16; ++s) {

@@ -397,7 +397,7 @@ void dot_q5_0_r8(const BlockQ5_0x8* const (&w)[G], const std::int8_t* xq, const 
 // acc += (dot - 8 * xsum) * d_w * d_x for Q4_0 (w = d (q - 8)), and for Q4_1 / Q5_1 (w = d q + m)
 // acc += dot * d_w * d_x and macc += m_w * d_x * xsum.
 template <hal::DType T, int R>
-void dot_q4_q5(const void* const (&w)[R], const std::int8_t* xq, const float* xd, const std::int32_t* xsum,
+void dot_q4_q5(const std::byte* const (&w)[R], const std::int8_t* xq, const float* xd, const std::int32_t* xsum,
                std::int64_t nb, float (&out)[R]) {
   using Block = std::conditional_t<T == hal::DType::kQ4_0, hal::BlockQ4_0,
                                    std::conditional_t<T == hal::DType::kQ4_1, hal::BlockQ4_1, hal::BlockQ5_1>>;
@@ -420,7 +420,7 @@ void dot_q4_q5(const void* const (&w)[R], const std::int8_t* xq, const float* xd
     const __m256i corr = _mm256_zextsi128_si256(_mm_cvtsi32_si128(kMin ? 0 : -8 * xsum[b]));
     const float dx = xd[b];
     for (int r = 0; r < R; ++r) {
-      const Block& wb = static_cast<const Block*>(w[r])[b];
+      const Block& wb = reinterpret_cast<const Block*>(w[r])[b];
       _mm_prefetch(reinterpret_cast<const char*>(&wb) + kGemvPrefetchBytes, _MM_HINT_T0);
       const __m256i qs = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.qs)));
       __m256i q = _mm256_and_si256(_mm256_srlv_epi64(qs, nib_shift), m4);
@@ -444,7 +444,7 @@ void dot_q4_q5(const void* const (&w)[R], const std::int8_t* xq, const float* xd
 // per block of 32 the exact int32 dot of q and x, then per group
 // y += scale * sum_b d_x,b * dot_b - scale * zero * sum_b d_x,b * xsum_b.
 template <int R>
-void dot_awq(const std::uint8_t* const (&w)[R], const std::int8_t* xq, const float* xd, const std::int32_t* xsum,
+void dot_awq(const std::byte* const (&w)[R], const std::int8_t* xq, const float* xd, const std::int32_t* xsum,
              std::int64_t ngroups, float (&out)[R]) {
   constexpr int kBlocks = hal::kAwqInt4Group / hal::kQK;
   const __m256i ones = _mm256_set1_epi16(1);
@@ -454,7 +454,7 @@ void dot_awq(const std::uint8_t* const (&w)[R], const std::int8_t* xq, const flo
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (std::int64_t g = 0; g < ngroups; ++g) {
     for (int r = 0; r < R; ++r) {
-      const std::uint8_t* blk = w[r] + g * hal::kAwqInt4BlockBytes;
+      const auto* blk = reinterpret_cast<const std::uint8_t*>(w[r]) + g * hal::kAwqInt4BlockBytes;
       _mm_prefetch(reinterpret_cast<const char*>(blk) + kGemvPrefetchBytes, _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(blk) + kGemvPrefetchBytes + 64, _MM_HINT_T0);
       std::uint16_t sh, zh;
@@ -511,6 +511,49 @@ void gemv_dequant(ThreadPool& pool, const MatmulProblem& p) {
   });
 }
 
+#if SX_GEMV_QUANT_AVX2
+// x quantised per 32 for the int8 GEMVs (quantize_activations_q8: values q, scales d) with
+// `factor` times the sum of each block's values (sum).
+struct XBlocks32 {
+  std::int8_t* q;
+  float* d;
+  std::int32_t* sum;
+};
+XBlocks32 quantize_x_blocks32(Scratch& scratch, const MatmulProblem& p, std::int32_t factor) {
+  const std::int64_t nb = p.k / hal::kQK;
+  auto* q = static_cast<std::int8_t*>(scratch.get(
+      kSlotActs, static_cast<std::size_t>(p.m * p.k) + static_cast<std::size_t>(p.m * nb) * 2 * sizeof(float)));
+  auto* d = reinterpret_cast<float*>(q + p.m * p.k);
+  auto* sum = reinterpret_cast<std::int32_t*>(d + p.m * nb);
+  quantize_rows_q8(p.x, 0, p.m, p.k, q, d);
+  for (std::int64_t i = 0; i < p.m * nb; ++i) {
+    std::int32_t s = 0;
+    for (int j = 0; j < hal::kQK; ++j) s += q[i * hal::kQK + j];
+    sum[i] = factor * s;
+  }
+  return {q, d, sum};
+}
+
+// y[t][row] = dot(the rows of R lockstep streams, token t) + bias, for every row of W (plain rows):
+// dot(const std::byte* const (&rows)[R], t, float (&out)[R]).
+template <typename Dot>
+void gemv_row_streams(ThreadPool& pool, const MatmulProblem& p, Dot&& dot) {
+  const auto* w = static_cast<const std::byte*>(p.w);
+  const std::size_t rb = cpu::row_bytes(p.w_type, p.k);
+  for_row_chunks(pool, p.n, [&](std::int64_t r0, std::int64_t r1) {
+    for_row_streams(r0, r1, [&]<int R>(const std::int64_t (&rows)[R]) {
+      const std::byte* wr[R];
+      for (int i = 0; i < R; ++i) wr[i] = w + rb * static_cast<std::size_t>(rows[i]);
+      for (std::int64_t tk = 0; tk < p.m; ++tk) {
+        float v[R];
+        dot(wr, tk, v);
+        for (int i = 0; i < R; ++i) p.y[tk * p.n + rows[i]] = v[i] + (p.bias != nullptr ? p.bias[rows[i]] : 0.0f);
+      }
+    });
+  });
+}
+#endif
+
 }  // namespace
 
 bool has_quant_gemv_kernel(hal::DType t) {
@@ -559,44 +602,18 @@ void gemv_quant(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
   }
   if (t == hal::DType::kQ4_0 || t == hal::DType::kQ4_1 || t == hal::DType::kQ5_1 || t == hal::DType::kAwqInt4) {
     const std::int64_t nb = p.k / hal::kQK;
-    auto* xq = static_cast<std::int8_t*>(scratch.get(
-        kSlotActs, static_cast<std::size_t>(p.m * p.k) + static_cast<std::size_t>(p.m * nb) * 2 * sizeof(float)));
-    auto* xd = reinterpret_cast<float*>(xq + p.m * p.k);
-    auto* xsum = reinterpret_cast<std::int32_t*>(xd + p.m * nb);
-    quantize_rows_q8(p.x, 0, p.m, p.k, xq, xd);
-    for (std::int64_t i = 0; i < p.m * nb; ++i) {
-      std::int32_t sum = 0;
-      for (int j = 0; j < hal::kQK; ++j) sum += xq[i * hal::kQK + j];
-      xsum[i] = sum;
-    }
-    const auto* w = static_cast<const std::byte*>(p.w);
-    const std::size_t rb = cpu::row_bytes(t, p.k);
+    const XBlocks32 x = quantize_x_blocks32(scratch, p, 1);
     auto rows_of = [&]<hal::DType T>() {
-      for_row_chunks(pool, p.n, [&](std::int64_t r0, std::int64_t r1) {
-        for_row_streams(r0, r1, [&]<int R>(const std::int64_t (&rows)[R]) {
-          const void* wr[R];
-          for (int i = 0; i < R; ++i) wr[i] = w + rb * static_cast<std::size_t>(rows[i]);
-          for (std::int64_t tk = 0; tk < p.m; ++tk) {
-            float v[R];
-            dot_q4_q5<T, R>(wr, xq + tk * p.k, xd + tk * nb, xsum + tk * nb, nb, v);
-            for (int i = 0; i < R; ++i) p.y[tk * p.n + rows[i]] = v[i] + (p.bias != nullptr ? p.bias[rows[i]] : 0.0f);
-          }
-        });
+      gemv_row_streams(pool, p, [&]<int R>(const std::byte* const (&wr)[R], std::int64_t tk, float (&v)[R]) {
+        if constexpr (T == hal::DType::kAwqInt4) {
+          dot_awq<R>(wr, x.q + tk * p.k, x.d + tk * nb, x.sum + tk * nb, p.k / hal::kAwqInt4Group, v);
+        } else {
+          dot_q4_q5<T, R>(wr, x.q + tk * p.k, x.d + tk * nb, x.sum + tk * nb, nb, v);
+        }
       });
     };
     if (t == hal::DType::kAwqInt4) {
-      const std::int64_t ngroups = p.k / hal::kAwqInt4Group;
-      for_row_chunks(pool, p.n, [&](std::int64_t r0, std::int64_t r1) {
-        for_row_streams(r0, r1, [&]<int R>(const std::int64_t (&rows)[R]) {
-          const std::uint8_t* wr[R];
-          for (int i = 0; i < R; ++i) wr[i] = reinterpret_cast<const std::uint8_t*>(w + rb * static_cast<std::size_t>(rows[i]));
-          for (std::int64_t tk = 0; tk < p.m; ++tk) {
-            float v[R];
-            dot_awq<R>(wr, xq + tk * p.k, xd + tk * nb, xsum + tk * nb, ngroups, v);
-            for (int i = 0; i < R; ++i) p.y[tk * p.n + rows[i]] = v[i] + (p.bias != nullptr ? p.bias[rows[i]] : 0.0f);
-          }
-        });
-      });
+      rows_of.template operator()<hal::DType::kAwqInt4>();
     } else if (t == hal::DType::kQ4_0) {
       rows_of.template operator()<hal::DType::kQ4_0>();
     } else if (t == hal::DType::kQ4_1) {
@@ -608,16 +625,10 @@ void gemv_quant(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
   }
   if (t == hal::DType::kQ5_0 || t == kQ5_0R8) {
     const std::int64_t nb = p.k / hal::kQK;
-    auto* xq = static_cast<std::int8_t*>(scratch.get(
-        kSlotActs, static_cast<std::size_t>(p.m * p.k) + static_cast<std::size_t>(p.m * nb) * 2 * sizeof(float)));
-    auto* xd = reinterpret_cast<float*>(xq + p.m * p.k);
-    auto* xcorr = reinterpret_cast<std::int32_t*>(xd + p.m * nb);
-    quantize_rows_q8(p.x, 0, p.m, p.k, xq, xd);
-    for (std::int64_t i = 0; i < p.m * nb; ++i) {
-      std::int32_t sum = 0;
-      for (int j = 0; j < hal::kQK; ++j) sum += xq[i * hal::kQK + j];
-      xcorr[i] = -16 * sum;
-    }
+    const XBlocks32 x = quantize_x_blocks32(scratch, p, -16);  // the -16 of (q - 16), per block
+    const std::int8_t* xq = x.q;
+    const float* xd = x.d;
+    const std::int32_t* xcorr = x.sum;
     if (t == kQ5_0R8) {
       constexpr int kRows = kQ5_0R8Rows;
       const auto* w = static_cast<const BlockQ5_0x8*>(p.w);
@@ -639,17 +650,10 @@ void gemv_quant(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
       });
       return;
     }
-    const auto* w = static_cast<const BlockQ5_0*>(p.w);
-    for_row_chunks(pool, p.n, [&](std::int64_t r0, std::int64_t r1) {
-      for_row_streams(r0, r1, [&]<int R>(const std::int64_t (&rows)[R]) {
-        const BlockQ5_0* wr[R];
-        for (int i = 0; i < R; ++i) wr[i] = w + rows[i] * nb;
-        for (std::int64_t tk = 0; tk < p.m; ++tk) {
-          float v[R];
-          dot_q5_0<R>(wr, xq + tk * p.k, xd + tk * nb, xcorr + tk * nb, nb, v);
-          for (int i = 0; i < R; ++i) p.y[tk * p.n + rows[i]] = v[i] + (p.bias != nullptr ? p.bias[rows[i]] : 0.0f);
-        }
-      });
+    gemv_row_streams(pool, p, [&]<int R>(const std::byte* const (&wr)[R], std::int64_t tk, float (&v)[R]) {
+      const BlockQ5_0* rows[R];
+      for (int i = 0; i < R; ++i) rows[i] = reinterpret_cast<const BlockQ5_0*>(wr[i]);
+      dot_q5_0<R>(rows, xq + tk * p.k, xd + tk * nb, xcorr + tk * nb, nb, v);
     });
     return;
   }
