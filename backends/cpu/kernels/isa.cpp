@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 
 #include <fmt/format.h>
 
@@ -89,14 +90,7 @@ CpuFeatures detect() {
 CpuFeatures detect() { return {}; }
 #endif
 
-struct LevelSpec {
-  std::string_view name;
-  bool x86_variant;  // built with the x86 variants (baseline is always built)
-};
-constexpr LevelSpec kLevels[] = {
-    {"avx512-bf16", true}, {"avx512-vnni", true}, {"avx512", true},
-    {"avx-vnni", true},    {"avx2", true},        {"baseline", false},
-};
+constexpr std::string_view kLevels[] = {"avx512-bf16", "avx512-vnni", "avx512", "avx-vnni", "avx2", "baseline"};
 
 #if defined(SX_CPU_ISA_NATIVE)
 constexpr std::string_view kOnlyLevel = "native";
@@ -117,14 +111,9 @@ const CpuFeatures& detected_features() {
   return f;
 }
 
-std::vector<IsaLevel> isa_levels() {
-  std::vector<IsaLevel> v;
-  if (!kX86Variants) {
-    v.push_back({kOnlyLevel, true});
-    return v;
-  }
-  for (const LevelSpec& l : kLevels) v.push_back({l.name, true});
-  return v;
+std::vector<std::string_view> isa_levels() {
+  if (!kX86Variants) return {kOnlyLevel};
+  return {std::begin(kLevels), std::end(kLevels)};
 }
 
 bool isa_supported(std::string_view name, const CpuFeatures& f) {
@@ -142,8 +131,8 @@ bool isa_supported(std::string_view name, const CpuFeatures& f) {
 Result<IsaChoice> choose_isa(const CpuFeatures& f, std::string_view forced) {
   IsaChoice c;
   c.forced = std::string(forced);
-  for (const IsaLevel& l : isa_levels()) {
-    if (l.built && isa_supported(l.name, f)) c.available.emplace_back(l.name);
+  for (const std::string_view l : isa_levels()) {
+    if (isa_supported(l, f)) c.available.emplace_back(l);
   }
   if (f.amx_tile) {
     c.note = f.amx_permitted ? "amx present and permitted; no amx kernels in this build"
@@ -154,7 +143,7 @@ Result<IsaChoice> choose_isa(const CpuFeatures& f, std::string_view forced) {
     return c;
   }
   bool known = false;
-  for (const IsaLevel& l : isa_levels()) known = known || l.name == forced;
+  for (const std::string_view l : isa_levels()) known = known || l == forced;
   for (const std::string& a : c.available) {
     if (a == forced) {
       c.level = a;
@@ -162,7 +151,7 @@ Result<IsaChoice> choose_isa(const CpuFeatures& f, std::string_view forced) {
     }
   }
   std::string all;
-  for (const IsaLevel& l : isa_levels()) all += (all.empty() ? "" : ", ") + std::string(l.name);
+  for (const std::string_view l : isa_levels()) all += (all.empty() ? "" : ", ") + std::string(l);
   if (!known) {
     return invalid_argument_error("SEXTANT_CPU_ISA={}: not a kernel level of this build (levels: {}; or auto)",
                                   forced, all);

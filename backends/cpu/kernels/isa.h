@@ -40,12 +40,8 @@ struct CpuFeatures {
 // This machine's features (CPUID leaves 1, 7.0, 7.1, 0x80000002-4; XGETBV; arch_prctl for AMX).
 const CpuFeatures& detected_features();
 
-// Every level this build knows, best first (see above), with whether it was compiled in.
-struct IsaLevel {
-  std::string_view name;
-  bool built;
-};
-std::vector<IsaLevel> isa_levels();
+// Every level this build has, best first (see above).
+std::vector<std::string_view> isa_levels();
 // Whether `f` has what level `name` needs (false for an unknown name).
 bool isa_supported(std::string_view name, const CpuFeatures& f);
 
@@ -56,8 +52,8 @@ struct IsaChoice {
   std::string note;                    // e.g. "amx present but not permitted by the OS"
 };
 // The choice for features `f` and a SEXTANT_CPU_ISA value `forced` ("" or "auto": the best level):
-// INVALID_ARGUMENT naming the variable and the levels there are when `forced` is unknown, not
-// built, or not supported by `f`. Pure: unit-tested with made-up feature sets.
+// INVALID_ARGUMENT naming the variable and the levels there are when `forced` is not a level of
+// this build or not supported by `f`. Pure: unit-tested with made-up feature sets.
 Result<IsaChoice> choose_isa(const CpuFeatures& f, std::string_view forced);
 
 // The process's choice (detected_features() and SEXTANT_CPU_ISA, made once). The CPU device calls it
