@@ -177,7 +177,8 @@ TEST(CpuIsaParity, VectorMathAndAttentionAgreeWithinTolerance) {
   for (float& v : q) v = nd(rng);
   for (float& v : kc) v = nd(rng);
   for (float& v : vc) v = nd(rng);
-  const std::vector<std::int32_t> starts = {0, 5}, lens = {5, 37}, table = {0, 1, 2, 3, 4, 5};
+  // seq_token_start holds n_seqs + 1 offsets.
+  const std::vector<std::int32_t> starts = {0, 5, 6}, lens = {5, 37}, table = {0, 1, 2, 3, 4, 5};
   auto attend = [&](const KernelTable& t) {
     std::vector<float> out(q.size(), 0.0f);
     AttentionPtrs p{q.data(), kc.data(), vc.data(), out.data(), starts.data(), lens.data(), table.data()};
