@@ -332,32 +332,28 @@ Result<Head128Case> head128_case(const Shape& shape, unsigned seed) {
 TEST(ParallelForwardQuantized, HeadDim128Q4_K_MSplitsHeadsInPairs) {
   auto c = head128_case({"head128", 12, 4, false}, 13);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
-  const model::ModelConfig* config = &c->files.config;
-  const model::GgufFile* q_file = c->files.q.get();
-  const auto* types = &c->types;
-  const auto* twin = &c->twin;
-  const auto* ref = &c->ref;
-  auto ref_free = run_one_device(*q_file, *config);
+  const model::ModelConfig& config = c->files.config;
+  const model::GgufFile& q_file = *c->files.q;
+  auto ref_free = run_one_device(q_file, config);
   ASSERT_TRUE(ref_free.ok()) << ref_free.status().to_string();
-  const double quant_error = c->quant_error;
   for (const int tp : {4, 6}) {
     SCOPED_TRACE(::testing::Message() << "tp " << tp);
-    auto plan = parallel::plan_shards(*config, *types, {tp, 1, hal::DType::kF32});
+    auto plan = parallel::plan_shards(config, c->types, {tp, 1, hal::DType::kF32});
     ASSERT_TRUE(plan.ok()) << plan.status().to_string();
     std::string heads;
     for (const parallel::RankPlan& r : plan->ranks) {
       EXPECT_EQ(r.q_heads.begin * 128 % 256, 0);
       heads += (heads.empty() ? "" : ", ") + std::to_string(r.q_heads.size());
     }
-    auto got = run_layout(*q_file, *config, {tp, 1}, twin->tokens);
+    auto got = run_layout(q_file, config, {tp, 1}, c->twin.tokens);
     ASSERT_TRUE(got.ok()) << got.status().to_string();
-    const double d = max_relative_diff(*got, *ref);
-    EXPECT_LE(d, quant_error / 10);
-    auto free = run_layout(*q_file, *config, {tp, 1});
+    const double d = max_relative_diff(*got, c->ref);
+    EXPECT_LE(d, c->quant_error / 10);
+    auto free = run_layout(q_file, config, {tp, 1});
     ASSERT_TRUE(free.ok()) << free.status().to_string();
     std::printf("head_dim 128 q4_k_m tp %d (heads %s): %d forced steps, max relative logit diff %.2g vs tp 1 "
                 "(quantisation: %.2g vs f32); free-running greedy tokens %s tp 1's\n",
-                tp, heads.c_str(), kSteps, d, quant_error, free->tokens == ref_free->tokens ? "equal to" : "DIFFERENT from");
+                tp, heads.c_str(), kSteps, d, c->quant_error, free->tokens == ref_free->tokens ? "equal to" : "DIFFERENT from");
   }
 }
 
@@ -369,30 +365,26 @@ TEST(ParallelForwardQuantized, HeadDim128Q4_K_MSplitsHeadsInPairs) {
 TEST(ParallelForwardQuantized, RequantizesOWeightsWhereHeadsDoNotSplitOnBlocks) {
   auto c = head128_case({"head128x6", 6, 2, false}, 17);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
-  const model::ModelConfig* config = &c->files.config;
-  const model::GgufFile* q_file = c->files.q.get();
-  const auto* types = &c->types;
-  const auto* twin = &c->twin;
-  const auto* ref = &c->ref;
-  const double quant_error = c->quant_error;
+  const model::ModelConfig& config = c->files.config;
+  const model::GgufFile& q_file = *c->files.q;
   for (const int tp : {4, 6}) {
     SCOPED_TRACE(::testing::Message() << "tp " << tp);
-    auto refused = run_layout(*q_file, *config, {tp, 1});
+    auto refused = run_layout(q_file, config, {tp, 1});
     ASSERT_FALSE(refused.ok());
     EXPECT_NE(refused.status().message().find("--requantize-unaligned"), std::string::npos) << refused.status().to_string();
-    auto plan = parallel::plan_shards(*config, *types, {tp, 1, hal::DType::kF32, true});
+    auto plan = parallel::plan_shards(config, c->types, {tp, 1, hal::DType::kF32, true});
     ASSERT_TRUE(plan.ok()) << plan.status().to_string();
     EXPECT_EQ(plan->requantized.rfind("the o weights of 2 layers, Q4_K -> Q8_0 at load (+", 0), 0u) << plan->requantized;
     EXPECT_EQ(plan->types.layers[1].o, hal::DType::kQ8_0);
-    EXPECT_EQ(plan->types.layers[1].down, types->layers[1].down);  // the FFN splits as it is
-    auto got = run_layout(*q_file, *config, {tp, 1, true}, twin->tokens);
+    EXPECT_EQ(plan->types.layers[1].down, c->types.layers[1].down);  // the FFN splits as it is
+    auto got = run_layout(q_file, config, {tp, 1, true}, c->twin.tokens);
     ASSERT_TRUE(got.ok()) << got.status().to_string();
-    const double d = max_relative_diff(*got, *ref);
+    const double d = max_relative_diff(*got, c->ref);
     EXPECT_GT(d, 0.0);  // the o weights really are other numbers
-    EXPECT_LE(d, quant_error / 4);
+    EXPECT_LE(d, c->quant_error / 4);
     std::printf("head_dim 128, 6 heads, q4_k_m, tp %d with o re-quantised to q8_0: max relative logit diff %.2g vs "
                 "tp 1 (quantisation: %.2g vs f32)\n",
-                tp, d, quant_error);
+                tp, d, c->quant_error);
   }
 }
 
