@@ -63,21 +63,26 @@ constexpr int kXK = 2;
 constexpr int kWStepBytes = 32;  // one k-pair of 16 rows
 #endif
 
-// Interleaves rows [row0, row0 + 16) x blocks [b0, b0 + nb) of a plain Q8_0 W into nb
-// BlockQ8_0x16 (the layout kQ8_0R16 weights already have); rows at or past n are zero.
-void interleave_panel(const BlockQ8_0* w, std::int64_t blocks_per_row, std::int64_t row0, std::int64_t n,
+// Interleaves rows [row0, row0 + 16) x blocks [b0, b0 + nb) of a W whose blocks hold Q8_0 values
+// (plain Q8_0, Q4_0, Q5_0, kQ5_0R8: layouts.h blocks_as_q8_0, 16 blocks of a row at a time) into
+// nb BlockQ8_0x16 (the layout kQ8_0R16 weights already have); rows at or past n are zero.
+void interleave_panel(hal::DType t, const void* w, std::int64_t k, std::int64_t row0, std::int64_t n,
                       std::int64_t b0, std::int64_t nb, BlockQ8_0x16* dst) {
-  for (std::int64_t b = 0; b < nb; ++b) {
-    BlockQ8_0x16& out = dst[b];
-    for (int r = 0; r < kNR; ++r) {
-      if (row0 + r >= n) {
-        out.d[r] = 0;
-        for (int p = 0; p < kB / 2; ++p) std::memset(out.qs + 32 * p + 2 * r, 0, 2);
-        continue;
+  constexpr std::int64_t kChunk = 16;
+  BlockQ8_0 tmp[kChunk];
+  for (int r = 0; r < kNR; ++r) {
+    for (std::int64_t c0 = 0; c0 < nb; c0 += kChunk) {
+      const std::int64_t cn = std::min(kChunk, nb - c0);
+      if (row0 + r < n) {
+        blocks_as_q8_0(t, w, k, row0 + r, b0 + c0, cn, tmp);
+      } else {
+        for (std::int64_t b = 0; b < cn; ++b) tmp[b] = BlockQ8_0{};
       }
-      const BlockQ8_0& in = w[(row0 + r) * blocks_per_row + b0 + b];
-      out.d[r] = in.d;
-      for (int p = 0; p < kB / 2; ++p) std::memcpy(out.qs + 32 * p + 2 * r, in.qs + 2 * p, 2);
+      for (std::int64_t b = 0; b < cn; ++b) {
+        BlockQ8_0x16& out = dst[c0 + b];
+        out.d[r] = tmp[b].d;
+        for (int q = 0; q < kB / 2; ++q) std::memcpy(out.qs + 32 * q + 2 * r, tmp[b].qs + 2 * q, 2);
+      }
     }
   }
 }
@@ -482,42 +487,12 @@ std::vector<BlockQ8_0x16*> thread_panels(ThreadPool& pool, Scratch& scratch, con
 }  // namespace
 
 void gemm_q8_0(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
-  // Plain Q8_0 rows: each task interleaves its panels of one k block into its own scratch.
+  // Rows of Q8_0 values (plain Q8_0, or Q4_0 / Q5_0 as q - 8 / q - 16): each task interleaves its
+  // panels of one k block into its own scratch.
   const std::vector<BlockQ8_0x16*> wbuf = thread_panels(pool, scratch, p);
-  const std::int64_t nb_row = p.k / kB;
-  if (p.w_type == hal::DType::kQ8_0) {
-    const auto* w = static_cast<const BlockQ8_0*>(p.w);
-    run_gemm(pool, scratch, p, [&](int thread, std::int64_t j0, std::int64_t j1, std::int64_t b0, std::int64_t nb) {
-      BlockQ8_0x16* dst = wbuf[static_cast<std::size_t>(thread)];
-      for (std::int64_t j = j0; j < j1; ++j) interleave_panel(w, nb_row, j * kNR, p.n, b0, nb, dst + (j - j0) * nb);
-      return std::pair<const BlockQ8_0x16*, std::int64_t>(dst, nb);
-    });
-    return;
-  }
-  // Q4_0, Q5_0 (plain or kQ5_0R8): their blocks are Q8_0 blocks with q - 8 / q - 16 (layouts.h), so
-  // the panels are converted, 16 blocks of a row at a time, and interleaved the same way.
   run_gemm(pool, scratch, p, [&](int thread, std::int64_t j0, std::int64_t j1, std::int64_t b0, std::int64_t nb) {
     BlockQ8_0x16* dst = wbuf[static_cast<std::size_t>(thread)];
-    constexpr std::int64_t kChunk = 16;
-    BlockQ8_0 tmp[kChunk];
-    for (std::int64_t j = j0; j < j1; ++j) {
-      for (int r = 0; r < kNR; ++r) {
-        const std::int64_t row = j * kNR + r;
-        for (std::int64_t c0 = 0; c0 < nb; c0 += kChunk) {
-          const std::int64_t cn = std::min(kChunk, nb - c0);
-          if (row < p.n) {
-            blocks_as_q8_0(p.w_type, p.w, p.k, row, b0 + c0, cn, tmp);
-          } else {
-            for (std::int64_t b = 0; b < cn; ++b) tmp[b] = BlockQ8_0{};
-          }
-          for (std::int64_t b = 0; b < cn; ++b) {
-            BlockQ8_0x16& out = dst[(j - j0) * nb + c0 + b];
-            out.d[r] = tmp[b].d;
-            for (int q = 0; q < kB / 2; ++q) std::memcpy(out.qs + 32 * q + 2 * r, tmp[b].qs + 2 * q, 2);
-          }
-        }
-      }
-    }
+    for (std::int64_t j = j0; j < j1; ++j) interleave_panel(p.w_type, p.w, p.k, j * kNR, p.n, b0, nb, dst + (j - j0) * nb);
     return std::pair<const BlockQ8_0x16*, std::int64_t>(dst, nb);
   });
 }
