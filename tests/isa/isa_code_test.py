@@ -2,7 +2,8 @@
 """The portable build's binaries start on any x86-64 machine (issue 23): outside the CPU kernel units,
 compiled once per ISA level into sx::cpu::isa_<level> (backends/cpu/kernels/kernel_table.h), no
 function holds an AVX, AVX2, FMA, F16C or AVX-512 instruction (every VEX/EVEX mnemonic starts with
-'v', the AVX-512 mask ones with 'k'), since nothing checks the CPU before such code runs.
+'v', the AVX-512 mask ones with 'k'), since nothing checks the CPU before such code runs; and no function outside sx::cpu::isa_amx holds an
+AMX instruction (tile*, tdp*, ldtilecfg, sttilecfg).
 
   isa_code_test.py BINARY [BINARY ...]
 
@@ -36,6 +37,11 @@ def check(binary):
         if not m:
             continue
         mnem = m.group(1)
+        if re.match(r"(tile|tdp|ldtilecfg|sttilecfg)", mnem):
+            k = KERNEL.search(func)
+            if (not k or k.group(1) != "amx") and func not in bad:
+                bad[func] = f"{mnem} {m.group(2)}".strip()
+            continue
         vector = (mnem.startswith("v") and mnem not in ("verr", "verw")) or re.match(r"k(mov|and|or|xor|not|test|shift|add|unpck)", mnem)
         vector = vector or "%ymm" in m.group(2) or "%zmm" in m.group(2)
         if not vector:

@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 
-LEVELS = ["avx512-bf16", "avx512-vnni", "avx512", "avx-vnni", "avx2", "baseline"]
+LEVELS = ["amx", "avx512-bf16", "avx512-vnni", "avx512", "avx-vnni", "avx2", "baseline"]
 
 
 def generate(sextant, model, level, ids):

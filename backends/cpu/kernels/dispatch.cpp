@@ -19,6 +19,9 @@ const KernelTable* table_of(std::string_view level) {
   if (level == "avx512-vnni") return &isa_avx512vnni::kernel_table();
   if (level == "avx512-bf16") return &isa_avx512bf16::kernel_table();
 #endif
+#if defined(SX_CPU_ISA_AMX)
+  if (level == "amx") return &isa_amx::kernel_table();
+#endif
   return nullptr;
 }
 

@@ -1,6 +1,7 @@
 // CPU feature detection and the choice of kernel level (isa.h). Compiled for the baseline target.
 #include "backends/cpu/kernels/isa.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
@@ -90,7 +91,11 @@ CpuFeatures detect() {
 CpuFeatures detect() { return {}; }
 #endif
 
-constexpr std::string_view kLevels[] = {"avx512-bf16", "avx512-vnni", "avx512", "avx-vnni", "avx2", "baseline"};
+constexpr std::string_view kLevels[] = {
+#if defined(SX_CPU_ISA_AMX)
+    "amx",
+#endif
+    "avx512-bf16", "avx512-vnni", "avx512", "avx-vnni", "avx2", "baseline"};
 
 #if defined(SX_CPU_ISA_NATIVE)
 constexpr std::string_view kOnlyLevel = "native";
@@ -125,6 +130,7 @@ bool isa_supported(std::string_view name, const CpuFeatures& f) {
   if (name == "avx512") return avx512;
   if (name == "avx512-vnni") return avx512 && f.avx512vnni;
   if (name == "avx512-bf16") return avx512 && f.avx512vnni && f.avx512bf16;
+  if (name == "amx") return avx512 && f.avx512vnni && f.avx512bf16 && f.amx_tile && f.amx_int8 && f.amx_permitted;
   return false;
 }
 
@@ -134,9 +140,11 @@ Result<IsaChoice> choose_isa(const CpuFeatures& f, std::string_view forced) {
   for (const std::string_view l : isa_levels()) {
     if (isa_supported(l, f)) c.available.emplace_back(l);
   }
-  if (f.amx_tile) {
-    c.note = f.amx_permitted ? "amx present and permitted; no amx kernels in this build"
-                             : "amx present but not permitted by the OS";
+  const bool amx_built = std::find(c.available.begin(), c.available.end(), "amx") != c.available.end();
+  if (f.amx_tile && !f.amx_permitted) {
+    c.note = "amx present but not permitted by the OS";
+  } else if (f.amx_tile && f.amx_int8 && !amx_built) {
+    c.note = isa_supported("amx", f) ? "amx present and permitted; no amx kernels in this build" : "";
   }
   if (forced.empty() || forced == "auto") {
     c.level = c.available.front();  // baseline (or native) is always there

@@ -3,14 +3,16 @@
 // SEXTANT_CPU_ISA names (refused when the machine lacks it).
 //
 // Levels, best first (x86-64; elsewhere only "baseline"):
+//   amx          avx512-bf16 + AMX-TILE/INT8 with the OS's permission (arch_prctl(ARCH_REQ_XCOMP_PERM)):
+//                its kernels, with the int8 GEMM of Q8_0-valued weights from 8 tokens up on the tiles
+//                (gemm_q8_0_amx.cpp); only where the compiler knows AMX
 //   avx512-bf16  avx512-vnni + AVX512_BF16
 //   avx512-vnni  avx512 + AVX512_VNNI (vpdpbusd on 256-bit registers for the int8 kernels)
 //   avx512       AVX-512 F/BW/VL/DQ on top of avx2, the OS saving ZMM/opmask state (XCR0 bits 5-7)
 //   avx-vnni     avx2 + AVX-VNNI (the VEX vpdpbusd of AVX2-only machines such as Alder Lake)
 //   avx2         AVX2 + FMA + F16C, the OS saving YMM state (XCR0 bits 1-2)
 //   baseline     the compiler's default target (x86-64), scalar kernels
-// AMX is detected and its permission asked of the OS (arch_prctl(ARCH_REQ_XCOMP_PERM)), and
-// reported, but no AMX kernel is built yet.
+// AMX present but not permitted (or not built) is reported in the choice's note.
 // A build with -Dcpu_march=... compiles everything for that target and has one level, "native".
 //
 // Threading: detection and the choice happen once (the first call, thread-safe); afterwards every

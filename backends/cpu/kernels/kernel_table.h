@@ -49,6 +49,7 @@ SX_CPU_DECLARE_TABLE(isa_avxvnni)
 SX_CPU_DECLARE_TABLE(isa_avx512)
 SX_CPU_DECLARE_TABLE(isa_avx512vnni)
 SX_CPU_DECLARE_TABLE(isa_avx512bf16)
+SX_CPU_DECLARE_TABLE(isa_amx)  // gemm_q8_0_amx.cpp: avx512-bf16's table with the AMX int8 GEMM
 #undef SX_CPU_DECLARE_TABLE
 
 }  // namespace sx::cpu

@@ -3,6 +3,7 @@
 // within a float tolerance on the others (F16, BF16, Q4_K, Q6_K, Q5_0, attention, vector math).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -58,13 +59,14 @@ Weights make_weights(DType type, std::int64_t n, std::int64_t k, std::mt19937& r
 }
 
 std::vector<float> run(const KernelTable& t, ThreadPool& pool, const void* w, DType type, const std::vector<float>& x,
-                       std::int64_t m, std::int64_t n, std::int64_t k, MatmulPath path) {
+                       std::int64_t m, std::int64_t n, std::int64_t k, MatmulPath path, const float* bias = nullptr) {
   Scratch scratch;
   std::vector<float> y(static_cast<std::size_t>(m * n), -1.0f);
   MatmulProblem p;
   p.w = w;
   p.w_type = type;
   p.x = x.data();
+  p.bias = bias;
   p.y = y.data();
   p.m = m;
   p.n = n;
@@ -81,27 +83,69 @@ TEST(CpuIsaParity, BaselineAndTheLevelsThisMachineHas) {
   std::printf("levels compared:%s (%s)\n", names.c_str(), cpu_isa_line().c_str());
 }
 
+// Shapes: one k range and whole W panels; then a partial last panel (n % 16), several k ranges of
+// the large-m GEMMs (k = 1280) and a bias, with m from decode to several 16-token AMX tiles and
+// beyond the AMX level's streaming limit (100).
 TEST(CpuIsaParity, Q8_0IsBitExactOnEveryLevelPathAndLayout) {
   ThreadPool pool(2);
   std::mt19937 rng(7);
-  const std::int64_t n = 80, k = 256;
-  const Weights w = make_weights(DType::kQ8_0, n, k, rng);
-  const void* r16 = w.r16.data() + (64 - reinterpret_cast<std::uintptr_t>(w.r16.data()) % 64) % 64;
-  for (std::int64_t m : {1, 3, 4, 7, 16, 37}) {
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    std::vector<float> x(static_cast<std::size_t>(m * k));
-    for (float& v : x) v = nd(rng);
-    for (MatmulPath path : {MatmulPath::kGemv, MatmulPath::kGemmQ8}) {
-      const auto want = run(baseline(), pool, w.plain.data(), DType::kQ8_0, x, m, n, k, path);
-      const auto want_r16 = run(baseline(), pool, r16, kQ8_0R16, x, m, n, k, MatmulPath::kAuto);
-      ASSERT_EQ(0, std::memcmp(want.data(), want_r16.data(), want.size() * sizeof(float)));
+  struct Shape {
+    std::int64_t n, k;
+    bool bias;
+    std::vector<std::int64_t> ms;
+  };
+  for (const Shape& s : {Shape{80, 256, false, {1, 3, 4, 7, 8, 16, 37}}, Shape{72, 1280, true, {5, 12, 33, 100}}}) {
+    const std::int64_t n = s.n, k = s.k;
+    const Weights w = make_weights(DType::kQ8_0, n, k, rng);
+    const void* r16 = w.r16.data() + (64 - reinterpret_cast<std::uintptr_t>(w.r16.data()) % 64) % 64;
+    std::vector<float> bias(static_cast<std::size_t>(n));
+    for (std::size_t j = 0; j < bias.size(); ++j) bias[j] = 0.01f * static_cast<float>(j % 7) - 0.03f;
+    const float* b = s.bias ? bias.data() : nullptr;
+    for (std::int64_t m : s.ms) {
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      std::vector<float> x(static_cast<std::size_t>(m * k));
+      for (float& v : x) v = nd(rng);
+      for (MatmulPath path : {MatmulPath::kGemv, MatmulPath::kGemmQ8}) {
+        const auto want = run(baseline(), pool, w.plain.data(), DType::kQ8_0, x, m, n, k, path, b);
+        const auto want_r16 = run(baseline(), pool, r16, kQ8_0R16, x, m, n, k, MatmulPath::kAuto, b);
+        ASSERT_EQ(0, std::memcmp(want.data(), want_r16.data(), want.size() * sizeof(float)));
+        for (const KernelTable* t : supported_levels()) {
+          const auto got = run(*t, pool, w.plain.data(), DType::kQ8_0, x, m, n, k, path, b);
+          EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+              << t->level << " n=" << n << " k=" << k << " m=" << m << " path " << static_cast<int>(path);
+          const auto got_r16 = run(*t, pool, r16, kQ8_0R16, x, m, n, k, MatmulPath::kAuto, b);
+          EXPECT_EQ(0, std::memcmp(want.data(), got_r16.data(), want.size() * sizeof(float)))
+              << t->level << " kQ8_0R16 n=" << n << " k=" << k << " m=" << m;
+        }
+      }
+    }
+  }
+}
+
+// Q4_0 and Q5_0 hold Q8_0 values: the int8 GEMM of every level with vector kernels (the AMX one
+// included) gives the same bits.
+TEST(CpuIsaParity, Q4_0AndQ5_0AreBitExactOnTheInt8Gemms) {
+  ThreadPool pool(2);
+  std::mt19937 rng(11);
+  const std::int64_t n = 40, k = 1024;
+  for (DType type : {DType::kQ4_0, DType::kQ5_0}) {
+    const Weights w = make_weights(type, n, k, rng);
+    for (std::int64_t m : {9, 24, 70}) {
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      std::vector<float> x(static_cast<std::size_t>(m * k));
+      for (float& v : x) v = nd(rng);
+      const KernelTable* first = nullptr;
+      std::vector<float> want;
       for (const KernelTable* t : supported_levels()) {
-        const auto got = run(*t, pool, w.plain.data(), DType::kQ8_0, x, m, n, k, path);
+        if (!t->vector_interleaved) continue;
+        const auto got = run(*t, pool, w.plain.data(), type, x, m, n, k, MatmulPath::kGemmQ8);
+        if (first == nullptr) {
+          first = t;
+          want = got;
+          continue;
+        }
         EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
-            << t->level << " m=" << m << " path " << static_cast<int>(path);
-        const auto got_r16 = run(*t, pool, r16, kQ8_0R16, x, m, n, k, MatmulPath::kAuto);
-        EXPECT_EQ(0, std::memcmp(want.data(), got_r16.data(), want.size() * sizeof(float)))
-            << t->level << " kQ8_0R16 m=" << m;
+            << t->level << " vs " << first->level << " " << hal::dtype_info(type).name << " m=" << m;
       }
     }
   }
@@ -220,11 +264,19 @@ TEST(CpuIsaParity, ChoosingALevel) {
   const auto unknown = choose_isa(f, "sse9");
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.status().message().find("not a kernel level"), std::string::npos);
-  // AMX: reported, never chosen (no AMX kernels).
+  // AMX: the "amx" level needs avx512-bf16, the tiles and the OS's permission; otherwise reported.
   f.amx_tile = f.amx_int8 = true;
+  EXPECT_EQ(choose_isa(f, "")->level, "avx512-vnni");
   EXPECT_EQ(choose_isa(f, "")->note, "amx present but not permitted by the OS");
+  f.avx512bf16 = true;
+  EXPECT_EQ(choose_isa(f, "")->level, "avx512-bf16");
+  EXPECT_FALSE(choose_isa(f, "amx").ok());
   f.amx_permitted = true;
-  EXPECT_NE(choose_isa(f, "")->note.find("permitted"), std::string::npos);
+  const std::vector<std::string_view> levels = isa_levels();
+  const bool amx_built = std::find(levels.begin(), levels.end(), "amx") != levels.end();
+  EXPECT_EQ(choose_isa(f, "")->level, amx_built ? "amx" : "avx512-bf16");
+  EXPECT_EQ(choose_isa(f, "")->note, amx_built ? "" : "amx present and permitted; no amx kernels in this build");
+  EXPECT_EQ(choose_isa(f, "avx512-bf16")->level, "avx512-bf16");
 }
 
 }  // namespace
