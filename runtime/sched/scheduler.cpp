@@ -179,12 +179,16 @@ SchedulerOutput Scheduler::schedule_paced() {
                                   [](const Request* r) { return r->status != RequestStatus::kRunning; }),
                    candidates.end());
   // 2. The prefill share: what the cost model says fits in the target beside the decodes; with no
-  //    decode in the step, nobody is waiting for a token: the whole token budget.
+  //    decode in the step, nobody is waiting for a token: the whole token budget. When more
+  //    requests wait for their first token than streams decode (a burst of arrivals), the target
+  //    grows by that ratio: each waiting user counts as much as each streaming one.
   const auto decodes = static_cast<std::int64_t>(out.scheduled.size());
+  const auto wanting = static_cast<double>(candidates.size() + (out.preempted.empty() ? waiting_.size() : 0));
+  const double target = step_target() * std::max(1.0, wanting / static_cast<double>(std::max<std::int64_t>(decodes, 1)));
   std::int64_t left = budget <= 0 ? 0
                       : decodes == 0
                           ? budget
-                          : cost_.prefill_budget(decodes, step_target(), config_.min_prefill_chunk, budget,
+                          : cost_.prefill_budget(decodes, target, config_.min_prefill_chunk, budget,
                                                  /*cold_chunk=*/config_.min_prefill_chunk);
   out.prefill_budget = left;
   // 3. Prefills: the overdue (passed over too often, or preempted) oldest first, then the shortest

@@ -419,5 +419,47 @@ TEST(PacedScheduler, AShortPromptIsNotStuckBehindLongOnesAndNoneStarves) {
   EXPECT_NEAR(st.cost.per_prefill, 0.001, 1e-9);
 }
 
+// One stream decodes; then either 15 prompts of 64 tokens arrive together (a burst: more users wait
+// for a first token than stream) or one prompt of the same 960 tokens. The burst's target grows by
+// the 15 waiting per stream, so all 15 get their first token within two steps; the single prompt
+// keeps the stream's pace: ~10 steps, none beyond the 100 ms target.
+TEST(PacedScheduler, ABurstOfArrivalsIsNotHeldToThePaceOfOneStream) {
+  for (const int prompts : {15, 1}) {
+    SCOPED_TRACE(::testing::Message() << prompts << " prompt(s)");
+    Paced p(100.0);
+    const std::uint64_t stream = p.add(8, 1000);
+    for (int i = 0; i < 20; ++i) p.step();  // the cost model sees decode steps
+    for (int i = 0; i < 8; ++i) {           // and a few with prefill, of two sizes
+      p.add(4 + 8 * (i % 2), 1);
+      p.step();
+      p.step();
+    }
+    ASSERT_TRUE(p.s.stats().cost.ready);
+    std::vector<std::uint64_t> ids;
+    for (int i = 0; i < prompts; ++i) ids.push_back(p.add(960 / prompts, 2));
+    std::map<std::uint64_t, bool> started;
+    int steps = 0;
+    double longest = 0;
+    while (started.size() < ids.size()) {
+      const SchedulerOutput out = p.step();
+      ++steps;
+      EXPECT_TRUE(Paced::has(out, stream)) << "the stream missed step " << steps;
+      longest = std::max(longest, fake_step_seconds(out));
+      for (const ScheduledRequest& r : out.scheduled) {
+        if (r.sample && std::find(ids.begin(), ids.end(), r.request->id) != ids.end()) started[r.request->id] = true;
+      }
+      ASSERT_LT(steps, 1000);
+    }
+    if (prompts == 15) {
+      EXPECT_LE(steps, 2);
+    } else {
+      EXPECT_GE(steps, 9);
+      EXPECT_LE(longest, 0.1 * 1.01) << "a step beyond the target";
+    }
+    std::printf("%d prompt(s) of %d tokens beside one stream: first tokens after %d steps, the longest %.3f s\n",
+                prompts, 960 / prompts, steps, longest);
+  }
+}
+
 }  // namespace
 }  // namespace sx::sched
