@@ -150,9 +150,9 @@ SchedulerOutput Scheduler::schedule_unpaced() {
   return out;
 }
 
-double Scheduler::step_target() const {
+double Scheduler::step_target(std::int64_t decodes) const {
   double target = config_.max_step_ms / 1000.0;
-  const double pace = cost_.coefficients().decode_step;
+  const double pace = cost_.decode_step(decodes);
   if (config_.max_step_ratio > 0 && pace > 0) target = std::min(target, config_.max_step_ratio * pace);
   return target;
 }
@@ -184,7 +184,7 @@ SchedulerOutput Scheduler::schedule_paced() {
   //    grows by that ratio: each waiting user counts as much as each streaming one.
   const auto decodes = static_cast<std::int64_t>(out.scheduled.size());
   const auto wanting = static_cast<double>(candidates.size() + (out.preempted.empty() ? waiting_.size() : 0));
-  const double target = step_target() * std::max(1.0, wanting / static_cast<double>(std::max<std::int64_t>(decodes, 1)));
+  const double target = step_target(decodes) * std::max(1.0, wanting / static_cast<double>(std::max<std::int64_t>(decodes, 1)));
   std::int64_t left = budget <= 0 ? 0
                       : decodes == 0
                           ? budget
@@ -276,7 +276,7 @@ SchedulerStats Scheduler::stats() const {
   st.waiting = static_cast<std::int64_t>(waiting_.size());
   st.preemptions = preemptions_;
   st.kv_usage = kv_.usage();
-  st.max_step_ms = config_.max_step_ms > 0 ? step_target() * 1000.0 : 0.0;
+  st.max_step_ms = config_.max_step_ms > 0 ? step_target(last_decode_) * 1000.0 : 0.0;
   st.cost = cost_.coefficients();
   st.last_decode_tokens = last_decode_;
   st.last_prefill_tokens = last_prefill_;

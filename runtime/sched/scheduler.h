@@ -121,8 +121,9 @@ class Scheduler {
   // prefix) into `out`: the tokens scheduled, or 0 when its blocks do not fit (r keeps waiting,
   // holding no blocks).
   std::int64_t admit(Request* r, std::int64_t budget, SchedulerOutput& out);
-  // Seconds a paced step should take: max_step_ms, or max_step_ratio x a decode step if less.
-  double step_target() const;
+  // Seconds a paced step with `decodes` decodes should take: max_step_ms, or max_step_ratio x a step
+  // of those decodes alone (StepCostModel::decode_step) if less.
+  double step_target(std::int64_t decodes) const;
   SchedulerOutput schedule_paced();
   // Allocates blocks for r's next `n` tokens, preempting the newest running requests not already in
   // `out` while they do not fit (r itself among them); false when r was preempted or nothing else

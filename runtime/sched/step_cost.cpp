@@ -50,6 +50,8 @@ void StepCostModel::observe(std::int64_t decode_tokens, std::int64_t prefill_tok
   steps_.push_back({static_cast<double>(decode_tokens), static_cast<double>(prefill_tokens), seconds});
   if (prefill_tokens == 0) {
     c_.decode_step = c_.decode_step > 0 ? 0.8 * c_.decode_step + 0.2 * seconds : seconds;
+    const auto [it, added] = decode_steps_.try_emplace(decode_tokens, seconds);
+    if (!added) it->second = 0.8 * it->second + 0.2 * seconds;
   }
   if (steps_.size() > window_) steps_.pop_front();
   ++c_.observations;
@@ -112,6 +114,12 @@ void StepCostModel::refit() {
   // The per-token prefill cost is known once prefills of two sizes (0 included) were seen and it
   // came out positive.
   c_.ready = prefill_seen && p_max > p_min && c_.per_prefill > 0;
+}
+
+double StepCostModel::decode_step(std::int64_t decodes) const {
+  if (const auto it = decode_steps_.find(decodes); it != decode_steps_.end()) return it->second;
+  if (c_.ready) return predict(decodes, 0);
+  return c_.decode_step;
 }
 
 double StepCostModel::predict(std::int64_t decode_tokens, std::int64_t prefill_tokens) const {

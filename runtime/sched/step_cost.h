@@ -5,7 +5,8 @@
 // would bend the line; until then over all of them), each weighted by `decay` per step of age (so
 // the model follows a device that gets slower or faster: another replica, a thermal limit, a longer
 // context), with the three coefficients kept non-negative. Steps of decodes alone are averaged
-// apart (decode_step): the streams' pace, which the scheduler may set its target against. The
+// apart, per count of decodes (decode_step(n)): the streams' pace, which the scheduler may set its
+// target against. The
 // scheduler asks it how many prefill tokens fit beside the decodes of a step within the target.
 //
 // Until it has seen a step with prefill tokens (and one without, or enough variety to tell the
@@ -17,6 +18,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 
 namespace sx::sched {
 
@@ -26,7 +28,7 @@ class StepCostModel {
     double fixed = 0, per_decode = 0, per_prefill = 0;  // seconds, seconds per token
     std::uint64_t observations = 0;                      // steps seen (all time)
     bool ready = false;                                  // per_prefill is known
-    double decode_step = 0;  // seconds of a step with decodes only (moving average; 0: none seen)
+    double decode_step = 0;  // seconds of a step with decodes only, any count (moving average; 0: none seen)
   };
 
   explicit StepCostModel(double decay = 0.95, std::size_t window = 64);
@@ -40,6 +42,10 @@ class StepCostModel {
   std::int64_t prefill_budget(std::int64_t decode_tokens, double target, std::int64_t min_chunk, std::int64_t cap,
                               std::int64_t cold_chunk = 64) const;
   const Coefficients& coefficients() const { return c_; }
+  // Seconds of a step of `decodes` decodes alone: the moving average of such steps where some were
+  // seen; else the fitted prediction once ready (a pace measured with fewer streams would
+  // understate it); else decode_step (0 when none was seen).
+  double decode_step(std::int64_t decodes) const;
 
  private:
   struct Step {
@@ -50,6 +56,7 @@ class StepCostModel {
   double decay_;
   std::size_t window_;
   std::deque<Step> steps_;  // newest last
+  std::map<std::int64_t, double> decode_steps_;  // decodes -> moving average of such steps alone
   Coefficients c_;
 };
 

@@ -291,6 +291,25 @@ TEST(StepCostModel, FitsTheStepsItSawAndSaysWhatFitsTheTarget) {
   EXPECT_EQ(m.prefill_budget(4, 0.51, 8, 2048), 13);    // (0.51 - 0.24) / 0.02 = 13.5
   EXPECT_EQ(m.prefill_budget(40, 0.5, 16, 2048), 16);   // the decodes alone exceed it: the minimum
   EXPECT_EQ(m.prefill_budget(0, 100.0, 16, 512), 512);  // the token cap
+  // The pace of d decodes alone: what such steps took where seen (d < 8 here), else the fit.
+  EXPECT_NEAR(m.decode_step(3), 0.23, 1e-9);
+  EXPECT_NEAR(m.decode_step(12), 0.32, 1e-6);
+}
+
+TEST(StepCostModel, ThePaceOfDecodesAloneIsPerCount) {
+  StepCostModel m;
+  EXPECT_EQ(m.decode_step(1), 0.0);  // nothing seen
+  for (int i = 0; i < 10; ++i) m.observe(1, 0, 0.020);
+  EXPECT_NEAR(m.decode_step(9), 0.020, 1e-12);  // not ready: the only pace there is
+  for (int i = 0; i < 12; ++i) m.observe(1, 8 + 8 * (i % 3), 0.020 + 0.001 * (8 + 8 * (i % 3)) + 0.002 * 8);
+  ASSERT_TRUE(m.coefficients().ready);
+  EXPECT_NEAR(m.decode_step(1), 0.020, 1e-12);  // measured
+  // Nine streams never decoded alone: the fit says 9 decodes cost more than one stream's pace.
+  EXPECT_GT(m.decode_step(9), 0.020);
+  EXPECT_NEAR(m.decode_step(9), m.predict(9, 0), 1e-12);
+  for (int i = 0; i < 30; ++i) m.observe(9, 0, 0.040);
+  EXPECT_NEAR(m.decode_step(9), 0.040, 1e-9);
+  EXPECT_NEAR(m.decode_step(1), 0.020, 1e-12);
 }
 
 TEST(StepCostModel, FollowsADeviceThatGetsSlower) {
