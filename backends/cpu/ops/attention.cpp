@@ -114,10 +114,8 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
   const std::int64_t hd = s.head_dim;
   const std::int64_t kv_row = s.n_kv_heads * hd;
   const std::size_t elem = s.cache_type == hal::DType::kF32 ? 4 : 2;
-  const int n_threads = pool.size();
   std::int64_t max_ctx = 0;
   for (std::int64_t q = 0; q < s.n_seqs; ++q) max_ctx = std::max<std::int64_t>(max_ctx, p.seq_context_len[q]);
-  std::vector<std::vector<float>> scratch(static_cast<std::size_t>(n_threads));
 
   // One task per (token, local kv head): all query heads of the group share the K/V rows.
   const std::int64_t n_local_kv = s.n_kv_heads;
@@ -132,16 +130,21 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
   const WeightedSumPart sum_part = weighted_sum_part_for(hd);
   pool.run_on_all([&](int thread, int n_thr) {
     // Per-thread scratch: scores and an accumulator per head of a group, rows converted from a
-    // 16-bit cache, row pointers.
-    std::vector<float>& buf = scratch[static_cast<std::size_t>(thread)];
+    // 16-bit cache, row pointers. Kept by each pool thread from call to call (they only grow):
+    // allocated per call, the worker threads' malloc arenas gave the memory back to the OS after
+    // each layer and the next one faulted it in again, zeroed (a few % of a paced serving run).
+    thread_local std::vector<float> buf;
+    thread_local std::vector<const float*> krows, vrows;
+    thread_local std::vector<float> inv_sum;
     const bool convert = s.cache_type != hal::DType::kF32;
-    buf.resize(static_cast<std::size_t>((convert ? 2 * max_ctx * hd : 0) + max_group * (max_ctx + hd)));
+    buf.resize(std::max(buf.size(), static_cast<std::size_t>((convert ? 2 * max_ctx * hd : 0) + max_group * (max_ctx + hd))));
     float* scores = buf.data();
     float* acc = scores + max_group * max_ctx;
     float* kconv = acc + max_group * hd;
     float* vconv = kconv + max_ctx * hd;
-    std::vector<const float*> krows(static_cast<std::size_t>(max_ctx)), vrows(static_cast<std::size_t>(max_ctx));
-    std::vector<float> inv_sum(static_cast<std::size_t>(max_group));
+    krows.resize(std::max(krows.size(), static_cast<std::size_t>(max_ctx)));
+    vrows.resize(std::max(vrows.size(), static_cast<std::size_t>(max_ctx)));
+    inv_sum.resize(std::max(inv_sum.size(), static_cast<std::size_t>(max_group)));
     const std::int64_t n_tasks = s.n_tokens * n_local_kv;
     for (std::int64_t task = thread; task < n_tasks; task += n_thr) {
       const std::int64_t t = task / n_local_kv;
