@@ -57,6 +57,56 @@ inline void dot8(const float* q, const float* const* rows, std::int64_t hd, floa
   _mm256_storeu_ps(scores, _mm256_mul_ps(_mm256_add_ps(lo, hi), _mm256_set1_ps(scale)));
 }
 
+#if defined(__AVX512F__)
+// dot8 on 512-bit registers (hd % 16 == 0): sixteen-lane partial sums folded to eight lanes, then
+// the same add tree (its own summation order: the same on every AVX-512 level).
+inline void dot8_512(const float* q, const float* const* rows, std::int64_t hd, float scale, float* scores) {
+  __m512 a[8];
+  for (int r = 0; r < 8; ++r) a[r] = _mm512_setzero_ps();
+  for (std::int64_t i = 0; i < hd; i += 16) {
+    const __m512 qv = _mm512_loadu_ps(q + i);
+    for (int r = 0; r < 8; ++r) a[r] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(rows[r] + i), a[r]);
+  }
+  __m256 b[8];
+  for (int r = 0; r < 8; ++r) {
+    b[r] = _mm256_add_ps(_mm512_castps512_ps256(a[r]),
+                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[r]), 1)));
+  }
+  const __m256 s01 = _mm256_hadd_ps(b[0], b[1]), s23 = _mm256_hadd_ps(b[2], b[3]);
+  const __m256 s45 = _mm256_hadd_ps(b[4], b[5]), s67 = _mm256_hadd_ps(b[6], b[7]);
+  const __m256 s0123 = _mm256_hadd_ps(s01, s23), s4567 = _mm256_hadd_ps(s45, s67);
+  const __m256 lo = _mm256_permute2f128_ps(s0123, s4567, 0x20);
+  const __m256 hi = _mm256_permute2f128_ps(s0123, s4567, 0x31);
+  _mm256_storeu_ps(scores, _mm256_mul_ps(_mm256_add_ps(lo, hi), _mm256_set1_ps(scale)));
+}
+
+// weighted_sum_part for two heads over the same rows, on 512-bit registers (NZ per head): each
+// element's sum is the same chain of FMAs in row order as weighted_sum_part's (the same bits), but
+// the two heads' 2 x NZ chains keep both FMA units busy where one head's NZ would wait on latency.
+template <int NZ>
+void weighted_sum_pair(const float* wa, const float* wb, const float* const* rows, std::int64_t n, float* acc_a,
+                       float* acc_b) {
+  __m512 a[NZ], b[NZ];
+  for (int v = 0; v < NZ; ++v) {
+    a[v] = _mm512_loadu_ps(acc_a + 16 * v);
+    b[v] = _mm512_loadu_ps(acc_b + 16 * v);
+  }
+  for (std::int64_t i = 0; i < n; ++i) {
+    const __m512 xa = _mm512_set1_ps(wa[i]), xb = _mm512_set1_ps(wb[i]);
+    const float* r = rows[i];
+    for (int v = 0; v < NZ; ++v) {
+      const __m512 x = _mm512_loadu_ps(r + 16 * v);
+      a[v] = _mm512_fmadd_ps(xa, x, a[v]);
+      b[v] = _mm512_fmadd_ps(xb, x, b[v]);
+    }
+  }
+  for (int v = 0; v < NZ; ++v) {
+    _mm512_storeu_ps(acc_a + 16 * v, a[v]);
+    _mm512_storeu_ps(acc_b + 16 * v, b[v]);
+  }
+}
+#endif
+
 // acc += sum_i w[i] * rows[i], rows in order, with the hd-wide accumulator (in memory between
 // calls, so the sum can be taken a run of rows at a time) held in NV registers.
 template <int NV>
@@ -78,6 +128,18 @@ void weighted_sum_part_any(const float* w, const float* const* rows, std::int64_
 }
 
 using WeightedSumPart = void (*)(const float*, const float* const*, std::int64_t, std::int64_t, float*);
+using WeightedSumPair = void (*)(const float*, const float*, const float* const*, std::int64_t, float*, float*);
+// The two-head kernel for head size hd where there is one (else null).
+WeightedSumPair weighted_sum_pair_for([[maybe_unused]] std::int64_t hd) {
+#if defined(__AVX512F__)
+  switch (hd) {
+    case 64: return weighted_sum_pair<4>;
+    case 128: return weighted_sum_pair<8>;
+    default: break;
+  }
+#endif
+  return nullptr;
+}
 WeightedSumPart weighted_sum_part_for([[maybe_unused]] std::int64_t hd) {
 #if defined(__AVX2__) && defined(__FMA__)
   switch (hd) {
@@ -94,6 +156,11 @@ WeightedSumPart weighted_sum_part_for([[maybe_unused]] std::int64_t hd) {
 void scores_any(const float* q, const float* const* rows, std::int64_t n, std::int64_t hd, float scale, float* out) {
   std::int64_t c = 0;
 #if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX512F__)
+  if (hd % 16 == 0) {
+    for (; c + 8 <= n; c += 8) dot8_512(q, rows + c, hd, scale, out + c);
+  }
+#endif
   if (hd % 8 == 0) {
     for (; c + 8 <= n; c += 8) dot8(q, rows + c, hd, scale, out + c);
   }
@@ -128,6 +195,7 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
   std::int64_t max_group = 0;
   for (const auto& heads : group) max_group = std::max<std::int64_t>(max_group, static_cast<std::int64_t>(heads.size()));
   const WeightedSumPart sum_part = weighted_sum_part_for(hd);
+  const WeightedSumPair sum_pair = weighted_sum_pair_for(hd);
   pool.run_on_all([&](int thread, int n_thr) {
     // Per-thread scratch: scores and an accumulator per head of a group, rows converted from a
     // 16-bit cache, row pointers. Kept by each pool thread from call to call (they only grow):
@@ -194,7 +262,14 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
       std::fill(acc, acc + nh * hd, 0.0f);
       for (std::int64_t r0 = 0; r0 < n_ctx; r0 += kRowsPerPass) {
         const std::int64_t n = std::min(kRowsPerPass, n_ctx - r0);
-        for (std::int64_t i = 0; i < nh; ++i) sum_part(scores + i * max_ctx + r0, vrows.data() + r0, n, hd, acc + i * hd);
+        std::int64_t i = 0;
+        if (sum_pair != nullptr) {
+          for (; i + 1 < nh; i += 2) {
+            sum_pair(scores + i * max_ctx + r0, scores + (i + 1) * max_ctx + r0, vrows.data() + r0, n, acc + i * hd,
+                     acc + (i + 1) * hd);
+          }
+        }
+        for (; i < nh; ++i) sum_part(scores + i * max_ctx + r0, vrows.data() + r0, n, hd, acc + i * hd);
       }
       for (std::int64_t i = 0; i < nh; ++i) {
         float* out = p.out + at(i);

@@ -238,6 +238,39 @@ TEST(CpuIsaParity, VectorMathAndAttentionAgreeWithinTolerance) {
   }
 }
 
+// A query head's attention does not depend on the other heads of its KV group in the same call
+// (they share the K/V rows, and on AVX-512 levels the V sums run two heads at a time): all 7 heads
+// of a group, against heads 3-6 alone (a tensor-parallel rank's share), bit for bit on every level.
+TEST(CpuIsaParity, AHeadsAttentionDoesNotDependOnTheOtherHeadsOfItsGroup) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  ThreadPool pool(2);
+  const std::int64_t hd = 64, heads = 7, bs = 16, max_blocks = 3, tokens = 3, ctx = 43;
+  std::vector<float> q(tokens * heads * hd), kc(max_blocks * bs * hd), vc(kc.size());
+  for (float& v : q) v = nd(rng);
+  for (float& v : kc) v = nd(rng);
+  for (float& v : vc) v = nd(rng);
+  const std::vector<std::int32_t> starts = {0, tokens}, lens = {ctx}, table = {2, 0, 1};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (const KernelTable* t : supported_levels()) {
+    auto attend = [&](std::int64_t first, std::int64_t n) {
+      std::vector<float> qs(tokens * n * hd), out(qs.size(), 0.0f);
+      for (std::int64_t tk = 0; tk < tokens; ++tk) {
+        std::memcpy(qs.data() + tk * n * hd, q.data() + (tk * heads + first) * hd, sizeof(float) * n * hd);
+      }
+      AttentionPtrs p{qs.data(), kc.data(), vc.data(), out.data(), starts.data(), lens.data(), table.data()};
+      AttentionShape sh{DType::kF32, 1, tokens, n, 1, hd, bs, max_blocks, first, 0, heads, scale};
+      t->paged_attention(pool, p, sh);
+      return out;
+    };
+    const auto all = attend(0, heads), part = attend(3, 4);
+    for (std::int64_t tk = 0; tk < tokens; ++tk) {
+      EXPECT_EQ(0, std::memcmp(all.data() + (tk * heads + 3) * hd, part.data() + tk * 4 * hd, sizeof(float) * 4 * hd))
+          << t->level << " token " << tk;
+    }
+  }
+}
+
 TEST(CpuIsaParity, ChoosingALevel) {
   CpuFeatures none;
   auto c = choose_isa(none, "");
