@@ -1209,7 +1209,8 @@ json engine_json(const engine::EngineStats& es, std::uint64_t failed_steps, std:
                              {"cost_model", json{{"ready", es.cost_ready},
                                                  {"fixed_ms", es.cost_fixed_ms},
                                                  {"per_decode_token_ms", es.cost_per_decode_ms},
-                                                 {"per_prefill_token_ms", es.cost_per_prefill_ms}}},
+                                                 {"per_prefill_token_ms", es.cost_per_prefill_ms},
+                                                 {"per_attended_row_us", es.cost_per_context_row_us}}},
                              {"last", json{{"decode_tokens", es.last_decode_tokens},
                                            {"prefill_tokens", es.last_prefill_tokens},
                                            {"ms", es.last_step_ms}}}}}};

@@ -98,6 +98,7 @@ engine::EngineStats sum_engine_stats(std::span<const engine::EngineStats> stats)
     all.cost_fixed_ms = f.cost_fixed_ms;
     all.cost_per_decode_ms = f.cost_per_decode_ms;
     all.cost_per_prefill_ms = f.cost_per_prefill_ms;
+    all.cost_per_context_row_us = f.cost_per_context_row_us;
     all.last_decode_tokens = f.last_decode_tokens;
     all.last_prefill_tokens = f.last_prefill_tokens;
     all.last_step_ms = f.last_step_ms;
@@ -156,6 +157,9 @@ std::string ServeMetrics::render(const std::string& model_name, const std::vecto
   per_replica("sextant_step_cost_prefill_seconds_per_token", "gauge",
               "The cost model's time per prefill token (0 until measured).",
               [](S s) { return s.cost_per_prefill_ms / 1000.0; });
+  per_replica("sextant_step_cost_attention_seconds_per_row", "gauge",
+              "The cost model's time per row a prefill token attends to (0 until measured).",
+              [](S s) { return s.cost_per_context_row_us / 1e6; });
   out += "# HELP sextant_replica_state The state of each replica (1 for the state it is in).\n"
          "# TYPE sextant_replica_state gauge\n";
   for (const ReplicaSample& r : replicas) {

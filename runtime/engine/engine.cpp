@@ -362,6 +362,7 @@ void Engine::publish_state() {
   stats_.cost_fixed_ms = ss.cost.fixed * 1000.0;
   stats_.cost_per_decode_ms = ss.cost.per_decode * 1000.0;
   stats_.cost_per_prefill_ms = ss.cost.per_prefill * 1000.0;
+  stats_.cost_per_context_row_us = ss.cost.per_context * 1e6;
   stats_.last_decode_tokens = ss.last_decode_tokens;
   stats_.last_prefill_tokens = ss.last_prefill_tokens;
   stats_.last_step_ms = ss.last_step_ms;

@@ -90,6 +90,7 @@ struct EngineStats {
   double max_step_ms = 0;
   bool cost_ready = false;
   double cost_fixed_ms = 0, cost_per_decode_ms = 0, cost_per_prefill_ms = 0;
+  double cost_per_context_row_us = 0;  // per row a prefill token attends to (microseconds)
   std::int64_t last_decode_tokens = 0, last_prefill_tokens = 0;
   double last_step_ms = 0;
   // Every step's tokens and seconds, as bucket counts over kStepTokenBounds / kStepSecondsBounds

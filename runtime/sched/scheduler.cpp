@@ -77,12 +77,13 @@ SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out = config_.max_step_ms > 0 ? schedule_paced() : schedule_unpaced();
   for (const ScheduledRequest& s : out.scheduled) {
     (s.num_tokens == 1 ? out.num_decode_tokens : out.num_prefill_tokens) += s.num_tokens;
+    if (s.num_tokens > 1) out.prefill_context += prefill_context_rows(s.start, s.num_tokens);
   }
   return out;
 }
 
 void Scheduler::observe_step(const SchedulerOutput& out, double seconds) {
-  cost_.observe(out.num_decode_tokens, out.num_prefill_tokens, seconds);
+  cost_.observe(out.num_decode_tokens, out.num_prefill_tokens, seconds, out.prefill_context);
   last_decode_ = out.num_decode_tokens;
   last_prefill_ = out.num_prefill_tokens;
   last_seconds_ = seconds;
@@ -182,15 +183,6 @@ SchedulerOutput Scheduler::schedule_paced() {
   //    decode in the step, nobody is waiting for a token: the whole token budget. When more
   //    requests wait for their first token than streams decode (a burst of arrivals), the target
   //    grows by that ratio: each waiting user counts as much as each streaming one.
-  const auto decodes = static_cast<std::int64_t>(out.scheduled.size());
-  const auto wanting = static_cast<double>(candidates.size() + (out.preempted.empty() ? waiting_.size() : 0));
-  const double target = step_target(decodes) * std::max(1.0, wanting / static_cast<double>(std::max<std::int64_t>(decodes, 1)));
-  std::int64_t left = budget <= 0 ? 0
-                      : decodes == 0
-                          ? budget
-                          : cost_.prefill_budget(decodes, target, config_.min_prefill_chunk, budget,
-                                                 /*cold_chunk=*/config_.min_prefill_chunk);
-  out.prefill_budget = left;
   // 3. Prefills: the overdue (passed over too often, or preempted) oldest first, then the shortest
   //    remaining prompt first.
   if (out.preempted.empty()) candidates.insert(candidates.end(), waiting_.begin(), waiting_.end());
@@ -206,6 +198,19 @@ SchedulerOutput Scheduler::schedule_paced() {
     if (ra != rb) return ra < rb;
     return a->arrival < b->arrival;
   });
+  // The share, sized for the first in line (where its chunk starts in its prompt: the attention of
+  // a late chunk of a long prompt costs more).
+  const auto decodes = static_cast<std::int64_t>(out.scheduled.size());
+  const auto wanting = static_cast<double>(candidates.size());
+  const double target =
+      step_target(decodes) * std::max(1.0, wanting / static_cast<double>(std::max<std::int64_t>(decodes, 1)));
+  const std::int64_t start = candidates.empty() ? 0 : candidates.front()->num_computed;
+  std::int64_t left = budget <= 0 ? 0
+                      : decodes == 0
+                          ? budget
+                          : cost_.prefill_budget(decodes, target, config_.min_prefill_chunk, budget,
+                                                 /*cold_chunk=*/config_.min_prefill_chunk, start);
+  out.prefill_budget = left;
   bool admitting = out.preempted.empty();
   for (Request* r : candidates) {
     if (left <= 0) break;

@@ -6,7 +6,8 @@
 // in the step; the prefill tokens beside them (all of max_num_batched_tokens when no decode runs:
 // nobody waits for a token then) are what a cost model of this device (step_cost.h:
 // fixed + per decode token + per prefill token, fitted to the steps it measured, observe_step())
-// says fits in the target, never fewer than min_prefill_chunk (prefills always progress) nor more
+// (and the attention of a chunk as far into its prompt as the first in line) says fits in the
+// target, never fewer than min_prefill_chunk (prefills always progress) nor more
 // than max_num_batched_tokens allows. When more requests wait for prefill than streams decode (a
 // burst of arrivals: 16 clients at once), the target is multiplied by their ratio, so the many
 // waiting for a first token are not held back for the pace of the few already streaming; one long
@@ -74,6 +75,7 @@ struct SchedulerOutput {
   std::int64_t num_decode_tokens = 0;   // scheduled one token at a time (a decode)
   std::int64_t num_prefill_tokens = 0;  // in chunks of a prompt (or of a preempted request's recompute)
   std::int64_t prefill_budget = 0;      // the prefill tokens the step could take
+  double prefill_context = 0;           // the rows its prefill tokens attend to (prefill_context_rows)
   std::vector<std::uint64_t> preempted;  // ids preempted while building this step
 };
 

@@ -9,16 +9,18 @@ namespace sx::sched {
 
 namespace {
 
-using Vec = std::array<double, 3>;
-using Mat = std::array<Vec, 3>;
+constexpr int kTerms = 4;  // fixed, per decode, per prefill token, per attended row (in kContextUnit)
+constexpr double kContextUnit = 1024;  // rows per unit: keeps the normal equations well scaled
+using Vec = std::array<double, kTerms>;
+using Mat = std::array<Vec, kTerms>;
 
 // Solves A x = b for the coefficients marked in `use` (the others are 0); false when singular.
-bool solve(Mat a, Vec b, const std::array<bool, 3>& use, Vec& x) {
-  int idx[3], n = 0;
-  for (int i = 0; i < 3; ++i) {
+bool solve(Mat a, Vec b, const std::array<bool, kTerms>& use, Vec& x) {
+  int idx[kTerms], n = 0;
+  for (int i = 0; i < kTerms; ++i) {
     if (use[static_cast<std::size_t>(i)]) idx[n++] = i;
   }
-  double m[3][4] = {};
+  double m[kTerms][kTerms + 1] = {};
   for (int r = 0; r < n; ++r) {
     for (int c = 0; c < n; ++c) m[r][c] = a[static_cast<std::size_t>(idx[r])][static_cast<std::size_t>(idx[c])];
     m[r][n] = b[static_cast<std::size_t>(idx[r])];
@@ -36,7 +38,7 @@ bool solve(Mat a, Vec b, const std::array<bool, 3>& use, Vec& x) {
       for (int c = col; c <= n; ++c) m[r][c] -= f * m[col][c];
     }
   }
-  x = {0, 0, 0};
+  x = {};
   for (int r = 0; r < n; ++r) x[static_cast<std::size_t>(idx[r])] = m[r][n] / m[r][r];
   return true;
 }
@@ -45,9 +47,12 @@ bool solve(Mat a, Vec b, const std::array<bool, 3>& use, Vec& x) {
 
 StepCostModel::StepCostModel(double decay, std::size_t window) : decay_(decay), window_(std::max<std::size_t>(window, 4)) {}
 
-void StepCostModel::observe(std::int64_t decode_tokens, std::int64_t prefill_tokens, double seconds) {
+void StepCostModel::observe(std::int64_t decode_tokens, std::int64_t prefill_tokens, double seconds,
+                            double prefill_context) {
   if (!(seconds >= 0) || !std::isfinite(seconds) || decode_tokens + prefill_tokens <= 0) return;
-  steps_.push_back({static_cast<double>(decode_tokens), static_cast<double>(prefill_tokens), seconds});
+  if (!(prefill_context >= 0) || !std::isfinite(prefill_context)) prefill_context = 0;
+  steps_.push_back({static_cast<double>(decode_tokens), static_cast<double>(prefill_tokens),
+                    prefill_context / kContextUnit, seconds});
   if (prefill_tokens == 0) {
     c_.decode_step = c_.decode_step > 0 ? 0.8 * c_.decode_step + 0.2 * seconds : seconds;
     const auto [it, added] = decode_steps_.try_emplace(decode_tokens, seconds);
@@ -59,7 +64,7 @@ void StepCostModel::observe(std::int64_t decode_tokens, std::int64_t prefill_tok
 }
 
 void StepCostModel::refit() {
-  // Weighted normal equations over [1, decode, prefill], newest weight 1.
+  // Weighted normal equations over [1, decode, prefill, context], newest weight 1.
   Mat a{};
   Vec b{};
   double w = 1;
@@ -77,9 +82,9 @@ void StepCostModel::refit() {
   const bool mixed_only = mixed >= 4 && mixed_max > mixed_min;
   for (auto it = steps_.rbegin(); it != steps_.rend(); ++it, w *= decay_) {
     if (mixed_only && it->prefill <= 0) continue;
-    const Vec x = {1.0, it->decode, it->prefill};
-    for (std::size_t i = 0; i < 3; ++i) {
-      for (std::size_t j = 0; j < 3; ++j) a[i][j] += w * x[i] * x[j];
+    const Vec x = {1.0, it->decode, it->prefill, it->context};
+    for (std::size_t i = 0; i < kTerms; ++i) {
+      for (std::size_t j = 0; j < kTerms; ++j) a[i][j] += w * x[i] * x[j];
       b[i] += w * x[i] * it->seconds;
     }
     if (it->prefill > 0) prefill_seen = true;
@@ -87,18 +92,32 @@ void StepCostModel::refit() {
     p_max = std::max(p_max, it->prefill);
   }
   // A whisper of ridge on the per-token terms keeps a window without variety solvable.
-  a[1][1] += 1e-9 * (1 + a[1][1]);
-  a[2][2] += 1e-9 * (1 + a[2][2]);
-  // Non-negative least squares for three terms: drop a negative one and solve again.
-  std::array<bool, 3> use = {true, true, true};
+  for (std::size_t i = 1; i < kTerms; ++i) a[i][i] += 1e-9 * (1 + a[i][i]);
+  // The context term only where the steps tell it from the others: where the context column is
+  // (almost) a combination of the other three over the steps fitted (a few prompt shapes), any
+  // split between them fits, and it is left out.
+  bool context_known = false;
+  {
+    Mat sub = a;
+    Vec col{};
+    for (std::size_t i = 0; i < 3; ++i) col[i] = a[i][3];
+    Vec g{};
+    if (a[3][3] > 0 && solve(sub, col, {true, true, true, false}, g)) {
+      const double explained = g[0] * a[0][3] + g[1] * a[1][3] + g[2] * a[2][3];
+      context_known = a[3][3] - explained > 1e-4 * a[3][3];
+    }
+  }
+  // Non-negative least squares: drop the most negative term and solve again.
+  std::array<bool, kTerms> use = {true, true, true, context_known};
   Vec x{};
-  for (int round = 0; round < 3; ++round) {
+  for (int round = 0; round < kTerms; ++round) {
     if (!solve(a, b, use, x)) {
       use[1] = false;  // decode counts without variety: fold them into the fixed part
+      use[3] = false;  // no context without variety either: into the per-token part
       if (!solve(a, b, use, x)) return;
     }
     int worst = -1;
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < kTerms; ++i) {
       if (use[static_cast<std::size_t>(i)] && x[static_cast<std::size_t>(i)] < 0 &&
           (worst < 0 || x[static_cast<std::size_t>(i)] < x[static_cast<std::size_t>(worst)])) {
         worst = i;
@@ -111,28 +130,33 @@ void StepCostModel::refit() {
   c_.fixed = std::max(0.0, x[0]);
   c_.per_decode = std::max(0.0, x[1]);
   c_.per_prefill = std::max(0.0, x[2]);
+  c_.per_context = std::max(0.0, x[3]) / kContextUnit;
   // The per-token prefill cost is known once prefills of two sizes (0 included) were seen and it
   // came out positive.
-  c_.ready = prefill_seen && p_max > p_min && c_.per_prefill > 0;
+  c_.ready = prefill_seen && p_max > p_min && (c_.per_prefill > 0 || c_.per_context > 0);
 }
 
 double StepCostModel::decode_step(std::int64_t decodes) const {
   if (const auto it = decode_steps_.find(decodes); it != decode_steps_.end()) return it->second;
-  if (c_.ready) return predict(decodes, 0);
+  if (c_.ready) return predict(decodes, 0, 0);
   return c_.decode_step;
 }
 
-double StepCostModel::predict(std::int64_t decode_tokens, std::int64_t prefill_tokens) const {
+double StepCostModel::predict(std::int64_t decode_tokens, std::int64_t prefill_tokens, double prefill_context) const {
   return c_.fixed + c_.per_decode * static_cast<double>(decode_tokens) +
-         c_.per_prefill * static_cast<double>(prefill_tokens);
+         c_.per_prefill * static_cast<double>(prefill_tokens) + c_.per_context * prefill_context;
 }
 
 std::int64_t StepCostModel::prefill_budget(std::int64_t decode_tokens, double target, std::int64_t min_chunk,
-                                           std::int64_t cap, std::int64_t cold_chunk) const {
+                                           std::int64_t cap, std::int64_t cold_chunk, std::int64_t start) const {
   const std::int64_t lo = std::min(std::max<std::int64_t>(min_chunk, 1), cap);
   if (!c_.ready) return std::clamp(cold_chunk, lo, std::max(lo, cap));
   const double left = target - predict(decode_tokens, 0);
-  const double tokens = left / c_.per_prefill;
+  // The largest n with per_prefill n + per_context (n start + n (n + 1) / 2) <= left:
+  // a n^2 + b n - left <= 0.
+  const double qa = 0.5 * c_.per_context;
+  const double qb = c_.per_prefill + c_.per_context * (static_cast<double>(std::max<std::int64_t>(start, 0)) + 0.5);
+  const double tokens = left <= 0 ? 0 : qa > 0 ? (-qb + std::sqrt(qb * qb + 4 * qa * left)) / (2 * qa) : left / qb;
   if (!(tokens >= static_cast<double>(lo))) return lo;
   if (tokens >= static_cast<double>(cap)) return cap;
   return static_cast<std::int64_t>(tokens);

@@ -483,6 +483,7 @@ def paced_steps_show_their_target_costs_and_composition():
     # The target now: 500 ms, or 2.5 decode-only steps (a millisecond or so on the bundled model) if less.
     assert 0 < steps["max_step_ms"] < 500, steps
     assert steps["cost_model"]["ready"] is True and steps["cost_model"]["per_prefill_token_ms"] > 0, steps
+    assert steps["cost_model"]["per_attended_row_us"] >= 0, steps  # 0 until chunks of several shapes were seen
     assert steps["count"] >= 3, steps  # the warm-up's prefill and decodes
     status, _ = post(D.port, "/v1/completions", {"model": NAME, "prompt": REF["prompt_text"], "max_tokens": 5,
                                                  "temperature": 0, "ignore_eos": True})

@@ -149,6 +149,7 @@ engine::EngineStats sample_stats() {
   s.steps = 999;
   s.prompt_tokens = 1000;
   s.generation_tokens = 500;
+  s.cost_per_context_row_us = 2.5;
   return s;
 }
 
@@ -229,6 +230,8 @@ TEST(ServeMetrics, EverySeriesWithItsValue) {
   EXPECT_EQ(e.samples.at("vllm:e2e_request_latency_seconds_sum" + L), "9001.5");
   EXPECT_EQ(e.samples.at("vllm:e2e_request_latency_seconds_count" + L), "2");
 
+  EXPECT_EQ(e.samples.at("sextant_step_cost_attention_seconds_per_row{model_name=\"qwen\",replica=\"1.0\"}"),
+            "2.5e-06");
   // The families are exactly these (a dashboard built for vLLM finds its names).
   std::set<std::string> families;
   for (const auto& [name, _] : e.types) families.insert(name);
@@ -242,7 +245,8 @@ TEST(ServeMetrics, EverySeriesWithItsValue) {
                           "sextant_http_open_connections", "sextant_http_requests_total",
                           "sextant_kv_cache_free_blocks", "sextant_replica_state", "vllm:iteration_tokens_total",
                           "sextant_step_seconds", "sextant_step_target_seconds",
-                          "sextant_step_cost_prefill_seconds_per_token"}));
+                          "sextant_step_cost_prefill_seconds_per_token",
+                          "sextant_step_cost_attention_seconds_per_row"}));
   for (const auto& [name, _] : e.types) EXPECT_TRUE(e.helps.count(name)) << name;
 }
 

@@ -296,6 +296,35 @@ TEST(StepCostModel, FitsTheStepsItSawAndSaysWhatFitsTheTarget) {
   EXPECT_NEAR(m.decode_step(12), 0.32, 1e-6);
 }
 
+// A device whose steps also pay for the rows each prefill token attends to (2 us a row): the fit
+// finds that term once chunks from several places in a prompt were seen, and a chunk far into a
+// long prompt gets fewer tokens, so that its step still ends within the target.
+TEST(StepCostModel, LearnsThatLateChunksOfALongPromptCostMore) {
+  auto cost = [](std::int64_t d, std::int64_t n, std::int64_t start) {
+    return 0.02 + 0.0005 * static_cast<double>(d) + 0.001 * static_cast<double>(n) +
+           2e-6 * prefill_context_rows(start, n);
+  };
+  StepCostModel m;
+  std::int64_t start = 0;
+  for (int i = 0; i < 60; ++i) {
+    const std::int64_t n = 8 + (i * 7) % 33;
+    m.observe(4, n, cost(4, n, start), prefill_context_rows(start, n));
+    start = (start + n) % 2000;
+  }
+  const auto& c = m.coefficients();
+  ASSERT_TRUE(c.ready);
+  EXPECT_NEAR(c.per_context, 2e-6, 1e-9);
+  EXPECT_NEAR(c.per_prefill, 0.001, 1e-6);
+  for (const std::int64_t at : {0, 500, 1500}) {
+    const std::int64_t n = m.prefill_budget(4, 0.1, 4, 2048, 64, at);
+    EXPECT_LE(cost(4, n, at), 0.1 + 1e-9) << "at " << at;
+    EXPECT_GT(cost(4, n + 1, at), 0.1) << "at " << at << ": one more token would still fit";
+    std::printf("a 100 ms step beside 4 decodes: %lld prompt tokens from position %lld\n", static_cast<long long>(n),
+                static_cast<long long>(at));
+  }
+  EXPECT_LT(m.prefill_budget(4, 0.1, 4, 2048, 64, 1500), m.prefill_budget(4, 0.1, 4, 2048, 64, 0));
+}
+
 TEST(StepCostModel, ThePaceOfDecodesAloneIsPerCount) {
   StepCostModel m;
   EXPECT_EQ(m.decode_step(1), 0.0);  // nothing seen
