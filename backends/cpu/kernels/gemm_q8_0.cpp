@@ -68,23 +68,11 @@ constexpr int kWStepBytes = 32;  // one k-pair of 16 rows
 // nb BlockQ8_0x16 (the layout kQ8_0R16 weights already have); rows at or past n are zero.
 void interleave_panel(hal::DType t, const void* w, std::int64_t k, std::int64_t row0, std::int64_t n,
                       std::int64_t b0, std::int64_t nb, BlockQ8_0x16* dst) {
-  constexpr std::int64_t kChunk = 16;
-  BlockQ8_0 tmp[kChunk];
-  for (int r = 0; r < kNR; ++r) {
-    for (std::int64_t c0 = 0; c0 < nb; c0 += kChunk) {
-      const std::int64_t cn = std::min(kChunk, nb - c0);
-      if (row0 + r < n) {
-        blocks_as_q8_0(t, w, k, row0 + r, b0 + c0, cn, tmp);
-      } else {
-        for (std::int64_t b = 0; b < cn; ++b) tmp[b] = BlockQ8_0{};
-      }
-      for (std::int64_t b = 0; b < cn; ++b) {
-        BlockQ8_0x16& out = dst[c0 + b];
-        out.d[r] = tmp[b].d;
-        for (int q = 0; q < kB / 2; ++q) std::memcpy(out.qs + 32 * q + 2 * r, tmp[b].qs + 2 * q, 2);
-      }
-    }
-  }
+  for_panel_blocks_as_q8_0(t, w, k, n, row0, b0, nb, [&](int r, std::int64_t b, const BlockQ8_0& blk) {
+    BlockQ8_0x16& out = dst[b];
+    out.d[r] = blk.d;
+    for (int q = 0; q < kB / 2; ++q) std::memcpy(out.qs + 32 * q + 2 * r, blk.qs + 2 * q, 2);
+  });
 }
 
 // Packed x panel of kMR tokens: [k / kXK][kMR] int32 (a k-pair as two int16, or with VNNI a k-quad

@@ -97,23 +97,11 @@ void pack_panel_r16(const BlockQ8_0x16* w, std::int64_t nb, PackedBlock* dst) {
 // rows [row0, row0 + 16) (those at or past n: zero).
 void pack_panel_rows(hal::DType t, const void* w, std::int64_t k, std::int64_t n, std::int64_t row0, std::int64_t b0,
                      std::int64_t nb, PackedBlock* dst) {
-  constexpr std::int64_t kChunk = 16;
-  BlockQ8_0 tmp[kChunk];
-  for (int r = 0; r < kT; ++r) {
-    for (std::int64_t c0 = 0; c0 < nb; c0 += kChunk) {
-      const std::int64_t cn = std::min(kChunk, nb - c0);
-      if (row0 + r < n) {
-        blocks_as_q8_0(t, w, k, row0 + r, b0 + c0, cn, tmp);
-      } else {
-        for (std::int64_t b = 0; b < cn; ++b) tmp[b] = BlockQ8_0{};
-      }
-      for (std::int64_t b = 0; b < cn; ++b) {
-        PackedBlock& out = dst[c0 + b];
-        out.d[r] = f16_to_f32(tmp[b].d);
-        for (int q = 0; q < kB / 4; ++q) std::memcpy(out.q[q] + 4 * r, tmp[b].qs + 4 * q, 4);
-      }
-    }
-  }
+  for_panel_blocks_as_q8_0(t, w, k, n, row0, b0, nb, [&](int r, std::int64_t b, const BlockQ8_0& blk) {
+    PackedBlock& out = dst[b];
+    out.d[r] = f16_to_f32(blk.d);
+    for (int q = 0; q < kB / 4; ++q) std::memcpy(out.q[q] + 4 * r, blk.qs + 4 * q, 4);
+  });
 }
 
 // acc[r] = fma(float(dot of row r), d_w * d_x[r], acc[r]) for a block's 16 x 16 int32 dots.

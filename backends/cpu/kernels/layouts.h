@@ -10,6 +10,7 @@
 // Pure functions; thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -84,5 +85,25 @@ bool converts_to_q8_0(hal::DType t);
 // Blocks [b0, b0 + nb) of row `row` of a [rows][k] tensor in such a format, as Q8_0 blocks.
 void blocks_as_q8_0(hal::DType t, const void* tensor, std::int64_t k, std::int64_t row, std::int64_t b0,
                     std::int64_t nb, hal::BlockQ8_0* dst);
+// The same for a panel of 16 rows [row0, row0 + 16) of an [n][k] tensor (rows at or past n read as
+// zero blocks), 16 blocks of a row at a time: fn(r, b, block) for row row0 + r, block b0 + b. The
+// int8 GEMMs interleave panels with it (each into its own layout).
+template <typename Fn>
+void for_panel_blocks_as_q8_0(hal::DType t, const void* tensor, std::int64_t k, std::int64_t n, std::int64_t row0,
+                              std::int64_t b0, std::int64_t nb, Fn&& fn) {
+  constexpr std::int64_t kChunk = 16;
+  hal::BlockQ8_0 tmp[kChunk];
+  for (int r = 0; r < kQ8_0R16Rows; ++r) {
+    for (std::int64_t c0 = 0; c0 < nb; c0 += kChunk) {
+      const std::int64_t cn = std::min(kChunk, nb - c0);
+      if (row0 + r < n) {
+        blocks_as_q8_0(t, tensor, k, row0 + r, b0 + c0, cn, tmp);
+      } else {
+        for (std::int64_t b = 0; b < cn; ++b) tmp[b] = hal::BlockQ8_0{};
+      }
+      for (std::int64_t b = 0; b < cn; ++b) fn(r, c0 + b, tmp[b]);
+    }
+  }
+}
 
 }  // namespace sx::cpu

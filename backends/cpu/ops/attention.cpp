@@ -39,15 +39,9 @@ struct SeqToken {
 };
 
 #if defined(__AVX2__) && defined(__FMA__)
-// scores[i] = scale * q . rows[i] for 8 rows at once: eight accumulators reduced by a transposing
-// add tree, so the horizontal sums cost one vector op per dot product.
-inline void dot8(const float* q, const float* const* rows, std::int64_t hd, float scale, float* scores) {
-  __m256 a[8];
-  for (int r = 0; r < 8; ++r) a[r] = _mm256_setzero_ps();
-  for (std::int64_t i = 0; i < hd; i += 8) {
-    const __m256 qv = _mm256_loadu_ps(q + i);
-    for (int r = 0; r < 8; ++r) a[r] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(rows[r] + i), a[r]);
-  }
+// scores[r] = scale * (the sum of a[r]'s lanes) for 8 accumulators: a transposing add tree, so the
+// horizontal sums cost one vector op per dot product.
+inline void store_sums8(const __m256 (&a)[8], float scale, float* scores) {
   const __m256 s01 = _mm256_hadd_ps(a[0], a[1]), s23 = _mm256_hadd_ps(a[2], a[3]);
   const __m256 s45 = _mm256_hadd_ps(a[4], a[5]), s67 = _mm256_hadd_ps(a[6], a[7]);
   const __m256 s0123 = _mm256_hadd_ps(s01, s23), s4567 = _mm256_hadd_ps(s45, s67);
@@ -57,9 +51,20 @@ inline void dot8(const float* q, const float* const* rows, std::int64_t hd, floa
   _mm256_storeu_ps(scores, _mm256_mul_ps(_mm256_add_ps(lo, hi), _mm256_set1_ps(scale)));
 }
 
+// scores[i] = scale * q . rows[i] for 8 rows at once: eight accumulators, then store_sums8.
+inline void dot8(const float* q, const float* const* rows, std::int64_t hd, float scale, float* scores) {
+  __m256 a[8];
+  for (int r = 0; r < 8; ++r) a[r] = _mm256_setzero_ps();
+  for (std::int64_t i = 0; i < hd; i += 8) {
+    const __m256 qv = _mm256_loadu_ps(q + i);
+    for (int r = 0; r < 8; ++r) a[r] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(rows[r] + i), a[r]);
+  }
+  store_sums8(a, scale, scores);
+}
+
 #if defined(__AVX512F__)
 // dot8 on 512-bit registers (hd % 16 == 0): sixteen-lane partial sums folded to eight lanes, then
-// the same add tree (its own summation order: the same on every AVX-512 level).
+// store_sums8 (its own summation order: the same on every AVX-512 level).
 inline void dot8_512(const float* q, const float* const* rows, std::int64_t hd, float scale, float* scores) {
   __m512 a[8];
   for (int r = 0; r < 8; ++r) a[r] = _mm512_setzero_ps();
@@ -72,12 +77,7 @@ inline void dot8_512(const float* q, const float* const* rows, std::int64_t hd, 
     b[r] = _mm256_add_ps(_mm512_castps512_ps256(a[r]),
                          _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[r]), 1)));
   }
-  const __m256 s01 = _mm256_hadd_ps(b[0], b[1]), s23 = _mm256_hadd_ps(b[2], b[3]);
-  const __m256 s45 = _mm256_hadd_ps(b[4], b[5]), s67 = _mm256_hadd_ps(b[6], b[7]);
-  const __m256 s0123 = _mm256_hadd_ps(s01, s23), s4567 = _mm256_hadd_ps(s45, s67);
-  const __m256 lo = _mm256_permute2f128_ps(s0123, s4567, 0x20);
-  const __m256 hi = _mm256_permute2f128_ps(s0123, s4567, 0x31);
-  _mm256_storeu_ps(scores, _mm256_mul_ps(_mm256_add_ps(lo, hi), _mm256_set1_ps(scale)));
+  store_sums8(b, scale, scores);
 }
 
 // weighted_sum_part for two heads over the same rows, on 512-bit registers (NZ per head): each
