@@ -179,12 +179,8 @@ SchedulerOutput Scheduler::schedule_paced() {
   candidates.erase(std::remove_if(candidates.begin(), candidates.end(),
                                   [](const Request* r) { return r->status != RequestStatus::kRunning; }),
                    candidates.end());
-  // 2. The prefill share: what the cost model says fits in the target beside the decodes; with no
-  //    decode in the step, nobody is waiting for a token: the whole token budget. When more
-  //    requests wait for their first token than streams decode (a burst of arrivals), the target
-  //    grows by that ratio: each waiting user counts as much as each streaming one.
-  // 3. Prefills: the overdue (passed over too often, or preempted) oldest first, then the shortest
-  //    remaining prompt first.
+  // 2. The order of the prefills: the overdue (passed over too often, or preempted) oldest first,
+  //    then the shortest remaining prompt first.
   if (out.preempted.empty()) candidates.insert(candidates.end(), waiting_.begin(), waiting_.end());
   const std::int64_t skips = config_.max_prefill_skips;
   auto overdue = [skips](const Request* r) {
@@ -198,8 +194,11 @@ SchedulerOutput Scheduler::schedule_paced() {
     if (ra != rb) return ra < rb;
     return a->arrival < b->arrival;
   });
-  // The share, sized for the first in line (where its chunk starts in its prompt: the attention of
-  // a late chunk of a long prompt costs more).
+  // 3. Their share: what the cost model says fits in the target beside the decodes, for a chunk
+  //    where the first in line is in its prompt (a late chunk of a long prompt attends to more
+  //    rows); with no decode in the step, nobody is waiting for a token: the whole token budget.
+  //    When more requests wait for their first token than streams decode (a burst of arrivals),
+  //    the target grows by that ratio: each waiting user counts as much as each streaming one.
   const auto decodes = static_cast<std::int64_t>(out.scheduled.size());
   const auto wanting = static_cast<double>(candidates.size());
   const double target =
