@@ -7,11 +7,11 @@
 // nobody waits for a token then) are what a cost model of this device (step_cost.h:
 // fixed + per decode token + per prefill token, fitted to the steps it measured, observe_step())
 // (and the attention of a chunk as far into its prompt as the first in line) says fits in the
-// target, never fewer than min_prefill_chunk (prefills always progress) nor more
-// than max_num_batched_tokens allows. When more requests wait for prefill than streams decode (a
-// burst of arrivals: 16 clients at once), the target is multiplied by their ratio, so the many
-// waiting for a first token are not held back for the pace of the few already streaming; one long
-// prompt beside running streams changes nothing. That prefill share goes to the running prefills and the
+// target, never fewer than min_prefill_chunk (prefills always progress) nor more than
+// max_num_batched_tokens allows. When more requests wait for prefill than streams decode (a burst of
+// arrivals: 16 clients at once), the target is multiplied by their ratio, so the many waiting for a
+// first token are not held back for the pace of the few already streaming; one long prompt beside
+// running streams changes nothing. That prefill share goes to the running prefills and the
 // waiting requests in this order: first any that was passed over max_prefill_skips steps in a row
 // or was preempted (oldest first), then shortest remaining prompt first (arrival order on ties), each
 // chunked to what is left. So a short prompt behind a long one is served within a step or two

@@ -7,7 +7,7 @@
 // of two sizes: a step of decodes alone is bound by reading the weights, not by its tokens, and
 // would bend the line; until then over all of them), each weighted by `decay` per step of age (so
 // the model follows a device that gets slower or faster: another replica, a thermal limit, a longer
-// context), with the three coefficients kept non-negative. Steps of decodes alone are averaged
+// context), with the four coefficients kept non-negative. Steps of decodes alone are averaged
 // apart, per count of decodes (decode_step(n)): the streams' pace, which the scheduler may set its
 // target against. The
 // scheduler asks it how many prefill tokens fit beside the decodes of a step within the target.
@@ -36,7 +36,7 @@ class StepCostModel {
     double fixed = 0, per_decode = 0, per_prefill = 0;  // seconds, seconds per token
     double per_context = 0;                              // seconds per attended row of a prefill token
     std::uint64_t observations = 0;                      // steps seen (all time)
-    bool ready = false;                                  // per_prefill is known
+    bool ready = false;                                  // a prefill token's cost is known
     double decode_step = 0;  // seconds of a step with decodes only, any count (moving average; 0: none seen)
   };
 

@@ -2,8 +2,8 @@
 """The portable build's binaries start on any x86-64 machine (issue 23): outside the CPU kernel units,
 compiled once per ISA level into sx::cpu::isa_<level> (backends/cpu/kernels/kernel_table.h), no
 function holds an AVX, AVX2, FMA, F16C or AVX-512 instruction (every VEX/EVEX mnemonic starts with
-'v', the AVX-512 mask ones with 'k'), since nothing checks the CPU before such code runs; and no function outside sx::cpu::isa_amx holds an
-AMX instruction (tile*, tdp*, ldtilecfg, sttilecfg).
+'v', the AVX-512 mask ones with 'k'), since nothing checks the CPU before such code runs; and no
+function outside sx::cpu::isa_amx holds an AMX instruction (tile*, tdp*, ldtilecfg, sttilecfg).
 
   isa_code_test.py BINARY [BINARY ...]
 

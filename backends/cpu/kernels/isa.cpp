@@ -130,28 +130,28 @@ bool isa_supported(std::string_view name, const CpuFeatures& f) {
   if (name == "avx512") return avx512;
   if (name == "avx512-vnni") return avx512 && f.avx512vnni;
   if (name == "avx512-bf16") return avx512 && f.avx512vnni && f.avx512bf16;
-  if (name == "amx") return avx512 && f.avx512vnni && f.avx512bf16 && f.amx_tile && f.amx_int8 && f.amx_permitted;
+  if (name == "amx") return isa_supported("avx512-bf16", f) && f.amx_tile && f.amx_int8 && f.amx_permitted;
   return false;
 }
 
 Result<IsaChoice> choose_isa(const CpuFeatures& f, std::string_view forced) {
   IsaChoice c;
   c.forced = std::string(forced);
-  for (const std::string_view l : isa_levels()) {
+  const std::vector<std::string_view> levels = isa_levels();
+  for (const std::string_view l : levels) {
     if (isa_supported(l, f)) c.available.emplace_back(l);
   }
-  const bool amx_built = std::find(c.available.begin(), c.available.end(), "amx") != c.available.end();
   if (f.amx_tile && !f.amx_permitted) {
     c.note = "amx present but not permitted by the OS";
-  } else if (f.amx_tile && f.amx_int8 && !amx_built) {
-    c.note = isa_supported("amx", f) ? "amx present and permitted; no amx kernels in this build" : "";
+  } else if (isa_supported("amx", f) && std::find(levels.begin(), levels.end(), "amx") == levels.end()) {
+    c.note = "amx present and permitted; no amx kernels in this build";
   }
   if (forced.empty() || forced == "auto") {
     c.level = c.available.front();  // baseline (or native) is always there
     return c;
   }
   bool known = false;
-  for (const std::string_view l : isa_levels()) known = known || l == forced;
+  for (const std::string_view l : levels) known = known || l == forced;
   for (const std::string& a : c.available) {
     if (a == forced) {
       c.level = a;
@@ -159,7 +159,7 @@ Result<IsaChoice> choose_isa(const CpuFeatures& f, std::string_view forced) {
     }
   }
   std::string all;
-  for (const std::string_view l : isa_levels()) all += (all.empty() ? "" : ", ") + std::string(l);
+  for (const std::string_view l : levels) all += (all.empty() ? "" : ", ") + std::string(l);
   if (!known) {
     return invalid_argument_error("SEXTANT_CPU_ISA={}: not a kernel level of this build (levels: {}; or auto)",
                                   forced, all);
