@@ -1,5 +1,6 @@
 // Paged KV write and causal grouped-query attention over paged KV blocks (mixed prefill/decode).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -33,11 +34,6 @@ void kv_write(ThreadPool& /*pool*/, const float* k, const float* v, void* k_cach
 
 namespace {
 
-struct SeqToken {
-  std::int32_t seq;
-  std::int32_t pos;  // absolute position of this token
-};
-
 #if defined(__AVX2__) && defined(__FMA__)
 // scores[r] = scale * (the sum of a[r]'s lanes) for 8 accumulators: a transposing add tree, so the
 // horizontal sums cost one vector op per dot product.
@@ -63,46 +59,59 @@ inline void dot8(const float* q, const float* const* rows, std::int64_t hd, floa
 }
 
 #if defined(__AVX512F__)
-// dot8 on 512-bit registers (hd % 16 == 0): sixteen-lane partial sums folded to eight lanes, then
-// store_sums8 (its own summation order: the same on every AVX-512 level).
-inline void dot8_512(const float* q, const float* const* rows, std::int64_t hd, float scale, float* scores) {
-  __m512 a[8];
-  for (int r = 0; r < 8; ++r) a[r] = _mm512_setzero_ps();
+// dot8 on 512-bit registers (hd % 16 == 0) for NQ queries over the same 8 rows, each row's values
+// loaded once for all of them: per query and row, sixteen-lane partial sums in d order folded to
+// eight lanes, then store_sums8 (its own summation order, the same on every AVX-512 level and for
+// any NQ). scores[j][r] = scale * q[j] . rows[r].
+template <int NQ>
+inline void dot8_512_n(const float* const* q, const float* const* rows, std::int64_t hd, float scale,
+                       float* const* scores) {
+  __m512 a[NQ][8];
+  for (int j = 0; j < NQ; ++j) {
+    for (int r = 0; r < 8; ++r) a[j][r] = _mm512_setzero_ps();
+  }
   for (std::int64_t i = 0; i < hd; i += 16) {
-    const __m512 qv = _mm512_loadu_ps(q + i);
-    for (int r = 0; r < 8; ++r) a[r] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(rows[r] + i), a[r]);
+    __m512 qv[NQ];
+    for (int j = 0; j < NQ; ++j) qv[j] = _mm512_loadu_ps(q[j] + i);
+    for (int r = 0; r < 8; ++r) {
+      const __m512 x = _mm512_loadu_ps(rows[r] + i);
+      for (int j = 0; j < NQ; ++j) a[j][r] = _mm512_fmadd_ps(qv[j], x, a[j][r]);
+    }
   }
-  __m256 b[8];
-  for (int r = 0; r < 8; ++r) {
-    b[r] = _mm256_add_ps(_mm512_castps512_ps256(a[r]),
-                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[r]), 1)));
+  for (int j = 0; j < NQ; ++j) {
+    __m256 b[8];
+    for (int r = 0; r < 8; ++r) {
+      b[r] = _mm256_add_ps(_mm512_castps512_ps256(a[j][r]),
+                           _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[j][r]), 1)));
+    }
+    store_sums8(b, scale, scores[j]);
   }
-  store_sums8(b, scale, scores);
+}
+inline void dot8_512(const float* q, const float* const* rows, std::int64_t hd, float scale, float* scores) {
+  dot8_512_n<1>(&q, rows, hd, scale, &scores);
 }
 
-// weighted_sum_part for two heads over the same rows, on 512-bit registers (NZ per head): each
+// weighted_sum_part for NQ queries over the same rows, on 512-bit registers (NZ per query): each
 // element's sum is the same chain of FMAs in row order as weighted_sum_part's (the same bits), but
-// the two heads' 2 x NZ chains keep both FMA units busy where one head's NZ would wait on latency.
-template <int NZ>
-void weighted_sum_pair(const float* wa, const float* wb, const float* const* rows, std::int64_t n, float* acc_a,
-                       float* acc_b) {
-  __m512 a[NZ], b[NZ];
-  for (int v = 0; v < NZ; ++v) {
-    a[v] = _mm512_loadu_ps(acc_a + 16 * v);
-    b[v] = _mm512_loadu_ps(acc_b + 16 * v);
+// each row is loaded once for all NQ, and their NQ x NZ chains keep both FMA units busy where one
+// query's NZ would wait on latency. acc[j] += sum_i w[j][i] * rows[i].
+template <int NZ, int NQ>
+void weighted_sum_n(const float* const* w, const float* const* rows, std::int64_t n, float* const* acc) {
+  __m512 a[NQ][NZ];
+  for (int j = 0; j < NQ; ++j) {
+    for (int v = 0; v < NZ; ++v) a[j][v] = _mm512_loadu_ps(acc[j] + 16 * v);
   }
   for (std::int64_t i = 0; i < n; ++i) {
-    const __m512 xa = _mm512_set1_ps(wa[i]), xb = _mm512_set1_ps(wb[i]);
+    __m512 xw[NQ];
+    for (int j = 0; j < NQ; ++j) xw[j] = _mm512_set1_ps(w[j][i]);
     const float* r = rows[i];
     for (int v = 0; v < NZ; ++v) {
       const __m512 x = _mm512_loadu_ps(r + 16 * v);
-      a[v] = _mm512_fmadd_ps(xa, x, a[v]);
-      b[v] = _mm512_fmadd_ps(xb, x, b[v]);
+      for (int j = 0; j < NQ; ++j) a[j][v] = _mm512_fmadd_ps(xw[j], x, a[j][v]);
     }
   }
-  for (int v = 0; v < NZ; ++v) {
-    _mm512_storeu_ps(acc_a + 16 * v, a[v]);
-    _mm512_storeu_ps(acc_b + 16 * v, b[v]);
+  for (int j = 0; j < NQ; ++j) {
+    for (int v = 0; v < NZ; ++v) _mm512_storeu_ps(acc[j] + 16 * v, a[j][v]);
   }
 }
 #endif
@@ -128,17 +137,28 @@ void weighted_sum_part_any(const float* w, const float* const* rows, std::int64_
 }
 
 using WeightedSumPart = void (*)(const float*, const float* const*, std::int64_t, std::int64_t, float*);
-using WeightedSumPair = void (*)(const float*, const float*, const float* const*, std::int64_t, float*, float*);
-// The two-head kernel for head size hd where there is one (else null).
-WeightedSumPair weighted_sum_pair_for([[maybe_unused]] std::int64_t hd) {
+// Kernels that take several queries over the same rows at once (null where there is none).
+using WeightedSumN = void (*)(const float* const*, const float* const*, std::int64_t, float* const*);
+using Dot8N = void (*)(const float* const*, const float* const*, std::int64_t, float, float* const*);
+struct MultiQueryKernels {
+  static constexpr int kDotQ = 2;  // queries per dot_n call
+  Dot8N dot_n = nullptr;
+  WeightedSumN sum4 = nullptr, sum2 = nullptr;  // 4 and 2 queries
+};
+MultiQueryKernels multi_query_kernels_for([[maybe_unused]] std::int64_t hd) {
+  MultiQueryKernels m;
 #if defined(__AVX512F__)
+  if (hd % 16 == 0) m.dot_n = dot8_512_n<MultiQueryKernels::kDotQ>;
   switch (hd) {
-    case 64: return weighted_sum_pair<4>;
-    case 128: return weighted_sum_pair<8>;
+    case 64:
+      m.sum4 = weighted_sum_n<4, 4>;
+      m.sum2 = weighted_sum_n<4, 2>;
+      break;
+    case 128: m.sum2 = weighted_sum_n<8, 2>; break;
     default: break;
   }
 #endif
-  return nullptr;
+  return m;
 }
 WeightedSumPart weighted_sum_part_for([[maybe_unused]] std::int64_t hd) {
 #if defined(__AVX2__) && defined(__FMA__)
@@ -168,25 +188,61 @@ void scores_any(const float* q, const float* const* rows, std::int64_t n, std::i
   for (; c < n; ++c) out[c] = dot_f32(q, rows[c], hd) * scale;
 }
 
+// The largest of x[0..n) (n > 0). Exact in any order, so vectorised.
+float max_f32(const float* x, std::int64_t n) {
+  std::int64_t i = 0;
+  float m = x[0];
+#if defined(__AVX2__) && defined(__FMA__)
+  if (n >= 32) {
+    __m256 a = _mm256_loadu_ps(x), b = _mm256_loadu_ps(x + 8), c = _mm256_loadu_ps(x + 16), d = _mm256_loadu_ps(x + 24);
+    for (i = 32; i + 32 <= n; i += 32) {
+      a = _mm256_max_ps(a, _mm256_loadu_ps(x + i));
+      b = _mm256_max_ps(b, _mm256_loadu_ps(x + i + 8));
+      c = _mm256_max_ps(c, _mm256_loadu_ps(x + i + 16));
+      d = _mm256_max_ps(d, _mm256_loadu_ps(x + i + 24));
+    }
+    a = _mm256_max_ps(_mm256_max_ps(a, b), _mm256_max_ps(c, d));
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, a);
+    m = *std::max_element(lanes, lanes + 8);
+  }
+#endif
+  for (; i < n; ++i) m = std::max(m, x[i]);
+  return m;
+}
+
 }  // namespace
 
 void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionShape& s) {
-  // Map each batch token to its sequence and position.
-  std::vector<SeqToken> tokens(static_cast<std::size_t>(s.n_tokens));
-  for (std::int64_t q = 0; q < s.n_seqs; ++q) {
-    const std::int32_t begin = p.seq_token_start[q], end = p.seq_token_start[q + 1];
-    const std::int32_t first_pos = p.seq_context_len[q] - (end - begin);
-    for (std::int32_t t = begin; t < end; ++t) tokens[t] = {static_cast<std::int32_t>(q), first_pos + (t - begin)};
-  }
   const std::int64_t hd = s.head_dim;
   const std::int64_t kv_row = s.n_kv_heads * hd;
   const std::size_t elem = s.cache_type == hal::DType::kF32 ? 4 : 2;
+  // Work comes in tiles: up to kTileTokens consecutive tokens of one sequence, which attend to the
+  // same first rows (a prompt chunk's tokens see the same prefix), taken together so each K/V row
+  // is read from memory once per tile and reused from L1 by all its queries. A token's arithmetic
+  // is the same whatever tile it is in (its scores 8 rows at a time from row 0, its V sums 32 rows
+  // at a time from row 0), so prefill and decode, chunked or not, give the same bits.
+  constexpr std::int64_t kTileTokens = 8;
+  struct Tile {
+    std::int32_t seq, first_token, n_tokens, first_pos;
+  };
+  std::vector<Tile> tiles;
   std::int64_t max_ctx = 0;
-  for (std::int64_t q = 0; q < s.n_seqs; ++q) max_ctx = std::max<std::int64_t>(max_ctx, p.seq_context_len[q]);
+  for (std::int64_t q = 0; q < s.n_seqs; ++q) {
+    const std::int32_t begin = p.seq_token_start[q], end = p.seq_token_start[q + 1];
+    const std::int32_t first_pos = p.seq_context_len[q] - (end - begin);
+    max_ctx = std::max<std::int64_t>(max_ctx, p.seq_context_len[q]);
+    for (std::int32_t t = begin; t < end; t += static_cast<std::int32_t>(kTileTokens)) {
+      const auto n = static_cast<std::int32_t>(std::min<std::int64_t>(kTileTokens, end - t));
+      tiles.push_back({static_cast<std::int32_t>(q), t, n, first_pos + (t - begin)});
+    }
+  }
+  // The longest tiles first, so the threads' shares even out at the end.
+  std::stable_sort(tiles.begin(), tiles.end(),
+                   [](const Tile& a, const Tile& b) { return a.first_pos + a.n_tokens > b.first_pos + b.n_tokens; });
 
-  // One task per (token, local kv head): all query heads of the group share the K/V rows.
+  // Query heads of this rank that map to each local kv head.
   const std::int64_t n_local_kv = s.n_kv_heads;
-  // Query heads of this rank that map to local kv head g.
   std::vector<std::vector<std::int64_t>> group(static_cast<std::size_t>(n_local_kv));
   for (std::int64_t h = 0; h < s.n_heads; ++h) {
     const std::int64_t g = (s.q_head_offset + h) / s.heads_per_kv - s.kv_head_offset;
@@ -194,86 +250,125 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
   }
   std::int64_t max_group = 0;
   for (const auto& heads : group) max_group = std::max<std::int64_t>(max_group, static_cast<std::int64_t>(heads.size()));
+  const std::int64_t max_queries = kTileTokens * max_group;
   const WeightedSumPart sum_part = weighted_sum_part_for(hd);
-  const WeightedSumPair sum_pair = weighted_sum_pair_for(hd);
-  pool.run_on_all([&](int thread, int n_thr) {
-    // Per-thread scratch: scores and an accumulator per head of a group, rows converted from a
+  const MultiQueryKernels mq = multi_query_kernels_for(hd);
+  const auto n_tasks = static_cast<std::int64_t>(tiles.size()) * n_local_kv;
+  std::atomic<std::int64_t> next_task{0};
+  pool.run_on_all([&](int /*thread*/, int /*n_thr*/) {
+    // Per-thread scratch: scores and an accumulator per query of a tile, rows converted from a
     // 16-bit cache, row pointers. Kept by each pool thread from call to call (they only grow):
     // allocated per call, the worker threads' malloc arenas gave the memory back to the OS after
     // each layer and the next one faulted it in again, zeroed (a few % of a paced serving run).
     thread_local std::vector<float> buf;
     thread_local std::vector<const float*> krows, vrows;
     thread_local std::vector<float> inv_sum;
+    thread_local std::vector<const float*> qptr;
+    thread_local std::vector<float*> sptr;
     const bool convert = s.cache_type != hal::DType::kF32;
-    buf.resize(std::max(buf.size(), static_cast<std::size_t>((convert ? 2 * max_ctx * hd : 0) + max_group * (max_ctx + hd))));
-    float* scores = buf.data();
-    float* acc = scores + max_group * max_ctx;
-    float* kconv = acc + max_group * hd;
-    float* vconv = kconv + max_ctx * hd;
+    buf.resize(std::max(buf.size(), static_cast<std::size_t>((convert ? 2 * max_ctx * hd : 0) + max_queries * (max_ctx + hd))));
     krows.resize(std::max(krows.size(), static_cast<std::size_t>(max_ctx)));
     vrows.resize(std::max(vrows.size(), static_cast<std::size_t>(max_ctx)));
-    inv_sum.resize(std::max(inv_sum.size(), static_cast<std::size_t>(max_group)));
-    const std::int64_t n_tasks = s.n_tokens * n_local_kv;
-    for (std::int64_t task = thread; task < n_tasks; task += n_thr) {
-      const std::int64_t t = task / n_local_kv;
+    inv_sum.resize(std::max(inv_sum.size(), static_cast<std::size_t>(max_queries)));
+    qptr.resize(std::max(qptr.size(), static_cast<std::size_t>(max_queries)));
+    sptr.resize(std::max(sptr.size(), static_cast<std::size_t>(max_queries)));
+    for (std::int64_t task = next_task++; task < n_tasks; task = next_task++) {
+      const Tile& tile = tiles[static_cast<std::size_t>(task / n_local_kv)];
       const std::int64_t g = task % n_local_kv;
       const auto& heads = group[static_cast<std::size_t>(g)];
       if (heads.empty()) continue;
-      const SeqToken st = tokens[static_cast<std::size_t>(t)];
-      const std::int32_t* bt = p.block_table + st.seq * s.max_blocks_per_seq;
-      const std::int64_t n_ctx = st.pos + 1;
-      std::int64_t slot_prev = 0;
-      for (std::int64_t c = 0; c < n_ctx; ++c) {
-        const std::int64_t in_block = c % s.block_size;  // a block's rows are consecutive slots
-        const std::int64_t slot = in_block == 0 ? static_cast<std::int64_t>(bt[c / s.block_size]) * s.block_size
-                                                : slot_prev + 1;
-        slot_prev = slot;
-        const std::int64_t off = (slot * kv_row + g * hd) * static_cast<std::int64_t>(elem);
-        const std::byte* kp = static_cast<const std::byte*>(p.k_cache) + off;
-        const std::byte* vp = static_cast<const std::byte*>(p.v_cache) + off;
-        if (convert) {
-          load_row_f32(s.cache_type, kp, kconv + c * hd, hd);
-          load_row_f32(s.cache_type, vp, vconv + c * hd, hd);
-          krows[static_cast<std::size_t>(c)] = kconv + c * hd;
-          vrows[static_cast<std::size_t>(c)] = vconv + c * hd;
-        } else {
-          krows[static_cast<std::size_t>(c)] = reinterpret_cast<const float*>(kp);
-          vrows[static_cast<std::size_t>(c)] = reinterpret_cast<const float*>(vp);
-        }
-      }
-      // Every head of the group over the same rows while they are in L1: K 8 rows at a time, V
-      // kRowsPerPass rows at a time. A head's arithmetic is the same whatever the passes (its
-      // scores by scores_any, 8 rows per call, then the V rows accumulated in order), so its
-      // result does not depend on the heads it shares them with.
-      constexpr std::int64_t kRowsPerPass = 32;
       const auto nh = static_cast<std::int64_t>(heads.size());
-      // Offset of head i of the group in q and out ([token][head][hd]).
-      auto at = [&](std::int64_t i) { return (t * s.n_heads + heads[static_cast<std::size_t>(i)]) * hd; };
-      std::int64_t c = 0;
-      for (; c + 8 <= n_ctx; c += 8) {
-        for (std::int64_t i = 0; i < nh; ++i) scores_any(p.q + at(i), krows.data() + c, 8, hd, s.scale, scores + i * max_ctx + c);
-      }
-      for (std::int64_t i = 0; i < nh; ++i) {
-        float* sc = scores + i * max_ctx;
-        scores_any(p.q + at(i), krows.data() + c, n_ctx - c, hd, s.scale, sc + c);  // the last < 8 rows
-        const float mx = *std::max_element(sc, sc + n_ctx);
-        inv_sum[static_cast<std::size_t>(i)] = 1.0f / exp_shifted_sum(sc, n_ctx, mx);
-      }
-      std::fill(acc, acc + nh * hd, 0.0f);
-      for (std::int64_t r0 = 0; r0 < n_ctx; r0 += kRowsPerPass) {
-        const std::int64_t n = std::min(kRowsPerPass, n_ctx - r0);
-        std::int64_t i = 0;
-        if (sum_pair != nullptr) {
-          for (; i + 1 < nh; i += 2) {
-            sum_pair(scores + i * max_ctx + r0, scores + (i + 1) * max_ctx + r0, vrows.data() + r0, n, acc + i * hd,
-                     acc + (i + 1) * hd);
+      const std::int64_t n_rows = tile.first_pos + tile.n_tokens;  // the last token's context
+      float* scores = buf.data();                                   // [query][n_rows]
+      float* acc = scores + kTileTokens * nh * n_rows;              // [query][hd]
+      float* kconv = acc + kTileTokens * nh * hd;
+      float* vconv = kconv + n_rows * hd;
+      const std::int32_t* bt = p.block_table + tile.seq * s.max_blocks_per_seq;
+      for (std::int64_t c0 = 0; c0 < n_rows; c0 += s.block_size) {  // a block's rows are consecutive slots
+        const std::int64_t base = static_cast<std::int64_t>(bt[c0 / s.block_size]) * s.block_size;
+        const std::int64_t n_in = std::min(s.block_size, n_rows - c0);
+        for (std::int64_t j = 0; j < n_in; ++j) {
+          const std::int64_t c = c0 + j;
+          const std::int64_t off = ((base + j) * kv_row + g * hd) * static_cast<std::int64_t>(elem);
+          const std::byte* kp = static_cast<const std::byte*>(p.k_cache) + off;
+          const std::byte* vp = static_cast<const std::byte*>(p.v_cache) + off;
+          if (convert) {
+            load_row_f32(s.cache_type, kp, kconv + c * hd, hd);
+            load_row_f32(s.cache_type, vp, vconv + c * hd, hd);
+            krows[static_cast<std::size_t>(c)] = kconv + c * hd;
+            vrows[static_cast<std::size_t>(c)] = vconv + c * hd;
+          } else {
+            krows[static_cast<std::size_t>(c)] = reinterpret_cast<const float*>(kp);
+            vrows[static_cast<std::size_t>(c)] = reinterpret_cast<const float*>(vp);
           }
         }
-        for (; i < nh; ++i) sum_part(scores + i * max_ctx + r0, vrows.data() + r0, n, hd, acc + i * hd);
       }
-      for (std::int64_t i = 0; i < nh; ++i) {
-        float* out = p.out + at(i);
-        for (std::int64_t j = 0; j < hd; ++j) out[j] = acc[i * hd + j] * inv_sum[static_cast<std::size_t>(i)];
+      // Query qi = k * nh + i: token k of the tile, head i of the group, its context the token's
+      // position + 1, so a token's queries see at least as many rows as the earlier ones'.
+      const std::int64_t n_queries = tile.n_tokens * nh;
+      auto q_at = [&](std::int64_t qi) {
+        return (tile.first_token + qi / nh) * s.n_heads + heads[static_cast<std::size_t>(qi % nh)];
+      };
+      auto ctx_of = [&](std::int64_t qi) { return tile.first_pos + qi / nh + 1; };
+      for (std::int64_t qi = 0; qi < n_queries; ++qi) {
+        qptr[static_cast<std::size_t>(qi)] = p.q + q_at(qi) * hd;
+        sptr[static_cast<std::size_t>(qi)] = scores + qi * n_rows;
+      }
+      // The first query that sees row r (rows before the tile's first position are seen by all).
+      auto first_seeing = [&](std::int64_t r) { return std::max<std::int64_t>(0, r - tile.first_pos) * nh; };
+      // Scores: every query of the tile over the same 8 K rows while they are in L1.
+      const float* const* kr = krows.data();
+      for (std::int64_t c = 0; c + 8 <= n_rows; c += 8) {
+        float* out[MultiQueryKernels::kDotQ];
+        std::int64_t j = first_seeing(c + 7);
+        if (mq.dot_n != nullptr) {
+          for (; j + MultiQueryKernels::kDotQ <= n_queries; j += MultiQueryKernels::kDotQ) {
+            for (int x = 0; x < MultiQueryKernels::kDotQ; ++x) out[x] = sptr[static_cast<std::size_t>(j + x)] + c;
+            mq.dot_n(qptr.data() + j, kr + c, hd, s.scale, out);
+          }
+        }
+        for (; j < n_queries; ++j) scores_any(qptr[static_cast<std::size_t>(j)], kr + c, 8, hd, s.scale, sptr[static_cast<std::size_t>(j)] + c);
+      }
+      for (std::int64_t qi = 0; qi < n_queries; ++qi) {
+        const std::int64_t n_ctx = ctx_of(qi), c = n_ctx / 8 * 8;
+        float* sc = sptr[static_cast<std::size_t>(qi)];
+        scores_any(qptr[static_cast<std::size_t>(qi)], kr + c, n_ctx - c, hd, s.scale, sc + c);  // the last < 8 rows
+        inv_sum[static_cast<std::size_t>(qi)] = 1.0f / exp_shifted_sum(sc, n_ctx, max_f32(sc, n_ctx));
+      }
+      // V: every query of the tile over the same kRowsPerPass rows, in row order, four or two
+      // queries at a time where they have as many of those rows (each query's sums are the same
+      // chain of FMAs whatever it is computed with).
+      constexpr std::int64_t kRowsPerPass = 32;
+      std::fill(acc, acc + n_queries * hd, 0.0f);
+      for (std::int64_t r0 = 0; r0 < n_rows; r0 += kRowsPerPass) {
+        auto rows_of = [&](std::int64_t qi) { return std::min(kRowsPerPass, ctx_of(qi) - r0); };
+        for (std::int64_t qi = first_seeing(r0); qi < n_queries;) {
+          const std::int64_t n = rows_of(qi);
+          std::int64_t end = qi + 1;
+          while (end < n_queries && rows_of(end) == n) ++end;
+          const float* w[4];
+          float* ac[4];
+          auto take = [&](std::int64_t j, int cnt) {
+            for (int x = 0; x < cnt; ++x) {
+              w[x] = sptr[static_cast<std::size_t>(j + x)] + r0;
+              ac[x] = acc + (j + x) * hd;
+            }
+          };
+          std::int64_t j = qi;
+          if (mq.sum4 != nullptr) {
+            for (; j + 4 <= end; j += 4) take(j, 4), mq.sum4(w, vrows.data() + r0, n, ac);
+          }
+          if (mq.sum2 != nullptr) {
+            for (; j + 2 <= end; j += 2) take(j, 2), mq.sum2(w, vrows.data() + r0, n, ac);
+          }
+          for (; j < end; ++j) sum_part(sptr[static_cast<std::size_t>(j)] + r0, vrows.data() + r0, n, hd, acc + j * hd);
+          qi = end;
+        }
+      }
+      for (std::int64_t qi = 0; qi < n_queries; ++qi) {
+        float* out = p.out + q_at(qi) * hd;
+        const float inv = inv_sum[static_cast<std::size_t>(qi)];
+        for (std::int64_t j = 0; j < hd; ++j) out[j] = acc[qi * hd + j] * inv;
       }
     }
   });
