@@ -372,7 +372,7 @@ void register_all() {
   for (DType t : types) {
     for (const Shape& s : shapes) {
       for (int threads : {1, 2}) {
-        for (std::int64_t m : {1, 4, 16, 32, 64}) {
+        for (std::int64_t m : {1, 4, 16, 32, 40, 64}) {
           if (m != 1 && threads == 1) continue;
           if (m > 16 && t != sx::cpu::kQ8_0R16) continue;  // the rows of a paced mixed step (issue 24)
           const std::string name = std::string("gemv/") + std::string(sx::cpu::type_name(t)) + "/" + s.name +

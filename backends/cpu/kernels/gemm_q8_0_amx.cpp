@@ -108,12 +108,14 @@ void pack_panel_rows(hal::DType t, const void* w, std::int64_t k, std::int64_t n
   });
 }
 
-// acc[r] = fma(float(dot of row r), d_w * d_x[r], acc[r]) for a block's 16 x 16 int32 dots.
+// acc[r] = fma(float(dot of row r), d_w * d_x[r], acc[r]) for a block's 16 x 16 int32 dots, rows
+// r < MR (those past the x rows are zero: nobody needs their sums).
+template <int MR>
 __attribute__((always_inline)) inline void scale_block(const std::int32_t (&c)[kT][kT], const float* dw, const float* dx,
                                                        std::int64_t dx_stride, __m512 (&acc)[kT]) {
   const __m512 w = _mm512_load_ps(dw);
 #pragma GCC unroll 16
-  for (int r = 0; r < kT; ++r) {
+  for (int r = 0; r < MR; ++r) {
     const __m512 s = _mm512_cvtepi32_ps(_mm512_load_si512(c[r]));
     acc[r] = _mm512_fmadd_ps(s, _mm512_mul_ps(w, _mm512_set1_ps(dx[r * dx_stride])), acc[r]);
   }
@@ -137,7 +139,10 @@ __attribute__((always_inline)) inline void scale_block(const std::int32_t (&c)[k
 // + c] for r < mr, c < nr (row stride ldy) = (first ? 0 : y) + the blocks' scaled dots (+ bias when
 // `bias` is given: the last k range). Software-pipelined: the tiles compute blocks b + 2 and b + 3
 // while the vector units scale blocks b and b + 1 (four dot buffers). With `prefetch`, its
-// `prefetch_bytes` are prefetched to L2 in equal parts as the blocks go.
+// `prefetch_bytes` are prefetched to L2 in equal parts as the blocks go. The vector work runs for
+// the first MR rows only (mr rounded up to 4: tile_kernel_rows), a quarter of it at a time: the
+// tiles' last x tile is seldom full.
+template <int MR>
 void tile_kernel(const std::int8_t* xq, const float* xd, std::int64_t k, std::int64_t nb_row, std::int64_t b0,
                  std::int64_t nb, const PackedBlock* w, float* y, std::int64_t ldy, int mr, int nr, bool first,
                  const float* bias, const char* prefetch = nullptr, std::int64_t prefetch_bytes = 0) {
@@ -152,7 +157,7 @@ void tile_kernel(const std::int8_t* xq, const float* xd, std::int64_t k, std::in
   const __mmask16 mask = static_cast<__mmask16>((1u << nr) - 1u);
   __m512 acc[kT];
 #pragma GCC unroll 16
-  for (int r = 0; r < kT; ++r) acc[r] = first || r >= mr ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, y + r * ldy);
+  for (int r = 0; r < MR; ++r) acc[r] = first || r >= mr ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, y + r * ldy);
   const std::int8_t* a = xq + b0 * kB;
   const float* dx = xd + b0;
   if (nb >= 2) {
@@ -169,12 +174,12 @@ void tile_kernel(const std::int8_t* xq, const float* xd, std::int64_t k, std::in
     } else if (b + 2 < nb) {
       SX_AMX_BLOCK_0(b + 2, c[2 * (h ^ 1)]);
     }
-    scale_block(c[2 * h], w[b].d, dx + b, nb_row, acc);
-    scale_block(c[2 * h + 1], w[b + 1].d, dx + b + 1, nb_row, acc);
+    scale_block<MR>(c[2 * h], w[b].d, dx + b, nb_row, acc);
+    scale_block<MR>(c[2 * h + 1], w[b + 1].d, dx + b + 1, nb_row, acc);
   }
   if (b < nb) {  // the last of an odd count: computed above (or alone when nb == 1)
     if (nb == 1) SX_AMX_BLOCK_0(0, c[2 * h]);
-    scale_block(c[2 * h], w[b].d, dx + b, nb_row, acc);
+    scale_block<MR>(c[2 * h], w[b].d, dx + b, nb_row, acc);
   }
   const __m512 bv = bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias) : _mm512_setzero_ps();
   for (int r = 0; r < mr; ++r) {
@@ -184,6 +189,16 @@ void tile_kernel(const std::int8_t* xq, const float* xd, std::int64_t k, std::in
 #undef SX_AMX_BLOCK_0
 #undef SX_AMX_BLOCK_1
 #undef SX_AMX_BLOCK_ON
+
+using TileKernel = decltype(&tile_kernel<kT>);
+TileKernel tile_kernel_rows(int mr) {
+  switch ((mr + 3) / 4) {
+    case 1: return &tile_kernel<4>;
+    case 2: return &tile_kernel<8>;
+    case 3: return &tile_kernel<12>;
+    default: return &tile_kernel<kT>;
+  }
+}
 
 void gemm_amx(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
   const std::int64_t m = p.m, n = p.n, k = p.k;
@@ -238,7 +253,7 @@ void gemm_amx(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
         auto tile = [&](std::int64_t i, std::int64_t j, const PackedBlock* w, const char* pf = nullptr, std::int64_t pf_bytes = 0) {
           const int mr = static_cast<int>(std::min<std::int64_t>(kT, m - i * kT));
           const int nr = static_cast<int>(std::min<std::int64_t>(kT, n - j * kT));
-          tile_kernel(xq + i * kT * k, xd + i * kT * nb_row, k, nb_row, b0, nb, w, p.y + i * kT * n + j * kT, n, mr, nr,
+          tile_kernel_rows(mr)(xq + i * kT * k, xd + i * kT * nb_row, k, nb_row, b0, nb, w, p.y + i * kT * n + j * kT, n, mr, nr,
                       b0 == 0, last && p.bias != nullptr ? p.bias + j * kT : nullptr, pf, pf_bytes);
         };
         if (streaming) {  // one panel at a time, whole: W read once, in order
