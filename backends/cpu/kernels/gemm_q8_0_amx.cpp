@@ -231,8 +231,11 @@ void gemm_amx(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
     wbuf[static_cast<std::size_t>(t)] =
         static_cast<PackedBlock*>(scratch.get(kSlotThread0 + t, sizeof(PackedBlock) * static_cast<std::size_t>(task_blocks)));
   }
-  const std::int64_t n_tasks = std::min<std::int64_t>(
-      panels, threads * ceil_div(panels, static_cast<std::int64_t>(threads) * kMaxPanelsPerTask));
+  // Streaming: two runs of panels per thread (the prefetch runs ahead within a run, and the pair
+  // still evens out a thread that is held up); else runs of at most kMaxPanelsPerTask (L2).
+  const std::int64_t n_tasks =
+      streaming ? std::min<std::int64_t>(panels, 2 * threads)
+                : std::min<std::int64_t>(panels, threads * ceil_div(panels, static_cast<std::int64_t>(threads) * kMaxPanelsPerTask));
   const bool r16 = p.w_type == kQ8_0R16;
   std::atomic<std::int64_t> next{0};
   pool.run_on_all([&](int thread, int) {
