@@ -198,11 +198,19 @@ SchedulerOutput Scheduler::schedule_paced() {
   //    where the first in line is in its prompt (a late chunk of a long prompt attends to more
   //    rows); with no decode in the step, nobody is waiting for a token: the whole token budget.
   //    When more requests wait for their first token than streams decode (a burst of arrivals),
-  //    the target grows by that ratio: each waiting user counts as much as each streaming one.
+  //    the target grows by that ratio: each waiting user counts as much as each streaming one. A
+  //    stream that has only just started (fewer than kYoungStreamTokens generated: the first of a
+  //    burst, prefilled a step earlier) counts with the burst, not with the streams it would slow
+  //    down: else the rest of a burst is paced by the start of its own first part, and its users
+  //    get their first tokens, and finish, steps apart.
   const auto decodes = static_cast<std::int64_t>(out.scheduled.size());
-  const auto wanting = static_cast<double>(candidates.size());
-  const double target =
-      step_target(decodes) * std::max(1.0, wanting / static_cast<double>(std::max<std::int64_t>(decodes, 1)));
+  const auto young = static_cast<std::int64_t>(
+      std::count_if(out.scheduled.begin(), out.scheduled.end(), [](const ScheduledRequest& s) {
+        return static_cast<std::int64_t>(s.request->output.size()) < kYoungStreamTokens;
+      }));
+  const auto wanting = static_cast<double>(static_cast<std::int64_t>(candidates.size()) + young);
+  const double target = step_target(decodes) *
+                        std::max(1.0, wanting / static_cast<double>(std::max<std::int64_t>(decodes - young, 1)));
   const std::int64_t start = candidates.empty() ? 0 : candidates.front()->num_computed;
   std::int64_t left = budget <= 0 ? 0
                       : decodes == 0

@@ -10,8 +10,9 @@
 // target, never fewer than min_prefill_chunk (prefills always progress) nor more than
 // max_num_batched_tokens allows. When more requests wait for prefill than streams decode (a burst of
 // arrivals: 16 clients at once), the target is multiplied by their ratio, so the many waiting for a
-// first token are not held back for the pace of the few already streaming; one long prompt beside
-// running streams changes nothing. That prefill share goes to the running prefills and the
+// first token are not held back for the pace of the few already streaming (streams that generated
+// fewer than kYoungStreamTokens count with those waiting: they are the burst's first part); one
+// long prompt beside running streams changes nothing. That prefill share goes to the running prefills and the
 // waiting requests in this order: first any that was passed over max_prefill_skips steps in a row
 // or was preempted (oldest first), then shortest remaining prompt first (arrival order on ties), each
 // chunked to what is left. So a short prompt behind a long one is served within a step or two
@@ -61,6 +62,9 @@ struct SchedulerConfig {
   std::int64_t min_prefill_chunk = 4;   // prefill tokens a paced step takes at least (when any wait)
   std::int64_t max_prefill_skips = 8;   // a prefill passed over this many steps goes first
 };
+
+// A stream with fewer generated tokens than this counts with a burst of arrivals (schedule_paced).
+inline constexpr std::int64_t kYoungStreamTokens = 4;
 
 struct ScheduledRequest {
   Request* request = nullptr;

@@ -509,5 +509,45 @@ TEST(PacedScheduler, ABurstOfArrivalsIsNotHeldToThePaceOfOneStream) {
   }
 }
 
+// The rest of a burst is not paced by the burst's own first part: one stream decodes; 10 prompts
+// arrive and start together (the burst rule above); 5 more arrive a step later (the slower
+// clients of the same burst). The 10 have just started, so they count with the 5 waiting, not with
+// the stream: the 5 get their first tokens within two steps, where the pace of 11 streams would
+// spread them over 4 steps of 100 ms; every stream still decodes in every step.
+TEST(PacedScheduler, StreamsThatJustStartedCountWithTheBurst) {
+  Paced p(100.0);
+  const std::uint64_t stream = p.add(8, 1000);
+  for (int i = 0; i < 20; ++i) p.step();  // the cost model sees decode steps
+  for (int i = 0; i < 8; ++i) {           // and a few with prefill, of two sizes
+    p.add(4 + 8 * (i % 2), 1);
+    p.step();
+    p.step();
+  }
+  ASSERT_TRUE(p.s.stats().cost.ready);
+  auto first_tokens = [&](const std::vector<std::uint64_t>& ids, const std::vector<std::uint64_t>& streams) {
+    std::map<std::uint64_t, bool> started;
+    int steps = 0;
+    while (started.size() < ids.size()) {
+      const SchedulerOutput out = p.step();
+      ++steps;
+      for (std::uint64_t s : streams) EXPECT_TRUE(Paced::has(out, s)) << "stream " << s << " missed step " << steps;
+      for (const ScheduledRequest& r : out.scheduled) {
+        if (r.sample && std::find(ids.begin(), ids.end(), r.request->id) != ids.end()) started[r.request->id] = true;
+      }
+      if (steps >= 1000) break;
+    }
+    return steps;
+  };
+  std::vector<std::uint64_t> first, rest;
+  for (int i = 0; i < 10; ++i) first.push_back(p.add(64, 50));
+  EXPECT_LE(first_tokens(first, {stream}), 2);
+  for (int i = 0; i < 5; ++i) rest.push_back(p.add(64, 50));
+  std::vector<std::uint64_t> streams = first;
+  streams.push_back(stream);
+  const int steps = first_tokens(rest, streams);
+  EXPECT_LE(steps, 2);
+  std::printf("the last 5 prompts of a burst beside 10 streams that just started: first tokens after %d step(s)\n", steps);
+}
+
 }  // namespace
 }  // namespace sx::sched
