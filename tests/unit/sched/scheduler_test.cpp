@@ -392,6 +392,18 @@ struct Paced {
     s.update(out, sampled);
     return out;
   }
+  // One stream (an 8-token prompt, 1,000 tokens to generate) decoding while the cost model sees
+  // decode steps, then a few with prefill of two sizes; the stream's id.
+  std::uint64_t add_stream_and_learn_costs() {
+    const std::uint64_t stream = add(8, 1000);
+    for (int i = 0; i < 20; ++i) step();
+    for (int i = 0; i < 8; ++i) {
+      add(4 + 8 * (i % 2), 1);
+      step();
+      step();
+    }
+    return stream;
+  }
   static bool has(const SchedulerOutput& out, std::uint64_t id) {
     return std::any_of(out.scheduled.begin(), out.scheduled.end(),
                        [id](const ScheduledRequest& r) { return r.request->id == id; });
@@ -475,13 +487,7 @@ TEST(PacedScheduler, ABurstOfArrivalsIsNotHeldToThePaceOfOneStream) {
   for (const int prompts : {15, 1}) {
     SCOPED_TRACE(::testing::Message() << prompts << " prompt(s)");
     Paced p(100.0);
-    const std::uint64_t stream = p.add(8, 1000);
-    for (int i = 0; i < 20; ++i) p.step();  // the cost model sees decode steps
-    for (int i = 0; i < 8; ++i) {           // and a few with prefill, of two sizes
-      p.add(4 + 8 * (i % 2), 1);
-      p.step();
-      p.step();
-    }
+    const std::uint64_t stream = p.add_stream_and_learn_costs();
     ASSERT_TRUE(p.s.stats().cost.ready);
     std::vector<std::uint64_t> ids;
     for (int i = 0; i < prompts; ++i) ids.push_back(p.add(960 / prompts, 2));
@@ -516,13 +522,7 @@ TEST(PacedScheduler, ABurstOfArrivalsIsNotHeldToThePaceOfOneStream) {
 // spread them over 4 steps of 100 ms; every stream still decodes in every step.
 TEST(PacedScheduler, StreamsThatJustStartedCountWithTheBurst) {
   Paced p(100.0);
-  const std::uint64_t stream = p.add(8, 1000);
-  for (int i = 0; i < 20; ++i) p.step();  // the cost model sees decode steps
-  for (int i = 0; i < 8; ++i) {           // and a few with prefill, of two sizes
-    p.add(4 + 8 * (i % 2), 1);
-    p.step();
-    p.step();
-  }
+  const std::uint64_t stream = p.add_stream_and_learn_costs();
   ASSERT_TRUE(p.s.stats().cost.ready);
   auto first_tokens = [&](const std::vector<std::uint64_t>& ids, const std::vector<std::uint64_t>& streams) {
     std::map<std::uint64_t, bool> started;
