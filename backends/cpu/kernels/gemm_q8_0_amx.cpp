@@ -235,7 +235,8 @@ void gemm_amx(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
   // still evens out a thread that is held up); else runs of at most kMaxPanelsPerTask (L2).
   const std::int64_t n_tasks =
       streaming ? std::min<std::int64_t>(panels, 2 * threads)
-                : std::min<std::int64_t>(panels, threads * ceil_div(panels, static_cast<std::int64_t>(threads) * kMaxPanelsPerTask));
+                : std::min<std::int64_t>(
+                      panels, threads * ceil_div(panels, static_cast<std::int64_t>(threads) * kMaxPanelsPerTask));
   const bool r16 = p.w_type == kQ8_0R16;
   std::atomic<std::int64_t> next{0};
   pool.run_on_all([&](int thread, int) {
@@ -253,20 +254,24 @@ void gemm_amx(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
       for (std::int64_t b0 = 0; b0 < nb_row; b0 += kc_blocks) {
         const std::int64_t nb = std::min(kc_blocks, nb_row - b0);
         const bool last = b0 + nb == nb_row;
-        auto tile = [&](std::int64_t i, std::int64_t j, const PackedBlock* w, const char* pf = nullptr, std::int64_t pf_bytes = 0) {
+        auto tile = [&](std::int64_t i, std::int64_t j, const PackedBlock* w, const char* pf = nullptr,
+                        std::int64_t pf_bytes = 0) {
           const int mr = static_cast<int>(std::min<std::int64_t>(kT, m - i * kT));
           const int nr = static_cast<int>(std::min<std::int64_t>(kT, n - j * kT));
-          tile_kernel_rows(mr)(xq + i * kT * k, xd + i * kT * nb_row, k, nb_row, b0, nb, w, p.y + i * kT * n + j * kT, n, mr, nr,
-                      b0 == 0, last && p.bias != nullptr ? p.bias + j * kT : nullptr, pf, pf_bytes);
+          tile_kernel_rows(mr)(xq + i * kT * k, xd + i * kT * nb_row, k, nb_row, b0, nb, w, p.y + i * kT * n + j * kT,
+                               n, mr, nr, b0 == 0, last && p.bias != nullptr ? p.bias + j * kT : nullptr, pf, pf_bytes);
         };
         if (streaming) {  // one panel at a time, whole: W read once, in order
           for (std::int64_t j = j0; j < j1; ++j) {
             pack(j, b0, nb, wb);
             // The first x tile prefetches a kQ8_0R16 panel kPrefetchPanels ahead as it goes.
-            const bool pf = r16 && j + kPrefetchPanels < j1;
-            const auto* ahead = static_cast<const BlockQ8_0x16*>(p.w) + (j + kPrefetchPanels) * nb_row;
-            tile(0, j, wb, pf ? reinterpret_cast<const char*>(ahead) : nullptr,
-                 pf ? static_cast<std::int64_t>(sizeof(BlockQ8_0x16)) * nb_row : 0);
+            if (r16 && j + kPrefetchPanels < j1) {
+              const auto* ahead = static_cast<const BlockQ8_0x16*>(p.w) + (j + kPrefetchPanels) * nb_row;
+              tile(0, j, wb, reinterpret_cast<const char*>(ahead),
+                   static_cast<std::int64_t>(sizeof(BlockQ8_0x16)) * nb_row);
+            } else {
+              tile(0, j, wb);
+            }
             for (std::int64_t i = 1; i < x_tiles; ++i) tile(i, j, wb);
           }
         } else {  // the task's panels of this k range together, every x tile over them

@@ -266,7 +266,8 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
     thread_local std::vector<const float*> qptr;
     thread_local std::vector<float*> sptr;
     const bool convert = s.cache_type != hal::DType::kF32;
-    buf.resize(std::max(buf.size(), static_cast<std::size_t>((convert ? 2 * max_ctx * hd : 0) + max_queries * (max_ctx + hd))));
+    const std::int64_t floats = (convert ? 2 * max_ctx * hd : 0) + max_queries * (max_ctx + hd);
+    buf.resize(std::max(buf.size(), static_cast<std::size_t>(floats)));
     krows.resize(std::max(krows.size(), static_cast<std::size_t>(max_ctx)));
     vrows.resize(std::max(vrows.size(), static_cast<std::size_t>(max_ctx)));
     inv_sum.resize(std::max(inv_sum.size(), static_cast<std::size_t>(max_queries)));
@@ -327,7 +328,9 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
             mq.dot_n(qptr.data() + j, kr + c, hd, s.scale, out);
           }
         }
-        for (; j < n_queries; ++j) scores_any(qptr[static_cast<std::size_t>(j)], kr + c, 8, hd, s.scale, sptr[static_cast<std::size_t>(j)] + c);
+        for (; j < n_queries; ++j) {
+          scores_any(qptr[static_cast<std::size_t>(j)], kr + c, 8, hd, s.scale, sptr[static_cast<std::size_t>(j)] + c);
+        }
       }
       for (std::int64_t qi = 0; qi < n_queries; ++qi) {
         const std::int64_t n_ctx = ctx_of(qi), c = n_ctx / 8 * 8;
