@@ -274,45 +274,49 @@ TEST(CpuIsaParity, AHeadsAttentionDoesNotDependOnTheOtherHeadsOfItsGroup) {
 // A token's attention does not depend on the tokens it is computed with (the kernel takes a prompt
 // chunk's tokens in tiles that share the K/V rows): a chunk of 37 tokens at positions 43-79 of one
 // sequence, next to a decode of another, against each token alone as a decode over its own
-// context, bit for bit on every level, with an F32 and an F16 cache.
+// context, bit for bit on every level, with an F32 and an F16 cache, for head sizes 24, 64 and 128.
 TEST(CpuIsaParity, ATokensAttentionDoesNotDependOnTheTokensBatchedWithIt) {
   std::mt19937 rng(11);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   ThreadPool pool(2);
-  const std::int64_t hd = 64, heads = 14, kv_heads = 2, bs = 16, max_blocks = 5, chunk = 37, ctx = 80, ctx2 = 21;
-  const std::int64_t tokens = chunk + 1, row = kv_heads * hd;
-  std::vector<float> q(tokens * heads * hd), k(10 * bs * row), v(k.size());
-  for (float& x : q) x = nd(rng);
-  for (float& x : k) x = nd(rng);
-  for (float& x : v) x = nd(rng);
-  const std::vector<std::int32_t> table = {7, 2, 9, 0, 4, 3, 5, 1, 6, 8};  // seq 0: blocks 7 2 9 0 4; seq 1: 3 5
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  for (const DType cache : {DType::kF32, DType::kF16}) {
-    std::vector<std::uint16_t> k16(k.size()), v16(v.size());
-    hal::quantize_row(DType::kF16, k.data(), k16.data(), static_cast<std::int64_t>(k.size()));
-    hal::quantize_row(DType::kF16, v.data(), v16.data(), static_cast<std::int64_t>(v.size()));
-    const void* kc = cache == DType::kF32 ? static_cast<const void*>(k.data()) : k16.data();
-    const void* vc = cache == DType::kF32 ? static_cast<const void*>(v.data()) : v16.data();
-    for (const KernelTable* t : supported_levels()) {
-      std::vector<float> all(q.size(), 0.0f);
-      const std::vector<std::int32_t> starts = {0, static_cast<std::int32_t>(chunk), static_cast<std::int32_t>(tokens)};
-      const std::vector<std::int32_t> lens = {static_cast<std::int32_t>(ctx), static_cast<std::int32_t>(ctx2)};
-      AttentionPtrs p{q.data(), kc, vc, all.data(), starts.data(), lens.data(), table.data()};
-      const AttentionShape sh{cache, 2, tokens, heads, kv_heads, hd, bs, max_blocks, 0, 0, heads / kv_heads, scale};
-      t->paged_attention(pool, p, sh);
-      for (std::int64_t tk = 0; tk < tokens; ++tk) {
-        const bool first = tk < chunk;
-        std::vector<float> one(heads * hd, 0.0f);
-        const std::vector<std::int32_t> one_starts = {0, 1};
-        const std::vector<std::int32_t> one_len = {static_cast<std::int32_t>(first ? ctx - chunk + tk + 1 : ctx2)};
-        AttentionPtrs p1{q.data() + tk * heads * hd, kc, vc, one.data(), one_starts.data(), one_len.data(),
-                         table.data() + (first ? 0 : max_blocks)};
-        AttentionShape s1 = sh;
-        s1.n_seqs = 1;
-        s1.n_tokens = 1;
-        t->paged_attention(pool, p1, s1);
-        ASSERT_EQ(0, std::memcmp(all.data() + tk * heads * hd, one.data(), sizeof(float) * heads * hd))
-            << t->level << " cache " << hal::dtype_name(cache) << " token " << tk;
+  for (const std::int64_t hd : {24, 64, 128}) {  // the generic path and both register-blocked ones
+    SCOPED_TRACE(::testing::Message() << "head_dim " << hd);
+    const std::int64_t heads = 14, kv_heads = 2, bs = 16, max_blocks = 5, chunk = 37, ctx = 80, ctx2 = 21;
+    const std::int64_t tokens = chunk + 1, row = kv_heads * hd;
+    std::vector<float> q(tokens * heads * hd), k(10 * bs * row), v(k.size());
+    for (float& x : q) x = nd(rng);
+    for (float& x : k) x = nd(rng);
+    for (float& x : v) x = nd(rng);
+    const std::vector<std::int32_t> table = {7, 2, 9, 0, 4, 3, 5, 1, 6, 8};  // seq 0: blocks 7 2 9 0 4; seq 1: 3 5
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    for (const DType cache : {DType::kF32, DType::kF16}) {
+      std::vector<std::uint16_t> k16(k.size()), v16(v.size());
+      hal::quantize_row(DType::kF16, k.data(), k16.data(), static_cast<std::int64_t>(k.size()));
+      hal::quantize_row(DType::kF16, v.data(), v16.data(), static_cast<std::int64_t>(v.size()));
+      const void* kc = cache == DType::kF32 ? static_cast<const void*>(k.data()) : k16.data();
+      const void* vc = cache == DType::kF32 ? static_cast<const void*>(v.data()) : v16.data();
+      for (const KernelTable* t : supported_levels()) {
+        std::vector<float> all(q.size(), 0.0f);
+        const std::vector<std::int32_t> starts = {0, static_cast<std::int32_t>(chunk),
+                                                  static_cast<std::int32_t>(tokens)};
+        const std::vector<std::int32_t> lens = {static_cast<std::int32_t>(ctx), static_cast<std::int32_t>(ctx2)};
+        AttentionPtrs p{q.data(), kc, vc, all.data(), starts.data(), lens.data(), table.data()};
+        const AttentionShape sh{cache, 2, tokens, heads, kv_heads, hd, bs, max_blocks, 0, 0, heads / kv_heads, scale};
+        t->paged_attention(pool, p, sh);
+        for (std::int64_t tk = 0; tk < tokens; ++tk) {
+          const bool first = tk < chunk;
+          std::vector<float> one(heads * hd, 0.0f);
+          const std::vector<std::int32_t> one_starts = {0, 1};
+          const std::vector<std::int32_t> one_len = {static_cast<std::int32_t>(first ? ctx - chunk + tk + 1 : ctx2)};
+          AttentionPtrs p1{q.data() + tk * heads * hd, kc, vc, one.data(), one_starts.data(), one_len.data(),
+                           table.data() + (first ? 0 : max_blocks)};
+          AttentionShape s1 = sh;
+          s1.n_seqs = 1;
+          s1.n_tokens = 1;
+          t->paged_attention(pool, p1, s1);
+          ASSERT_EQ(0, std::memcmp(all.data() + tk * heads * hd, one.data(), sizeof(float) * heads * hd))
+              << t->level << " cache " << hal::dtype_name(cache) << " token " << tk;
+        }
       }
     }
   }
