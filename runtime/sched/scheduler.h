@@ -12,10 +12,10 @@
 // arrivals: 16 clients at once), the target is multiplied by their ratio, so the many waiting for a
 // first token are not held back for the pace of the few already streaming (streams that generated
 // fewer than kYoungStreamTokens count with those waiting: they are the burst's first part); one
-// long prompt beside running streams changes nothing. That prefill share goes to the running prefills and the
-// waiting requests in this order: first any that was passed over max_prefill_skips steps in a row
-// or was preempted (oldest first), then shortest remaining prompt first (arrival order on ties), each
-// chunked to what is left. So a short prompt behind a long one is served within a step or two
+// long prompt beside running streams changes nothing. That prefill share goes to the running
+// prefills and the waiting requests in this order: first any that was passed over
+// max_prefill_skips steps in a row or was preempted (oldest first), then shortest remaining prompt
+// first (arrival order on ties), each chunked to what is left. So a short prompt behind a long one is served within a step or two
 // instead of after all of the long one's chunks, several long prompts share the budget instead of
 // one running alone to the end, and none waits more than max_prefill_skips steps while others go.
 //

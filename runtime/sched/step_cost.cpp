@@ -98,11 +98,10 @@ void StepCostModel::refit() {
   // split between them fits, and it is left out.
   bool context_known = false;
   {
-    Mat sub = a;
     Vec col{};
     for (std::size_t i = 0; i < 3; ++i) col[i] = a[i][3];
     Vec g{};
-    if (a[3][3] > 0 && solve(sub, col, {true, true, true, false}, g)) {
+    if (a[3][3] > 0 && solve(a, col, {true, true, true, false}, g)) {
       const double explained = g[0] * a[0][3] + g[1] * a[1][3] + g[2] * a[2][3];
       context_known = a[3][3] - explained > 1e-4 * a[3][3];
     }
