@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -59,37 +60,65 @@ inline void dot8(const float* q, const float* const* rows, std::int64_t hd, floa
 }
 
 #if defined(__AVX512F__)
-// dot8 on 512-bit registers (hd % 16 == 0) for NQ queries over the same 8 rows, each row's values
-// loaded once for all of them: per query and row, sixteen-lane partial sums in d order folded to
-// eight lanes, then store_sums8 (its own summation order, the same on every AVX-512 level and for
-// any NQ). scores[j][r] = scale * q[j] . rows[r].
+// r[i] = row i of a 16 x 16 block -> r[j] = its column j (unpack, then 64- and 128-bit shuffles).
+inline void transpose16(__m512 (&r)[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i + 0] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0x44);
+    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0xEE);
+    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0x88);
+    t[4 + i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0xDD);
+    t[8 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0x88);
+    t[12 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0xDD);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+    r[4 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0x88);
+    r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xDD);
+    r[12 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0xDD);
+  }
+}
+
+// The K rows rows[0, 16) (those at or past n: zero) transposed: kt[16 d + i] = rows[i][d], d < hd
+// (kt 64-byte aligned).
+inline void transpose_rows16(const float* const* rows, std::int64_t n, std::int64_t hd, float* kt) {
+  for (std::int64_t d0 = 0; d0 < hd; d0 += 16) {
+    const auto nd = static_cast<int>(std::min<std::int64_t>(16, hd - d0));
+    const auto mask = static_cast<__mmask16>((1u << nd) - 1u);
+    __m512 r[16];
+    for (int i = 0; i < 16; ++i) r[i] = i < n ? _mm512_maskz_loadu_ps(mask, rows[i] + d0) : _mm512_setzero_ps();
+    transpose16(r);
+    for (int i = 0; i < nd; ++i) _mm512_store_ps(kt + (d0 + i) * 16, r[i]);
+  }
+}
+
+// scores[j][i] = scale * (q[j] . row i) for the 16 rows of kt (transpose_rows16) and NQ queries: a
+// lane per row, each dot one chain of FMAs in d order from 0, so a row's score has the same bits
+// whatever rows, queries or tile it is computed with, and no horizontal sums are needed.
 template <int NQ>
-inline void dot8_512_n(const float* const* q, const float* const* rows, std::int64_t hd, float scale,
-                       float* const* scores) {
-  __m512 a[NQ][8];
-  for (int j = 0; j < NQ; ++j) {
-    for (int r = 0; r < 8; ++r) a[j][r] = _mm512_setzero_ps();
+void dot16t_n(const float* const* q, const float* kt, std::int64_t hd, float scale, float* const* scores) {
+  __m512 a[NQ];
+  for (int j = 0; j < NQ; ++j) a[j] = _mm512_setzero_ps();
+  for (std::int64_t d = 0; d < hd; ++d) {
+    const __m512 k = _mm512_load_ps(kt + d * 16);
+    for (int j = 0; j < NQ; ++j) a[j] = _mm512_fmadd_ps(_mm512_set1_ps(q[j][d]), k, a[j]);
   }
-  for (std::int64_t i = 0; i < hd; i += 16) {
-    __m512 qv[NQ];
-    for (int j = 0; j < NQ; ++j) qv[j] = _mm512_loadu_ps(q[j] + i);
-    for (int r = 0; r < 8; ++r) {
-      const __m512 x = _mm512_loadu_ps(rows[r] + i);
-      for (int j = 0; j < NQ; ++j) a[j][r] = _mm512_fmadd_ps(qv[j], x, a[j][r]);
-    }
-  }
-  for (int j = 0; j < NQ; ++j) {
-    __m256 b[8];
-    for (int r = 0; r < 8; ++r) {
-      b[r] = _mm256_add_ps(_mm512_castps512_ps256(a[j][r]),
-                           _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[j][r]), 1)));
-    }
-    store_sums8(b, scale, scores[j]);
-  }
+  const __m512 sv = _mm512_set1_ps(scale);
+  for (int j = 0; j < NQ; ++j) _mm512_storeu_ps(scores[j], _mm512_mul_ps(a[j], sv));
 }
-inline void dot8_512(const float* q, const float* const* rows, std::int64_t hd, float scale, float* scores) {
-  dot8_512_n<1>(&q, rows, hd, scale, &scores);
-}
+using Dot16T = void (*)(const float* const*, const float*, std::int64_t, float, float* const*);
+constexpr int kDotQueries = 12;  // queries per dot16t_n call at most (12 chains hide the FMA latency)
+constexpr Dot16T kDot16T[kDotQueries + 1] = {nullptr,         dot16t_n<1>, dot16t_n<2>,  dot16t_n<3>, dot16t_n<4>,
+                                             dot16t_n<5>,     dot16t_n<6>, dot16t_n<7>,  dot16t_n<8>, dot16t_n<9>,
+                                             dot16t_n<10>,    dot16t_n<11>, dot16t_n<12>};
 
 // weighted_sum_part for NQ queries over the same rows, on 512-bit registers (NZ per query): each
 // element's sum is the same chain of FMAs in row order as weighted_sum_part's (the same bits), but
@@ -139,16 +168,12 @@ void weighted_sum_part_any(const float* w, const float* const* rows, std::int64_
 using WeightedSumPart = void (*)(const float*, const float* const*, std::int64_t, std::int64_t, float*);
 // Kernels that take several queries over the same rows at once (null where there is none).
 using WeightedSumN = void (*)(const float* const*, const float* const*, std::int64_t, float* const*);
-using Dot8N = void (*)(const float* const*, const float* const*, std::int64_t, float, float* const*);
 struct MultiQueryKernels {
-  static constexpr int kDotQ = 2;  // queries per dot_n call
-  Dot8N dot_n = nullptr;
   WeightedSumN sum4 = nullptr, sum2 = nullptr;  // 4 and 2 queries
 };
 MultiQueryKernels multi_query_kernels_for([[maybe_unused]] std::int64_t hd) {
   MultiQueryKernels m;
 #if defined(__AVX512F__)
-  if (hd % 16 == 0) m.dot_n = dot8_512_n<MultiQueryKernels::kDotQ>;
   switch (hd) {
     case 64:
       m.sum4 = weighted_sum_n<4, 4>;
@@ -173,20 +198,17 @@ WeightedSumPart weighted_sum_part_for([[maybe_unused]] std::int64_t hd) {
   return weighted_sum_part_any;
 }
 
+#if !defined(__AVX512F__)
 void scores_any(const float* q, const float* const* rows, std::int64_t n, std::int64_t hd, float scale, float* out) {
   std::int64_t c = 0;
 #if defined(__AVX2__) && defined(__FMA__)
-#if defined(__AVX512F__)
-  if (hd % 16 == 0) {
-    for (; c + 8 <= n; c += 8) dot8_512(q, rows + c, hd, scale, out + c);
-  }
-#endif
   if (hd % 8 == 0) {
     for (; c + 8 <= n; c += 8) dot8(q, rows + c, hd, scale, out + c);
   }
 #endif
   for (; c < n; ++c) out[c] = dot_f32(q, rows[c], hd) * scale;
 }
+#endif
 
 // The largest of x[0..n) (n > 0). Exact in any order, so vectorised.
 float max_f32(const float* x, std::int64_t n) {
@@ -211,6 +233,11 @@ float max_f32(const float* x, std::int64_t n) {
   return m;
 }
 
+inline std::int64_t round16(std::int64_t n) { return (n + 15) / 16 * 16; }
+inline float* align64(float* p) {
+  return reinterpret_cast<float*>((reinterpret_cast<std::uintptr_t>(p) + 63) & ~static_cast<std::uintptr_t>(63));
+}
+
 }  // namespace
 
 void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionShape& s) {
@@ -220,8 +247,9 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
   // Work comes in tiles: up to kTileTokens consecutive tokens of one sequence, which attend to the
   // same first rows (a prompt chunk's tokens see the same prefix), taken together so each K/V row
   // is read from memory once per tile and reused from L1 by all its queries. A token's arithmetic
-  // is the same whatever tile it is in (its scores 8 rows at a time from row 0, its V sums 32 rows
-  // at a time from row 0), so prefill and decode, chunked or not, give the same bits.
+  // is the same whatever tile it is in (its scores: on AVX-512 one FMA chain per row, in d order,
+  // elsewhere 8 rows at a time from row 0; its V sums 32 rows at a time from row 0), so prefill and
+  // decode, chunked or not, give the same bits.
   constexpr std::int64_t kTileTokens = 8;
   struct Tile {
     std::int32_t seq, first_token, n_tokens, first_pos;
@@ -266,7 +294,9 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
     thread_local std::vector<const float*> qptr;
     thread_local std::vector<float*> sptr;
     const bool convert = s.cache_type != hal::DType::kF32;
-    const std::int64_t floats = (convert ? 2 * max_ctx * hd : 0) + max_queries * (max_ctx + hd);
+    // A query's scores take its tile's rows rounded up to 16 (the transposed K pass writes 16 at a
+    // time), plus 16 K rows transposed (kt) and the slack to align them to 64 bytes.
+    const std::int64_t floats = (convert ? 2 * max_ctx * hd : 0) + max_queries * (round16(max_ctx) + hd) + 16 * hd + 16;
     buf.resize(std::max(buf.size(), static_cast<std::size_t>(floats)));
     krows.resize(std::max(krows.size(), static_cast<std::size_t>(max_ctx)));
     vrows.resize(std::max(vrows.size(), static_cast<std::size_t>(max_ctx)));
@@ -280,8 +310,10 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
       if (heads.empty()) continue;
       const auto nh = static_cast<std::int64_t>(heads.size());
       const std::int64_t n_rows = tile.first_pos + tile.n_tokens;  // the last token's context
-      float* scores = buf.data();                                   // [query][n_rows]
-      float* acc = scores + kTileTokens * nh * n_rows;              // [query][hd]
+      const std::int64_t stride = round16(n_rows);                 // a query's scores
+      [[maybe_unused]] float* kt = align64(buf.data());            // [hd][16]
+      float* scores = align64(buf.data()) + 16 * hd;                // [query][stride]
+      float* acc = scores + kTileTokens * nh * stride;              // [query][hd]
       float* kconv = acc + kTileTokens * nh * hd;
       float* vconv = kconv + n_rows * hd;
       const std::int32_t* bt = p.block_table + tile.seq * s.max_blocks_per_seq;
@@ -313,22 +345,32 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
       auto ctx_of = [&](std::int64_t qi) { return tile.first_pos + qi / nh + 1; };
       for (std::int64_t qi = 0; qi < n_queries; ++qi) {
         qptr[static_cast<std::size_t>(qi)] = p.q + q_at(qi) * hd;
-        sptr[static_cast<std::size_t>(qi)] = scores + qi * n_rows;
+        sptr[static_cast<std::size_t>(qi)] = scores + qi * stride;
       }
       // The first query that sees row r (rows before the tile's first position are seen by all).
       auto first_seeing = [&](std::int64_t r) { return std::max<std::int64_t>(0, r - tile.first_pos) * nh; };
-      // Scores: every query of the tile over the same 8 K rows while they are in L1.
       const float* const* kr = krows.data();
-      for (std::int64_t c = 0; c + 8 <= n_rows; c += 8) {
-        float* out[MultiQueryKernels::kDotQ];
-        std::int64_t j = first_seeing(c + 7);
-        if (mq.dot_n != nullptr) {
-          for (; j + MultiQueryKernels::kDotQ <= n_queries; j += MultiQueryKernels::kDotQ) {
-            for (int x = 0; x < MultiQueryKernels::kDotQ; ++x) out[x] = sptr[static_cast<std::size_t>(j + x)] + c;
-            mq.dot_n(qptr.data() + j, kr + c, hd, s.scale, out);
-          }
+#if defined(__AVX512F__)
+      // Scores: 16 K rows at a time, transposed once for all the queries of the tile that see any
+      // of them (those past a query's context are computed and not used).
+      for (std::int64_t c = 0; c < n_rows; c += 16) {
+        transpose_rows16(kr + c, n_rows - c, hd, kt);
+        float* out[kDotQueries];
+        for (std::int64_t j = first_seeing(c); j < n_queries; j += kDotQueries) {
+          const auto nq = static_cast<int>(std::min<std::int64_t>(kDotQueries, n_queries - j));
+          for (int x = 0; x < nq; ++x) out[x] = sptr[static_cast<std::size_t>(j + x)] + c;
+          kDot16T[nq](qptr.data() + j, kt, hd, s.scale, out);
         }
-        for (; j < n_queries; ++j) {
+      }
+      for (std::int64_t qi = 0; qi < n_queries; ++qi) {
+        const std::int64_t n_ctx = ctx_of(qi);
+        float* sc = sptr[static_cast<std::size_t>(qi)];
+        inv_sum[static_cast<std::size_t>(qi)] = 1.0f / exp_shifted_sum(sc, n_ctx, max_f32(sc, n_ctx));
+      }
+#else
+      // Scores: every query of the tile over the same 8 K rows while they are in L1.
+      for (std::int64_t c = 0; c + 8 <= n_rows; c += 8) {
+        for (std::int64_t j = first_seeing(c + 7); j < n_queries; ++j) {
           scores_any(qptr[static_cast<std::size_t>(j)], kr + c, 8, hd, s.scale, sptr[static_cast<std::size_t>(j)] + c);
         }
       }
@@ -338,6 +380,7 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
         scores_any(qptr[static_cast<std::size_t>(qi)], kr + c, n_ctx - c, hd, s.scale, sc + c);  // the last < 8 rows
         inv_sum[static_cast<std::size_t>(qi)] = 1.0f / exp_shifted_sum(sc, n_ctx, max_f32(sc, n_ctx));
       }
+#endif
       // V: every query of the tile over the same kRowsPerPass rows, in row order, four or two
       // queries at a time where they have as many of those rows (each query's sums are the same
       // chain of FMAs whatever it is computed with).
