@@ -15,9 +15,10 @@
 // long prompt beside running streams changes nothing. That prefill share goes to the running
 // prefills and the waiting requests in this order: first any that was passed over
 // max_prefill_skips steps in a row or was preempted (oldest first), then shortest remaining prompt
-// first (arrival order on ties), each chunked to what is left. So a short prompt behind a long one is served within a step or two
-// instead of after all of the long one's chunks, several long prompts share the budget instead of
-// one running alone to the end, and none waits more than max_prefill_skips steps while others go.
+// first (arrival order on ties), each chunked to what is left. So a short prompt behind a long one
+// is served within a step or two instead of after all of the long one's chunks, several long
+// prompts share the budget instead of one running alone to the end, and none waits more than
+// max_prefill_skips steps while others go.
 //
 // Unpaced steps (max_step_ms == 0, the behaviour before): each step fills a token budget
 // (max_num_batched_tokens) under a cap on running requests (max_num_seqs): first every running

@@ -36,6 +36,7 @@ void kv_write(ThreadPool& /*pool*/, const float* k, const float* v, void* k_cach
 namespace {
 
 #if defined(__AVX2__) && defined(__FMA__)
+#if !defined(__AVX512F__)  // the AVX-512 levels score K rows transposed (dot16t_n)
 // scores[r] = scale * (the sum of a[r]'s lanes) for 8 accumulators: a transposing add tree, so the
 // horizontal sums cost one vector op per dot product.
 inline void store_sums8(const __m256 (&a)[8], float scale, float* scores) {
@@ -58,6 +59,7 @@ inline void dot8(const float* q, const float* const* rows, std::int64_t hd, floa
   }
   store_sums8(a, scale, scores);
 }
+#endif
 
 #if defined(__AVX512F__)
 // r[i] = row i of a 16 x 16 block -> r[j] = its column j (unpack, then 64- and 128-bit shuffles).
@@ -296,7 +298,8 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
     const bool convert = s.cache_type != hal::DType::kF32;
     // A query's scores take its tile's rows rounded up to 16 (the transposed K pass writes 16 at a
     // time), plus 16 K rows transposed (kt) and the slack to align them to 64 bytes.
-    const std::int64_t floats = (convert ? 2 * max_ctx * hd : 0) + max_queries * (round16(max_ctx) + hd) + 16 * hd + 16;
+    const std::int64_t floats =
+        (convert ? 2 * max_ctx * hd : 0) + max_queries * (round16(max_ctx) + hd) + 16 * hd + 16;
     buf.resize(std::max(buf.size(), static_cast<std::size_t>(floats)));
     krows.resize(std::max(krows.size(), static_cast<std::size_t>(max_ctx)));
     vrows.resize(std::max(vrows.size(), static_cast<std::size_t>(max_ctx)));
@@ -311,8 +314,8 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
       const auto nh = static_cast<std::int64_t>(heads.size());
       const std::int64_t n_rows = tile.first_pos + tile.n_tokens;  // the last token's context
       const std::int64_t stride = round16(n_rows);                 // a query's scores
-      [[maybe_unused]] float* kt = align64(buf.data());            // [hd][16]
-      float* scores = align64(buf.data()) + 16 * hd;                // [query][stride]
+      float* kt = align64(buf.data());                              // [hd][16]
+      float* scores = kt + 16 * hd;                                 // [query][stride]
       float* acc = scores + kTileTokens * nh * stride;              // [query][hd]
       float* kconv = acc + kTileTokens * nh * hd;
       float* vconv = kconv + n_rows * hd;
@@ -362,11 +365,6 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
           kDot16T[nq](qptr.data() + j, kt, hd, s.scale, out);
         }
       }
-      for (std::int64_t qi = 0; qi < n_queries; ++qi) {
-        const std::int64_t n_ctx = ctx_of(qi);
-        float* sc = sptr[static_cast<std::size_t>(qi)];
-        inv_sum[static_cast<std::size_t>(qi)] = 1.0f / exp_shifted_sum(sc, n_ctx, max_f32(sc, n_ctx));
-      }
 #else
       // Scores: every query of the tile over the same 8 K rows while they are in L1.
       for (std::int64_t c = 0; c + 8 <= n_rows; c += 8) {
@@ -374,13 +372,17 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
           scores_any(qptr[static_cast<std::size_t>(j)], kr + c, 8, hd, s.scale, sptr[static_cast<std::size_t>(j)] + c);
         }
       }
-      for (std::int64_t qi = 0; qi < n_queries; ++qi) {
-        const std::int64_t n_ctx = ctx_of(qi), c = n_ctx / 8 * 8;
-        float* sc = sptr[static_cast<std::size_t>(qi)];
-        scores_any(qptr[static_cast<std::size_t>(qi)], kr + c, n_ctx - c, hd, s.scale, sc + c);  // the last < 8 rows
-        inv_sum[static_cast<std::size_t>(qi)] = 1.0f / exp_shifted_sum(sc, n_ctx, max_f32(sc, n_ctx));
+      for (std::int64_t qi = 0; qi < n_queries; ++qi) {  // each query's last < 8 rows
+        const std::int64_t c = ctx_of(qi) / 8 * 8;
+        scores_any(qptr[static_cast<std::size_t>(qi)], kr + c, ctx_of(qi) - c, hd, s.scale,
+                   sptr[static_cast<std::size_t>(qi)] + c);
       }
 #endif
+      for (std::int64_t qi = 0; qi < n_queries; ++qi) {
+        const std::int64_t n_ctx = ctx_of(qi);
+        float* sc = sptr[static_cast<std::size_t>(qi)];
+        inv_sum[static_cast<std::size_t>(qi)] = 1.0f / exp_shifted_sum(sc, n_ctx, max_f32(sc, n_ctx));
+      }
       // V: every query of the tile over the same kRowsPerPass rows, in row order, four or two
       // queries at a time where they have as many of those rows (each query's sums are the same
       // chain of FMAs whatever it is computed with).
