@@ -2,12 +2,13 @@
 #include "runtime/hal/topology_text.h"
 
 #include <cctype>
-#include <fstream>
 #include <optional>
 #include <sstream>
 #include <vector>
 
 #include <fmt/format.h>
+
+#include "runtime/base/regular_file.h"
 
 namespace sx::hal {
 
@@ -124,6 +125,10 @@ Result<Topology> parse_nvidia_smi_topo(std::string_view raw, const std::string& 
                                       header[devices], gpus);
       }
       ++gpus;
+      if (gpus > static_cast<std::size_t>(kMaxTopologyGpus)) {
+        return invalid_argument_error("{}:{}: the header names more than {} GPUs; not a saved `nvidia-smi topo -m` of "
+                                      "one machine", source, h + 1, kMaxTopologyGpus);
+      }
     }
     ++devices;
   }
@@ -176,16 +181,7 @@ Result<Topology> parse_nvidia_smi_topo(std::string_view raw, const std::string& 
 }
 
 Result<Topology> read_nvidia_smi_topo(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return not_found_error("{}: cannot open the topology file", path);
-  std::string text;
-  char buf[4096];
-  while (f.read(buf, sizeof buf) || f.gcount() > 0) {
-    text.append(buf, static_cast<std::size_t>(f.gcount()));
-    if (text.size() > (std::size_t{1} << 20)) {
-      return invalid_argument_error("{}: larger than 1 MiB; not a saved `nvidia-smi topo -m`", path);
-    }
-  }
+  SX_ASSIGN_OR_RETURN(std::string text, read_regular_file(path, kMaxTopologyBytes, fmt::format("topology {}", path)));
   return parse_nvidia_smi_topo(text, path);
 }
 

@@ -1,6 +1,13 @@
 // The topology structure and its nvidia-smi-style rendering (runtime/hal/topology.h).
 #include "runtime/hal/topology.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <future>
 #include <string>
 
 #include <gmock/gmock.h>
@@ -126,6 +133,54 @@ TEST(TopologyText, ErrorsNameTheFileLineAndCell) {
   auto missing = read_nvidia_smi_topo("/nonexistent/topo.txt");
   ASSERT_FALSE(missing.ok());
   EXPECT_THAT(missing.status().message(), HasSubstr("/nonexistent/topo.txt"));
+}
+
+// Issue 39 item 1: a header naming 100,000 GPUs (0.9 MB) made the reader allocate the 10^10-cell
+// matrix and abort the daemon (std::bad_alloc); 10,000 allocated 1.6 GB before refusing. The count
+// is capped before anything is allocated; a whole matrix at the cap still reads.
+TEST(TopologyText, AHeaderNamingMoreGpusThanTheCapIsRefusedBeforeAllocating) {
+  for (int n : {kMaxTopologyGpus + 1, 10000, 100000}) {
+    std::string text;
+    for (int i = 0; i < n; ++i) text += "\tGPU" + std::to_string(i);
+    text += "\tCPU Affinity\nGPU0\t X \n";
+    auto t = parse_nvidia_smi_topo(text, "huge.txt");
+    ASSERT_FALSE(t.ok()) << n;
+    EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(t.status().message(), HasSubstr("huge.txt:1: the header names more than 64 GPUs"));
+  }
+  std::string text;
+  for (int i = 0; i < kMaxTopologyGpus; ++i) text += "\tGPU" + std::to_string(i);
+  text += "\n";
+  for (int i = 0; i < kMaxTopologyGpus; ++i) {
+    text += "GPU" + std::to_string(i);
+    for (int j = 0; j < kMaxTopologyGpus; ++j) text += i == j ? "\t X " : "\tSYS";
+    text += "\n";
+  }
+  auto t = parse_nvidia_smi_topo(text, "64.txt");
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_EQ(t->size(), kMaxTopologyGpus);
+}
+
+// Issue 39 item 2: a FIFO as model.topology wedged the daemon's reload (and plan, doctor) in open().
+TEST(TopologyText, AFifoOrADeviceIsRefusedAtOnce) {
+  char tmpl[] = "/tmp/sx_topology_XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string fifo = std::string(tmpl) + "/topo.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto read = std::async(std::launch::async, [&] { return read_nvidia_smi_topo(fifo); });
+  if (read.wait_for(std::chrono::seconds(5)) == std::future_status::timeout) {
+    ADD_FAILURE() << "still blocked after 5 s on " << fifo;
+    const int w = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (w >= 0) ::close(w);
+  }
+  const auto t = read.get();
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message(), "topology " + fifo + ": not a regular file (a FIFO)");
+  ::unlink(fifo.c_str());
+  ::rmdir(tmpl);
+  const auto dev = read_nvidia_smi_topo("/dev/zero");
+  ASSERT_FALSE(dev.ok());
+  EXPECT_THAT(dev.status().message(), HasSubstr("not a regular file (a character device)"));
 }
 
 }  // namespace
