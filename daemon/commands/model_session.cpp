@@ -236,7 +236,9 @@ std::string ModelSession::devices_summary() const {
 }
 
 int report_error(std::string_view command, const Status& status) {
-  std::fprintf(stderr, "sextant %.*s: %s\n", static_cast<int>(command.size()), command.data(), status.to_string().c_str());
+  // Messages quote paths and variables the user gave: no control character reaches the terminal.
+  std::fprintf(stderr, "sextant %.*s: %s\n", static_cast<int>(command.size()), command.data(),
+               printable_text(status.to_string()).c_str());
   // A known failure (daemon/diagnose): its root cause and fix on one more line.
   if (const std::string why = diagnose::cause_and_fix(status); !why.empty()) {
     std::fprintf(stderr, "sextant %.*s: %s\n", static_cast<int>(command.size()), command.data(), why.c_str());

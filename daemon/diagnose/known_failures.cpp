@@ -53,6 +53,13 @@ const std::vector<Rule>& rules() {
         "update the driver (nvidia-smi shows its CUDA version) or use a build for an older CUDA"},
        {},
        {"insufficientdriver", "the nvidia driver supports cuda"}},
+      // Before invalid-device, whose words ("there is no device") a Vulkan selection error shares
+      // but whose fix is CUDA's.
+      {{"vulkan-device", "SEXTANT_VULKAN_DEVICES or model.devices names a Vulkan device this machine does not have",
+        "list the devices with `sextant doctor --backend vulkan` (or `vulkaninfo --summary`) and name one of them by "
+        "index, UUID or name, or unset SEXTANT_VULKAN_DEVICES"},
+       {},
+       {"vulkan device selection"}},
       {{"invalid-device", "a device index names a GPU this process does not see (\"invalid device ordinal\")",
         "compare CUDA_VISIBLE_DEVICES, model.devices and SEXTANT_CUDA_DEVICES with `nvidia-smi -L` (Sextant "
         "numbers GPUs in PCI order)"},

@@ -37,6 +37,20 @@ std::string json_quote(std::string_view s) {
 }
 }  // namespace
 
+std::string printable_text(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if ((u < 0x20 && c != '\n' && c != '\t') || u == 0x7f) {
+      out += fmt::format("\\x{:02x}", static_cast<unsigned>(u));
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 const char* log_level_name(LogLevel l) {
   switch (l) {
     case LogLevel::kDebug: return "debug";
@@ -59,15 +73,16 @@ void set_log_observer(std::function<void(LogLevel, std::string_view)> observer) 
 
 void log_line(LogLevel level, std::string_view message) {
   std::lock_guard<std::mutex> lock(g_mu);
-  if (g_observer) g_observer(level, message);
   if (g_json.load()) {
+    if (g_observer) g_observer(level, printable_text(message));
     const double ts = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     std::fprintf(stderr, "{\"ts\": %.3f, \"level\": \"%s\", \"msg\": %s}\n", ts, log_level_name(level),
                  json_quote(message).c_str());
     return;
   }
-  std::fprintf(stderr, "sextant: [%s] %.*s\n", log_level_name(level), static_cast<int>(message.size()),
-               message.data());
+  const std::string text = printable_text(message);
+  if (g_observer) g_observer(level, text);
+  std::fprintf(stderr, "sextant: [%s] %s\n", log_level_name(level), text.c_str());
 }
 
 }  // namespace sx
