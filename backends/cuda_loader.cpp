@@ -12,6 +12,7 @@
 
 #include "backends/cuda/module_abi.h"
 #include "runtime/base/log.h"
+#include "runtime/base/regular_file.h"
 
 namespace sx::backends {
 
@@ -87,6 +88,10 @@ class CudaProxy final : public hal::Backend {
       if (access(path.c_str(), R_OK) != 0) {
         tried += (tried.empty() ? "" : ", ") + path;
         continue;
+      }
+      // dlopen() would block on a FIFO (SEXTANT_CUDA_MODULE is the user's): a regular file only.
+      if (Status regular = check_library_path(path, fmt::format("the CUDA module {}", path)); !regular.ok()) {
+        return unavailable_error("{}", regular.message());
       }
       void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
       if (lib == nullptr) {

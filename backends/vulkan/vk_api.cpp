@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "runtime/base/regular_file.h"
+
 namespace sx::vk {
 
 Result<const GlobalApi*> global_api() {
@@ -15,6 +17,11 @@ Result<const GlobalApi*> global_api() {
   std::call_once(once, [] {
     const char* env = std::getenv("SEXTANT_VULKAN_LOADER");
     const std::string lib = env != nullptr && env[0] != '\0' ? env : "libvulkan.so.1";
+    // dlopen() would block on a FIFO ($SEXTANT_VULKAN_LOADER is the user's): a regular file only.
+    if (Status regular = check_library_path(lib, "SEXTANT_VULKAN_LOADER " + lib); !regular.ok()) {
+      failure = unavailable_error("no Vulkan loader ({}); install libvulkan1 (Debian) and a driver", regular.message());
+      return;
+    }
     void* handle = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (handle == nullptr) {
       const char* why = dlerror();

@@ -2,9 +2,11 @@
 // list, newest first (time, pid, state, first error); --show [N] prints the N-th newest start's log
 // (1: the last); --diff says what changed between the last two starts (config, version, devices,
 // plan, first error). --dir DIR for another log.dir than the default.
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
+#include <cstring>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -13,17 +15,44 @@
 #include "daemon/commands/commands.h"
 #include "daemon/commands/model_session.h"
 #include "daemon/serve/start_log.h"
+#include "runtime/base/log.h"
+#include "runtime/base/regular_file.h"
 
 namespace sx::daemon {
 
 namespace {
 
+// A summary is a few KiB (the config it quotes is at most 1 MiB).
+constexpr std::uint64_t kMaxSummaryBytes = 8u << 20;
+
+// Through read_regular_file: a FIFO or a device in the log directory is refused, never waited on.
 Result<nlohmann::json> read_summary(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) return not_found_error("{}: cannot open", path);
-  nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+  SX_ASSIGN_OR_RETURN(std::string text, read_regular_file(path, kMaxSummaryBytes));
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return data_loss_error("{}: not a start summary", path);
   return j;
+}
+
+// A field of a summary as text, whatever its type (a summary is a file anyone may have edited):
+// strings as they are, numbers and the rest as JSON, `fallback` when absent or null.
+std::string field(const nlohmann::json& j, const char* key, const char* fallback = "?") {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (it->is_string()) return it->get<std::string>();
+  return it->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// The log of a start, copied to stdout as it is read (a long-running daemon's log may be large).
+Status print_log(const std::string& path) {
+  SX_ASSIGN_OR_RETURN(RegularFile file, open_regular_file(path));
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(file.fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return data_loss_error("{}: cannot read: {}", path, std::strerror(errno));
+    if (n == 0) return ok_status();
+    std::fwrite(buf, 1, static_cast<std::size_t>(n), stdout);
+  }
 }
 
 }  // namespace
@@ -54,30 +83,30 @@ int cmd_logs(int argc, char** argv) {
     if (!newer.ok()) return report_error("logs", newer.status());
     if (!older.ok()) return report_error("logs", older.status());
     const std::string d = serve::diff_starts(*older, *newer);
-    std::printf("%s (%s) -> %s (%s)\n", older->value("started", "?").c_str(), older->value("state", "?").c_str(),
-                newer->value("started", "?").c_str(), newer->value("state", "?").c_str());
-    std::fputs(d.empty() ? "nothing changed (config, version, devices, plan, first error)\n" : d.c_str(), stdout);
+    std::printf("%s (%s) -> %s (%s)\n", printable_text(field(*older, "started")).c_str(),
+                printable_text(field(*older, "state")).c_str(), printable_text(field(*newer, "started")).c_str(),
+                printable_text(field(*newer, "state")).c_str());
+    std::fputs(d.empty() ? "nothing changed (config, version, devices, plan, first error)\n" : printable_text(d).c_str(),
+               stdout);
     return 0;
   }
   if (args.has("--show")) {
     auto n = args.get_int("--show", 1, 1, static_cast<std::int64_t>(starts.size()));
     if (!n.ok()) return report_error("logs", n.status());
     const std::string& summary = starts[static_cast<std::size_t>(*n - 1)];
-    std::ifstream f(summary.substr(0, summary.size() - 5) + ".log");
-    std::stringstream text;
-    text << f.rdbuf();
-    std::fputs(text.str().c_str(), stdout);
+    if (Status s = print_log(summary.substr(0, summary.size() - 5) + ".log"); !s.ok()) return report_error("logs", s);
     return 0;
   }
   for (const std::string& path : starts) {
     auto j = read_summary(path);
     if (!j.ok()) {
-      std::printf("%s: %s\n", path.c_str(), j.status().message().c_str());
+      std::printf("%s\n", printable_text(j.status().message()).c_str());
       continue;
     }
-    const std::string error = j->value("first_error", std::string());
-    std::printf("%s  pid %-7d %-8s %s\n", j->value("started", "?").c_str(), j->value("pid", 0),
-                j->value("state", "?").c_str(), error.empty() ? j->value("plan", std::string()).c_str() : error.c_str());
+    const std::string error = field(*j, "first_error", "");
+    const std::string line = fmt::format("{}  pid {:<7} {:<8} {}", field(*j, "started"), field(*j, "pid"),
+                                         field(*j, "state"), error.empty() ? field(*j, "plan", "") : error);
+    std::printf("%s\n", printable_text(line).c_str());
   }
   return 0;
 }

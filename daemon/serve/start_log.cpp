@@ -1,11 +1,14 @@
 // Logs you can compare (start_log.h).
 #include "daemon/serve/start_log.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cstdlib>
 #include <ctime>
 #include <deque>
@@ -17,6 +20,7 @@
 #include <fmt/format.h>
 
 #include "runtime/base/log.h"
+#include "runtime/base/regular_file.h"
 
 #ifndef SX_VERSION
 #define SX_VERSION "unknown"
@@ -59,6 +63,22 @@ bool parse_phase(std::string_view line, std::string& name, std::string& detail) 
 
 }  // namespace
 
+Status make_log_dir(const std::string& dir) {
+  // The parents as any tool would make them (umask applies); the directory itself private.
+  std::error_code ec;
+  const std::filesystem::path path(dir);
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
+  if (::mkdir(dir.c_str(), 0700) == 0) return ok_status();
+  const int err = errno;
+  struct stat st {};
+  if (err == EEXIST && ::stat(dir.c_str(), &st) == 0) {
+    // There already: used as it is, its mode (and a symlink's target) untouched.
+    if (S_ISDIR(st.st_mode)) return ok_status();
+    return unavailable_error("log.dir {}: not a directory ({})", dir, file_kind_name(st.st_mode));
+  }
+  return unavailable_error("log.dir {}: cannot create it: {}", dir, std::strerror(err));
+}
+
 std::string default_log_dir() {
   if (const char* x = std::getenv("XDG_STATE_HOME"); x != nullptr && *x == '/') return std::string(x) + "/sextant/logs";
   if (const char* h = std::getenv("HOME"); h != nullptr && *h == '/') return std::string(h) + "/.local/state/sextant/logs";
@@ -67,10 +87,8 @@ std::string default_log_dir() {
 
 Result<std::unique_ptr<StartLog>> StartLog::open(const std::string& dir, int keep, const std::string& config_yaml,
                                                  const std::vector<std::string>& argv) {
+  SX_RETURN_IF_ERROR(make_log_dir(dir));
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return unavailable_error("log.dir {}: cannot create it: {}", dir, ec.message());
-  ::chmod(dir.c_str(), 0700);
   std::unique_ptr<StartLog> s(new StartLog());
   // Names sort in start order: UTC time to the millisecond, then the pid.
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -161,13 +179,13 @@ nlohmann::json StartLog::summary() const {
 }
 
 void StartLog::write_summary_locked() {
-  const std::string tmp = summary_path_ + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << summary_.dump(2) << "\n";
+  // Atomically: the whole text to a temporary file, then renamed over the summary. A write that
+  // fails (a full disk) leaves the last complete summary in place and no temporary file.
+  const std::string text = summary_.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  if (Status s = write_file_atomically(summary_path_, text); !s.ok() && !summary_write_failed_) {
+    summary_write_failed_ = true;  // said once (under the log's lock: not through the log)
+    std::fprintf(stderr, "sextant: [warn] start log: %s\n", printable_text(s.message()).c_str());
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, summary_path_, ec);
 }
 
 std::string StartLog::tail(int lines) const {
@@ -210,7 +228,8 @@ std::string diff_starts(const nlohmann::json& older, const nlohmann::json& newer
   // The config, as the lines only one of the two has.
   auto lines = [](const nlohmann::json& j) {
     std::vector<std::string> v;
-    std::istringstream in(j.value("config", std::string()));
+    const auto config = j.find("config");  // a summary anyone may have edited: any type
+    std::istringstream in(config != j.end() && config->is_string() ? config->get<std::string>() : std::string());
     for (std::string l; std::getline(in, l);) v.push_back(l);
     return v;
   };

@@ -25,12 +25,17 @@
 
 namespace sx::daemon::serve {
 
+// Makes the log directory: its parents as usual, the directory itself with mode 0700 when this
+// call creates it; an existing directory (or a symlink to one) is used as it is, its mode never
+// changed (a shared 1777 /tmp stays 1777). Not a directory, or not creatable: UNAVAILABLE.
+Status make_log_dir(const std::string& dir);
+
 // $XDG_STATE_HOME/sextant/logs, else $HOME/.local/state/sextant/logs, else /tmp/sextant-<uid>/logs.
 std::string default_log_dir();
 
 class StartLog {
  public:
-  // Creates `dir` (0700) and this start's two files, removes the oldest starts beyond `keep`, and
+  // Makes `dir` (make_log_dir) and this start's two files, removes the oldest starts beyond `keep`, and
   // observes the log from now on. `config_yaml` and `argv` go into the summary.
   static Result<std::unique_ptr<StartLog>> open(const std::string& dir, int keep, const std::string& config_yaml,
                                                 const std::vector<std::string>& argv);
@@ -56,6 +61,7 @@ class StartLog {
   std::FILE* log_ = nullptr;
   mutable std::mutex mu_;
   nlohmann::json summary_;
+  bool summary_write_failed_ = false;
 };
 
 // The starts in `dir`, newest first (their summary paths).

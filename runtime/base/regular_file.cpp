@@ -68,6 +68,13 @@ Result<RegularFile> open_regular_file(const std::string& path, std::string_view 
   return file;
 }
 
+Status check_library_path(const std::string& path, std::string_view label) {
+  if (path.find('/') == std::string::npos) return ok_status();
+  SX_ASSIGN_OR_RETURN(RegularFile file, open_regular_file(path, label));
+  (void)file;
+  return ok_status();
+}
+
 Result<std::string> read_regular_file(const std::string& path, std::uint64_t max_bytes, std::string_view label) {
   if (label.empty()) label = path;
   SX_ASSIGN_OR_RETURN(RegularFile file, open_regular_file(path, label));
@@ -96,6 +103,38 @@ Result<std::string> read_regular_file(const std::string& path, std::uint64_t max
   }
   text.resize(got);
   return text;
+}
+
+Status write_file_atomically(const std::string& path, std::string_view content) {
+  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  int raw = -1;
+  do {
+    raw = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  } while (raw < 0 && errno == EINTR);
+  if (raw < 0) return errno_status(errno, path, "cannot write: ");
+  UniqueFd fd(raw);
+  auto fail = [&](int err) {
+    fd.reset();
+    ::unlink(tmp.c_str());
+    return errno_status(err, path, "cannot write: ");
+  };
+  for (std::size_t done = 0; done < content.size();) {
+    const ssize_t n = ::write(fd.get(), content.data() + done, content.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return fail(n < 0 ? errno : ENOSPC);
+    done += static_cast<std::size_t>(n);
+  }
+  if (::close(fd.release()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return errno_status(err, path, "cannot write: ");
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return errno_status(err, path, "cannot replace: ");
+  }
+  return ok_status();
 }
 
 }  // namespace sx

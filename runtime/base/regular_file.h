@@ -68,10 +68,21 @@ std::string_view file_kind_name(mode_t mode);
 // Opens `path` for reading if it is a regular file (symlinks are followed; their target counts).
 Result<RegularFile> open_regular_file(const std::string& path, std::string_view label = {});
 
+// OK when `path` is a regular file that can be opened for reading, else open_regular_file's error;
+// for paths handed to another reader that would block on a FIFO (dlopen of a library a variable
+// names: SEXTANT_CUDA_MODULE, SEXTANT_VULKAN_LOADER). A name without '/' is a library search
+// name, not a path: OK without a look.
+Status check_library_path(const std::string& path, std::string_view label = {});
+
 // The whole content of a regular file of at most `max_bytes` bytes. A larger file is refused from
 // its size before anything is read (and a file that grows past the limit while being read is
 // refused too).
 Result<std::string> read_regular_file(const std::string& path, std::uint64_t max_bytes,
                                       std::string_view label = {});
+
+// Replaces `path` with `content` atomically: written whole to a temporary file beside it (mode
+// 0600, not following a symlink), then renamed over it. On any failure (a full disk: ENOSPC) the
+// old file stays as it was, the temporary file is removed, and the error names `path`.
+Status write_file_atomically(const std::string& path, std::string_view content);
 
 }  // namespace sx

@@ -10,7 +10,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -157,6 +161,51 @@ TEST(RegularFile, ReadIsBoundedBeforeReading) {
   auto proc_all = read_regular_file("/proc/self/status", 1u << 20);
   ASSERT_TRUE(proc_all.ok()) << proc_all.status().to_string();
   EXPECT_NE(proc_all->find("Pid:"), std::string::npos);
+}
+
+// Issue 39 item 4: on a full disk the start summary became 0 bytes on every update. A write that
+// fails leaves the old content and no temporary file (RLIMIT_FSIZE stands for the full disk: the
+// write fails with EFBIG as it would with ENOSPC).
+TEST(RegularFile, AtomicWriteLeavesTheOldFileWhenTheWriteFails) {
+  TempDir dir;
+  const std::string path = dir.file("start.json");
+  ASSERT_TRUE(write_file_atomically(path, "{\"state\": \"serving\"}\n").ok());
+  auto before = read_regular_file(path, 1 << 20);
+  ASSERT_TRUE(before.ok());
+  EXPECT_EQ(*before, "{\"state\": \"serving\"}\n");
+  EXPECT_EQ(open_regular_file(path).ok(), true);
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  // In a child: the file-size limit (its SIGXFSZ ignored) fails the write half-way.
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);
+    rlimit lim{8, 8};
+    ::setrlimit(RLIMIT_FSIZE, &lim);
+    const Status s = write_file_atomically(path, std::string(4096, 'x'));
+    ::_exit(!s.ok() && s.message().find(path) == 0 ? 0 : 1);
+  }
+  int wstatus = 0;
+  ASSERT_EQ(::waitpid(pid, &wstatus, 0), pid);
+  ASSERT_TRUE(WIFEXITED(wstatus));
+  EXPECT_EQ(WEXITSTATUS(wstatus), 0) << "the write did not fail with an error naming the file";
+  auto after = read_regular_file(path, 1 << 20);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(*after, *before);
+  EXPECT_NE(::access((path + ".tmp." + std::to_string(pid)).c_str(), F_OK), 0) << "the temporary file was left";
+}
+
+// Issue 39 item 2: dlopen() of a FIFO named by SEXTANT_CUDA_MODULE / SEXTANT_VULKAN_LOADER blocked.
+TEST(RegularFile, LibraryPathsAreRegularFilesOrSearchNames) {
+  TempDir dir;
+  const std::string fifo = dir.file("libvulkan.so.1");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const Status s = guarded(fifo, [&] { return check_library_path(fifo, "SEXTANT_VULKAN_LOADER " + fifo); });
+  EXPECT_EQ(s.message(), "SEXTANT_VULKAN_LOADER " + fifo + ": not a regular file (a FIFO)");
+  EXPECT_TRUE(check_library_path("libvulkan.so.1").ok());  // no '/': the loader's search, not a path
+  EXPECT_EQ(check_library_path(dir.file("missing.so")).code(), StatusCode::kNotFound);
 }
 
 }  // namespace
