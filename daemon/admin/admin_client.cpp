@@ -3,6 +3,7 @@
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "daemon/admin/protocol.h"
+#include "runtime/base/regular_file.h"
 
 namespace sx::daemon::admin {
 
@@ -63,6 +65,12 @@ Status timeout_error(const std::string& path, int timeout_ms, std::string_view s
 }
 
 Status connect_error(int err, const std::string& path) {
+  // A path that is there but is no socket: say what it is (not "the daemon has exited").
+  struct stat st {};
+  if (err != EACCES && err != EPERM && ::stat(path.c_str(), &st) == 0 && !S_ISSOCK(st.st_mode)) {
+    return unavailable_error("{} is {}, not a socket: admin.socket (or ctl --socket) must name the daemon's admin "
+                             "socket", path, file_kind_name(st.st_mode));
+  }
   switch (err) {
     case ENOENT:
       return unavailable_error(

@@ -96,7 +96,7 @@ Result<nlohmann::json> decode_request(std::string_view line) {
     return invalid_argument_error("the request nests JSON {} levels deep; at most {} are accepted", depth,
                                   kMaxJsonDepth);
   }
-  JsonParse parsed = parse_json(line);
+  JsonParse parsed = parse_json(line, /*reject_duplicate_keys=*/true);  // two "cmd"s: which one?
   if (!parsed.ok()) return invalid_argument_error("the request is not valid JSON: {}", parser_message(parsed.error.c_str()));
   nlohmann::json request = std::move(parsed.value);
   if (!request.is_object()) {

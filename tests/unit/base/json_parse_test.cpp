@@ -38,5 +38,16 @@ TEST(ParseJson, GivesNlohmannsMessageForMalformedText) {
   }
 }
 
+TEST(ParseJson, RefusesADuplicateKeyWhenAsked) {
+  EXPECT_TRUE(parse_json(R"({"cmd": "status", "cmd": "shutdown"})").ok());  // nlohmann's way: the last wins
+  const JsonParse dup = parse_json(R"({"a": {"cmd": "status", "x": [{"k": 1}, {"k": 2}], "cmd": 1}})", true);
+  ASSERT_FALSE(dup.ok());
+  EXPECT_EQ(dup.error, "duplicate key \"cmd\" in an object");
+  // The same key in sibling objects, or at other depths, is not a duplicate.
+  const JsonParse fine = parse_json(R"({"k": {"k": 1}, "x": [{"k": 1}, {"k": 2}], "y": {}})", true);
+  ASSERT_TRUE(fine.ok()) << fine.error;
+  EXPECT_EQ(fine.value["x"][1]["k"], 2);
+}
+
 }  // namespace
 }  // namespace sx

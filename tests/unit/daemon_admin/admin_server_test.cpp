@@ -172,12 +172,15 @@ TEST_F(AdminServerTest, MalformedRequestsGetErrorsAndTheConnectionStaysOpen) {
   expect_error(parse(c.read_line()), "INVALID_ARGUMENT", "\"cmd\" must be a non-empty string");
   ASSERT_TRUE(c.send("{\"cmd\": \"\"}\n"));
   expect_error(parse(c.read_line()), "INVALID_ARGUMENT", "\"cmd\" must be a non-empty string");
+  // Two "cmd"s (issue 39 item 8): which one was meant is not guessed.
+  ASSERT_TRUE(c.send("{\"cmd\": \"echo\", \"cmd\": \"shutdown\"}\n"));
+  expect_error(parse(c.read_line()), "INVALID_ARGUMENT", "duplicate key \"cmd\"");
   ASSERT_TRUE(c.send("{\"cmd\": \"echo\", \"n\": 7}\n"));
   EXPECT_EQ(parse(c.read_line())["result"]["echo"]["n"], 7);
   AdminStats s = h_.stats();
-  EXPECT_EQ(s.bad_requests, 6u);
+  EXPECT_EQ(s.bad_requests, 7u);
   EXPECT_EQ(s.requests, 1u);
-  EXPECT_EQ(s.responses, 7u);
+  EXPECT_EQ(s.responses, 8u);
   EXPECT_EQ(h_.call([this] { return calls_.size(); }), 1u);  // the handler saw only the valid one
 }
 
