@@ -399,6 +399,7 @@ std::vector<Field> build_fields() {
   v.push_back(mode_field("admin.mode", SX_AT(admin.mode)));
   v.push_back(int_list_field("admin.allowed_uids", SX_AT(admin.allowed_uids), 0, 4294967294LL,
                              "a list of user ids such as [1000]"));
+  v.push_back(int_field("admin.upgrade_timeout_ms", SX_AT(admin.upgrade_timeout_ms), 1, kMaxInt));
   // limits
   v.push_back(int_field("limits.max_tokens_default", SX_AT(limits.max_tokens_default), 1, Int{1} << 24));
   v.push_back(int_field("limits.max_stop_strings", SX_AT(limits.max_stop_strings), 0, 1024));

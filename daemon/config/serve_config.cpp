@@ -54,7 +54,8 @@ std::string_view log_level_name(LogLevel level) {
 
 std::vector<std::string> settings_needing_restart(const ServeConfig& before, const ServeConfig& after) {
   static constexpr std::string_view kLive[] = {"http.api_keys", "http.max_queued_requests",
-                                               "http.max_unsent_stream_bytes", "http.drain_timeout_ms"};
+                                               "http.max_unsent_stream_bytes", "http.drain_timeout_ms",
+                                               "admin.upgrade_timeout_ms"};
   std::vector<std::string> out;
   for (const Field& f : fields()) {
     if (f.section() != "http" && f.section() != "admin") continue;

@@ -92,6 +92,7 @@ struct AdminSection {
   std::string socket = default_admin_socket_path();  // Unix socket of the admin API
   std::uint32_t mode = 0600;                          // permission bits of the socket file
   std::vector<std::int64_t> allowed_uids;             // peers allowed besides the daemon's own uid
+  std::int64_t upgrade_timeout_ms = 600000;  // ctl upgrade: the new process is ended if not ready by then
   bool operator==(const AdminSection&) const = default;
 };
 

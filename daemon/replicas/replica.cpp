@@ -223,7 +223,19 @@ Result<std::vector<std::unique_ptr<Replica>>> load_replicas(const config::ServeC
   int threads = static_cast<int>(config.model.threads);
   if (host_threads > 0 && groups.size() > 1) {
     const int total = threads > 0 ? threads : host_threads;
-    threads = std::max(1, total / static_cast<int>(groups.size()));
+    const int n = static_cast<int>(groups.size());
+    if (total < n) {
+      // Each replica's engine needs a thread of its own: more replicas than threads would only
+      // oversubscribe the cores, silently.
+      return invalid_argument_error(
+          "model.replicas: {} makes {} replicas on the {} backend, but they would share {} host thread(s) ({}): each "
+          "replica needs at least one; set model.replicas to at most {}, or raise model.threads",
+          config.model.replicas, n, config.model.backend, total,
+          threads > 0 ? "model.threads" : "this machine's hardware threads", total);
+    }
+    threads = total / n;
+    log_info("serve: {} replicas on the {} backend share {} host threads: {} each{}", n, config.model.backend, total,
+             threads, total % n != 0 ? fmt::format(" ({} left unused)", total % n) : std::string());
   }
   std::vector<std::unique_ptr<Replica>> out;
   for (std::size_t i = 0; i < groups.size(); ++i) {

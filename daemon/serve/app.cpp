@@ -5,6 +5,9 @@
 #include <unistd.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <uv.h>
 
 #include <algorithm>
@@ -25,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/admin/admin_server.h"
+#include "daemon/admin/protocol.h"
 #include "daemon/commands/model_session.h"
 #include "daemon/config/yaml_io.h"
 #include "daemon/diagnose/known_failures.h"
@@ -70,6 +74,18 @@ std::string_view state_name(State s) {
 using replicas::Replica;
 using replicas::ReplicaState;
 
+// A replica's engine figures as status and /metrics count them: a failed replica's KV blocks serve
+// nobody, so they count neither as free nor in the total.
+engine::EngineStats replica_stats(const Replica& r) {
+  engine::EngineStats es = r.stats();
+  if (r.state == ReplicaState::kFailed) {
+    es.kv_free_blocks = 0;
+    es.kv_total_blocks = 0;
+    es.kv_usage = 0;
+  }
+  return es;
+}
+
 // The replicas of one configuration: the set in service, or the one a reload is building.
 struct Generation {
   int number = 0;
@@ -83,6 +99,7 @@ struct Generation {
 
 // What the loader thread hands to the loop: a generation, or why it could not be built.
 struct Loaded {
+  int number = 0;  // the generation it was to be
   Status status;
   std::string phase;  // the phase that failed
   std::unique_ptr<Generation> generation;
@@ -236,6 +253,8 @@ class Daemon {
 
  private:
   Status start_http();
+  // A replaced daemon's sockets are the ones this config names (http.port, http.host, admin.socket).
+  Status check_inherited_sockets_match_config() const;
   // "http://HOST:PORT" of the listener, an IPv6 host in brackets.
   std::string base_url() const;
   Status start_admin();
@@ -244,6 +263,8 @@ class Daemon {
   // arrives in on_loaded().
   void load_in_background(config::ServeConfig config, std::string model_name, int number);
   void on_loaded(Loaded loaded);
+  // A reload's load ended: in service, or refused with nothing changed; `reply` answers it.
+  void finish_reload(Loaded loaded, admin::Reply reply);
   // Puts a loaded generation in service: new requests go to it, the previous one drains.
   void switch_to(std::unique_ptr<Generation> next);
   // A reload (ctl reload, SIGHUP): the new configuration, checked, built beside the old set; the
@@ -283,6 +304,13 @@ class Daemon {
   void start_generate(TokenizeWork work, int status);
   void on_event(EngineEvent e);
   void complete(Active& a);
+  // Whether requests can be served now (/health 200), and if not, the state and why.
+  struct Health {
+    bool ok = false;
+    std::string state;   // "ready", "loading", "draining", "stopping", or "unavailable" (no replica)
+    std::string reason;  // empty when ok
+  };
+  Health health() const;
   json status_json();
   void handle_admin(const json& request, admin::Reply reply);
 
@@ -324,6 +352,7 @@ class Daemon {
   std::vector<std::shared_ptr<Replica>> retiring_;  // older generations' replicas, draining
   int next_generation_ = 1;
   bool reloading_ = false;
+  bool sighup_pending_ = false;  // a SIGHUP arrived during a reload: one more follows it
   admin::Reply reload_reply_;  // the ctl reload waiting for its result (detached for SIGHUP)
   std::string reload_source_;
   replicas::RouterOptions router_;
@@ -334,6 +363,7 @@ class Daemon {
   std::unique_ptr<Successor> successor_;
   admin::Reply upgrade_reply_;
   std::string upgrade_binary_;
+  Clock::time_point upgrade_started_;
   bool upgrading_ = false;
   bool handed_over_ = false;   // a successor serves: finish and exit once the HTTP server stopped
   bool http_stopped_ = false;
@@ -425,6 +455,7 @@ Status Daemon::start_http() {
   o.max_json_values = json_limits.max_json_values;
   o.listen_fd = inherited_.http;
   o.accept_now = !inherited_.from_daemon();  // a replaced daemon accepts until this one is ready
+  if (inherited_.from_daemon()) SX_RETURN_IF_ERROR(check_inherited_sockets_match_config());
   const DescriptorBudget fds = descriptor_budget(o.max_connections);
   if (fds.http_sockets < o.max_connections) {
     log_warn("serve: http.max_connections is {} but the descriptor limit (RLIMIT_NOFILE: {} of hard {}) leaves room for "
@@ -446,6 +477,57 @@ Status Daemon::start_http() {
     log_warn("serve: http.host {} is reachable from other machines and no API key is set: anyone who can connect may "
              "generate; set http.api_keys (or --api-key), or listen on 127.0.0.1",
              config_.http.host);
+  }
+  return ok_status();
+}
+
+Status Daemon::check_inherited_sockets_match_config() const {
+  // An upgrade keeps the sockets it was handed: a config that names others cannot be honoured
+  // (the old daemon keeps serving on them), so it is refused by name, as a reload refuses it.
+  auto refuse = [](std::string_view key, const std::string& was, const std::string& now) {
+    return invalid_argument_error("ctl upgrade cannot change {} ({} -> {}): the new process takes over the listening "
+                                  "sockets of the old one; restart the daemon to change it", key, was, now);
+  };
+  sockaddr_storage a{};
+  socklen_t len = sizeof(a);
+  if (inherited_.http >= 0 && ::getsockname(inherited_.http, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    char host[INET6_ADDRSTRLEN] = {};
+    int port = 0;
+    if (a.ss_family == AF_INET) {
+      const auto* in4 = reinterpret_cast<const sockaddr_in*>(&a);
+      port = ntohs(in4->sin_port);
+      inet_ntop(AF_INET, &in4->sin_addr, host, sizeof host);
+    } else if (a.ss_family == AF_INET6) {
+      const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&a);
+      port = ntohs(in6->sin6_port);
+      inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+    }
+    if (config_.http.port != 0 && config_.http.port != port) {
+      return refuse("http.port", std::to_string(port), std::to_string(config_.http.port));
+    }
+    // A literal address must be the socket's (a host name is not resolved here).
+    in6_addr want6{}, got6{};
+    in_addr want4{}, got4{};
+    if (inet_pton(AF_INET, config_.http.host.c_str(), &want4) == 1 && inet_pton(AF_INET, host, &got4) == 1 &&
+        want4.s_addr != got4.s_addr) {
+      return refuse("http.host", host, config_.http.host);
+    }
+    if (inet_pton(AF_INET6, config_.http.host.c_str(), &want6) == 1 && inet_pton(AF_INET6, host, &got6) == 1 &&
+        std::memcmp(&want6, &got6, sizeof want6) != 0) {
+      return refuse("http.host", host, config_.http.host);
+    }
+  }
+  sockaddr_un u{};
+  len = sizeof(u);
+  if (inherited_.admin >= 0 && ::getsockname(inherited_.admin, reinterpret_cast<sockaddr*>(&u), &len) == 0 &&
+      u.sun_family == AF_UNIX) {
+    const std::string bound(u.sun_path, strnlen(u.sun_path, sizeof u.sun_path));
+    struct stat x {}, y {};
+    const bool same_file = ::stat(bound.c_str(), &x) == 0 && ::stat(config_.admin.socket.c_str(), &y) == 0 &&
+                           x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+    if (!bound.empty() && bound != config_.admin.socket && !same_file) {
+      return refuse("admin.socket", bound, config_.admin.socket);
+    }
   }
   return ok_status();
 }
@@ -493,6 +575,13 @@ void Daemon::start_signals() {
     auto sig = loop::Signal::create(&loop_);
     Status s = sig.ok() ? sig->start(signum, [this](int got) {
       if (got == SIGHUP) {
+        if (reloading_) {
+          // One more reload once this one ends (it may predate the change being signalled);
+          // any number of SIGHUPs meanwhile make one.
+          if (!sighup_pending_) log_info("serve: SIGHUP during a reload: another reload follows it");
+          sighup_pending_ = true;
+          return;
+        }
         log_info("serve: SIGHUP: reloading");
         start_reload(json::object(), admin::Reply{}, "SIGHUP");
       } else {
@@ -512,23 +601,38 @@ void Daemon::start_signals() {
 void Daemon::load_in_background(config::ServeConfig config, std::string model_name, int number) {
   loader_ = std::thread([this, config = std::move(config), model_name = std::move(model_name), number,
                          sender = loaded_queue_->sender()]() mutable {
+    // The boundary around everything a load runs (readers of files the user named, planners,
+    // backends): whatever fails inside it, an exception included, arrives as a failed load and
+    // changes nothing in service. Nothing escapes the thread (an escaping exception would abort
+    // the daemon with every stream in flight).
     Loaded l;
-    auto loaded = replicas::load_replicas(config, number, &load_cancel_, &l.phase);
-    if (!loaded.ok()) {
-      l.status = loaded.status();
-      sender.push(std::move(l));
-      return;
+    l.number = number;
+    try {
+      auto loaded = replicas::load_replicas(config, number, &load_cancel_, &l.phase);
+      if (!loaded.ok()) {
+        l.status = loaded.status();
+      } else {
+        auto g = std::make_unique<Generation>();
+        g->number = number;
+        g->config = std::move(config);
+        g->model_name = std::move(model_name);
+        for (auto& r : *loaded) {
+          const std::int64_t len = r->max_request_tokens();
+          g->max_model_len = g->replicas.empty() ? len : std::min(g->max_model_len, len);
+          g->replicas.push_back(std::shared_ptr<Replica>(std::move(r)));
+        }
+        l.generation = std::move(g);
+      }
+    } catch (const std::bad_alloc&) {
+      l.generation.reset();
+      l.status = resource_exhausted_error("out of host memory while loading (std::bad_alloc)");
+    } catch (const std::exception& e) {
+      l.generation.reset();
+      l.status = internal_error("unexpected exception while loading: {}", e.what());
+    } catch (...) {
+      l.generation.reset();
+      l.status = internal_error("unexpected exception while loading");
     }
-    auto g = std::make_unique<Generation>();
-    g->number = number;
-    g->config = std::move(config);
-    g->model_name = std::move(model_name);
-    for (auto& r : *loaded) {
-      const std::int64_t len = r->max_request_tokens();
-      g->max_model_len = g->replicas.empty() ? len : std::min(g->max_model_len, len);
-      g->replicas.push_back(std::shared_ptr<Replica>(std::move(r)));
-    }
-    l.generation = std::move(g);
     sender.push(std::move(l));
   });
 }
@@ -546,27 +650,12 @@ void Daemon::on_loaded(Loaded l) {
   if (reload) {
     admin::Reply reply = std::move(reload_reply_);
     reload_reply_ = admin::Reply{};
-    if (!l.status.ok()) {
-      const Status failed(l.status.code(), fmt::format("{}: reload failed in phase {}: {}; the replicas of generation {} "
-                                                       "keep serving", reload_source_, l.phase, l.status.message(),
-                                                       current_->number));
-      log_error("serve: {}", failed.message());
-      reply(failed);
-      maybe_finish_shutdown();
-      return;
+    finish_reload(std::move(l), std::move(reply));
+    if (sighup_pending_ && !shutdown_requested_ && !closing_) {
+      sighup_pending_ = false;
+      log_info("serve: SIGHUP (during the last reload): reloading");
+      start_reload(json::object(), admin::Reply{}, "SIGHUP");
     }
-    if (shutdown_requested_) {  // a shutdown arrived while the new set loaded: it is not needed
-      reply(unavailable_error("the daemon is shutting down"));
-      maybe_finish_shutdown();
-      return;
-    }
-    const int number = l.generation->number;
-    switch_to(std::move(l.generation));
-    json r{{"generation", number}, {"model", model_name_}, {"model_path", config_.model.path},
-           {"replicas", current_->replicas.size()}, {"retiring", retiring_.size()}};
-    log_info("serve: {}: generation {} in service ({} replica(s)); {} older replica(s) draining", reload_source_,
-             number, current_->replicas.size(), retiring_.size());
-    reply(r);
     return;
   }
   if (l.status.code() == StatusCode::kCancelled && shutdown_requested_) {
@@ -593,6 +682,31 @@ void Daemon::on_loaded(Loaded l) {
   log_info("serve: {}: model '{}' at {}/v1 ({} replica(s); admin: {})",
            drain_requested_ ? "ready but draining" : "ready", model_name_, base_url(), current_->replicas.size(),
            config_.admin.socket);
+}
+
+void Daemon::finish_reload(Loaded l, admin::Reply reply) {
+  if (!l.status.ok()) {
+    next_generation_ = l.number;  // a failed reload uses up no generation number
+    const Status failed(l.status.code(), fmt::format("{}: reload failed in phase {}: {}; the replicas of generation {} "
+                                                     "keep serving", reload_source_, l.phase, l.status.message(),
+                                                     current_->number));
+    log_error("serve: {}", failed.message());
+    reply(failed);
+    maybe_finish_shutdown();
+    return;
+  }
+  if (shutdown_requested_) {  // a shutdown arrived while the new set loaded: it is not needed
+    reply(unavailable_error("the daemon is shutting down"));
+    maybe_finish_shutdown();
+    return;
+  }
+  const int number = l.generation->number;
+  switch_to(std::move(l.generation));
+  json r{{"generation", number}, {"model", model_name_}, {"model_path", config_.model.path},
+         {"replicas", current_->replicas.size()}, {"retiring", retiring_.size()}};
+  log_info("serve: {}: generation {} in service ({} replica(s)); {} older replica(s) draining", reload_source_,
+           number, current_->replicas.size(), retiring_.size());
+  reply(r);
 }
 
 void Daemon::switch_to(std::unique_ptr<Generation> next) {
@@ -629,6 +743,7 @@ void Daemon::reap_retired() {
     }
     r.stop();
     if (r.state != ReplicaState::kFailed) r.state = ReplicaState::kStopped;
+    metrics_.retire(r.index(), r.stats());  // its counters stay in its slot's series
     log_info("serve: {} stopped (drained after the reload)", r.name());
     it = retiring_.erase(it);  // freed when the last request that held it is gone
   }
@@ -757,9 +872,10 @@ http::Router Daemon::make_router() {
                openai::dump_json(json{{"object", "list"}, {"data", json::array({model})}}));
   });
   (void)router.get("/health", [this](http::Request, http::ResponderPtr r) {
-    const bool ready = state_ == State::kReady;
-    r->respond(ready ? 200 : 503, {{"Content-Type", "application/json"}},
-               openai::dump_json(json{{"status", ready ? "ok" : std::string(state_name(state_))}}));
+    const Health h = health();
+    json body{{"status", h.ok ? "ok" : h.state}};
+    if (!h.reason.empty()) body["reason"] = h.reason;
+    r->respond(h.ok ? 200 : 503, {{"Content-Type", "application/json"}}, openai::dump_json(body));
   });
   (void)router.get("/metrics", [this](http::Request, http::ResponderPtr r) {
     ServeMetrics::Extra extra;
@@ -770,8 +886,9 @@ http::Router Daemon::make_router() {
     }
     std::vector<ServeMetrics::ReplicaSample> samples;
     for (const auto& rep : all_replicas()) {
-      samples.push_back({rep->label(), std::string(replicas::replica_state_name(rep->state)), rep->stats()});
+      samples.push_back({rep->index(), std::string(replicas::replica_state_name(rep->state)), replica_stats(*rep)});
     }
+    extra.ready = health().ok;
     r->respond(200, {{"Content-Type", "text/plain; version=0.0.4; charset=utf-8"}},
                metrics_.render(model_name_, samples, extra));
   });
@@ -1216,15 +1333,43 @@ json engine_json(const engine::EngineStats& es, std::uint64_t failed_steps, std:
                                            {"ms", es.last_step_ms}}}}}};
 }
 
+Daemon::Health Daemon::health() const {
+  Health h;
+  h.state = std::string(state_name(state_));
+  if (state_ == State::kLoading) h.reason = "the model is still loading";
+  if (state_ == State::kDraining || state_ == State::kStopping) h.reason = "the server is draining";
+  if (state_ != State::kReady || !current_) return h;
+  for (const auto& r : current_->replicas) {
+    if (r->state == ReplicaState::kReady) {
+      h.ok = true;
+      return h;
+    }
+  }
+  // Every replica failed: requests would get 503s, so balancers must not send any.
+  h.state = "unavailable";
+  h.reason = fmt::format("no replica can serve: all {} replica(s) of generation {} have failed (a step failed on "
+                         "their devices); see the log, then reload or restart", current_->replicas.size(),
+                         current_->number);
+  return h;
+}
+
 json Daemon::status_json() {
+  const Health h = health();
   json s{{"model", model_name_},
          {"model_path", config_.model.path},
-         {"state", state_name(state_)},
+         {"state", h.state},
          {"pid", ::getpid()},
          {"uptime_s", std::chrono::duration<double>(Clock::now() - start_clock_).count()},
          {"http", base_url()},
          {"in_flight", active_.size()}};
+  if (!h.reason.empty()) s["reason"] = h.reason;
   if (reloading_) s["reload"] = fmt::format("in progress ({})", reload_source_);
+  if (upgrading_ && successor_) {
+    s["upgrade"] = json{{"binary", upgrade_binary_},
+                        {"pid", successor_->pid()},
+                        {"waiting_s", std::chrono::duration<double>(Clock::now() - upgrade_started_).count()},
+                        {"timeout_ms", config_.admin.upgrade_timeout_ms}};
+  }
   if (!current_) return s;
   s["generation"] = current_->number;
   s["plan"] = current_->replicas.front()->session().plan_summary;
@@ -1232,7 +1377,7 @@ json Daemon::status_json() {
   std::uint64_t failed_total = 0;
   json list = json::array();
   for (const auto& r : all_replicas()) {
-    const engine::EngineStats es = r->stats();
+    const engine::EngineStats es = replica_stats(*r);
     const std::uint64_t failed = r->service().failed_steps();
     json one{{"replica", r->label()},
              {"generation", r->generation()},
@@ -1266,8 +1411,15 @@ void Daemon::handle_admin(const json& request, admin::Reply reply) {
   if (cmd == "config") return reply(json{{"yaml", config::to_yaml(config_)}});
   if (cmd == "logs") {
     if (g_start_log == nullptr) return reply(failed_precondition_error("this daemon keeps no start log (log.dir: none)"));
-    const int lines = request.value("lines", 200);
-    return reply(json{{"path", g_start_log->log_path()}, {"log", g_start_log->tail(std::clamp(lines, 1, 100000))}});
+    std::int64_t lines = 200;
+    if (const auto it = request.find("lines"); it != request.end()) {
+      if (!it->is_number_integer() || it->get<std::int64_t>() < 1 || it->get<std::int64_t>() > 100000) {
+        return reply(invalid_argument_error("logs: \"lines\" must be an integer from 1 to 100000 (got {})",
+                                            admin::dump_line(*it).substr(0, 100)));
+      }
+      lines = it->get<std::int64_t>();
+    }
+    return reply(json{{"path", g_start_log->log_path()}, {"log", g_start_log->tail(static_cast<int>(lines))}});
   }
   if (cmd == "drain") {
     begin_drain(false);
@@ -1297,6 +1449,17 @@ void Daemon::handle_admin(const json& request, admin::Reply reply) {
 
 void Daemon::begin_drain(bool then_shutdown) {
   if (then_shutdown) shutdown_requested_ = true;
+  if (then_shutdown && upgrading_) {
+    // The new process must not outlive this one with the sockets: it is ended (and reaped before
+    // this process exits: its handles keep the loop running until then).
+    log_warn("serve: shutdown during a pending upgrade: ending the new process (pid {})", successor_->pid());
+    upgrading_ = false;
+    admin::Reply reply = std::move(upgrade_reply_);
+    upgrade_reply_ = admin::Reply{};
+    successor_.reset();
+    reply(unavailable_error("upgrade to {} abandoned: the daemon is shutting down; the new process was ended",
+                            upgrade_binary_));
+  }
   if (state_ == State::kReady) state_ = State::kDraining;
   if (then_shutdown && reloading_) {
     load_cancel_.store(true, std::memory_order_relaxed);  // the reload stops; the old set drains
@@ -1373,12 +1536,14 @@ void Daemon::start_upgrade(const json& request, admin::Reply reply) {
                                          binary.empty() ? "" : fmt::format(" ({})", std::strerror(errno))));
   }
   auto s = Successor::start(&loop_, binary, serve_args_, http_->listen_fd(), admin_->listen_fd(),
+                            static_cast<std::uint64_t>(config_.admin.upgrade_timeout_ms),
                             [this](Status st) { on_successor(std::move(st)); });
   if (!s.ok()) return refuse(s.status());
   successor_ = std::move(s).value();
   upgrading_ = true;
   upgrade_reply_ = std::move(reply);
   upgrade_binary_ = binary;
+  upgrade_started_ = Clock::now();
   log_info("serve: ctl upgrade: started {} (pid {}) with the listening sockets; serving on until it is ready", binary,
            successor_->pid());
 }

@@ -17,6 +17,7 @@
 
 #include <uv.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -41,18 +42,27 @@ Result<InheritedListeners> take_inherited_listeners();
 // Writes `line` and a newline to the ready pipe and closes it; nothing when fd is -1.
 void report_to_parent(int& fd, std::string_view line);
 
-// The new process of an upgrade, seen from the old one.
+// The new process of an upgrade, seen from the old one, which supervises it until it is ready: a
+// new process that does not report ready within `ready_timeout_ms`, reports an error, says
+// anything but "ready", writes more than a line's worth (4 KiB) without a newline, or closes its
+// pipe, is ended (SIGTERM, then SIGKILL after kKillGraceMs) and reaped: never left running with
+// the listening sockets, never a zombie.
 class Successor {
  public:
+  static constexpr std::uint64_t kKillGraceMs = 5000;
   // `done` runs once on the loop thread: OK when the new process reported ready, else why not
-  // (its error line, its exit status, or the pipe's end).
+  // (its error line, its exit status, the pipe's end, the deadline).
   using Done = std::function<void(Status status)>;
   static Result<std::unique_ptr<Successor>> start(uv_loop_t* loop, const std::string& binary,
                                                   const std::vector<std::string>& serve_args, int http_fd,
-                                                  int admin_fd, Done done);
-  ~Successor();  // closes the handles; the process runs on
+                                                  int admin_fd, std::uint64_t ready_timeout_ms, Done done);
+  // A successor that reported ready runs on (it is the daemon now): its handles close. One that did
+  // not is ended, and its handles stay open on the loop until it has exited and been reaped, so a
+  // loop run to its end (the daemon's exit) waits for it (at most kKillGraceMs after SIGTERM).
+  ~Successor();
   Successor(const Successor&) = delete;
   Successor& operator=(const Successor&) = delete;
+  // The process id while it runs (or once it is the daemon); -1 after it has exited.
   int pid() const;
 
   struct Impl;

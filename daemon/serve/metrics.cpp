@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -67,6 +68,23 @@ ServeMetrics::ServeMetrics()
       e2e({0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
            960.0, 1920.0, 7680.0}) {}
 
+void add_engine_counters(engine::EngineStats& into, const engine::EngineStats& s) {
+  into.prefix_queries += s.prefix_queries;
+  into.prefix_hits += s.prefix_hits;
+  into.preemptions += s.preemptions;
+  into.prompt_tokens += s.prompt_tokens;
+  into.generation_tokens += s.generation_tokens;
+  into.steps += s.steps;
+  for (std::size_t i = 0; i < into.step_tokens_counts.size() && i < s.step_tokens_counts.size(); ++i) {
+    into.step_tokens_counts[i] += s.step_tokens_counts[i];
+  }
+  for (std::size_t i = 0; i < into.step_seconds_counts.size() && i < s.step_seconds_counts.size(); ++i) {
+    into.step_seconds_counts[i] += s.step_seconds_counts[i];
+  }
+  into.step_tokens_sum += s.step_tokens_sum;
+  into.step_seconds_sum += s.step_seconds_sum;
+}
+
 engine::EngineStats sum_engine_stats(std::span<const engine::EngineStats> stats) {
   engine::EngineStats all;
   for (const engine::EngineStats& s : stats) {
@@ -74,20 +92,7 @@ engine::EngineStats sum_engine_stats(std::span<const engine::EngineStats> stats)
     all.waiting += s.waiting;
     all.kv_free_blocks += s.kv_free_blocks;
     all.kv_total_blocks += s.kv_total_blocks;
-    all.prefix_queries += s.prefix_queries;
-    all.prefix_hits += s.prefix_hits;
-    all.preemptions += s.preemptions;
-    all.prompt_tokens += s.prompt_tokens;
-    all.generation_tokens += s.generation_tokens;
-    all.steps += s.steps;
-    for (std::size_t i = 0; i < all.step_tokens_counts.size() && i < s.step_tokens_counts.size(); ++i) {
-      all.step_tokens_counts[i] += s.step_tokens_counts[i];
-    }
-    for (std::size_t i = 0; i < all.step_seconds_counts.size() && i < s.step_seconds_counts.size(); ++i) {
-      all.step_seconds_counts[i] += s.step_seconds_counts[i];
-    }
-    all.step_tokens_sum += s.step_tokens_sum;
-    all.step_seconds_sum += s.step_seconds_sum;
+    add_engine_counters(all, s);
   }
   // The step target, cost model and last step are each engine's own: the first replica's stand for
   // the totals (every replica's are listed with it).
@@ -109,18 +114,39 @@ engine::EngineStats sum_engine_stats(std::span<const engine::EngineStats> stats)
   return all;
 }
 
+void ServeMetrics::retire(int slot, const engine::EngineStats& final_stats) {
+  if (slot < 0) return;
+  if (retired_.size() <= static_cast<std::size_t>(slot)) retired_.resize(static_cast<std::size_t>(slot) + 1);
+  add_engine_counters(retired_[static_cast<std::size_t>(slot)], final_stats);
+}
+
 std::string ServeMetrics::render(const std::string& model_name, const std::vector<ReplicaSample>& replicas,
                                  const Extra& extra) const {
   const std::string labels = fmt::format("model_name=\"{}\"", label_value(model_name));
   std::string out;
+  // Per slot: the live replicas' figures, plus the counters of those gone from it.
+  std::map<int, std::vector<engine::EngineStats>> live;
+  std::map<int, std::map<std::string, int>> states;
+  for (const ReplicaSample& r : replicas) {
+    live[r.slot].push_back(r.stats);
+    ++states[r.slot][r.state];
+  }
+  for (std::size_t i = 0; i < retired_.size(); ++i) live[static_cast<int>(i)];
+  std::vector<std::pair<int, engine::EngineStats>> slots;
   std::vector<engine::EngineStats> each;
-  for (const ReplicaSample& r : replicas) each.push_back(r.stats);
+  for (const auto& [slot, list] : live) {
+    engine::EngineStats shown = sum_engine_stats(list);
+    if (list.size() == 1) shown.kv_usage = list.front().kv_usage;  // the engine's own figure
+    if (static_cast<std::size_t>(slot) < retired_.size()) add_engine_counters(shown, retired_[static_cast<std::size_t>(slot)]);
+    slots.emplace_back(slot, shown);
+    each.push_back(shown);
+  }
   const engine::EngineStats all = sum_engine_stats(each);
-  // One engine figure: its HELP and TYPE, a line per replica, then the sum.
+  // One engine figure: its HELP and TYPE, a line per slot, then the sum.
   auto per_replica = [&](const char* name, const char* type, const char* help, auto value) {
     out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
-    for (const ReplicaSample& r : replicas) {
-      out += fmt::format("{}{{{},replica=\"{}\"}} {}\n", name, labels, label_value(r.replica), number(value(r.stats)));
+    for (const auto& [slot, shown] : slots) {
+      out += fmt::format("{}{{{},replica=\"{}\"}} {}\n", name, labels, slot, number(value(shown)));
     }
     out += fmt::format("{}{{{},replica=\"all\"}} {}\n", name, labels, number(value(all)));
   };
@@ -160,12 +186,17 @@ std::string ServeMetrics::render(const std::string& model_name, const std::vecto
   per_replica("sextant_step_cost_attention_seconds_per_row", "gauge",
               "The cost model's time per row a prefill token attends to (0 until measured).",
               [](S s) { return s.cost_per_context_row_us / 1e6; });
-  out += "# HELP sextant_replica_state The state of each replica (1 for the state it is in).\n"
+  out += "# HELP sextant_replica_state Replicas of each slot in each state (a draining one beside its successor).\n"
          "# TYPE sextant_replica_state gauge\n";
-  for (const ReplicaSample& r : replicas) {
-    out += fmt::format("sextant_replica_state{{{},replica=\"{}\",state=\"{}\"}} 1\n", labels,
-                       label_value(r.replica), label_value(r.state));
+  for (const auto& [slot, counts] : states) {
+    for (const auto& [state, n] : counts) {
+      out += fmt::format("sextant_replica_state{{{},replica=\"{}\",state=\"{}\"}} {}\n", labels, slot,
+                         label_value(state), n);
+    }
   }
+  metric(out, "sextant_ready", "gauge",
+         "1 when the server can serve (GET /health answers 200), 0 while loading, draining, or with no replica left.",
+         labels, extra.ready ? 1.0 : 0.0);
   out += "# HELP vllm:request_success_total Count of successfully processed requests.\n"
          "# TYPE vllm:request_success_total counter\n";
   out += fmt::format("vllm:request_success_total{{{},finished_reason=\"stop\"}} {}\n", labels, finished_stop);

@@ -153,8 +153,8 @@ engine::EngineStats sample_stats() {
   return s;
 }
 
-// One replica, "1.0", ready, with these figures.
-std::vector<ServeMetrics::ReplicaSample> one(const engine::EngineStats& s) { return {{"1.0", "ready", s}}; }
+// One replica, slot 0, ready, with these figures.
+std::vector<ServeMetrics::ReplicaSample> one(const engine::EngineStats& s) { return {{0, "ready", s}}; }
 
 TEST(ServeMetrics, EverySeriesWithItsValue) {
   ServeMetrics m;
@@ -171,7 +171,7 @@ TEST(ServeMetrics, EverySeriesWithItsValue) {
   ServeMetrics::Extra extra;
   extra.open_connections = 9;
   extra.http_requests = 42;
-  const std::string text = m.render("qwen", {{"1.0", "ready", sample_stats()}}, extra);
+  const std::string text = m.render("qwen", {{0, "ready", sample_stats()}}, extra);
   const Exposition e = parse_exposition(text);
   for (const std::string& err : e.errors) ADD_FAILURE() << err;
 
@@ -182,10 +182,11 @@ TEST(ServeMetrics, EverySeriesWithItsValue) {
       {"sextant_http_rejected_busy_total" + L, {"counter", "6"}},
       {"sextant_http_open_connections" + L, {"gauge", "9"}},
       {"sextant_http_requests_total" + L, {"counter", "42"}},
-      {"sextant_replica_state{model_name=\"qwen\",replica=\"1.0\",state=\"ready\"}", {"gauge", "1"}},
+      {"sextant_replica_state{model_name=\"qwen\",replica=\"0\",state=\"ready\"}", {"gauge", "1"}},
+      {"sextant_ready" + L, {"gauge", "1"}},
   };
   // The engine's figures: the replica's and their sum over the one replica.
-  for (const char* r : {"1.0", "all"}) {
+  for (const char* r : {"0", "all"}) {
     const std::string R = fmt::format("{{model_name=\"qwen\",replica=\"{}\"}}", r);
     want["vllm:num_requests_running" + R] = {"gauge", "3"};
     want["vllm:num_requests_waiting" + R] = {"gauge", "2"};
@@ -230,7 +231,7 @@ TEST(ServeMetrics, EverySeriesWithItsValue) {
   EXPECT_EQ(e.samples.at("vllm:e2e_request_latency_seconds_sum" + L), "9001.5");
   EXPECT_EQ(e.samples.at("vllm:e2e_request_latency_seconds_count" + L), "2");
 
-  EXPECT_EQ(e.samples.at("sextant_step_cost_attention_seconds_per_row{model_name=\"qwen\",replica=\"1.0\"}"),
+  EXPECT_EQ(e.samples.at("sextant_step_cost_attention_seconds_per_row{model_name=\"qwen\",replica=\"0\"}"),
             "2.5e-06");
   // The families are exactly these (a dashboard built for vLLM finds its names).
   std::set<std::string> families;
@@ -246,7 +247,7 @@ TEST(ServeMetrics, EverySeriesWithItsValue) {
                           "sextant_kv_cache_free_blocks", "sextant_replica_state", "vllm:iteration_tokens_total",
                           "sextant_step_seconds", "sextant_step_target_seconds",
                           "sextant_step_cost_prefill_seconds_per_token",
-                          "sextant_step_cost_attention_seconds_per_row"}));
+                          "sextant_step_cost_attention_seconds_per_row", "sextant_ready"}));
   for (const auto& [name, _] : e.types) EXPECT_TRUE(e.helps.count(name)) << name;
 }
 
@@ -258,17 +259,73 @@ TEST(ServeMetrics, ReplicasEachHaveSeriesAndAllIsTheirSum) {
   b.kv_total_blocks = 64;
   b.prefix_queries = 10;
   b.prefix_hits = 10;
-  const Exposition e =
-      parse_exposition(m.render("q", {{"2.0", "ready", a}, {"2.1", "failed", b}, {"1.0", "draining", b}}, {}));
+  // Generation 2's replicas 0 and 1, and generation 1's replica 0 draining beside them: slot 0 shows both.
+  const Exposition e = parse_exposition(m.render("q", {{0, "ready", a}, {1, "failed", b}, {0, "draining", b}}, {}));
   for (const std::string& err : e.errors) ADD_FAILURE() << err;
-  EXPECT_EQ(e.samples.at("vllm:num_requests_running{model_name=\"q\",replica=\"2.0\"}"), "3");
-  EXPECT_EQ(e.samples.at("vllm:num_requests_running{model_name=\"q\",replica=\"2.1\"}"), "4");
+  EXPECT_EQ(e.samples.at("vllm:num_requests_running{model_name=\"q\",replica=\"0\"}"), "7");
+  EXPECT_EQ(e.samples.at("vllm:num_requests_running{model_name=\"q\",replica=\"1\"}"), "4");
   EXPECT_EQ(e.samples.at("vllm:num_requests_running{model_name=\"q\",replica=\"all\"}"), "11");
   EXPECT_EQ(e.samples.at("vllm:prefix_cache_hits_total{model_name=\"q\",replica=\"all\"}"), "60");
   // 17 + 64 + 64 of 64 * 3 blocks free.
   EXPECT_EQ(e.samples.at("vllm:kv_cache_usage_perc{model_name=\"q\",replica=\"all\"}"), "0.24479166666666663");
-  EXPECT_EQ(e.samples.at("sextant_replica_state{model_name=\"q\",replica=\"2.1\",state=\"failed\"}"), "1");
-  EXPECT_EQ(e.samples.at("sextant_replica_state{model_name=\"q\",replica=\"1.0\",state=\"draining\"}"), "1");
+  EXPECT_EQ(e.samples.at("sextant_replica_state{model_name=\"q\",replica=\"1\",state=\"failed\"}"), "1");
+  EXPECT_EQ(e.samples.at("sextant_replica_state{model_name=\"q\",replica=\"0\",state=\"draining\"}"), "1");
+  EXPECT_EQ(e.samples.at("sextant_replica_state{model_name=\"q\",replica=\"0\",state=\"ready\"}"), "1");
+}
+
+// Issue 39 item 6: a reload retires replicas; their counts stay in their slot's counters (which never go
+// down), the new engines count on from there, and the series are the slots', not one set per reload.
+TEST(ServeMetrics, CountersOfRetiredReplicasStayInTheirSlot) {
+  ServeMetrics m;
+  engine::EngineStats old0, old1, new0, new1;
+  old0.generation_tokens = 86;
+  old0.prefix_queries = 5;
+  old0.steps = 9;
+  old0.step_tokens_counts[0] = 9;
+  old1.generation_tokens = 40;
+  old0.kv_free_blocks = old0.kv_total_blocks = 8;  // gauges: gone with the replica
+  new0.generation_tokens = 14;
+  new1.generation_tokens = 3;
+  auto value = [&](const std::vector<ServeMetrics::ReplicaSample>& live, const std::string& series) {
+    const Exposition e = parse_exposition(m.render("q", live, {}));
+    for (const std::string& err : e.errors) ADD_FAILURE() << err;
+    return std::stod(e.samples.at(series));
+  };
+  const std::string all = "vllm:generation_tokens_total{model_name=\"q\",replica=\"all\"}";
+  EXPECT_EQ(value({{0, "ready", old0}, {1, "ready", old1}}, all), 126);
+  // The reload: generation 2 serves while generation 1 drains; then generation 1 is retired.
+  EXPECT_EQ(value({{0, "ready", new0}, {1, "ready", new1}, {0, "draining", old0}, {1, "draining", old1}}, all), 143);
+  m.retire(0, old0);
+  m.retire(1, old1);
+  const std::vector<ServeMetrics::ReplicaSample> after{{0, "ready", new0}, {1, "ready", new1}};
+  EXPECT_EQ(value(after, all), 143);
+  EXPECT_EQ(value(after, "vllm:generation_tokens_total{model_name=\"q\",replica=\"0\"}"), 100);
+  EXPECT_EQ(value(after, "vllm:prefix_cache_queries_total{model_name=\"q\",replica=\"0\"}"), 5);
+  EXPECT_EQ(value(after, "vllm:iteration_tokens_total_count{model_name=\"q\"}"), 9);
+  EXPECT_EQ(value(after, "sextant_kv_cache_free_blocks{model_name=\"q\",replica=\"all\"}"), 0);
+  // A later generation of one replica: slot 1's counts stay, with no live replica behind them.
+  m.retire(0, new0);
+  m.retire(1, new1);
+  const std::string text = m.render("q", {{0, "ready", engine::EngineStats{}}}, {});
+  const Exposition e = parse_exposition(text);
+  EXPECT_EQ(e.samples.at(all), "143");
+  EXPECT_EQ(e.samples.at("vllm:generation_tokens_total{model_name=\"q\",replica=\"1\"}"), "43");
+  EXPECT_EQ(e.samples.count("sextant_replica_state{model_name=\"q\",replica=\"1\",state=\"ready\"}"), 0u);
+  std::set<std::string> labels;
+  for (const std::string& series : e.sample_order) {
+    if (const std::size_t at = series.find("replica=\""); at != std::string::npos) {
+      labels.insert(series.substr(at + 9, series.find('"', at + 9) - at - 9));
+    }
+  }
+  EXPECT_EQ(labels, (std::set<std::string>{"0", "1", "all"}));
+}
+
+TEST(ServeMetrics, ReadyIsZeroWhenNothingCanServe) {
+  ServeMetrics m;
+  ServeMetrics::Extra extra;
+  extra.ready = false;
+  const Exposition e = parse_exposition(m.render("q", one(engine::EngineStats{}), extra));
+  EXPECT_EQ(e.samples.at("sextant_ready{model_name=\"q\"}"), "0");
 }
 
 TEST(ServeMetrics, EverySampleCarriesModelName) {
@@ -286,6 +343,8 @@ TEST(ServeMetrics, DefaultsAreZero) {
   const Exposition e = parse_exposition(m.render("m", one(engine::EngineStats{}), {}));
   for (const auto& [series, value] : e.samples) {
     if (series.rfind("sextant_replica_state{", 0) == 0) continue;  // 1 for the state the replica is in
+    if (series.rfind("sextant_ready{", 0) == 0) continue;          // 1: nothing said it cannot serve
+    if (series.rfind("sextant_ready{", 0) == 0) continue;          // 1: nothing said it cannot serve
     EXPECT_EQ(value, "0") << series;
   }
 }
@@ -333,7 +392,7 @@ TEST(ServeMetrics, ModelNameIsEscaped) {
   ServeMetrics m;
   const std::string text = m.render("a\"b\\c\nd", one(engine::EngineStats{}), {});
   const std::string want = "model_name=\"a\\\"b\\\\c\\nd\"";
-  EXPECT_NE(text.find("vllm:num_requests_running{" + want + ",replica=\"1.0\"} 0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("vllm:num_requests_running{" + want + ",replica=\"0\"} 0\n"), std::string::npos) << text;
   EXPECT_NE(text.find("vllm:request_success_total{" + want + ",finished_reason=\"stop\"} 0\n"), std::string::npos);
   EXPECT_NE(text.find("vllm:time_to_first_token_seconds_bucket{" + want + ",le=\"+Inf\"} 0\n"), std::string::npos);
   // No raw newline sneaks into a sample line: every line is a comment or has the escaped label.
@@ -350,8 +409,8 @@ TEST(ServeMetrics, LargeCountersAndFractions) {
   s.generation_tokens = 9876543210ull;
   s.running = 0;
   const Exposition e = parse_exposition(m.render("m", one(s), {}));
-  EXPECT_EQ(e.samples.at("vllm:kv_cache_usage_perc{model_name=\"m\",replica=\"1.0\"}"), "1");
-  EXPECT_EQ(e.samples.at("vllm:generation_tokens_total{model_name=\"m\",replica=\"1.0\"}"), "9876543210");
+  EXPECT_EQ(e.samples.at("vllm:kv_cache_usage_perc{model_name=\"m\",replica=\"0\"}"), "1");
+  EXPECT_EQ(e.samples.at("vllm:generation_tokens_total{model_name=\"m\",replica=\"0\"}"), "9876543210");
   EXPECT_EQ(e.samples.at("vllm:request_success_total{model_name=\"m\",finished_reason=\"stop\"}"), "123456789");
 }
 
