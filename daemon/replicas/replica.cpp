@@ -224,18 +224,18 @@ Result<std::vector<std::unique_ptr<Replica>>> load_replicas(const config::ServeC
   if (host_threads > 0 && groups.size() > 1) {
     const int total = threads > 0 ? threads : host_threads;
     const int n = static_cast<int>(groups.size());
+    threads = std::max(1, total / n);
     if (total < n) {
-      // Each replica's engine needs a thread of its own: more replicas than threads would only
-      // oversubscribe the cores, silently.
-      return invalid_argument_error(
-          "model.replicas: {} makes {} replicas on the {} backend, but they would share {} host thread(s) ({}): each "
-          "replica needs at least one; set model.replicas to at most {}, or raise model.threads",
-          config.model.replicas, n, config.model.backend, total,
-          threads > 0 ? "model.threads" : "this machine's hardware threads", total);
+      // Said, not silent: each engine gets a thread of its own, more than the cores there are.
+      log_warn("serve: {} replicas ({}) on the {} backend share {} host thread(s) ({}): one thread each, so the cores "
+               "are oversubscribed {:.1f}x; for throughput use at most {} replicas, or raise model.threads",
+               n, config.model.replicas, config.model.backend, total,
+               config.model.threads > 0 ? "model.threads" : "this machine's hardware threads",
+               static_cast<double>(n) / total, total);
+    } else {
+      log_info("serve: {} replicas on the {} backend share {} host threads: {} each{}", n, config.model.backend, total,
+               threads, total % n != 0 ? fmt::format(" ({} left unused)", total % n) : std::string());
     }
-    threads = total / n;
-    log_info("serve: {} replicas on the {} backend share {} host threads: {} each{}", n, config.model.backend, total,
-             threads, total % n != 0 ? fmt::format(" ({} left unused)", total % n) : std::string());
   }
   std::vector<std::unique_ptr<Replica>> out;
   for (std::size_t i = 0; i < groups.size(); ++i) {

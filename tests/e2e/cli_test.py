@@ -518,7 +518,7 @@ def plan_places_tp_groups_by_the_topology():
     topo = os.path.join(TOPOLOGY_DIR, "nvlink-pairs-4x.txt")
     for args, says, rc in ((("--topology", topo), b"--topology needs --devices", 2),
                            (("--topology", "/nonexistent/topo.txt", "--devices", "4x24GiB"),
-                            b"NOT_FOUND: /nonexistent/topo.txt: cannot open", 1),
+                            b"NOT_FOUND: topology /nonexistent/topo.txt: No such file or directory", 1),
                            (("--topology", topo, "--devices", "6x24GiB"), b"has 4 GPUs", 2),
                            (("--replicas", "2", "--devices", "4x24GiB"), b"--replicas applies to --topology", 2)):
         p = run("plan", "--shape", "qwen2.5-7b", *args, check=False)

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 CASES = []
@@ -48,13 +49,16 @@ class Daemon:
     """A `sextant serve` process on an ephemeral port with its own admin socket."""
 
     def __init__(self, sextant, model, *extra, max_num_seqs=32, env=None, ready=True, prefix=(), threads=2,
-                 popen_kwargs=None):
+                 popen_kwargs=None, socket=None):
+        """`socket`: the admin socket a config among `extra` names; the daemon then gets neither
+        --port 0 nor --admin-socket (the config's http.port and admin.socket hold)."""
         self.sextant = sextant
         self.dir = tempfile.mkdtemp(prefix="sx-serve-")
-        self.socket = os.path.join(self.dir, "admin.sock")
+        self.socket = socket or os.path.join(self.dir, "admin.sock")
         self.log_path = os.path.join(self.dir, "serve.log")
         self.log = open(self.log_path, "w+b")
-        args = [*prefix, sextant, "serve", "--model", model, "--port", "0", "--admin-socket", self.socket,
+        listeners = [] if socket else ["--port", "0", "--admin-socket", self.socket]
+        args = [*prefix, sextant, "serve", "--model", model, *listeners,
                 *(["-t", str(threads)] if threads else []),
                 "--max-num-seqs", str(max_num_seqs), "--max-model-len", "512", "--set", "http.header_timeout_ms=2000",
                 *extra]
@@ -109,6 +113,78 @@ class Daemon:
         text = self.text()
         assert "still had open handles" not in text, text[-2000:]
         return rc, text
+
+
+def stream(port, prompt, max_tokens, model):
+    """One streamed completion over raw HTTP: (text, finish_reason). Raises on anything that is not
+    a complete, well-formed stream: a status other than 200, a chunk that is not JSON, an error
+    event, no finish_reason or no [DONE]."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    c.request("POST", "/v1/completions", headers={"Content-Type": "application/json"},
+              body=json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+                               "stream": True, "ignore_eos": True}))
+    r = c.getresponse()
+    if r.status != 200:
+        raise AssertionError(f"status {r.status}: {r.read()[:300]!r}")
+    text, finish, done = "", None, False
+    for line in r.read().decode().split("\n"):
+        if not line.startswith("data: "):
+            continue
+        data = line[6:]
+        if data == "[DONE]":
+            done = True
+            continue
+        event = json.loads(data)
+        if "error" in event:
+            raise AssertionError(f"error event: {event}")
+        choice = event["choices"][0]
+        text += choice.get("text") or ""
+        finish = choice.get("finish_reason") or finish
+    c.close()
+    if not done or finish is None:
+        raise AssertionError(f"incomplete stream: done={done} finish={finish} text={text[:80]!r}")
+    return text, finish
+
+
+class Load:
+    """`n` clients streaming completions (`prompt(i)`, 16 tokens) in a loop until stopped, counting
+    what went wrong."""
+
+    def __init__(self, port, n, prompt, model):
+        self.port, self.prompt, self.model = port, prompt, model
+        self.stop_flag, self.ok, self.failures = False, 0, []
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self.client, args=(i,)) for i in range(n)]
+        for t in self.threads:
+            t.start()
+
+    def client(self, i):
+        while not self.stop_flag:
+            try:
+                text, finish = stream(self.port, self.prompt(i), 16, self.model)
+                assert finish == "length" and text, (finish, text)
+                with self.lock:
+                    self.ok += 1
+            except Exception as e:  # noqa: BLE001
+                with self.lock:
+                    self.failures.append(repr(e))
+
+    def finish(self):
+        self.stop_flag = True
+        for t in self.threads:
+            t.join()
+        return self.ok, self.failures
+
+
+def wait_generation(d, generation, timeout=60):
+    """Waits until `generation` is in service with no reload in progress; its status."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        st = d.status()
+        if st.get("generation") == generation and "reload" not in st:
+            return st
+        time.sleep(0.1)
+    raise AssertionError(f"generation {generation} not in service after {timeout} s: {d.status()}")
 
 
 def wait_idle(d, timeout=30):

@@ -36,34 +36,7 @@ def Daemon(*extra, **kwargs):
 
 
 def stream(port, prompt, max_tokens, model=NAME):
-    """One streamed completion over raw HTTP: (text, finish_reason). Raises on anything that is not
-    a complete, well-formed stream: a status other than 200, a chunk that is not JSON, an error
-    event, no finish_reason or no [DONE]."""
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-    c.request("POST", "/v1/completions", headers={"Content-Type": "application/json"},
-              body=json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-                               "stream": True, "ignore_eos": True}))
-    r = c.getresponse()
-    if r.status != 200:
-        raise AssertionError(f"status {r.status}: {r.read()[:300]!r}")
-    text, finish, done = "", None, False
-    for line in r.read().decode().split("\n"):
-        if not line.startswith("data: "):
-            continue
-        data = line[6:]
-        if data == "[DONE]":
-            done = True
-            continue
-        event = json.loads(data)
-        if "error" in event:
-            raise AssertionError(f"error event: {event}")
-        choice = event["choices"][0]
-        text += choice.get("text") or ""
-        finish = choice.get("finish_reason") or finish
-    c.close()
-    if not done or finish is None:
-        raise AssertionError(f"incomplete stream: done={done} finish={finish} text={text[:80]!r}")
-    return text, finish
+    return daemon_harness.stream(port, prompt, max_tokens, model)
 
 
 def complete(port, prompt, max_tokens):
@@ -126,42 +99,11 @@ def two_replicas_serve_sixteen_streams_with_the_memorised_text():
     assert rc == 0, rc
 
 
-class Load:
-    """`n` clients streaming completions in a loop until stopped, counting what went wrong."""
-
-    def __init__(self, port, n):
-        self.port, self.stop_flag, self.ok, self.failures = port, False, 0, []
-        self.lock = threading.Lock()
-        self.threads = [threading.Thread(target=self.client, args=(i,)) for i in range(n)]
-        for t in self.threads:
-            t.start()
-
-    def client(self, i):
-        while not self.stop_flag:
-            try:
-                text, finish = stream(self.port, REF["prompt_text"][: 20 + 7 * i], 16)
-                assert finish == "length" and text, (finish, text)
-                with self.lock:
-                    self.ok += 1
-            except Exception as e:  # noqa: BLE001
-                with self.lock:
-                    self.failures.append(repr(e))
-
-    def finish(self):
-        self.stop_flag = True
-        for t in self.threads:
-            t.join()
-        return self.ok, self.failures
+def Load(port, n):
+    return daemon_harness.Load(port, n, lambda i: REF["prompt_text"][: 20 + 7 * i], NAME)
 
 
-def wait_generation(d, generation, timeout=60):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        st = d.status()
-        if st.get("generation") == generation and "reload" not in st:
-            return st
-        time.sleep(0.1)
-    raise AssertionError(f"generation {generation} not in service after {timeout} s: {d.status()}")
+wait_generation = daemon_harness.wait_generation
 
 
 @case

@@ -498,7 +498,7 @@ def paced_steps_show_their_target_costs_and_composition():
     assert len(count) == 1 and int(float(count[0].split()[-1])) >= after["count"], (count, after)
     assert 'sextant_step_seconds_bucket{model_name="memorise-q8_0",le="+Inf"}' in text, text[:2000]
     # (replica "G.R": a reload case before this one makes the generation another number)
-    assert re.search(r'sextant_step_target_seconds\{model_name="memorise-q8_0",replica="[0-9]+\.0"\} 0\.', text), text
+    assert re.search(r'sextant_step_target_seconds\{model_name="memorise-q8_0",replica="[0-9]+"\} 0\.', text), text
 
 
 @case
