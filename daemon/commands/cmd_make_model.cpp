@@ -1,7 +1,8 @@
-// `sextant make-model`: writes a random-weight qwen2 GGUF of any shape and weight type (default:
-// the exact Qwen2.5-0.5B shape), with the real Qwen tokenizer when given one; or, with
+// `sextant make-model`: writes a random-weight qwen2 or qwen3 GGUF of any shape and weight type
+// (default: the exact Qwen2.5-0.5B shape; --arch qwen3: Qwen3-0.6B), with the real Qwen tokenizer when given one; or, with
 // --format safetensors, the same weights (or those of --from FILE.gguf) as a Hugging Face directory.
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
@@ -54,15 +55,23 @@ Status make_model(const Args& args) {
     st_dtype = *st;
     if (auto from = args.get("--from")) return write_safetensors(*from, *out, st_dtype, static_cast<int>(shards), int4);
   }
-  SX_ASSIGN_OR_RETURN(std::string shape, args.get_string("--shape", "0.5b"));
+  SX_ASSIGN_OR_RETURN(std::string arch, args.get_string("--arch", "qwen2"));
+  if (arch != "qwen2" && arch != "qwen3") return invalid_argument_error("--arch must be qwen2 or qwen3, got '{}'", arch);
+  SX_ASSIGN_OR_RETURN(std::string shape, args.get_string("--shape", arch == "qwen3" ? "0.6b" : "0.5b"));
   model::RandomModelSpec spec;
-  SX_ASSIGN_OR_RETURN(spec.config, model::find_qwen2_5_config(shape));
+  if (arch == "qwen3") {
+    SX_ASSIGN_OR_RETURN(spec.config, model::find_qwen3_config(shape));
+  } else {
+    SX_ASSIGN_OR_RETURN(spec.config, model::find_qwen2_5_config(shape));
+  }
   model::ModelConfig& c = spec.config;
   SX_ASSIGN_OR_RETURN(c.n_layers, args.get_int("--layers", c.n_layers, 1, 1024));
   SX_ASSIGN_OR_RETURN(c.n_heads, args.get_int("--heads", c.n_heads, 1, 1024));
   SX_ASSIGN_OR_RETURN(c.n_kv_heads, args.get_int("--kv-heads", c.n_kv_heads, 1, 1024));
   SX_ASSIGN_OR_RETURN(c.head_dim, args.get_int("--head-dim", c.head_dim, 2, 1024));
-  SX_ASSIGN_OR_RETURN(c.hidden, args.get_int("--hidden", c.n_heads * c.head_dim, 1, 1 << 20));
+  // qwen2 ties hidden to heads x head_dim; qwen3's head size is its own (0.6B: 16 x 128 on 1024).
+  SX_ASSIGN_OR_RETURN(c.hidden,
+                      args.get_int("--hidden", arch == "qwen3" ? c.hidden : c.n_heads * c.head_dim, 1, 1 << 20));
   SX_ASSIGN_OR_RETURN(c.ffn, args.get_int("--ffn", c.ffn, 1, 1 << 22));
   SX_ASSIGN_OR_RETURN(c.context_length, args.get_int("--ctx", c.context_length, 1, 1 << 24));
   if (args.has("--untied")) c.tied_embeddings = false;
@@ -80,6 +89,14 @@ Status make_model(const Args& args) {
         "--type must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k or q4_k_m, got '{}'", type_name);
   }
   spec.weight_type = *type;
+  if (auto std_text = args.get("--init-std")) {
+    char* end = nullptr;
+    const double v = std::strtod(std_text->c_str(), &end);
+    if (end == std_text->c_str() || *end != '\0' || !(v >= 0 && v <= 10)) {
+      return invalid_argument_error("--init-std must be a number from 0 to 10, got '{}'", *std_text);
+    }
+    spec.init_std = static_cast<float>(v);
+  }
   SX_ASSIGN_OR_RETURN(std::int64_t seed, args.get_int("--seed", 0, 0, INT64_MAX));
   spec.seed = static_cast<std::uint64_t>(seed);
   SX_ASSIGN_OR_RETURN(c.vocab, args.get_int("--vocab", c.vocab, 1, 1 << 24));
@@ -102,9 +119,10 @@ Status make_model(const Args& args) {
     return s;
   }
   SX_RETURN_IF_ERROR(model::write_random_qwen2_gguf(spec, *out));
-  std::printf("wrote %s: qwen2 %lld layers, hidden %lld, %lld/%lld heads, ffn %lld, vocab %lld, %s weights\n",
-              out->c_str(), static_cast<long long>(c.n_layers), static_cast<long long>(c.hidden),
-              static_cast<long long>(c.n_heads), static_cast<long long>(c.n_kv_heads), static_cast<long long>(c.ffn),
+  std::printf("wrote %s: %s %lld layers, hidden %lld, %lld/%lld heads of %lld, ffn %lld, vocab %lld, %s weights\n",
+              out->c_str(), c.architecture.c_str(), static_cast<long long>(c.n_layers), static_cast<long long>(c.hidden),
+              static_cast<long long>(c.n_heads), static_cast<long long>(c.n_kv_heads),
+              static_cast<long long>(c.head_dim), static_cast<long long>(c.ffn),
               static_cast<long long>(c.vocab), std::string(hal::dtype_name(spec.weight_type)).c_str());
   return ok_status();
 }
@@ -113,8 +131,8 @@ Status make_model(const Args& args) {
 
 int cmd_make_model(int argc, char** argv) {
   Args args("make-model",
-            "Write a random-weight qwen2 GGUF (default: the Qwen2.5-0.5B shape), or a Hugging Face safetensors "
-            "directory of the same weights or of --from FILE.gguf.",
+            "Write a random-weight qwen2 or qwen3 GGUF (default: the Qwen2.5-0.5B shape), or a Hugging Face "
+            "safetensors directory of the same weights or of --from FILE.gguf.",
             {
                 {{"-o", "--out"}, true, false, "output file (a directory with --format safetensors)", "PATH"},
                 {{"--format"}, true, false, "gguf (default) or safetensors", "FORMAT"},
@@ -124,7 +142,11 @@ int cmd_make_model(int argc, char** argv) {
                  "safetensors: an AWQ 4-bit checkpoint (groups of 128; layer matrices need inputs in whole groups)", ""},
                 {{"--gptq"}, false, false,
                  "safetensors: a GPTQ 4-bit checkpoint (AutoGPTQ format, symmetric, groups of 128, no act-order)", ""},
-                {{"--shape"}, true, false, "Qwen2.5 size: 0.5b (default), 1.5b, 3b, 7b, 14b, 32b, 72b", "SIZE"},
+                {{"--arch"}, true, false, "qwen2 (default: Qwen2 / Qwen2.5) or qwen3 (Qwen3 dense: q/k head norms)",
+                 "ARCH"},
+                {{"--shape"}, true, false,
+                 "Qwen2.5 size: 0.5b (default), 1.5b, 3b, 7b, 14b, 32b, 72b; with --arch qwen3: 0.6b (default), 1.7b, "
+                 "4b, 8b, 14b, 32b", "SIZE"},
                 {{"--type"}, true, false, "2-D weight format: f32, f16 (default), bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k; q6_k (Q8_0 where "
                  "rows are not whole 256-blocks) or q4_k_m (llama.cpp's mix); safetensors: f32, f16, bf16 (default)", "TYPE"},
                 {{"--tokenizer"}, true, false, "Hugging Face tokenizer.json to embed (default: a synthetic one)", "FILE"},
@@ -139,6 +161,8 @@ int cmd_make_model(int argc, char** argv) {
                 {{"--tied"}, false, false, "tie the LM head to the embedding", ""},
                 {{"--untied"}, false, false, "separate LM head (output.weight)", ""},
                 {{"--seed"}, true, false, "random seed (default 0)", "N"},
+                {{"--init-std"}, true, false,
+                 "standard deviation of the random weights (default 0.02; larger gives livelier greedy text)", "X"},
             });
   if (Status s = args.parse(argc, argv); !s.ok()) return report_error("make-model", s);
   if (args.has("--help")) {

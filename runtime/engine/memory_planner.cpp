@@ -316,6 +316,7 @@ Workspace rank_workspace(const model::ModelConfig& c, const parallel::ShardPlan&
   const std::uint64_t f = u64(r.ffn.size());
   Workspace w;
   w.activations = kF32 * T * (3 * H + 2 * q + 2 * kv + 2 * f);
+  if (model::has_qk_norm(c)) w.activations += kF32 * T * (q + kv);  // q and k before their head norms
   ModelOptions mo;
   mo.max_batch_tokens = o.max_num_batched_tokens;
   mo.max_logit_rows = o.max_num_seqs;

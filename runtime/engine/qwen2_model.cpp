@@ -66,7 +66,7 @@ Result<std::unique_ptr<Qwen2Model>> Qwen2Model::load_group(const model::TensorSo
   if (backend == nullptr && devices.size() > 1) {
     return invalid_argument_error("a group of {} devices needs their backend for its channels", devices.size());
   }
-  SX_RETURN_IF_ERROR(model::check_qwen2_tensors(file, config));
+  SX_RETURN_IF_ERROR(model::check_model_tensors(file, config));
   SX_ASSIGN_OR_RETURN(parallel::WeightTypes types, parallel::weight_types_from_source(file, config));
   SX_ASSIGN_OR_RETURN(parallel::ShardPlan plan,
                       parallel::plan_shards(config, types,

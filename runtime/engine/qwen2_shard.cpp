@@ -23,6 +23,7 @@ struct DeviceTensor {
 
 struct Layer {
   DeviceTensor attn_norm, q_w, q_b, k_w, k_b, v_w, v_b, o_w, ffn_norm, gate_w, up_w, down_w;
+  DeviceTensor q_norm, k_norm;  // qwen3: every query / key head RMS-normalised before rope
 };
 
 std::size_t f32_bytes(std::int64_t n) { return static_cast<std::size_t>(n) * sizeof(float); }
@@ -249,6 +250,10 @@ std::vector<hal::Op> Qwen2Shard::step_ops(const model::ModelConfig& c, const par
   }
   if (rp.layers.size() > 0) {
     ops.emplace_back(hal::RmsNormArgs{{}, {}, {}, {}, T, H, static_cast<float>(c.rms_eps)});
+    if (model::has_qk_norm(c)) {  // one row per head
+      ops.emplace_back(hal::RmsNormArgs{{}, {}, {}, {}, T * nq, hd, static_cast<float>(c.rms_eps)});
+      ops.emplace_back(hal::RmsNormArgs{{}, {}, {}, {}, T * nkv, hd, static_cast<float>(c.rms_eps)});
+    }
     ops.emplace_back(hal::RopeArgs{{}, {}, T, nq, hd, hd, static_cast<float>(c.rope_theta)});
     ops.emplace_back(hal::RopeArgs{{}, {}, T, nkv, hd, hd, static_cast<float>(c.rope_theta)});
     ops.emplace_back(kv_write_args(o, rp, hd, T));
@@ -292,6 +297,7 @@ struct Qwen2Shard::Impl {
   std::vector<std::unique_ptr<hal::Buffer>> k_cache, v_cache;
   std::int64_t n_slots = 0;
   std::unique_ptr<hal::Buffer> h, xn, q, k, v, attn, delta, gate, up, sel, sel_delta, sel_norm, logits, gathered;
+  std::unique_ptr<hal::Buffer> q_raw, k_raw;  // qwen3: q and k before their head norms (q, k after)
   std::unique_ptr<hal::Buffer> top, top_gathered;  // candidates of a step that selects on the device
   // The per-step integer inputs: written by the host into `staging`, copied into `inputs`.
   StepInputs in;
@@ -382,7 +388,11 @@ Result<std::unique_ptr<Qwen2Shard>> Qwen2Shard::load(const model::TensorSource& 
     SX_ASSIGN_OR_RETURN(L.gate_w, up.tensor(name(LayerTensor::kFfnGate), true, f0, fn));
     SX_ASSIGN_OR_RETURN(L.up_w, up.tensor(name(LayerTensor::kFfnUp), true, f0, fn));
     SX_ASSIGN_OR_RETURN(L.down_w, up.tensor(name(LayerTensor::kFfnDown), true, 0, H, f0, fn, lt.down));
-    for (const DeviceTensor* t : {&L.attn_norm, &L.ffn_norm, &L.q_b, &L.k_b, &L.v_b}) {
+    if (model::has_qk_norm(config)) {  // head_dim wide, the same for every head: whole on every rank
+      SX_ASSIGN_OR_RETURN(L.q_norm, up.tensor(name(LayerTensor::kAttnQNorm), true));
+      SX_ASSIGN_OR_RETURN(L.k_norm, up.tensor(name(LayerTensor::kAttnKNorm), true));
+    }
+    for (const DeviceTensor* t : {&L.attn_norm, &L.ffn_norm, &L.q_b, &L.k_b, &L.v_b, &L.q_norm, &L.k_norm}) {
       if (t->buffer && t->type != hal::DType::kF32) {
         return invalid_argument_error("{}: norm and bias tensors must be f32, found {}", file.path(),
                                       hal::dtype_name(t->type));
@@ -411,6 +421,10 @@ Result<std::unique_ptr<Qwen2Shard>> Qwen2Shard::load(const model::TensorSource& 
   SX_ASSIGN_OR_RETURN(im.k, device.alloc(f32_bytes(T * kvn)));
   SX_ASSIGN_OR_RETURN(im.v, device.alloc(f32_bytes(T * kvn)));
   SX_ASSIGN_OR_RETURN(im.attn, device.alloc(f32_bytes(T * std::max<std::int64_t>(qn, 1))));
+  if (model::has_qk_norm(config)) {
+    SX_ASSIGN_OR_RETURN(im.q_raw, device.alloc(f32_bytes(T * std::max<std::int64_t>(qn, 1))));
+    SX_ASSIGN_OR_RETURN(im.k_raw, device.alloc(f32_bytes(T * std::max<std::int64_t>(kvn, 1))));
+  }
   SX_ASSIGN_OR_RETURN(im.delta, device.alloc(f32_bytes(T * H)));
   SX_ASSIGN_OR_RETURN(im.gate, device.alloc(f32_bytes(T * fn)));
   SX_ASSIGN_OR_RETURN(im.up, device.alloc(f32_bytes(T * fn)));
@@ -514,8 +528,16 @@ Status Qwen2Shard::run_step(const ForwardBatch& batch, int top_k) {
     // h += delta (the previous layer's MLP output); xn = norm(h).
     SX_RETURN_IF_ERROR(s.run(hal::RmsNormArgs{V(im.h), pending_delta ? V(im.delta) : hal::BufView{},
                                               L.attn_norm.view(), V(im.xn), T, H, eps}));
-    SX_RETURN_IF_ERROR(matmul(L.q_w, &L.q_b, V(im.xn), V(im.q), T, nq * hd, H));
-    SX_RETURN_IF_ERROR(matmul(L.k_w, &L.k_b, V(im.xn), V(im.k), T, nkv * hd, H));
+    if (L.q_norm) {
+      // qwen3: q and k into their raw buffers, then each head normalised (a row of head_dim each).
+      SX_RETURN_IF_ERROR(matmul(L.q_w, &L.q_b, V(im.xn), V(im.q_raw), T, nq * hd, H));
+      SX_RETURN_IF_ERROR(matmul(L.k_w, &L.k_b, V(im.xn), V(im.k_raw), T, nkv * hd, H));
+      SX_RETURN_IF_ERROR(s.run(hal::RmsNormArgs{V(im.q_raw), {}, L.q_norm.view(), V(im.q), T * nq, hd, eps}));
+      SX_RETURN_IF_ERROR(s.run(hal::RmsNormArgs{V(im.k_raw), {}, L.k_norm.view(), V(im.k), T * nkv, hd, eps}));
+    } else {
+      SX_RETURN_IF_ERROR(matmul(L.q_w, &L.q_b, V(im.xn), V(im.q), T, nq * hd, H));
+      SX_RETURN_IF_ERROR(matmul(L.k_w, &L.k_b, V(im.xn), V(im.k), T, nkv * hd, H));
+    }
     SX_RETURN_IF_ERROR(matmul(L.v_w, &L.v_b, V(im.xn), V(im.v), T, nkv * hd, H));
     const auto theta = static_cast<float>(c.rope_theta);
     SX_RETURN_IF_ERROR(s.run(hal::RopeArgs{V(im.q), im.input(im.in.positions), T, nq, hd, hd, theta}));

@@ -172,6 +172,13 @@ Result<HfConfig> parse_hf_config(std::string_view json_text, std::string_view di
   SX_ASSIGN_OR_RETURN(c.rms_eps, r.positive("rms_norm_eps", 1e-6));
   SX_ASSIGN_OR_RETURN(c.tied_embeddings, r.boolean("tie_word_embeddings", false));
   c.qkv_bias = arch->qkv_bias;
+  if (!arch->qkv_bias) {
+    SX_ASSIGN_OR_RETURN(const bool attention_bias, r.boolean("attention_bias", false));
+    if (attention_bias) {
+      return unimplemented_error("{}: 'attention_bias' is true; {} with q/k/v biases is not supported", file,
+                                 arch->class_name);
+    }
+  }
 
   if (c.n_heads % c.n_kv_heads != 0) {
     return invalid_argument_error("{}: 'num_attention_heads' {} is not a multiple of 'num_key_value_heads' {}", file,

@@ -119,8 +119,13 @@ Int4Tensors quantize_int4(const TensorInfo& t, Int4Checkpoint format) {
 
 std::string hf_config_json(const ModelConfig& c, hal::DType dtype, Int4Checkpoint int4) {
   ordered_json j;
-  j["architectures"] = {"Qwen2ForCausalLM"};
-  j["model_type"] = "qwen2";
+  const bool qwen3 = c.architecture == "qwen3";
+  j["architectures"] = {qwen3 ? "Qwen3ForCausalLM" : "Qwen2ForCausalLM"};
+  j["model_type"] = qwen3 ? "qwen3" : "qwen2";
+  if (qwen3) {
+    j["attention_bias"] = false;
+    j["head_dim"] = c.head_dim;
+  }
   if (!c.name.empty()) j["_name_or_path"] = c.name;
   j["hidden_act"] = "silu";
   j["hidden_size"] = c.hidden;
@@ -148,8 +153,9 @@ std::string hf_config_json(const ModelConfig& c, hal::DType dtype, Int4Checkpoin
 }
 
 Status write_hf_model(const TensorSource& src, const ModelConfig& c, const HfWriteOptions& o, const std::string& dir) {
-  if (c.architecture != "qwen2") {
-    return invalid_argument_error("{}: only qwen2 models can be written as safetensors, not '{}'", dir, c.architecture);
+  if (c.architecture != "qwen2" && c.architecture != "qwen3") {
+    return invalid_argument_error("{}: only qwen2 and qwen3 models can be written as safetensors, not '{}'", dir,
+                                  c.architecture);
   }
   if (o.dtype != hal::DType::kF32 && o.dtype != hal::DType::kF16 && o.dtype != hal::DType::kBF16) {
     return invalid_argument_error("safetensors weights must be f32, f16 or bf16, not {}", hal::dtype_name(o.dtype));

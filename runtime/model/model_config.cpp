@@ -21,7 +21,13 @@ const std::vector<ArchSpec>& arch_specs() {
         LayerTensor::kAttnOutput, LayerTensor::kFfnNorm, LayerTensor::kFfnGate, LayerTensor::kFfnUp,
         LayerTensor::kFfnDown},
        {LayerTensor::kAttnQBias, LayerTensor::kAttnKBias, LayerTensor::kAttnVBias}},
-      // qwen3 will be: no qkv bias, plus kAttnQNorm / kAttnKNorm, head_dim from key_length.
+      // Qwen3 dense: no qkv bias, an RMSNorm of every query and key head before rope
+      // (attn_q_norm / attn_k_norm, head_dim wide), head_dim from attention.key_length.
+      {"qwen3",
+       {LayerTensor::kAttnNorm, LayerTensor::kAttnQ, LayerTensor::kAttnK, LayerTensor::kAttnV,
+        LayerTensor::kAttnOutput, LayerTensor::kAttnQNorm, LayerTensor::kAttnKNorm, LayerTensor::kFfnNorm,
+        LayerTensor::kFfnGate, LayerTensor::kFfnUp, LayerTensor::kFfnDown},
+       {}},
   };
   return kSpecs;
 }
@@ -65,6 +71,12 @@ const ArchSpec* find_arch_spec(std::string_view architecture) {
     if (s.name == architecture) return &s;
   }
   return nullptr;
+}
+
+bool has_qk_norm(const ModelConfig& c) {
+  const ArchSpec* spec = find_arch_spec(c.architecture);
+  return spec != nullptr && std::find(spec->layer_tensors.begin(), spec->layer_tensors.end(), LayerTensor::kAttnQNorm) !=
+                                spec->layer_tensors.end();
 }
 
 std::string supported_architectures() {

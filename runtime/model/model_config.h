@@ -2,7 +2,8 @@
 //
 // Architectures are described by a table (ArchSpec): keys are "<arch>.<suffix>" and the per-layer
 // tensors are listed per architecture, so adding qwen3 means adding a row (plus its q/k norms).
-// Supported today: qwen2 (Qwen2 / Qwen2.5 dense).
+// Supported today: qwen2 (Qwen2 / Qwen2.5 dense), qwen3 (Qwen3 dense: q/k head norms, head_dim of
+// its own).
 //
 // Shapes are in GGUF ne order (ne[0] innermost): a weight mapping in -> out has dims {in, out}.
 //
@@ -59,8 +60,10 @@ struct ArchSpec {
 
 // nullptr when unsupported.
 const ArchSpec* find_arch_spec(std::string_view architecture);
-// "qwen2"
+// "qwen2, qwen3"
 std::string supported_architectures();
+// Whether every query and key head is RMS-normalised before rope (qwen3: attn_q_norm / attn_k_norm).
+bool has_qk_norm(const ModelConfig& c);
 
 // One tensor a model must have, with its dims in ne order.
 struct ExpectedTensor {

@@ -107,8 +107,9 @@ bool is_norm(std::string_view name) { return name.find("norm") != std::string_vi
 Status validate_spec(const RandomModelSpec& spec) {
   const ModelConfig& c = spec.config;
   SX_RETURN_IF_ERROR(validate_model_config(c, "random model spec"));
-  if (c.architecture != "qwen2") {
-    return invalid_argument_error("random model spec: architecture '{}'; only qwen2 can be generated", c.architecture);
+  if (c.architecture != "qwen2" && c.architecture != "qwen3") {
+    return invalid_argument_error("random model spec: architecture '{}'; only qwen2 and qwen3 can be generated",
+                                  c.architecture);
   }
   const hal::DType t = spec.weight_type;
   if (spec.mix == WeightMix::kUniform && !hal::can_quantize(t)) {

@@ -108,24 +108,31 @@ Result<RandomFile> write_random_file(const model::RandomModelSpec& spec, std::st
   return r;
 }
 
+struct Layout {
+  int tp, pp;
+};
+
 // A random model with `heads` / `kv_heads` (head_dim 16, 3 layers) gives the CPU's greedy ids on
-// `gpu` at TP 1, TP 6 and TP 3 x PP 2.
+// `gpu` at TP 1, TP 6 and TP 3 x PP 2 (and `extra` layouts). qwen3: no qkv bias, q/k head norms, and
+// a hidden size of its own (head_dim 32 on a hidden of 256, whatever the head count).
 void check_head_layout(hal::Backend* gpu, const char* backend_name, const char* name, int heads, int kv_heads,
-                       unsigned seed) {
+                       unsigned seed, std::string_view arch = "qwen2", std::vector<Layout> extra = {}) {
   model::RandomModelSpec spec;
   model::ModelConfig& c = spec.config;
+  const bool qwen3 = arch == "qwen3";
+  c.architecture = std::string(arch);
   c.name = name;
   c.n_layers = 3;
   c.n_heads = heads;
   c.n_kv_heads = kv_heads;
-  c.head_dim = 16;
-  c.hidden = heads * 16;
+  c.head_dim = qwen3 ? 32 : 16;
+  c.hidden = qwen3 ? 256 : heads * 16;
   c.ffn = 2 * c.hidden + 32;
   c.vocab = 512;
   c.context_length = 256;
   c.rope_theta = 1e6;
   c.rms_eps = 1e-6;
-  c.qkv_bias = true;
+  c.qkv_bias = !qwen3;
   spec.seed = seed;
   spec.init_std = 0.05f;
   auto rf = write_random_file(spec, fmt::format("sx_parity_{}", name));
@@ -146,10 +153,9 @@ void check_head_layout(hal::Backend* gpu, const char* backend_name, const char* 
   auto ref = greedy(**ref_model, kSteps);
   ASSERT_TRUE(ref.ok()) << ref.status().to_string();
 
-  struct Layout {
-    int tp, pp;
-  };
-  for (const Layout lay : {Layout{1, 1}, Layout{6, 1}, Layout{3, 2}}) {
+  std::vector<Layout> layouts{{1, 1}, {6, 1}, {3, 2}};
+  layouts.insert(layouts.end(), extra.begin(), extra.end());
+  for (const Layout lay : layouts) {
     SCOPED_TRACE(::testing::Message() << backend_name << " " << name << " tp " << lay.tp << " pp " << lay.pp);
     if (const std::string why = missing_devices(*gpu, static_cast<std::size_t>(lay.tp * lay.pp)); !why.empty()) {
       std::printf("%s tp %d pp %d: skipped: %s\n", backend_name, lay.tp, lay.pp, why.c_str());
@@ -185,6 +191,15 @@ TEST_P(ModelParity, SeventyTwoBHeadLayoutGivesTheCpuGreedyIdsAtEveryLayout) {
   hal::Backend* gpu = backend();
   if (gpu == nullptr) GTEST_SKIP() << GetParam() << " has no device here";
   check_head_layout(gpu, GetParam(), "qwen2.5-72b-heads", 64, 8, 72);
+}
+
+// Qwen3-14B's 40 query heads / 8 KV heads with a head size that is not hidden / heads (as in every
+// Qwen3: 0.6B has 16 heads of 128 on a hidden of 1024), each head's q and k RMS-normalised before
+// rope: at TP 6 ranks of 6 and 7 heads, at TP 4 ranks of 10.
+TEST_P(ModelParity, Qwen3FourteenBHeadLayoutGivesTheCpuGreedyIdsAtEveryLayout) {
+  hal::Backend* gpu = backend();
+  if (gpu == nullptr) GTEST_SKIP() << GetParam() << " has no device here";
+  check_head_layout(gpu, GetParam(), "qwen3-14b-heads", 40, 8, 14, "qwen3", {{4, 1}});
 }
 
 // The full Qwen2.5-0.5B shape (24 layers, hidden 896, 14 / 2 heads, FFN 4864, vocab 151936: its
@@ -300,7 +315,7 @@ TEST_P(ModelParity, FullShapeQwen2_5_0_5BGivesTheCpuGreedyIds) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, ModelParity, ::testing::Values("vulkan", "cuda"),
+INSTANTIATE_TEST_SUITE_P(Backends, ModelParity, ::testing::Values("cpu", "vulkan", "cuda"),
                          [](const auto& info) { return std::string(info.param); });
 
 }  // namespace

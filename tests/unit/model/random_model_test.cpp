@@ -255,12 +255,27 @@ TEST(RandomModel, Qwen3Shapes) {
   EXPECT_NE(qwen3_config("32b").q_dim(), qwen3_config("32b").hidden);    // 64 x 128 = 8192 vs 5120
   EXPECT_EQ(find_qwen3_config("8B")->hidden, 4096);
   EXPECT_TRUE(fails_with(find_qwen3_config("7b"), StatusCode::kInvalidArgument, {"7b", "0.6b, 1.7b"}));
-  // Shapes only: qwen3 is not a loadable (so not a writable) architecture yet.
+  // Writable (issue 40): one layer of the 0.6B shape with a small vocabulary reads back as qwen3,
+  // with its head norms and a head size of its own.
   RandomModelSpec spec;
   spec.config = qwen3_config("0.6b");
   spec.config.n_layers = 1;
-  GgufWriter w;
-  EXPECT_FALSE(add_random_qwen2_model(spec, w).ok());
+  spec.config.vocab = 512;
+  const std::string path = ::testing::TempDir() + "/sx_random_qwen3.gguf";
+  ASSERT_TRUE(write_random_qwen2_gguf(spec, path).ok());
+  auto f = GgufFile::open(path);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  auto back = model_config_from_gguf(**f);
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->architecture, "qwen3");
+  EXPECT_EQ(back->head_dim, 128);
+  EXPECT_EQ(back->hidden, 1024);
+  EXPECT_TRUE(has_qk_norm(*back));
+  ASSERT_NE((*f)->find_tensor("blk.0.attn_q_norm.weight"), nullptr);
+  EXPECT_EQ((*f)->find_tensor("blk.0.attn_k_norm.weight")->dims, (std::vector<std::int64_t>{128}));
+  EXPECT_EQ((*f)->find_tensor("blk.0.attn_q.bias"), nullptr);
+  EXPECT_TRUE(check_model_tensors(**f, *back).ok());
+  std::remove(path.c_str());
 }
 
 }  // namespace
