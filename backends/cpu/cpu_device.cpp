@@ -236,6 +236,13 @@ Status CpuDevice::supports(const hal::Op& op) const {
       return unimplemented_error("the CPU's attention takes at most {} query heads per KV head", kMaxHeadsPerKv);
     }
   }
+  if (const auto* m = std::get_if<hal::MoeFfnArgs>(&op);
+      m != nullptr && !(weight_format_ok(m->gate_type) && weight_format_ok(m->up_type) && weight_format_ok(m->down_type))) {
+    return unimplemented_error("{}", kWeightFormats);
+  }
+  if (const auto* r = std::get_if<hal::MoeRouterArgs>(&op); r != nullptr && r->k > hal::kMaxTopK) {
+    return unimplemented_error("the router selects at most {} experts per token", hal::kMaxTopK);
+  }
   if (const auto* t = std::get_if<hal::TopKArgs>(&op); t != nullptr && t->k > hal::kMaxTopK) {
     return unimplemented_error("top-k selects at most {} per row", hal::kMaxTopK);
   }
@@ -575,6 +582,37 @@ struct Dispatch {
     SX_ASSIGN_OR_RETURN(float* o, resolve_as<float>(dev, a.out, a.n, "add", "out"));
     add(pool(), x, y, o, a.n);
     return ok_status();
+  }
+  Status operator()(const hal::MoeRouterArgs& a) {
+    if (a.k < 1 || a.k > hal::kMaxTopK || a.k > a.n_experts) {
+      return invalid_argument_error("moe_router: k {} must be in [1, {}] and at most the {} experts", a.k,
+                                    hal::kMaxTopK, a.n_experts);
+    }
+    SX_ASSIGN_OR_RETURN(const float* x, resolve_as<const float>(dev, a.logits, a.n_tokens * a.n_experts, "moe_router", "logits"));
+    SX_ASSIGN_OR_RETURN(std::int32_t* ids, resolve_as<std::int32_t>(dev, a.ids, a.n_tokens * a.k, "moe_router", "ids"));
+    SX_ASSIGN_OR_RETURN(float* w, resolve_as<float>(dev, a.weights, a.n_tokens * a.k, "moe_router", "weights"));
+    moe_router(pool(), x, ids, w, a.n_tokens, a.n_experts, a.k, a.normalize);
+    return ok_status();
+  }
+  Status operator()(const hal::MoeFfnArgs& a) {
+    if (a.n_tokens < 0 || a.dim <= 0 || a.ffn <= 0 || a.k < 1 || a.n_local < 0 || a.expert_begin < 0) {
+      return invalid_argument_error("moe_ffn: {} tokens of {}, experts of {} rows, k {}, {} local experts from {}",
+                                    a.n_tokens, a.dim, a.ffn, a.k, a.n_local, a.expert_begin);
+    }
+    MoeFfnPtrs p{};
+    SX_ASSIGN_OR_RETURN(p.x, resolve_as<const float>(dev, a.x, a.n_tokens * a.dim, "moe_ffn", "x"));
+    SX_ASSIGN_OR_RETURN(p.ids, resolve_as<const std::int32_t>(dev, a.ids, a.n_tokens * a.k, "moe_ffn", "ids"));
+    SX_ASSIGN_OR_RETURN(p.weights, resolve_as<const float>(dev, a.weights, a.n_tokens * a.k, "moe_ffn", "weights"));
+    SX_ASSIGN_OR_RETURN(p.out, resolve_as<float>(dev, a.out, a.n_tokens * a.dim, "moe_ffn", "out"));
+    if (a.n_local > 0) {
+      SX_ASSIGN_OR_RETURN(p.gate, resolve_rows(dev, a.gate, a.gate_type, a.n_local * a.ffn, a.dim, "moe_ffn",
+                                               "gate experts", &p.gate_type));
+      SX_ASSIGN_OR_RETURN(p.up, resolve_rows(dev, a.up, a.up_type, a.n_local * a.ffn, a.dim, "moe_ffn", "up experts",
+                                             &p.up_type));
+      SX_ASSIGN_OR_RETURN(p.down, resolve_rows(dev, a.down, a.down_type, a.n_local * a.dim, a.ffn, "moe_ffn",
+                                               "down experts", &p.down_type));
+    }
+    return moe_ffn(pool(), scratch, p, a);
   }
   Status operator()(const hal::TopKArgs& a) {
     if (a.k < 1 || a.k > hal::kMaxTopK || a.k > a.n_cols) {

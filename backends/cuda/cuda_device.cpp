@@ -207,6 +207,10 @@ Status CudaDevice::supports(const hal::Op& op) const {
     if (weight_type_ok(m->w_type)) return ok_status();
     return unimplemented_error("matmul weights are weights, not {}", hal::dtype_name(m->w_type));
   }
+  if (std::holds_alternative<hal::MoeRouterArgs>(op) || std::holds_alternative<hal::MoeFfnArgs>(op)) {
+    return unimplemented_error("the CUDA backend has no kernel for {} yet (mixture-of-experts models run on the CPU)",
+                               hal::op_name(op));
+  }
   return ok_status();  // add, silu_mul, rmsnorm, rope, top_k
 }
 

@@ -109,6 +109,14 @@ void append_op_key(std::string& key, const hal::Op& op) {
         } else if constexpr (std::is_same_v<T, hal::TopKArgs>) {
           put(key, a.x), put(key, a.values), put(key, a.ids);
           put(key, a.n_rows), put(key, a.n_cols), put(key, a.k), put(key, a.id_offset);
+        } else if constexpr (std::is_same_v<T, hal::MoeRouterArgs>) {
+          put(key, a.logits), put(key, a.ids), put(key, a.weights);
+          put(key, a.n_tokens), put(key, a.n_experts), put(key, a.k), put(key, a.normalize);
+        } else if constexpr (std::is_same_v<T, hal::MoeFfnArgs>) {
+          put(key, a.x), put(key, a.ids), put(key, a.weights), put(key, a.gate), put(key, a.up), put(key, a.down);
+          put(key, a.gate_type), put(key, a.up_type), put(key, a.down_type), put(key, a.out);
+          put(key, a.n_tokens), put(key, a.dim), put(key, a.ffn), put(key, a.k), put(key, a.expert_begin);
+          put(key, a.n_local);
         } else {
           static_assert(sizeof(T) == 0, "append_op_key: an op without a key");
         }

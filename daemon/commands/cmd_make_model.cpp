@@ -56,11 +56,16 @@ Status make_model(const Args& args) {
     if (auto from = args.get("--from")) return write_safetensors(*from, *out, st_dtype, static_cast<int>(shards), int4);
   }
   SX_ASSIGN_OR_RETURN(std::string arch, args.get_string("--arch", "qwen2"));
-  if (arch != "qwen2" && arch != "qwen3") return invalid_argument_error("--arch must be qwen2 or qwen3, got '{}'", arch);
-  SX_ASSIGN_OR_RETURN(std::string shape, args.get_string("--shape", arch == "qwen3" ? "0.6b" : "0.5b"));
+  if (arch != "qwen2" && arch != "qwen3" && arch != "qwen3moe") {
+    return invalid_argument_error("--arch must be qwen2, qwen3 or qwen3moe, got '{}'", arch);
+  }
+  SX_ASSIGN_OR_RETURN(std::string shape,
+                      args.get_string("--shape", arch == "qwen3" ? "0.6b" : arch == "qwen3moe" ? "30b-a3b" : "0.5b"));
   model::RandomModelSpec spec;
   if (arch == "qwen3") {
     SX_ASSIGN_OR_RETURN(spec.config, model::find_qwen3_config(shape));
+  } else if (arch == "qwen3moe") {
+    SX_ASSIGN_OR_RETURN(spec.config, model::find_qwen3moe_config(shape));
   } else {
     SX_ASSIGN_OR_RETURN(spec.config, model::find_qwen2_5_config(shape));
   }
@@ -71,7 +76,14 @@ Status make_model(const Args& args) {
   SX_ASSIGN_OR_RETURN(c.head_dim, args.get_int("--head-dim", c.head_dim, 2, 1024));
   // qwen2 ties hidden to heads x head_dim; qwen3's head size is its own (0.6B: 16 x 128 on 1024).
   SX_ASSIGN_OR_RETURN(c.hidden,
-                      args.get_int("--hidden", arch == "qwen3" ? c.hidden : c.n_heads * c.head_dim, 1, 1 << 20));
+                      args.get_int("--hidden", arch == "qwen2" ? c.n_heads * c.head_dim : c.hidden, 1, 1 << 20));
+  if (c.is_moe()) {
+    SX_ASSIGN_OR_RETURN(c.n_experts, args.get_int("--experts", c.n_experts, 1, 4096));
+    SX_ASSIGN_OR_RETURN(c.n_experts_used, args.get_int("--experts-used", c.n_experts_used, 1, 64));
+    SX_ASSIGN_OR_RETURN(c.expert_ffn, args.get_int("--expert-ffn", c.expert_ffn, 1, 1 << 20));
+  } else if (args.has("--experts") || args.has("--experts-used") || args.has("--expert-ffn")) {
+    return invalid_argument_error("--experts, --experts-used and --expert-ffn go with --arch qwen3moe");
+  }
   SX_ASSIGN_OR_RETURN(c.ffn, args.get_int("--ffn", c.ffn, 1, 1 << 22));
   SX_ASSIGN_OR_RETURN(c.context_length, args.get_int("--ctx", c.context_length, 1, 1 << 24));
   if (args.has("--untied")) c.tied_embeddings = false;
@@ -142,11 +154,15 @@ int cmd_make_model(int argc, char** argv) {
                  "safetensors: an AWQ 4-bit checkpoint (groups of 128; layer matrices need inputs in whole groups)", ""},
                 {{"--gptq"}, false, false,
                  "safetensors: a GPTQ 4-bit checkpoint (AutoGPTQ format, symmetric, groups of 128, no act-order)", ""},
-                {{"--arch"}, true, false, "qwen2 (default: Qwen2 / Qwen2.5) or qwen3 (Qwen3 dense: q/k head norms)",
+                {{"--arch"}, true, false,
+                 "qwen2 (default: Qwen2 / Qwen2.5), qwen3 (Qwen3 dense: q/k head norms) or qwen3moe (Qwen3-MoE)",
                  "ARCH"},
+                {{"--experts"}, true, false, "qwen3moe: experts per layer (default: the shape's, 128)", "N"},
+                {{"--experts-used"}, true, false, "qwen3moe: experts each token is routed to (default 8)", "K"},
+                {{"--expert-ffn"}, true, false, "qwen3moe: rows of each expert's FFN (default: the shape's)", "N"},
                 {{"--shape"}, true, false,
                  "Qwen2.5 size: 0.5b (default), 1.5b, 3b, 7b, 14b, 32b, 72b; with --arch qwen3: 0.6b (default), 1.7b, "
-                 "4b, 8b, 14b, 32b", "SIZE"},
+                 "4b, 8b, 14b, 32b; with --arch qwen3moe: 30b-a3b (default), 235b-a22b", "SIZE"},
                 {{"--type"}, true, false, "2-D weight format: f32, f16 (default), bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k; q6_k (Q8_0 where "
                  "rows are not whole 256-blocks) or q4_k_m (llama.cpp's mix); safetensors: f32, f16, bf16 (default)", "TYPE"},
                 {{"--tokenizer"}, true, false, "Hugging Face tokenizer.json to embed (default: a synthetic one)", "FILE"},

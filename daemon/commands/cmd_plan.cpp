@@ -49,6 +49,7 @@ std::string shape_names() {
   std::string out;
   for (std::string_view s : model::qwen2_5_sizes()) out += fmt::format("{}{}{}", out.empty() ? "" : ", ", kQwen25Prefix, s);
   for (std::string_view s : model::qwen3_sizes()) out += fmt::format(", {}{}", kQwen3Prefix, s);
+  for (std::string_view s : model::qwen3moe_sizes()) out += fmt::format(", {}{}", kQwen3Prefix, s);
   return out;
 }
 
@@ -58,7 +59,8 @@ Result<model::ModelConfig> shape_config(std::string_view name) {
   if (lower.starts_with(kQwen25Prefix)) {
     c = model::find_qwen2_5_config(std::string_view(lower).substr(kQwen25Prefix.size()));
   } else if (lower.starts_with(kQwen3Prefix)) {
-    c = model::find_qwen3_config(std::string_view(lower).substr(kQwen3Prefix.size()));
+    const std::string_view size = std::string_view(lower).substr(kQwen3Prefix.size());
+    c = size.find("-a") != std::string_view::npos ? model::find_qwen3moe_config(size) : model::find_qwen3_config(size);
   }
   if (!c.ok()) return invalid_argument_error("--shape: unknown shape '{}' (known: {})", name, shape_names());
   return c;
@@ -85,9 +87,12 @@ std::string describe_types(const model::ModelConfig& c, const parallel::WeightTy
 
 std::string describe_model(std::string_view what, const model::ModelConfig& c, const parallel::WeightTypes& w,
                            hal::DType kv) {
+  const std::string ffn = c.is_moe() ? fmt::format("{} experts of {} ({} used per token)", c.n_experts, c.expert_ffn,
+                                                    c.n_experts_used)
+                                      : fmt::format("FFN {}", c.ffn);
   return fmt::format(
-      "{}: {} layers, hidden {}, {} heads / {} KV heads, head_dim {}, FFN {}, vocab {} ({}), {}, {} KV cache\n", what,
-      c.n_layers, c.hidden, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn, c.vocab,
+      "{}: {} layers, hidden {}, {} heads / {} KV heads, head_dim {}, {}, vocab {} ({}), {}, {} KV cache\n", what,
+      c.n_layers, c.hidden, c.n_heads, c.n_kv_heads, c.head_dim, ffn, c.vocab,
       c.tied_embeddings ? "tied LM head" : "separate LM head", describe_types(c, w), hal::dtype_name(kv));
 }
 
@@ -214,7 +219,7 @@ int cmd_plan(int argc, char** argv) {
           {{"-m", "--model"}, true, false, "model: GGUF file (its header only) or safetensors directory (headers only)", "PATH"},
           {{"--config"}, true, false, "a Hugging Face config.json (Qwen2ForCausalLM / Qwen3ForCausalLM) instead",
            "FILE"},
-          {{"--shape"}, true, false, "a model shape instead: qwen2.5-0.5b ... qwen2.5-72b, qwen3-0.6b ... qwen3-32b",
+          {{"--shape"}, true, false, "a model shape instead: qwen2.5-0.5b ... qwen2.5-72b, qwen3-0.6b ... qwen3-32b, qwen3-30b-a3b, qwen3-235b-a22b",
            "NAME"},
           {{"--weights"}, true, false,
            "weight format of --config / --shape: f32, f16, bf16, q8_0, q4_0, q4_k_m (llama.cpp's), awq-int4 "
@@ -538,11 +543,16 @@ int cmd_plan(int argc, char** argv) {
 
   std::fputs(describe_model(m.what, m.config, m.types, *kv).c_str(), stdout);
   if (!m.note.empty()) std::fputs((m.note + "\n").c_str(), stdout);
-  std::fputs(fmt::format("TP {} x PP {} = {} ranks; FFN rows split {}\n\n", plan->tp, plan->pp, ranks,
-                         plan->ffn_unit == 1 ? std::string("row by row")
-                                             : fmt::format("in whole {}-row blocks of the down weights", plan->ffn_unit))
-                 .c_str(),
-             stdout);
+  const std::string ffn_split =
+      m.config.is_moe()
+          ? fmt::format("{} experts of {} rows per layer split whole across the ranks (expert parallelism: each "
+                        "token's {} experts run where they are held; the FFN's all-reduce sums the ranks' shares); "
+                        "the router on every rank",
+                        m.config.n_experts, m.config.expert_ffn, m.config.n_experts_used)
+          : fmt::format("FFN rows split {}", plan->ffn_unit == 1 ? std::string("row by row")
+                                                                 : fmt::format("in whole {}-row blocks of the down "
+                                                                               "weights", plan->ffn_unit));
+  std::fputs(fmt::format("TP {} x PP {} = {} ranks; {}\n\n", plan->tp, plan->pp, ranks, ffn_split).c_str(), stdout);
   std::fputs(parallel::format_plan(*plan, m.config).c_str(), stdout);
   std::fputs(fmt::format("\n{}\n", devices_line).c_str(), stdout);
   if (!links.empty()) std::fputs(fmt::format("GPU links:\n{}", links).c_str(), stdout);

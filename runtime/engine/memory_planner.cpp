@@ -317,6 +317,12 @@ Workspace rank_workspace(const model::ModelConfig& c, const parallel::ShardPlan&
   Workspace w;
   w.activations = kF32 * T * (3 * H + 2 * q + 2 * kv + 2 * f);
   if (model::has_qk_norm(c)) w.activations += kF32 * T * (q + kv);  // q and k before their head norms
+  if (c.is_moe()) {
+    // Router logits, the chosen experts and their weights; the experts' rows gathered per expert
+    // (each token's k copies of x, gate, up, down) by a backend that computes them grouped.
+    const std::uint64_t k = u64(c.n_experts_used);
+    w.activations += kF32 * T * (u64(c.n_experts) + 2 * k) + kF32 * T * k * (2 * H + 2 * u64(c.expert_ffn));
+  }
   ModelOptions mo;
   mo.max_batch_tokens = o.max_num_batched_tokens;
   mo.max_logit_rows = o.max_num_seqs;

@@ -24,6 +24,8 @@ struct DeviceTensor {
 struct Layer {
   DeviceTensor attn_norm, q_w, q_b, k_w, k_b, v_w, v_b, o_w, ffn_norm, gate_w, up_w, down_w;
   DeviceTensor q_norm, k_norm;  // qwen3: every query / key head RMS-normalised before rope
+  // A mixture of experts: the router (whole on every rank) and the rank's experts, stacked.
+  DeviceTensor router, gate_exps, up_exps, down_exps;
 };
 
 std::size_t f32_bytes(std::int64_t n) { return static_cast<std::size_t>(n) * sizeof(float); }
@@ -52,8 +54,10 @@ class Uploader {
     SX_RETURN_IF_ERROR(model::require_supported(*info));
     DeviceTensor t;
     t.type = *info->dtype;
+    // A 3-D tensor (stacked experts) is its experts' matrices one after another: rows of all.
     const std::int64_t width = info->dims.size() >= 2 ? info->dims[0] : 1;
-    const std::int64_t height = info->dims.size() >= 2 ? info->dims[1] : info->dims[0];
+    std::int64_t height = info->dims.size() >= 2 ? info->dims[1] : info->dims[0];
+    for (std::size_t d = 2; d < info->dims.size(); ++d) height *= info->dims[d];
     if (rows < 0) rows = height;
     if (cols < 0) cols = width;
     if (row0 < 0 || row0 + rows > height || col0 < 0 || col0 + cols > width) {
@@ -194,6 +198,23 @@ hal::AttentionArgs attention_args(const model::ModelConfig& c, const ModelOption
   return at;
 }
 
+// The experts' FFN of a step of T tokens on rank `rp` (buffers unset): the same for the step and
+// for step_ops.
+hal::MoeFfnArgs moe_ffn_args(const model::ModelConfig& c, const parallel::RankPlan& rp,
+                             const parallel::LayerWeightTypes& w, std::int64_t T) {
+  hal::MoeFfnArgs m;
+  m.gate_type = w.gate;
+  m.up_type = w.up;
+  m.down_type = w.down;
+  m.n_tokens = T;
+  m.dim = c.hidden;
+  m.ffn = c.expert_ffn;
+  m.k = c.n_experts_used;
+  m.expert_begin = rp.experts.begin;
+  m.n_local = rp.experts.size();
+  return m;
+}
+
 }  // namespace
 
 std::size_t Qwen2Shard::top_k_ids_offset(std::int64_t rows, std::int64_t k) {
@@ -266,6 +287,17 @@ std::vector<hal::Op> Qwen2Shard::step_ops(const model::ModelConfig& c, const par
     matmul(w.k, T, nkv * hd, H);
     matmul(w.v, T, nkv * hd, H);
     matmul(w.o, T, H, nq * hd);
+    if (c.is_moe()) {
+      matmul(w.router, T, c.n_experts, H);
+      hal::MoeRouterArgs r;
+      r.n_tokens = T;
+      r.n_experts = c.n_experts;
+      r.k = c.n_experts_used;
+      r.normalize = c.norm_topk_prob;
+      ops.emplace_back(r);
+      ops.emplace_back(moe_ffn_args(c, rp, w, T));
+      continue;
+    }
     matmul(w.gate, T, nf, H);
     matmul(w.up, T, nf, H);
     matmul(w.down, T, H, nf);
@@ -298,6 +330,7 @@ struct Qwen2Shard::Impl {
   std::int64_t n_slots = 0;
   std::unique_ptr<hal::Buffer> h, xn, q, k, v, attn, delta, gate, up, sel, sel_delta, sel_norm, logits, gathered;
   std::unique_ptr<hal::Buffer> q_raw, k_raw;  // qwen3: q and k before their head norms (q, k after)
+  std::unique_ptr<hal::Buffer> router_logits, expert_ids, expert_weights;  // a mixture of experts' routing
   std::unique_ptr<hal::Buffer> top, top_gathered;  // candidates of a step that selects on the device
   // The per-step integer inputs: written by the host into `staging`, copied into `inputs`.
   StepInputs in;
@@ -385,9 +418,18 @@ Result<std::unique_ptr<Qwen2Shard>> Qwen2Shard::load(const model::TensorSource& 
     const parallel::LayerWeightTypes& lt = types.layers[static_cast<std::size_t>(l)];
     SX_ASSIGN_OR_RETURN(L.o_w, up.tensor(name(LayerTensor::kAttnOutput), true, 0, H, q0, qn, lt.o));
     SX_ASSIGN_OR_RETURN(L.ffn_norm, up.tensor(name(LayerTensor::kFfnNorm), true));
-    SX_ASSIGN_OR_RETURN(L.gate_w, up.tensor(name(LayerTensor::kFfnGate), true, f0, fn));
-    SX_ASSIGN_OR_RETURN(L.up_w, up.tensor(name(LayerTensor::kFfnUp), true, f0, fn));
-    SX_ASSIGN_OR_RETURN(L.down_w, up.tensor(name(LayerTensor::kFfnDown), true, 0, H, f0, fn, lt.down));
+    if (config.is_moe()) {
+      // The router whole; the rank's experts (expert parallelism), each whole, stacked.
+      const std::int64_t e0 = rp.experts.begin, ne = rp.experts.size(), fe = config.expert_ffn;
+      SX_ASSIGN_OR_RETURN(L.router, up.tensor(name(LayerTensor::kFfnGateInp), true));
+      SX_ASSIGN_OR_RETURN(L.gate_exps, up.tensor(name(LayerTensor::kFfnGateExps), true, e0 * fe, ne * fe));
+      SX_ASSIGN_OR_RETURN(L.up_exps, up.tensor(name(LayerTensor::kFfnUpExps), true, e0 * fe, ne * fe));
+      SX_ASSIGN_OR_RETURN(L.down_exps, up.tensor(name(LayerTensor::kFfnDownExps), true, e0 * H, ne * H));
+    } else {
+      SX_ASSIGN_OR_RETURN(L.gate_w, up.tensor(name(LayerTensor::kFfnGate), true, f0, fn));
+      SX_ASSIGN_OR_RETURN(L.up_w, up.tensor(name(LayerTensor::kFfnUp), true, f0, fn));
+      SX_ASSIGN_OR_RETURN(L.down_w, up.tensor(name(LayerTensor::kFfnDown), true, 0, H, f0, fn, lt.down));
+    }
     if (model::has_qk_norm(config)) {  // head_dim wide, the same for every head: whole on every rank
       SX_ASSIGN_OR_RETURN(L.q_norm, up.tensor(name(LayerTensor::kAttnQNorm), true));
       SX_ASSIGN_OR_RETURN(L.k_norm, up.tensor(name(LayerTensor::kAttnKNorm), true));
@@ -426,8 +468,14 @@ Result<std::unique_ptr<Qwen2Shard>> Qwen2Shard::load(const model::TensorSource& 
     SX_ASSIGN_OR_RETURN(im.k_raw, device.alloc(f32_bytes(T * std::max<std::int64_t>(kvn, 1))));
   }
   SX_ASSIGN_OR_RETURN(im.delta, device.alloc(f32_bytes(T * H)));
-  SX_ASSIGN_OR_RETURN(im.gate, device.alloc(f32_bytes(T * fn)));
-  SX_ASSIGN_OR_RETURN(im.up, device.alloc(f32_bytes(T * fn)));
+  if (config.is_moe()) {
+    SX_ASSIGN_OR_RETURN(im.router_logits, device.alloc(f32_bytes(T * config.n_experts)));
+    SX_ASSIGN_OR_RETURN(im.expert_ids, device.alloc(i32_bytes(T * config.n_experts_used)));
+    SX_ASSIGN_OR_RETURN(im.expert_weights, device.alloc(f32_bytes(T * config.n_experts_used)));
+  } else {
+    SX_ASSIGN_OR_RETURN(im.gate, device.alloc(f32_bytes(T * fn)));
+    SX_ASSIGN_OR_RETURN(im.up, device.alloc(f32_bytes(T * fn)));
+  }
   if (rp.has_lm_head) {
     const std::int64_t chunk = R * shard->max_vocab_shard_;
     SX_ASSIGN_OR_RETURN(im.sel, device.alloc(f32_bytes(R * H)));
@@ -563,10 +611,32 @@ Status Qwen2Shard::run_step(const ForwardBatch& batch, int top_k) {
     SX_RETURN_IF_ERROR(all_reduce(im.delta, T * H));
     // h += attention output; xn = norm(h).
     SX_RETURN_IF_ERROR(s.run(hal::RmsNormArgs{V(im.h), V(im.delta), L.ffn_norm.view(), V(im.xn), T, H, eps}));
-    SX_RETURN_IF_ERROR(matmul(L.gate_w, nullptr, V(im.xn), V(im.gate), T, nf, H));
-    SX_RETURN_IF_ERROR(matmul(L.up_w, nullptr, V(im.xn), V(im.up), T, nf, H));
-    SX_RETURN_IF_ERROR(s.run(hal::SiluMulArgs{V(im.gate), V(im.up), V(im.gate), T, nf, 0, 0, 0}));
-    SX_RETURN_IF_ERROR(matmul(L.down_w, nullptr, V(im.gate), V(im.delta), T, H, nf));
+    if (L.router) {
+      // Every rank routes every token the same way (xn is the same on all); each computes its own
+      // experts' share, and the all-reduce sums them (expert parallelism).
+      const std::int64_t E = c.n_experts, k = c.n_experts_used;
+      SX_RETURN_IF_ERROR(matmul(L.router, nullptr, V(im.xn), V(im.router_logits), T, E, H));
+      SX_RETURN_IF_ERROR(s.run(hal::MoeRouterArgs{V(im.router_logits), V(im.expert_ids), V(im.expert_weights), T, E, k,
+                                                  c.norm_topk_prob}));
+      parallel::LayerWeightTypes held;  // the formats the rank holds its experts in
+      held.gate = L.gate_exps.type;
+      held.up = L.up_exps.type;
+      held.down = L.down_exps.type;
+      hal::MoeFfnArgs m = moe_ffn_args(c, rp, held, T);
+      m.x = V(im.xn);
+      m.ids = V(im.expert_ids);
+      m.weights = V(im.expert_weights);
+      m.gate = L.gate_exps.view();
+      m.up = L.up_exps.view();
+      m.down = L.down_exps.view();
+      m.out = V(im.delta);
+      SX_RETURN_IF_ERROR(s.run(m));
+    } else {
+      SX_RETURN_IF_ERROR(matmul(L.gate_w, nullptr, V(im.xn), V(im.gate), T, nf, H));
+      SX_RETURN_IF_ERROR(matmul(L.up_w, nullptr, V(im.xn), V(im.up), T, nf, H));
+      SX_RETURN_IF_ERROR(s.run(hal::SiluMulArgs{V(im.gate), V(im.up), V(im.gate), T, nf, 0, 0, 0}));
+      SX_RETURN_IF_ERROR(matmul(L.down_w, nullptr, V(im.gate), V(im.delta), T, H, nf));
+    }
     SX_RETURN_IF_ERROR(all_reduce(im.delta, T * H));
     pending_delta = true;
   }

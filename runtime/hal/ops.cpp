@@ -6,8 +6,8 @@
 namespace sx::hal {
 
 std::string_view op_name(const Op& op) {
-  static constexpr std::string_view kNames[] = {"embedding", "rmsnorm", "matmul", "rope", "kv_write",
-                                                "attention", "silu_mul", "add", "top_k"};
+  static constexpr std::string_view kNames[] = {"embedding", "rmsnorm", "matmul",   "rope",       "kv_write", "attention",
+                                                "silu_mul",  "add",     "top_k",    "moe_router", "moe_ffn"};
   return kNames[op.index()];
 }
 
@@ -34,6 +34,13 @@ struct Describe {
   std::string operator()(const SiluMulArgs& a) const { return fmt::format("silu_mul of rows of {}", a.n_cols); }
   std::string operator()(const AddArgs&) const { return "add"; }
   std::string operator()(const TopKArgs& a) const { return fmt::format("top-{} over rows of {}", a.k, a.n_cols); }
+  std::string operator()(const MoeRouterArgs& a) const {
+    return fmt::format("moe_router choosing {} of {} experts", a.k, a.n_experts);
+  }
+  std::string operator()(const MoeFfnArgs& a) const {
+    return fmt::format("moe_ffn with {} / {} / {} experts [{} x {}]", dtype_name(a.gate_type), dtype_name(a.up_type),
+                       dtype_name(a.down_type), a.ffn, a.dim);
+  }
 };
 
 }  // namespace

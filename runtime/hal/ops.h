@@ -139,8 +139,39 @@ struct TopKArgs {
   std::int64_t n_rows = 0, n_cols = 0, k = 1, id_offset = 0;
 };
 
+// The router of a mixture of experts (Qwen3-MoE): per token, a softmax over its n_experts router
+// logits, the k most probable experts (larger probability first, the lower id first among equal
+// ones: top_k_before's order), and their probabilities as weights, divided by their sum when
+// `normalize` (norm_topk_prob). 1 <= k <= min(n_experts, kMaxTopK).
+struct MoeRouterArgs {
+  BufView logits;   // F32 [n_tokens][n_experts]
+  BufView ids;      // I32 [n_tokens][k]
+  BufView weights;  // F32 [n_tokens][k]
+  std::int64_t n_tokens = 0, n_experts = 0, k = 1;
+  bool normalize = true;
+};
+
+// The routed experts' SwiGLU FFNs, summed with the router's weights, for the experts a rank holds:
+//   out[t] = sum over j < k with e = ids[t][j] in [expert_begin, expert_begin + n_local) of
+//            weights[t][j] * down_e(silu(gate_e . x[t]) * (up_e . x[t]))
+// (zero for a token routed to none of them: expert parallelism sums the ranks' outputs). The
+// experts' matrices are stacked, local expert i's rows after those of i - 1: gate and up
+// [n_local * ffn][dim] in gate_type / up_type, down [n_local * dim][ffn] in down_type, as
+// Device::upload_weight prepared them whole (WeightDesc rows = n_local * ffn, resp. n_local * dim).
+// A backend computes each expert once per step over the tokens routed to it, so its weights are
+// read once whatever the batch.
+struct MoeFfnArgs {
+  BufView x;                // F32 [n_tokens][dim]
+  BufView ids, weights;     // I32 / F32 [n_tokens][k] (MoeRouterArgs)
+  BufView gate, up, down;   // stacked expert weights
+  DType gate_type = DType::kF32, up_type = DType::kF32, down_type = DType::kF32;
+  BufView out;              // F32 [n_tokens][dim]
+  std::int64_t n_tokens = 0, dim = 0, ffn = 0, k = 1;
+  std::int64_t expert_begin = 0, n_local = 0;
+};
+
 using Op = std::variant<EmbeddingArgs, RmsNormArgs, MatmulArgs, RopeArgs, KvWriteArgs,
-                        AttentionArgs, SiluMulArgs, AddArgs, TopKArgs>;
+                        AttentionArgs, SiluMulArgs, AddArgs, TopKArgs, MoeRouterArgs, MoeFfnArgs>;
 
 std::string_view op_name(const Op& op);
 // The op with what a backend's support depends on, for errors: "matmul with q4_k weights

@@ -28,6 +28,13 @@ const std::vector<ArchSpec>& arch_specs() {
         LayerTensor::kAttnOutput, LayerTensor::kAttnQNorm, LayerTensor::kAttnKNorm, LayerTensor::kFfnNorm,
         LayerTensor::kFfnGate, LayerTensor::kFfnUp, LayerTensor::kFfnDown},
        {}},
+      // Qwen3-MoE: qwen3's attention; every layer's FFN a router and stacked experts (llama.cpp
+      // always renormalises the top-k weights for it, as the published configs' norm_topk_prob).
+      {"qwen3moe",
+       {LayerTensor::kAttnNorm, LayerTensor::kAttnQ, LayerTensor::kAttnK, LayerTensor::kAttnV,
+        LayerTensor::kAttnOutput, LayerTensor::kAttnQNorm, LayerTensor::kAttnKNorm, LayerTensor::kFfnNorm,
+        LayerTensor::kFfnGateInp, LayerTensor::kFfnGateExps, LayerTensor::kFfnUpExps, LayerTensor::kFfnDownExps},
+       {}},
   };
   return kSpecs;
 }
@@ -43,6 +50,9 @@ constexpr std::string_view kRopeFreqBase = "rope.freq_base";
 constexpr std::string_view kRmsEps = "attention.layer_norm_rms_epsilon";
 constexpr std::string_view kKeyLength = "attention.key_length";
 constexpr std::string_view kValueLength = "attention.value_length";
+constexpr std::string_view kExpertCount = "expert_count";
+constexpr std::string_view kExpertUsedCount = "expert_used_count";
+constexpr std::string_view kExpertFfn = "expert_feed_forward_length";
 
 std::string arch_key(std::string_view arch, std::string_view suffix) { return fmt::format("{}.{}", arch, suffix); }
 
@@ -104,6 +114,10 @@ std::vector<std::int64_t> layer_tensor_dims(const ModelConfig& c, LayerTensor t)
     case LayerTensor::kFfnGate:
     case LayerTensor::kFfnUp: return {c.hidden, c.ffn};
     case LayerTensor::kFfnDown: return {c.ffn, c.hidden};
+    case LayerTensor::kFfnGateInp: return {c.hidden, c.n_experts};
+    case LayerTensor::kFfnGateExps:
+    case LayerTensor::kFfnUpExps: return {c.hidden, c.expert_ffn, c.n_experts};
+    case LayerTensor::kFfnDownExps: return {c.expert_ffn, c.hidden, c.n_experts};
   }
   return {};
 }
@@ -167,6 +181,21 @@ Status validate_model_config(const ModelConfig& c, std::string_view where) {
   if (c.head_dim % 2 != 0) {
     return invalid_argument_error("{}: head_dim {} is odd; rope needs an even head dimension", where, c.head_dim);
   }
+  const bool moe_arch = c.architecture == "qwen3moe";
+  if (moe_arch != c.is_moe()) {
+    return invalid_argument_error("{}: {} experts for architecture '{}' ({})", where, c.n_experts, c.architecture,
+                                  moe_arch ? "a mixture of experts needs at least one" : "a dense model has none");
+  }
+  if (c.is_moe()) {
+    if (c.n_experts > 4096 || c.expert_ffn < 1 || c.expert_ffn > std::numeric_limits<std::int32_t>::max()) {
+      return invalid_argument_error("{}: {} experts of {} rows; the experts must be 1..4096 of 1..2^31-1 rows", where,
+                                    c.n_experts, c.expert_ffn);
+    }
+    if (c.n_experts_used < 1 || c.n_experts_used > c.n_experts || c.n_experts_used > 64) {
+      return invalid_argument_error("{}: {} experts used per token of {}; it must be 1..min(experts, 64)", where,
+                                    c.n_experts_used, c.n_experts);
+    }
+  }
   if (c.architecture == "qwen2" && c.q_dim() != c.hidden) {
     return invalid_argument_error("{}: {} heads x head_dim {} = {} differs from hidden {} (qwen2 needs them equal)",
                                   where, c.n_heads, c.head_dim, c.q_dim(), c.hidden);
@@ -205,6 +234,12 @@ Result<ModelConfig> model_config_from_gguf(const GgufFile& f) {
   SX_ASSIGN_OR_RETURN(c.n_kv_heads, read_size(f, arch_key(a, kHeadCountKv)));
   SX_ASSIGN_OR_RETURN(c.rope_theta, read_positive_float(f, arch_key(a, kRopeFreqBase)));
   SX_ASSIGN_OR_RETURN(c.rms_eps, read_positive_float(f, arch_key(a, kRmsEps)));
+  if (a == "qwen3moe") {
+    SX_ASSIGN_OR_RETURN(c.n_experts, read_size(f, arch_key(a, kExpertCount)));
+    SX_ASSIGN_OR_RETURN(c.n_experts_used, read_size(f, arch_key(a, kExpertUsedCount)));
+    SX_ASSIGN_OR_RETURN(c.expert_ffn, read_size(f, arch_key(a, kExpertFfn)));
+    c.norm_topk_prob = true;  // llama.cpp's qwen3moe graph always renormalises
+  }
 
   const std::string key_length = arch_key(a, kKeyLength);
   if (f.find(key_length) != nullptr) {
@@ -271,6 +306,11 @@ void set_model_config_metadata(GgufWriter& w, const ModelConfig& c) {
   w.set_uint32(arch_key(a, kHeadCountKv), static_cast<std::uint32_t>(c.n_kv_heads));
   w.set_float32(arch_key(a, kRopeFreqBase), static_cast<float>(c.rope_theta));
   w.set_float32(arch_key(a, kRmsEps), static_cast<float>(c.rms_eps));
+  if (c.is_moe()) {
+    w.set_uint32(arch_key(a, kExpertCount), static_cast<std::uint32_t>(c.n_experts));
+    w.set_uint32(arch_key(a, kExpertUsedCount), static_cast<std::uint32_t>(c.n_experts_used));
+    w.set_uint32(arch_key(a, kExpertFfn), static_cast<std::uint32_t>(c.expert_ffn));
+  }
   if (c.n_heads * c.head_dim != c.hidden) {
     w.set_uint32(arch_key(a, kKeyLength), static_cast<std::uint32_t>(c.head_dim));
     w.set_uint32(arch_key(a, kValueLength), static_cast<std::uint32_t>(c.head_dim));

@@ -3,7 +3,7 @@
 // Architectures are described by a table (ArchSpec): keys are "<arch>.<suffix>" and the per-layer
 // tensors are listed per architecture, so adding qwen3 means adding a row (plus its q/k norms).
 // Supported today: qwen2 (Qwen2 / Qwen2.5 dense), qwen3 (Qwen3 dense: q/k head norms, head_dim of
-// its own).
+// its own), qwen3moe (Qwen3-MoE: qwen3's attention, every FFN a routed mixture of experts).
 //
 // Shapes are in GGUF ne order (ne[0] innermost): a weight mapping in -> out has dims {in, out}.
 //
@@ -45,6 +45,15 @@ struct ModelConfig {
   double rms_eps = 1e-6;
   bool tied_embeddings = false;
   bool qkv_bias = false;
+  // Mixture of experts (qwen3moe): every layer's FFN is n_experts experts of expert_ffn rows, of
+  // which the router picks n_experts_used per token (softmax, top-k, renormalised when
+  // norm_topk_prob). 0 experts: a dense FFN of ffn rows.
+  std::int64_t n_experts = 0;
+  std::int64_t n_experts_used = 0;
+  std::int64_t expert_ffn = 0;
+  bool norm_topk_prob = true;
+
+  bool is_moe() const { return n_experts > 0; }
 
   std::int64_t q_dim() const { return n_heads * head_dim; }
   std::int64_t kv_dim() const { return n_kv_heads * head_dim; }

@@ -47,6 +47,17 @@ constexpr Qwen3Preset kQwen3Presets[] = {
     {"32b", 64, 5120, 64, 8, 25600, false},
 };
 constexpr std::int64_t kQwen3HeadDim = 128;
+
+// Qwen3-MoE (Hugging Face Qwen/Qwen3-30B-A3B, Qwen3-235B-A22B config.json): 128 experts, 8 used,
+// every layer sparse, norm_topk_prob, untied.
+struct Qwen3MoePreset {
+  std::string_view size;
+  std::int64_t n_layers, hidden, n_heads, n_kv_heads, ffn, expert_ffn;
+};
+constexpr Qwen3MoePreset kQwen3MoePresets[] = {
+    {"30b-a3b", 48, 2048, 32, 4, 6144, 768},
+    {"235b-a22b", 94, 4096, 64, 4, 12288, 1536},
+};
 constexpr std::int64_t kQwen3Vocab = 151936;
 constexpr std::int64_t kQwen3Context = 40960;
 
@@ -107,9 +118,9 @@ bool is_norm(std::string_view name) { return name.find("norm") != std::string_vi
 Status validate_spec(const RandomModelSpec& spec) {
   const ModelConfig& c = spec.config;
   SX_RETURN_IF_ERROR(validate_model_config(c, "random model spec"));
-  if (c.architecture != "qwen2" && c.architecture != "qwen3") {
-    return invalid_argument_error("random model spec: architecture '{}'; only qwen2 and qwen3 can be generated",
-                                  c.architecture);
+  if (c.architecture != "qwen2" && c.architecture != "qwen3" && c.architecture != "qwen3moe") {
+    return invalid_argument_error(
+        "random model spec: architecture '{}'; only qwen2, qwen3 and qwen3moe can be generated", c.architecture);
   }
   const hal::DType t = spec.weight_type;
   if (spec.mix == WeightMix::kUniform && !hal::can_quantize(t)) {
@@ -119,7 +130,8 @@ Status validate_spec(const RandomModelSpec& spec) {
   }
   // Mixes fall back to 32-element blocks (Q5_0, Q8_0) where rows are not whole 256-blocks.
   const int block = spec.mix == WeightMix::kUniform ? hal::dtype_info(t).block_elems : 32;
-  const std::pair<std::string_view, std::int64_t> inner[] = {{"hidden", c.hidden}, {"ffn", c.ffn}, {"q_dim", c.q_dim()}};
+  const std::pair<std::string_view, std::int64_t> inner[] = {
+      {"hidden", c.hidden}, {"ffn", c.is_moe() ? c.expert_ffn : c.ffn}, {"q_dim", c.q_dim()}};
   for (const auto& [what, v] : inner) {
     if (v % block != 0) {
       return invalid_argument_error("random model spec: {} {} is not a multiple of the {} block size {}", what, v,
@@ -243,28 +255,62 @@ const std::vector<std::string_view>& qwen3_sizes() {
   return kSizes;
 }
 
+// The fields every Qwen3-family shape shares: head_dim 128, vocab 151936, 40960 positions, rope
+// theta 1e6, rms eps 1e-6, no qkv bias.
+ModelConfig qwen3_family(std::string architecture, std::string name, std::int64_t n_layers, std::int64_t hidden,
+                         std::int64_t n_heads, std::int64_t n_kv_heads, std::int64_t ffn, bool tied) {
+  ModelConfig c;
+  c.architecture = std::move(architecture);
+  c.name = std::move(name);
+  c.n_layers = n_layers;
+  c.hidden = hidden;
+  c.n_heads = n_heads;
+  c.n_kv_heads = n_kv_heads;
+  c.head_dim = kQwen3HeadDim;
+  c.ffn = ffn;
+  c.vocab = kQwen3Vocab;
+  c.context_length = kQwen3Context;
+  c.rope_theta = 1e6;
+  c.rms_eps = 1e-6;
+  c.tied_embeddings = tied;
+  c.qkv_bias = false;
+  return c;
+}
+
 Result<ModelConfig> find_qwen3_config(std::string_view size) {
   const std::string lower = lowercase(size);
   for (const Qwen3Preset& p : kQwen3Presets) {
     if (p.size != lower) continue;
-    ModelConfig c;
-    c.architecture = "qwen3";
-    c.name = fmt::format("Qwen3-{} (shape)", display_size(p.size));
-    c.n_layers = p.n_layers;
-    c.hidden = p.hidden;
-    c.n_heads = p.n_heads;
-    c.n_kv_heads = p.n_kv_heads;
-    c.head_dim = kQwen3HeadDim;
-    c.ffn = p.ffn;
-    c.vocab = kQwen3Vocab;
-    c.context_length = kQwen3Context;
-    c.rope_theta = 1e6;
-    c.rms_eps = 1e-6;
-    c.tied_embeddings = p.tied;
-    c.qkv_bias = false;
-    return c;
+    return qwen3_family("qwen3", fmt::format("Qwen3-{} (shape)", display_size(p.size)), p.n_layers, p.hidden,
+                        p.n_heads, p.n_kv_heads, p.ffn, p.tied);
   }
   return invalid_argument_error("unknown Qwen3 size '{}' (known: {})", size, join_sizes(qwen3_sizes()));
+}
+
+const std::vector<std::string_view>& qwen3moe_sizes() {
+  static const std::vector<std::string_view> kSizes = [] {
+    std::vector<std::string_view> v;
+    for (const Qwen3MoePreset& p : kQwen3MoePresets) v.push_back(p.size);
+    return v;
+  }();
+  return kSizes;
+}
+
+Result<ModelConfig> find_qwen3moe_config(std::string_view size) {
+  const std::string lower = lowercase(size);
+  for (const Qwen3MoePreset& p : kQwen3MoePresets) {
+    if (p.size != lower) continue;
+    std::string shown(p.size);
+    std::transform(shown.begin(), shown.end(), shown.begin(), [](unsigned char ch) { return std::toupper(ch); });
+    ModelConfig c = qwen3_family("qwen3moe", fmt::format("Qwen3-{} (shape)", shown), p.n_layers, p.hidden, p.n_heads,
+                                 p.n_kv_heads, p.ffn, /*tied=*/false);
+    c.n_experts = 128;
+    c.n_experts_used = 8;
+    c.expert_ffn = p.expert_ffn;
+    c.norm_topk_prob = true;
+    return c;
+  }
+  return invalid_argument_error("unknown Qwen3-MoE size '{}' (known: {})", size, join_sizes(qwen3moe_sizes()));
 }
 
 ModelConfig qwen3_config(std::string_view size) {

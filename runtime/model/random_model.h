@@ -62,6 +62,12 @@ ModelConfig qwen3_config(std::string_view size);
 Result<ModelConfig> find_qwen3_config(std::string_view size);
 const std::vector<std::string_view>& qwen3_sizes();
 
+// Qwen3-MoE shapes: "30b-a3b" (48 layers, hidden 2048, 32 / 4 heads, 128 experts of 768, 8 used),
+// "235b-a22b" (94 layers, hidden 4096, 64 / 4 heads, 128 experts of 1536, 8 used); architecture
+// "qwen3moe", head_dim 128, untied, the published config.json numbers.
+Result<ModelConfig> find_qwen3moe_config(std::string_view size);
+const std::vector<std::string_view>& qwen3moe_sizes();
+
 // A minimal byte-level BPE vocabulary of `vocab` tokens: the 256 GPT-2 byte tokens (ids 0..255 in
 // the order Qwen2's vocabulary has them), "[PAD{i}]" fillers (unused), then <|endoftext|>,
 // <|im_start|>, <|im_end|> as the last three ids (control). No merges; eos = <|im_end|>,

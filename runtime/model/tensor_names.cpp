@@ -23,6 +23,10 @@ std::string_view layer_tensor_suffix(LayerTensor t) {
     case LayerTensor::kFfnGate: return "ffn_gate.weight";
     case LayerTensor::kFfnUp: return "ffn_up.weight";
     case LayerTensor::kFfnDown: return "ffn_down.weight";
+    case LayerTensor::kFfnGateInp: return "ffn_gate_inp.weight";
+    case LayerTensor::kFfnGateExps: return "ffn_gate_exps.weight";
+    case LayerTensor::kFfnUpExps: return "ffn_up_exps.weight";
+    case LayerTensor::kFfnDownExps: return "ffn_down_exps.weight";
   }
   return "unknown";
 }

@@ -32,6 +32,11 @@ enum class LayerTensor {
   kFfnGate,     // ffn_gate.weight
   kFfnUp,       // ffn_up.weight
   kFfnDown,     // ffn_down.weight
+  // qwen3moe: the router and the experts, each expert's matrix stacked in one 3-D tensor
+  kFfnGateInp,   // ffn_gate_inp.weight  [n_experts][hidden]
+  kFfnGateExps,  // ffn_gate_exps.weight [n_experts][expert_ffn][hidden]
+  kFfnUpExps,    // ffn_up_exps.weight   [n_experts][expert_ffn][hidden]
+  kFfnDownExps,  // ffn_down_exps.weight [n_experts][hidden][expert_ffn]
 };
 
 // "attn_q.weight"

@@ -24,6 +24,13 @@ Range even_part(std::int64_t total, int i, int n) {
   return {total * i / n, total * (i + 1) / n};
 }
 
+// Part i of n of [0, total) with the remainder on the first ranks: 128 on 6 is 22, 22, 21, 21, 21, 21.
+Range front_part(std::int64_t total, int i, int n) {
+  const std::int64_t base = total / n, extra = total % n;
+  const std::int64_t begin = i * base + std::min<std::int64_t>(i, extra);
+  return {begin, begin + base + (i < extra ? 1 : 0)};
+}
+
 std::int64_t block_of(DType t) { return hal::dtype_info(t).block_elems; }
 
 // The format of one weight (o or down) with the largest block over the layers.
@@ -84,6 +91,7 @@ Status check_inner_dims(const model::ModelConfig& c, const WeightTypes& types) {
                                  {"o", t.o, c.q_dim()},
                                  {"gate", t.gate, c.hidden},
                                  {"up", t.up, c.hidden}});
+    if (c.is_moe()) checks.insert(checks.end(), {{"router", t.router, c.hidden}, {"down", t.down, c.expert_ffn}});
   }
   for (const Inner& i : checks) {
     if (i.type == DType::kI32) {
@@ -170,9 +178,9 @@ WeightTypes requantize_unaligned(const model::ModelConfig& c, const WeightTypes&
   return out;
 }
 
-// Weight bytes of one layer held by a rank with these ranges.
+// Weight bytes of one layer held by a rank with these ranges (`experts`: a mixture of experts').
 std::uint64_t layer_bytes(const model::ModelConfig& c, const LayerWeightTypes& t, const Range& q_heads,
-                          const Range& kv_heads, const Range& ffn) {
+                          const Range& kv_heads, const Range& ffn, const Range& experts) {
   const std::int64_t q_rows = q_heads.size() * c.head_dim;
   const std::int64_t kv_rows = kv_heads.size() * c.head_dim;
   std::uint64_t b = 2 * static_cast<std::uint64_t>(c.hidden) * kF32Bytes;  // attn_norm, ffn_norm
@@ -180,8 +188,15 @@ std::uint64_t layer_bytes(const model::ModelConfig& c, const LayerWeightTypes& t
   b += matrix_bytes(t.k, kv_rows, c.hidden);
   b += matrix_bytes(t.v, kv_rows, c.hidden);
   if (c.qkv_bias) b += static_cast<std::uint64_t>(q_rows + 2 * kv_rows) * kF32Bytes;
-  if (c.architecture == "qwen3") b += 2 * static_cast<std::uint64_t>(c.head_dim) * kF32Bytes;  // q_norm, k_norm
+  if (model::has_qk_norm(c)) b += 2 * static_cast<std::uint64_t>(c.head_dim) * kF32Bytes;  // q_norm, k_norm
   b += matrix_bytes(t.o, c.hidden, q_rows);
+  if (c.is_moe()) {
+    b += matrix_bytes(t.router, c.n_experts, c.hidden);  // every rank routes
+    const auto n = static_cast<std::uint64_t>(experts.size());
+    b += n * (matrix_bytes(t.gate, c.expert_ffn, c.hidden) + matrix_bytes(t.up, c.expert_ffn, c.hidden) +
+              matrix_bytes(t.down, c.hidden, c.expert_ffn));
+    return b;
+  }
   b += matrix_bytes(t.gate, ffn.size(), c.hidden);
   b += matrix_bytes(t.up, ffn.size(), c.hidden);
   b += matrix_bytes(t.down, c.hidden, ffn.size());
@@ -246,6 +261,9 @@ WeightTypes uniform_weight_types(const model::ModelConfig& config, hal::DType ty
   w.output = type;
   LayerWeightTypes l;
   l.q = l.k = l.v = l.o = l.gate = l.up = l.down = type;
+  // A mixture of experts' router stays F32 in quantised files (llama.cpp keeps ffn_gate_inp F32);
+  // a dense model has none (F32, the default, compares equal whatever the file).
+  if (config.is_moe() && !hal::dtype_info(type).quantized) l.router = type;
   w.layers.assign(static_cast<std::size_t>(std::max<std::int64_t>(config.n_layers, 0)), l);
   return w;
 }
@@ -277,6 +295,14 @@ Result<WeightTypes> weight_types_from_source(const model::TensorSource& file, co
     SX_ASSIGN_OR_RETURN(l.k, type_of(model::attn_k_name(i)));
     SX_ASSIGN_OR_RETURN(l.v, type_of(model::attn_v_name(i)));
     SX_ASSIGN_OR_RETURN(l.o, type_of(model::attn_output_name(i)));
+    if (config.is_moe()) {
+      using model::LayerTensor;
+      SX_ASSIGN_OR_RETURN(l.router, type_of(model::layer_tensor_name(i, LayerTensor::kFfnGateInp)));
+      SX_ASSIGN_OR_RETURN(l.gate, type_of(model::layer_tensor_name(i, LayerTensor::kFfnGateExps)));
+      SX_ASSIGN_OR_RETURN(l.up, type_of(model::layer_tensor_name(i, LayerTensor::kFfnUpExps)));
+      SX_ASSIGN_OR_RETURN(l.down, type_of(model::layer_tensor_name(i, LayerTensor::kFfnDownExps)));
+      continue;
+    }
     SX_ASSIGN_OR_RETURN(l.gate, type_of(model::ffn_gate_name(i)));
     SX_ASSIGN_OR_RETURN(l.up, type_of(model::ffn_up_name(i)));
     SX_ASSIGN_OR_RETURN(l.down, type_of(model::ffn_down_name(i)));
@@ -326,7 +352,12 @@ Result<ShardPlan> plan_shards(const model::ModelConfig& config, const WeightType
                                 : file_types;
 
   const DType unit_type = largest_block_type(types, &LayerWeightTypes::down);
-  const std::int64_t unit = block_of(unit_type);
+  // A mixture of experts splits whole experts (expert parallelism), never an expert's rows.
+  const std::int64_t unit = c.is_moe() ? c.ffn : block_of(unit_type);
+  if (c.is_moe() && c.n_experts < tp) {
+    return invalid_argument_error("tp {}: the model has {} experts per layer; expert parallelism needs one per rank, "
+                                  "so tp <= {}", tp, c.n_experts, c.n_experts);
+  }
   // The largest block is a multiple of the others (all are powers of two: 1 ... 256), so a whole number of units is a whole
   // number of blocks of every layer's down format.
   if (c.ffn % unit != 0) {
@@ -336,7 +367,7 @@ Result<ShardPlan> plan_shards(const model::ModelConfig& config, const WeightType
         c.ffn, unit, upper_name(unit_type), block_words(unit_type));
   }
   const std::int64_t units = c.ffn / unit;
-  if (units < tp) {
+  if (units < tp && !c.is_moe()) {
     return invalid_argument_error(
         "tp {}: the FFN has {} rows = {} units of {} (the down weights are {}), fewer units than ranks; use tp <= {} "
         "or --requantize-unaligned (re-quantises them to Q8_0 at load)",
@@ -356,7 +387,7 @@ Result<ShardPlan> plan_shards(const model::ModelConfig& config, const WeightType
 
   // The tensor-parallel split is the same on every stage.
   struct TpSlice {
-    Range q, kv, ffn, vocab;
+    Range q, kv, ffn, vocab, experts;
     std::vector<std::int64_t> replicated;
   };
   std::vector<TpSlice> slices(static_cast<std::size_t>(tp));
@@ -366,6 +397,10 @@ Result<ShardPlan> plan_shards(const model::ModelConfig& config, const WeightType
     s.kv = {s.q.begin / group, (s.q.end - 1) / group + 1};
     const Range u = even_part(units, i, tp);
     s.ffn = {u.begin * unit, u.end * unit};
+    if (c.is_moe()) {
+      s.ffn = {0, c.expert_ffn};
+      s.experts = front_part(c.n_experts, i, tp);  // 128 on 6: 22, 22, 21, 21, 21, 21
+    }
     s.vocab = even_part(c.vocab, i, tp);
   }
   for (int i = 0; i < tp; ++i) {
@@ -393,12 +428,13 @@ Result<ShardPlan> plan_shards(const model::ModelConfig& config, const WeightType
       r.kv_heads = s.kv;
       r.replicated_kv_heads = s.replicated;
       r.ffn = s.ffn;
+      r.experts = s.experts;
       r.vocab = s.vocab;
       r.layers = layers;
       r.has_embedding = stage == 0;
       r.has_lm_head = stage == pp - 1;
       for (std::int64_t l = layers.begin; l < layers.end; ++l) {
-        r.weight_bytes += layer_bytes(c, types.layers[static_cast<std::size_t>(l)], s.q, s.kv, s.ffn);
+        r.weight_bytes += layer_bytes(c, types.layers[static_cast<std::size_t>(l)], s.q, s.kv, s.ffn, s.experts);
       }
       if (r.has_embedding) r.weight_bytes += matrix_bytes(types.token_embd, s.vocab.size(), c.hidden);
       if (r.has_lm_head) {
@@ -415,8 +451,10 @@ Result<ShardPlan> plan_shards(const model::ModelConfig& config, const WeightType
   }
 
   // The whole model once: every layer with all heads and FFN rows, one embedding, one LM head.
-  const Range all_heads{0, c.n_heads}, all_kv{0, c.n_kv_heads}, all_ffn{0, c.ffn};
-  for (const LayerWeightTypes& t : file_types.layers) plan.model_weight_bytes += layer_bytes(c, t, all_heads, all_kv, all_ffn);
+  const Range all_heads{0, c.n_heads}, all_kv{0, c.n_kv_heads}, all_ffn{0, c.ffn}, all_experts{0, c.n_experts};
+  for (const LayerWeightTypes& t : file_types.layers) {
+    plan.model_weight_bytes += layer_bytes(c, t, all_heads, all_kv, all_ffn, all_experts);
+  }
   plan.model_weight_bytes += matrix_bytes(file_types.token_embd, c.vocab, c.hidden);
   plan.model_weight_bytes += static_cast<std::uint64_t>(c.hidden) * kF32Bytes;
   if (!c.tied_embeddings) plan.model_weight_bytes += matrix_bytes(file_types.output, c.vocab, c.hidden);
@@ -424,7 +462,8 @@ Result<ShardPlan> plan_shards(const model::ModelConfig& config, const WeightType
 }
 
 std::string format_plan(const ShardPlan& plan, const model::ModelConfig& config) {
-  const std::vector<std::string> header = {"rank", "stage", "tp", "q heads", "KV heads", "FFN rows",
+  const std::vector<std::string> header = {"rank", "stage", "tp", "q heads", "KV heads",
+                                           config.is_moe() ? "experts" : "FFN rows",
                                            "vocab rows", "layers", "weights", "KV/token"};
   const std::vector<bool> right = {true, true, true, false, false, false, false, false, true, true};
   std::vector<std::vector<std::string>> rows;
@@ -437,7 +476,7 @@ std::string format_plan(const ShardPlan& plan, const model::ModelConfig& config)
       for (std::int64_t h : r.replicated_kv_heads) kv += fmt::format(" *{}", h);
     }
     rows.push_back({std::to_string(r.rank), std::to_string(r.stage), std::to_string(r.tp_rank), range_cell(r.q_heads),
-                    kv, range_cell(r.ffn), r.has_embedding || r.has_lm_head ? range_cell(r.vocab) : "-",
+                    kv, range_cell(config.is_moe() ? r.experts : r.ffn), r.has_embedding || r.has_lm_head ? range_cell(r.vocab) : "-",
                     range_cell(r.layers), human_bytes(r.weight_bytes), human_bytes(r.kv_bytes_per_token)});
     total_weights += r.weight_bytes;
     total_kv += r.kv_bytes_per_token;

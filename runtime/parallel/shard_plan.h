@@ -50,7 +50,9 @@ namespace sx::parallel {
 // Storage formats of the 2-D weights (norm weights and biases are always F32).
 struct LayerWeightTypes {
   hal::DType q = hal::DType::kF32, k = hal::DType::kF32, v = hal::DType::kF32, o = hal::DType::kF32;
+  // Dense: the FFN's matrices. Mixture of experts: the stacked experts' (ffn_{gate,up,down}_exps).
   hal::DType gate = hal::DType::kF32, up = hal::DType::kF32, down = hal::DType::kF32;
+  hal::DType router = hal::DType::kF32;  // ffn_gate_inp (mixture of experts only)
   bool operator==(const LayerWeightTypes&) const = default;
 };
 
@@ -99,7 +101,8 @@ struct RankPlan {
   Range q_heads;    // global query heads
   Range kv_heads;   // global KV heads held (exactly those q_heads use)
   std::vector<std::int64_t> replicated_kv_heads;  // the held KV heads another rank of the stage also holds
-  Range ffn;        // FFN rows: rows of gate/up, columns of down
+  Range ffn;        // FFN rows: rows of gate/up, columns of down (a mixture of experts: every expert's)
+  Range experts;    // a mixture of experts: the experts held (expert parallelism; every rank the router)
   Range vocab;      // rows of token_embd / the LM head held (used on the first / last stage)
   Range layers;     // the stage's layers
   bool has_embedding = false;  // first stage

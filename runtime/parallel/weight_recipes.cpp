@@ -95,13 +95,17 @@ WeightTypes recipe_weight_types(const model::ModelConfig& c, WeightRecipe r) {
         l.q = l.k = l.gate = l.up = k_quant_or_fallback(DType::kQ4_K, c.hidden);
         l.v = k_quant_or_fallback(more, c.hidden);
         l.o = k_quant_or_fallback(DType::kQ4_K, c.q_dim());
-        l.down = k_quant_or_fallback(more, c.ffn);
+        l.down = k_quant_or_fallback(more, c.is_moe() ? c.expert_ffn : c.ffn);
+        l.router = DType::kF32;  // llama.cpp keeps ffn_gate_inp in F32
       }
       return w;
     }
     case WeightRecipe::kAwqInt4: {
       WeightTypes w = uniform_weight_types(c, DType::kAwqInt4);
       w.token_embd = w.output = DType::kBF16;
+      if (c.is_moe()) {
+        for (LayerWeightTypes& l : w.layers) l.router = DType::kBF16;  // not quantised by AWQ / GPTQ
+      }
       return w;
     }
   }

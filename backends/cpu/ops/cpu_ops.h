@@ -5,8 +5,10 @@
 
 #include <cstdint>
 
+#include "runtime/base/status.h"
 #include "runtime/base/thread_pool.h"
 #include "runtime/hal/dtype.h"
+#include "runtime/hal/ops.h"
 
 namespace sx::cpu {
 
@@ -49,6 +51,24 @@ void add(ThreadPool& pool, const float* a, const float* b, float* out, std::int6
 // hal::TopKArgs: per row the k first of hal::top_k_before's order, ids offset by id_offset.
 void top_k_rows(ThreadPool& pool, const float* x, float* values, std::int32_t* ids, std::int64_t n_rows,
                 std::int64_t n_cols, std::int64_t k, std::int64_t id_offset);
+
+// hal::MoeRouterArgs: per token softmax, the k most probable experts (top_k_before's order), their
+// probabilities (divided by their sum when `normalize`).
+void moe_router(ThreadPool& pool, const float* logits, std::int32_t* ids, float* weights, std::int64_t n_tokens,
+                std::int64_t n_experts, std::int64_t k, bool normalize);
+
+// hal::MoeFfnArgs with its buffers resolved; gate_type / up_type / down_type are the types the
+// kernels read (the buffers' layouts). Errors: an interleaved layout whose groups straddle experts.
+class Scratch;
+struct MoeFfnPtrs {
+  const float* x;
+  const std::int32_t* ids;
+  const float* weights;
+  const void *gate, *up, *down;
+  hal::DType gate_type, up_type, down_type;
+  float* out;
+};
+Status moe_ffn(ThreadPool& pool, Scratch& scratch, const MoeFfnPtrs& p, const hal::MoeFfnArgs& a);
 
 // Vectorised helpers shared by the ops.
 float dot_f32(const float* a, const float* b, std::int64_t n);

@@ -287,6 +287,12 @@ bool covers(const hal::Op& asked, const hal::Op& ran) {
           return a.n_cols == r.n_cols && r.n_rows <= a.n_rows;
         } else if constexpr (std::is_same_v<T, hal::AddArgs>) {
           return r.n <= a.n;
+        } else if constexpr (std::is_same_v<T, hal::MoeRouterArgs>) {
+          return a.n_experts == r.n_experts && a.k == r.k && a.normalize == r.normalize && r.n_tokens <= a.n_tokens;
+        } else if constexpr (std::is_same_v<T, hal::MoeFfnArgs>) {
+          return a.gate_type == r.gate_type && a.up_type == r.up_type && a.down_type == r.down_type && a.dim == r.dim &&
+                 a.ffn == r.ffn && a.k == r.k && a.expert_begin == r.expert_begin && a.n_local == r.n_local &&
+                 r.n_tokens <= a.n_tokens;
         } else {
           static_assert(std::is_same_v<T, hal::TopKArgs>);
           return a.n_cols == r.n_cols && a.id_offset == r.id_offset && r.n_rows <= a.n_rows && r.k <= a.k;

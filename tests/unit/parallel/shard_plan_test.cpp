@@ -719,5 +719,41 @@ TEST(ShardPlan, FormatMarksStagesWithoutVocabRows) {
   EXPECT_EQ(rank2.find("(76032)"), std::string::npos) << rank2;
 }
 
+// Issue 40 item 3: a mixture of experts splits whole experts over the ranks (expert parallelism),
+// unevenly where they do not divide: Qwen3-30B-A3B's 128 experts on 6 ranks are 22, 22, 21, 21, 21,
+// 21, every expert on exactly one rank; the router is on every rank; attention keeps its uneven head
+// split (32 / 4 heads). A rank's bytes are its experts' plus its attention's.
+TEST(ShardPlan, ExpertsSplitWholeAndUnevenlyAcrossRanks) {
+  const ModelConfig c = *model::find_qwen3moe_config("30b-a3b");
+  const WeightTypes w = recipe_weight_types(c, WeightRecipe::kQ4_K_M);
+  auto plan = plan_shards(c, w, {.tp = 6});
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  std::vector<std::int64_t> counts;
+  std::int64_t next = 0;
+  for (const RankPlan& r : plan->ranks) {
+    EXPECT_EQ(r.experts.begin, next);
+    next = r.experts.end;
+    counts.push_back(r.experts.size());
+  }
+  EXPECT_EQ(next, 128);
+  EXPECT_EQ(counts, (std::vector<std::int64_t>{22, 22, 21, 21, 21, 21}));
+  // Every rank holds its experts' matrices whole and the whole router of every layer.
+  const std::uint64_t expert = hal::tensor_bytes(w.layers[0].gate, c.expert_ffn, c.hidden) +
+                               hal::tensor_bytes(w.layers[0].up, c.expert_ffn, c.hidden);
+  EXPECT_GT(plan->ranks[0].weight_bytes, plan->ranks[3].weight_bytes);  // one expert more (and no fewer heads)
+  EXPECT_GT(plan->ranks[0].weight_bytes, 22 * 48 * expert);
+  EXPECT_GT(plan->model_weight_bytes, 128ull * 48 * expert);
+  // The 235B: 128 experts on 4 ranks are 32 each; more ranks than experts is refused by name.
+  const ModelConfig big = *model::find_qwen3moe_config("235b-a22b");
+  auto four = plan_shards(big, recipe_weight_types(big, WeightRecipe::kQ4_K_M), {.tp = 4});
+  ASSERT_TRUE(four.ok()) << four.status().to_string();
+  for (const RankPlan& r : four->ranks) EXPECT_EQ(r.experts.size(), 32);
+  ModelConfig few = c;
+  few.n_experts = 4;
+  few.n_experts_used = 2;
+  EXPECT_TRUE(fails_with(plan_shards(few, recipe_weight_types(few, WeightRecipe::kF16), {.tp = 6}),
+                         StatusCode::kInvalidArgument, {"tp 6", "4 experts", "tp <= 4"}));
+}
+
 }  // namespace
 }  // namespace sx::parallel
