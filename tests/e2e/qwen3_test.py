@@ -9,8 +9,10 @@ experts, 8 used per token) give
     the ranks, 22 / 22 / 21 / 21 / 21 / 21 at TP 6) and on lavapipe (Vulkan; dense only: the Vulkan
     backend has no mixture-of-experts shader yet and refuses such a model at load, naming the op);
   * the same ids from the safetensors twin (Qwen3ForCausalLM directory) as from the GGUF file (dense);
-  * over the OpenAI API, the text `generate` writes.
-Usage: qwen3_test.py SEXTANT_BINARY ORACLE_DIR. Prints "N passed, N failed"."""
+  * over the OpenAI API, the text `generate` writes;
+  * a warm reload of two replicas from the bundled Qwen2.5 model to a Qwen3-MoE file (with the real
+    Qwen tokenizer) while 8 clients stream: no request fails.
+Usage: qwen3_test.py SEXTANT_BINARY ORACLE_DIR MEMORISE_DIR. Prints "N passed, N failed"."""
 import glob
 import hashlib
 import json
@@ -19,11 +21,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import daemon_harness  # noqa: E402
 
-SEXTANT, ORACLE_DIR = sys.argv[1], sys.argv[2]
+SEXTANT, ORACLE_DIR, MEMORISE = sys.argv[1], sys.argv[2], sys.argv[3]
+TOKENIZER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "qwen2.5-tokenizer",
+                         "tokenizer.json")
 case = daemon_harness.case
 TMP = tempfile.mkdtemp(prefix="sx-qwen3-")
 
@@ -139,6 +144,40 @@ def the_openai_api_serves_generates_text():
             print(f"  {o['name']} served: /v1/completions gives generate's text ({len(want)} characters)")
         finally:
             d.stop()
+
+
+@case
+def a_reload_from_qwen2_5_to_qwen3_moe_under_load_fails_no_request():
+    ref = json.load(open(os.path.join(MEMORISE, "reference.json")))
+    moe = os.path.join(TMP, "moe-qwen-tokenizer.gguf")
+    run("make-model", "--arch", "qwen3moe", "--layers", "2", "--type", "q8_0", "--hidden", "256", "--heads", "32",
+        "--kv-heads", "4", "--head-dim", "64", "--experts", "16", "--experts-used", "4", "--expert-ffn", "64",
+        "--tokenizer", TOKENIZER, "--init-std", "0.1", "--seed", "40", "--out", moe)
+    d = daemon_harness.Daemon(SEXTANT, os.path.join(MEMORISE, "memorise-q8_0.gguf"), "--replicas", "2", max_num_seqs=16)
+    try:
+        gen = d.status()["generation"]
+        load = daemon_harness.Load(d.port, 8, lambda i: ref["prompt_text"][: 20 + 7 * i], "memorise-q8_0")
+        try:
+            time.sleep(3)
+            d.ctl("reload", "--model", moe)
+            st = daemon_harness.wait_generation(d, gen + 1, timeout=120)
+            assert st["model_path"] == moe and st["model"] == "memorise-q8_0", st
+            time.sleep(3)
+        finally:
+            ok, failures = load.finish()
+        assert not failures, failures[:5]
+        assert ok >= 16, ok
+        # The new generation answers with the MoE model's text, as generate does.
+        want = run("generate", "--model", moe, "--prompt", "Hello", "-n", "12", "--temp", "0",
+                   "--ignore-eos").stdout.decode()
+        st, body = daemon_harness.post(d.port, "/v1/completions", {"model": "memorise-q8_0", "prompt": "Hello",
+                                                                     "max_tokens": 12, "temperature": 0,
+                                                                     "ignore_eos": True})
+        assert st == 200 and json.loads(body)["choices"][0]["text"] == want.rstrip("\n"), (body, want)
+        print(f"  8 streams across a reload of 2 replicas from Qwen2.5 (memorise) to Qwen3-MoE: {ok} complete, 0 "
+              f"failed; generation {gen} -> {gen + 1}")
+    finally:
+        d.stop()
 
 
 daemon_harness.run_cases("SX_QWEN3_ONLY")
