@@ -26,11 +26,14 @@ struct HfArch {
   std::string_view class_name;
   bool qkv_bias;
   bool head_dim_key;  // head_dim is a key of its own (may differ from hidden / heads)
+  std::string_view architecture;  // ModelConfig::architecture (GGUF general.architecture)
+  bool moe = false;               // num_experts, num_experts_per_tok, moe_intermediate_size
 };
 
 constexpr HfArch kArchs[] = {
-    {"qwen2", "Qwen2ForCausalLM", true, false},
-    {"qwen3", "Qwen3ForCausalLM", false, true},
+    {"qwen2", "Qwen2ForCausalLM", true, false, "qwen2"},
+    {"qwen3", "Qwen3ForCausalLM", false, true, "qwen3"},
+    {"qwen3_moe", "Qwen3MoeForCausalLM", false, true, "qwen3moe", true},
 };
 
 constexpr std::int64_t kMaxSize = std::numeric_limits<std::int32_t>::max();
@@ -159,7 +162,7 @@ Result<HfConfig> parse_hf_config(std::string_view json_text, std::string_view di
 
   HfConfig out;
   ModelConfig& c = out.config;
-  c.architecture = std::string(arch->model_type);
+  c.architecture = std::string(arch->architecture);
   SX_ASSIGN_OR_RETURN(c.name, r.string("_name_or_path"));
   SX_ASSIGN_OR_RETURN(c.n_layers, r.size("num_hidden_layers"));
   SX_ASSIGN_OR_RETURN(c.hidden, r.size("hidden_size"));
@@ -204,6 +207,23 @@ Result<HfConfig> parse_hf_config(std::string_view json_text, std::string_view di
   }
   if (c.head_dim % 2 != 0) {
     return invalid_argument_error("{}: the head size is {}, odd; rope needs an even head dimension", file, c.head_dim);
+  }
+  if (arch->moe) {
+    SX_ASSIGN_OR_RETURN(c.n_experts, r.size("num_experts"));
+    SX_ASSIGN_OR_RETURN(c.n_experts_used, r.size("num_experts_per_tok"));
+    SX_ASSIGN_OR_RETURN(c.expert_ffn, r.size("moe_intermediate_size"));
+    SX_ASSIGN_OR_RETURN(c.norm_topk_prob, r.boolean("norm_topk_prob", false));  // transformers' default
+    SX_ASSIGN_OR_RETURN(const std::int64_t step, r.size("decoder_sparse_step", 1));
+    const json* dense_layers = r.find("mlp_only_layers");
+    if (step != 1 || (dense_layers != nullptr && !(dense_layers->is_array() && dense_layers->empty()))) {
+      return unimplemented_error("{}: dense layers among the sparse ones (decoder_sparse_step {}, mlp_only_layers "
+                                 "{}) are not supported: every layer must be a mixture of experts", file, step,
+                                 dense_layers != nullptr ? dense_layers->dump() : "[]");
+    }
+    if (c.n_experts_used > c.n_experts) {
+      return invalid_argument_error("{}: 'num_experts_per_tok' {} is more than 'num_experts' {}", file,
+                                    c.n_experts_used, c.n_experts);
+    }
   }
 
   SX_ASSIGN_OR_RETURN(out.torch_dtype, r.string("torch_dtype"));

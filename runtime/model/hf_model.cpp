@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <utility>
 
 #include <fmt/format.h>
@@ -33,7 +34,7 @@ struct SuffixPair {
   std::string_view hf;
   LayerTensor gguf;
 };
-constexpr std::array<SuffixPair, 14> kLayerSuffixes = {{
+constexpr std::array<SuffixPair, 15> kLayerSuffixes = {{
     {"input_layernorm.weight", LayerTensor::kAttnNorm},
     {"self_attn.q_proj.weight", LayerTensor::kAttnQ},
     {"self_attn.q_proj.bias", LayerTensor::kAttnQBias},
@@ -48,7 +49,24 @@ constexpr std::array<SuffixPair, 14> kLayerSuffixes = {{
     {"mlp.gate_proj.weight", LayerTensor::kFfnGate},
     {"mlp.up_proj.weight", LayerTensor::kFfnUp},
     {"mlp.down_proj.weight", LayerTensor::kFfnDown},
+    {"mlp.gate.weight", LayerTensor::kFfnGateInp},  // Qwen3-MoE's router
 }};
+
+// Qwen3-MoE's experts: one tensor per expert, "model.layers.L.mlp.experts.E.<kind>", stacked at load
+// into the GGUF layout's 3-D tensor (expert E's matrix after E - 1's).
+constexpr std::array<SuffixPair, 3> kExpertSuffixes = {{
+    {"gate_proj.weight", LayerTensor::kFfnGateExps},
+    {"up_proj.weight", LayerTensor::kFfnUpExps},
+    {"down_proj.weight", LayerTensor::kFfnDownExps},
+}};
+constexpr std::string_view kHfExpertsInfix = "mlp.experts.";
+
+// "model.layers.L.mlp.experts.E.gate_proj.weight" -> {L, E, kFfnGateExps}.
+struct ExpertName {
+  std::int64_t layer, expert;
+  LayerTensor stacked;
+};
+std::optional<ExpertName> parse_expert_name(std::string_view name);
 
 struct GlobalPair {
   std::string_view hf;
@@ -87,7 +105,26 @@ Result<std::int32_t> token_id(const json& v, std::string_view file, std::string_
   return static_cast<std::int32_t>(v.get<std::int64_t>());
 }
 
+std::optional<ExpertName> parse_expert_name(std::string_view name) {
+  if (!name.starts_with(kHfLayerPrefix)) return std::nullopt;
+  const auto layer = split_layer(name.substr(kHfLayerPrefix.size()));
+  if (!layer || !layer->second.starts_with(kHfExpertsInfix)) return std::nullopt;
+  const auto expert = split_layer(layer->second.substr(kHfExpertsInfix.size()));
+  if (!expert) return std::nullopt;
+  for (const SuffixPair& p : kExpertSuffixes) {
+    if (p.hf == expert->second) return ExpertName{layer->first, expert->first, p.gguf};
+  }
+  return std::nullopt;
+}
+
 }  // namespace
+
+std::string hf_expert_name(std::int64_t layer, std::int64_t expert, LayerTensor stacked) {
+  for (const SuffixPair& p : kExpertSuffixes) {
+    if (p.gguf == stacked) return fmt::format("{}{}.{}{}.{}", kHfLayerPrefix, layer, kHfExpertsInfix, expert, p.hf);
+  }
+  return {};
+}
 
 std::optional<std::string> hf_to_gguf_name(std::string_view name) {
   for (const GlobalPair& g : kGlobals) {
@@ -201,7 +238,20 @@ Result<std::unique_ptr<HfModel>> HfModel::open(const std::string& dir) {
 
   const bool int4 = !m->hf_.quant_method.empty();
   if (int4) SX_RETURN_IF_ERROR(m->check_quantization());
+  // A mixture of experts' tensors, per (layer, stacked tensor), by expert id.
+  std::map<std::pair<std::int64_t, LayerTensor>, std::vector<const SafetensorsTensor*>> experts;
+  const ModelConfig& hc = m->hf_.config;
   for (const SafetensorsTensor* t : m->weights_->tensors()) {
+    if (const auto e = parse_expert_name(t->name); e && hc.is_moe() && !int4) {
+      if (e->layer >= hc.n_layers || e->expert >= hc.n_experts) {
+        return invalid_argument_error("{}: tensor '{}' names layer {} / expert {}, but config.json has {} layers of {} "
+                                      "experts", dir, t->name, e->layer, e->expert, hc.n_layers, hc.n_experts);
+      }
+      auto& slot = experts[{e->layer, e->stacked}];
+      slot.resize(static_cast<std::size_t>(hc.n_experts), nullptr);
+      slot[static_cast<std::size_t>(e->expert)] = t;
+      continue;
+    }
     if (int4 && (t->name.ends_with(".qzeros") || t->name.ends_with(".scales") || t->name.ends_with(".g_idx"))) {
       // Read with its .qweight; one without a .qweight is left over from something else.
       const std::string base = t->name.substr(0, t->name.rfind('.'));
@@ -258,6 +308,40 @@ Result<std::unique_ptr<HfModel>> HfModel::open(const std::string& dir) {
       info.data = wide;
     }
     m->hf_names_.push_back(t->name);
+    m->tensors_.push_back(std::move(info));
+  }
+  // Each layer's experts stacked into one tensor, as GGUF holds them (copied into memory this model
+  // owns: the experts' bytes once more while it is open).
+  for (const auto& [key, list] : experts) {
+    const auto& [layer, stacked] = key;
+    const SafetensorsTensor* first = list.front();
+    for (std::size_t e = 0; e < list.size(); ++e) {
+      const SafetensorsTensor* t = list[e];
+      if (t == nullptr) {
+        return not_found_error("{}: tensor '{}' is missing (config.json has {} experts per layer)", dir,
+                               hf_expert_name(layer, static_cast<std::int64_t>(e), stacked), hc.n_experts);
+      }
+      if (first != nullptr && (t->shape != first->shape || t->dtype != first->dtype)) {
+        return invalid_argument_error("{}: tensor '{}' is {} {} but expert 0's is {} {}", dir, t->name, t->dtype_name,
+                                      dims_to_string(t->shape), first->dtype_name, dims_to_string(first->shape));
+      }
+    }
+    TensorInfo info;
+    info.name = layer_tensor_name(layer, stacked);
+    info.dims.assign(first->shape.rbegin(), first->shape.rend());
+    info.dims.push_back(hc.n_experts);
+    info.type_name = first->dtype_name;
+    info.dtype = first->dtype;
+    info.ggml_type = UINT32_MAX;
+    info.n_elements = first->n_elements * hc.n_experts;
+    std::vector<std::uint8_t>& all = m->owned_.emplace_back(first->n_bytes() * list.size());
+    for (std::size_t e = 0; e < list.size(); ++e) {
+      std::memcpy(all.data() + e * first->n_bytes(), list[e]->data.data(), first->n_bytes());
+    }
+    info.n_bytes = all.size();
+    info.data = all;
+    info.file = first->file;
+    m->hf_names_.push_back(fmt::format("{}{}.{}* ({} tensors)", kHfLayerPrefix, layer, kHfExpertsInfix, list.size()));
     m->tensors_.push_back(std::move(info));
   }
   // Sort both by GGUF name for find_tensor.

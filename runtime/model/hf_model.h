@@ -57,6 +57,9 @@ std::optional<std::string> hf_to_gguf_name(std::string_view hf_name);
 // The inverse for every name the architectures use ("token_embd.weight" -> "model.embed_tokens.weight");
 // nullopt for names without an HF spelling.
 std::optional<std::string> gguf_to_hf_name(std::string_view gguf_name);
+// Qwen3-MoE: the Hugging Face name of expert `expert`'s matrix of a stacked GGUF tensor
+// (kFfnGateExps -> "model.layers.L.mlp.experts.E.gate_proj.weight"); empty for other tensors.
+std::string hf_expert_name(std::int64_t layer, std::int64_t expert, LayerTensor stacked);
 
 struct GenerationConfig {
   bool present = false;                 // the file exists

@@ -119,12 +119,20 @@ Int4Tensors quantize_int4(const TensorInfo& t, Int4Checkpoint format) {
 
 std::string hf_config_json(const ModelConfig& c, hal::DType dtype, Int4Checkpoint int4) {
   ordered_json j;
-  const bool qwen3 = c.architecture == "qwen3";
-  j["architectures"] = {qwen3 ? "Qwen3ForCausalLM" : "Qwen2ForCausalLM"};
-  j["model_type"] = qwen3 ? "qwen3" : "qwen2";
+  const bool qwen3 = c.architecture == "qwen3" || c.architecture == "qwen3moe";
+  j["architectures"] = {c.is_moe() ? "Qwen3MoeForCausalLM" : qwen3 ? "Qwen3ForCausalLM" : "Qwen2ForCausalLM"};
+  j["model_type"] = c.is_moe() ? "qwen3_moe" : qwen3 ? "qwen3" : "qwen2";
   if (qwen3) {
     j["attention_bias"] = false;
     j["head_dim"] = c.head_dim;
+  }
+  if (c.is_moe()) {
+    j["decoder_sparse_step"] = 1;
+    j["mlp_only_layers"] = ordered_json::array();
+    j["moe_intermediate_size"] = c.expert_ffn;
+    j["norm_topk_prob"] = c.norm_topk_prob;
+    j["num_experts"] = c.n_experts;
+    j["num_experts_per_tok"] = c.n_experts_used;
   }
   if (!c.name.empty()) j["_name_or_path"] = c.name;
   j["hidden_act"] = "silu";
@@ -153,9 +161,12 @@ std::string hf_config_json(const ModelConfig& c, hal::DType dtype, Int4Checkpoin
 }
 
 Status write_hf_model(const TensorSource& src, const ModelConfig& c, const HfWriteOptions& o, const std::string& dir) {
-  if (c.architecture != "qwen2" && c.architecture != "qwen3") {
-    return invalid_argument_error("{}: only qwen2 and qwen3 models can be written as safetensors, not '{}'", dir,
-                                  c.architecture);
+  if (c.architecture != "qwen2" && c.architecture != "qwen3" && c.architecture != "qwen3moe") {
+    return invalid_argument_error("{}: only qwen2, qwen3 and qwen3moe models can be written as safetensors, not '{}'",
+                                  dir, c.architecture);
+  }
+  if (c.is_moe() && o.int4 != Int4Checkpoint::kNone) {
+    return unimplemented_error("{}: AWQ / GPTQ checkpoints of a mixture of experts are not written", dir);
   }
   if (o.dtype != hal::DType::kF32 && o.dtype != hal::DType::kF16 && o.dtype != hal::DType::kBF16) {
     return invalid_argument_error("safetensors weights must be f32, f16 or bf16, not {}", hal::dtype_name(o.dtype));
@@ -243,6 +254,27 @@ Status write_hf_model(const TensorSource& src, const ModelConfig& c, const HfWri
           if (gptq || std::string_view(suffix) != ".g_idx") weight_map[base + suffix] = shard_name(s);
         }
         written += a.qweight.size() + a.qzeros.size() + a.scales.size() + a.g_idx.size();
+      } else if (t.dims.size() == 3) {
+        // Stacked experts (Qwen3-MoE): one tensor per expert, as transformers names them.
+        const auto layer = parse_layer_tensor_name(t.name);
+        const std::int64_t experts = t.dims[2];
+        const std::uint64_t per = t.n_bytes / static_cast<std::uint64_t>(experts);
+        LayerTensor stacked = LayerTensor::kFfnGateExps;
+        for (LayerTensor k : {LayerTensor::kFfnGateExps, LayerTensor::kFfnUpExps, LayerTensor::kFfnDownExps}) {
+          if (layer && layer->suffix == layer_tensor_suffix(k)) stacked = k;
+        }
+        for (std::int64_t e = 0; e < experts; ++e) {
+          TensorInfo one = t;
+          one.dims.pop_back();
+          one.n_elements = t.n_elements / experts;
+          one.n_bytes = per;
+          one.data = t.data.subspan(static_cast<std::size_t>(per * static_cast<std::uint64_t>(e)), per);
+          SX_ASSIGN_OR_RETURN(std::vector<std::uint8_t> bytes, convert(one, o.dtype, src.path()));
+          const std::string name = hf_expert_name(layer ? layer->layer : 0, e, stacked);
+          written += bytes.size();
+          SX_RETURN_IF_ERROR(w.add_tensor(name, o.dtype, {one.dims[1], one.dims[0]}, bytes));
+          weight_map[name] = shard_name(s);
+        }
       } else {
         SX_ASSIGN_OR_RETURN(std::vector<std::uint8_t> bytes, convert(t, o.dtype, src.path()));
         std::vector<std::int64_t> shape(t.dims.rbegin(), t.dims.rend());

@@ -8,7 +8,8 @@ experts, 8 used per token) give
   * the same ids at TP 6, TP 4 and TP 3 x PP 2 on CPU ranks (Qwen3-MoE: experts split whole across
     the ranks, 22 / 22 / 21 / 21 / 21 / 21 at TP 6) and on lavapipe (Vulkan; dense only: the Vulkan
     backend has no mixture-of-experts shader yet and refuses such a model at load, naming the op);
-  * the same ids from the safetensors twin (Qwen3ForCausalLM directory) as from the GGUF file (dense);
+  * the same ids from the safetensors twin (Qwen3ForCausalLM / Qwen3MoeForCausalLM directory, one
+    tensor per expert, stacked at load) and from its conversion back to GGUF;
   * over the OpenAI API, the text `generate` writes;
   * a warm reload of two replicas from the bundled Qwen2.5 model to a Qwen3-MoE file (with the real
     Qwen tokenizer) while 8 clients stream: no request fails.
@@ -114,14 +115,24 @@ def tensor_and_pipeline_parallel_layouts_give_the_same_ids():
 
 @case
 def the_safetensors_twin_gives_the_gguf_ids():
-    for o in dense():
+    for o in oracles():
         st = made(o, "safetensors")
         config = json.load(open(os.path.join(st, "config.json")))
-        assert config["architectures"] == ["Qwen3ForCausalLM"] and config["head_dim"] != config["hidden_size"] // \
+        moe = o not in dense()
+        want_class = "Qwen3MoeForCausalLM" if moe else "Qwen3ForCausalLM"
+        assert config["architectures"] == [want_class] and config["head_dim"] != config["hidden_size"] // \
             config["num_attention_heads"], config
+        if moe:  # one tensor per expert, as transformers writes them
+            index = subprocess.run([SEXTANT, "inspect", st, "--json"], capture_output=True, timeout=120)
+            assert index.returncode == 0 and b"mlp.experts.127.down_proj.weight" in index.stdout, index.stdout[-500:]
         ids = greedy(st, o)
         assert ids == o["llama_cpp"]["f32_kv"], (o["name"], agree(ids, o["llama_cpp"]["f32_kv"]))
-        print(f"  {o['name']}: the Qwen3ForCausalLM safetensors directory gives the GGUF file's {o['n']} ids")
+        # Converted back to GGUF: the same ids again.
+        back = os.path.join(TMP, o["name"] + "-converted.gguf")
+        run("convert", st, "--out", back, "--type", "f32")
+        assert greedy(back, o) == ids, o["name"]
+        print(f"  {o['name']}: the {want_class} safetensors directory, and its GGUF conversion, give the GGUF "
+              f"file's {o['n']} ids")
 
 
 @case
