@@ -249,7 +249,7 @@ def qwen05_shape_with_the_real_tokenizer_loads_and_generates():
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "q05.gguf")
         p = run("make-model", "--out", path, "--layers", "2", "--type", "q8_0", "--tokenizer", tok, "--seed", "3")
-        assert b"hidden 896, 14/2 heads, ffn 4864, vocab 151936" in p.stdout, p.stdout
+        assert b"hidden 896, 14/2 heads of 64, ffn 4864, vocab 151936" in p.stdout, p.stdout
         p = run("generate", "--model", path, "--prompt", "Hello", "--chat", "-n", "6", "--ids", "--ignore-eos")
         ids = [int(x) for x in p.stdout.split()]
         assert len(ids) == 6 and all(0 <= i < 151936 for i in ids), ids
