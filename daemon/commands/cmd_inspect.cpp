@@ -89,6 +89,12 @@ int inspect(const Args& args) {
                    {"head_dim", c.head_dim},         {"ffn", c.ffn},         {"vocab", c.vocab},
                    {"context_length", c.context_length}, {"rope_theta", c.rope_theta}, {"rms_eps", c.rms_eps},
                    {"tied_embeddings", c.tied_embeddings}, {"qkv_bias", c.qkv_bias}};
+    if (c.is_moe()) {
+      j["config"]["experts"] = {{"count", c.n_experts},
+                                {"used_per_token", c.n_experts_used},
+                                {"ffn", c.expert_ffn},
+                                {"norm_topk_prob", c.norm_topk_prob}};
+    }
     j["tokenizer"] = {{"tokens", tok.vocab_size()},
                       {"eos_id", tok.eos_id() ? ordered_json(*tok.eos_id()) : ordered_json(nullptr)},
                       {"bos_id", tok.bos_id() ? ordered_json(*tok.bos_id()) : ordered_json(nullptr)},

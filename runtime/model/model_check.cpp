@@ -24,9 +24,12 @@ Status ModelCheck::status() const {
 }
 
 std::string model_summary(const ModelConfig& c) {
-  return fmt::format("{}: {} layers, hidden {}, {} heads x {} (kv {}), ffn {}, vocab {}{}{}", c.architecture,
-                     c.n_layers, c.hidden, c.n_heads, c.head_dim, c.n_kv_heads, c.ffn, c.vocab,
-                     c.qkv_bias ? ", qkv bias" : "", c.tied_embeddings ? ", tied embeddings" : "");
+  const std::string ffn = c.is_moe() ? fmt::format("{} experts of {} ({} per token{})", c.n_experts, c.expert_ffn,
+                                                   c.n_experts_used, c.norm_topk_prob ? ", renormalised" : "")
+                                     : fmt::format("ffn {}", c.ffn);
+  return fmt::format("{}: {} layers, hidden {}, {} heads x {} (kv {}), {}, vocab {}{}{}", c.architecture, c.n_layers,
+                     c.hidden, c.n_heads, c.head_dim, c.n_kv_heads, ffn, c.vocab, c.qkv_bias ? ", qkv bias" : "",
+                     c.tied_embeddings ? ", tied embeddings" : "");
 }
 
 ModelCheck check_model(const TensorSource& src, const ModelConfig& c) {

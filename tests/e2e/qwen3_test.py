@@ -122,9 +122,13 @@ def the_safetensors_twin_gives_the_gguf_ids():
         want_class = "Qwen3MoeForCausalLM" if moe else "Qwen3ForCausalLM"
         assert config["architectures"] == [want_class] and config["head_dim"] != config["hidden_size"] // \
             config["num_attention_heads"], config
-        if moe:  # one tensor per expert, as transformers writes them
+        if moe:  # one tensor per expert, as transformers writes them; inspect says what the experts are
             index = subprocess.run([SEXTANT, "inspect", st, "--json"], capture_output=True, timeout=120)
             assert index.returncode == 0 and b"mlp.experts.127.down_proj.weight" in index.stdout, index.stdout[-500:]
+            experts = json.loads(index.stdout)["config"]["experts"]
+            assert experts == {"count": 128, "used_per_token": 8, "ffn": 64, "norm_topk_prob": True}, experts
+            text = run("inspect", made(o)).stdout.decode()
+            assert "128 experts of 64 (8 per token, renormalised)" in text, text[:400]
         ids = greedy(st, o)
         assert ids == o["llama_cpp"]["f32_kv"], (o["name"], agree(ids, o["llama_cpp"]["f32_kv"]))
         # Converted back to GGUF: the same ids again.
