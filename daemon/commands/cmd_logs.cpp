@@ -22,6 +22,8 @@ namespace sx::daemon {
 
 namespace {
 
+using serve::summary_field;
+
 // A summary is a few KiB (the config it quotes is at most 1 MiB).
 constexpr std::uint64_t kMaxSummaryBytes = 8u << 20;
 
@@ -31,15 +33,6 @@ Result<nlohmann::json> read_summary(const std::string& path) {
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return data_loss_error("{}: not a start summary", path);
   return j;
-}
-
-// A field of a summary as text, whatever its type (a summary is a file anyone may have edited):
-// strings as they are, numbers and the rest as JSON, `fallback` when absent or null.
-std::string field(const nlohmann::json& j, const char* key, const char* fallback = "?") {
-  const auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  if (it->is_string()) return it->get<std::string>();
-  return it->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 // The log of a start, copied to stdout as it is read (a long-running daemon's log may be large).
@@ -83,9 +76,10 @@ int cmd_logs(int argc, char** argv) {
     if (!newer.ok()) return report_error("logs", newer.status());
     if (!older.ok()) return report_error("logs", older.status());
     const std::string d = serve::diff_starts(*older, *newer);
-    std::printf("%s (%s) -> %s (%s)\n", printable_text(field(*older, "started")).c_str(),
-                printable_text(field(*older, "state")).c_str(), printable_text(field(*newer, "started")).c_str(),
-                printable_text(field(*newer, "state")).c_str());
+    std::printf("%s (%s) -> %s (%s)\n", printable_text(summary_field(*older, "started", "?")).c_str(),
+                printable_text(summary_field(*older, "state", "?")).c_str(),
+                printable_text(summary_field(*newer, "started", "?")).c_str(),
+                printable_text(summary_field(*newer, "state", "?")).c_str());
     std::fputs(d.empty() ? "nothing changed (config, version, devices, plan, first error)\n" : printable_text(d).c_str(),
                stdout);
     return 0;
@@ -103,9 +97,10 @@ int cmd_logs(int argc, char** argv) {
       std::printf("%s\n", printable_text(j.status().message()).c_str());
       continue;
     }
-    const std::string error = field(*j, "first_error", "");
-    const std::string line = fmt::format("{}  pid {:<7} {:<8} {}", field(*j, "started"), field(*j, "pid"),
-                                         field(*j, "state"), error.empty() ? field(*j, "plan", "") : error);
+    const std::string error = summary_field(*j, "first_error", "");
+    const std::string line =
+        fmt::format("{}  pid {:<7} {:<8} {}", summary_field(*j, "started", "?"), summary_field(*j, "pid", "?"),
+                    summary_field(*j, "state", "?"), error.empty() ? summary_field(*j, "plan", "") : error);
     std::printf("%s\n", printable_text(line).c_str());
   }
   return 0;

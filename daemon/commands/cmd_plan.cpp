@@ -60,7 +60,8 @@ Result<model::ModelConfig> shape_config(std::string_view name) {
     c = model::find_qwen2_5_config(std::string_view(lower).substr(kQwen25Prefix.size()));
   } else if (lower.starts_with(kQwen3Prefix)) {
     const std::string_view size = std::string_view(lower).substr(kQwen3Prefix.size());
-    c = size.find("-a") != std::string_view::npos ? model::find_qwen3moe_config(size) : model::find_qwen3_config(size);
+    c = model::find_qwen3_config(size);
+    if (!c.ok()) c = model::find_qwen3moe_config(size);
   }
   if (!c.ok()) return invalid_argument_error("--shape: unknown shape '{}' (known: {})", name, shape_names());
   return c;

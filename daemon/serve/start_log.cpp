@@ -214,12 +214,18 @@ std::vector<std::string> list_starts(const std::string& dir) {
   return out;
 }
 
+std::string summary_field(const nlohmann::json& summary, const char* key, const char* fallback) {
+  const auto it = summary.find(key);
+  if (it == summary.end() || it->is_null()) return fallback;
+  if (it->is_string()) return it->get<std::string>();
+  return it->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 std::string diff_starts(const nlohmann::json& older, const nlohmann::json& newer) {
   std::string out;
   auto text = [](const nlohmann::json& j, const char* key) {
-    if (!j.contains(key) || j[key].is_null()) return std::string("(none)");
-    if (j[key].is_string()) return j[key].get<std::string>().empty() ? std::string("(none)") : j[key].get<std::string>();
-    return j[key].dump();
+    const std::string s = summary_field(j, key, "");
+    return s.empty() ? std::string("(none)") : s;
   };
   for (const char* key : {"version", "argv", "devices", "plan", "first_error", "cause", "state", "exit_status"}) {
     const std::string a = text(older, key), b = text(newer, key);

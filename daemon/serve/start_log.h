@@ -66,6 +66,9 @@ class StartLog {
 
 // The starts in `dir`, newest first (their summary paths).
 std::vector<std::string> list_starts(const std::string& dir);
+// A field of a summary as text, whatever its type (a summary is a file anyone may have edited): a
+// string as it is, anything else as JSON, `fallback` when absent or null.
+std::string summary_field(const nlohmann::json& summary, const char* key, const char* fallback);
 // What changed between two summaries, one "key: old -> new" block per changed field (config as
 // the lines only one of them has); empty when nothing did.
 std::string diff_starts(const nlohmann::json& older, const nlohmann::json& newer);

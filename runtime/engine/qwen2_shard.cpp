@@ -576,15 +576,12 @@ Status Qwen2Shard::run_step(const ForwardBatch& batch, int top_k) {
     // h += delta (the previous layer's MLP output); xn = norm(h).
     SX_RETURN_IF_ERROR(s.run(hal::RmsNormArgs{V(im.h), pending_delta ? V(im.delta) : hal::BufView{},
                                               L.attn_norm.view(), V(im.xn), T, H, eps}));
+    // qwen3: q and k into their raw buffers, then each head normalised into q, k (a row of head_dim each).
+    SX_RETURN_IF_ERROR(matmul(L.q_w, &L.q_b, V(im.xn), L.q_norm ? V(im.q_raw) : V(im.q), T, nq * hd, H));
+    SX_RETURN_IF_ERROR(matmul(L.k_w, &L.k_b, V(im.xn), L.k_norm ? V(im.k_raw) : V(im.k), T, nkv * hd, H));
     if (L.q_norm) {
-      // qwen3: q and k into their raw buffers, then each head normalised (a row of head_dim each).
-      SX_RETURN_IF_ERROR(matmul(L.q_w, &L.q_b, V(im.xn), V(im.q_raw), T, nq * hd, H));
-      SX_RETURN_IF_ERROR(matmul(L.k_w, &L.k_b, V(im.xn), V(im.k_raw), T, nkv * hd, H));
       SX_RETURN_IF_ERROR(s.run(hal::RmsNormArgs{V(im.q_raw), {}, L.q_norm.view(), V(im.q), T * nq, hd, eps}));
       SX_RETURN_IF_ERROR(s.run(hal::RmsNormArgs{V(im.k_raw), {}, L.k_norm.view(), V(im.k), T * nkv, hd, eps}));
-    } else {
-      SX_RETURN_IF_ERROR(matmul(L.q_w, &L.q_b, V(im.xn), V(im.q), T, nq * hd, H));
-      SX_RETURN_IF_ERROR(matmul(L.k_w, &L.k_b, V(im.xn), V(im.k), T, nkv * hd, H));
     }
     SX_RETURN_IF_ERROR(matmul(L.v_w, &L.v_b, V(im.xn), V(im.v), T, nkv * hd, H));
     const auto theta = static_cast<float>(c.rope_theta);

@@ -161,9 +161,9 @@ std::string hf_config_json(const ModelConfig& c, hal::DType dtype, Int4Checkpoin
 }
 
 Status write_hf_model(const TensorSource& src, const ModelConfig& c, const HfWriteOptions& o, const std::string& dir) {
-  if (c.architecture != "qwen2" && c.architecture != "qwen3" && c.architecture != "qwen3moe") {
-    return invalid_argument_error("{}: only qwen2, qwen3 and qwen3moe models can be written as safetensors, not '{}'",
-                                  dir, c.architecture);
+  if (find_arch_spec(c.architecture) == nullptr) {
+    return invalid_argument_error("{}: only {} models can be written as safetensors, not '{}'", dir,
+                                  supported_architectures(), c.architecture);
   }
   if (c.is_moe() && o.int4 != Int4Checkpoint::kNone) {
     return unimplemented_error("{}: AWQ / GPTQ checkpoints of a mixture of experts are not written", dir);

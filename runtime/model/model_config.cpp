@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/hal/ops.h"
 #include "runtime/model/model_check.h"
 
 namespace sx::model {
@@ -83,11 +84,16 @@ const ArchSpec* find_arch_spec(std::string_view architecture) {
   return nullptr;
 }
 
-bool has_qk_norm(const ModelConfig& c) {
-  const ArchSpec* spec = find_arch_spec(c.architecture);
-  return spec != nullptr && std::find(spec->layer_tensors.begin(), spec->layer_tensors.end(), LayerTensor::kAttnQNorm) !=
+namespace {
+// Whether an architecture's layers have tensor `t` (its row in arch_specs() says).
+bool arch_has(std::string_view architecture, LayerTensor t) {
+  const ArchSpec* spec = find_arch_spec(architecture);
+  return spec != nullptr && std::find(spec->layer_tensors.begin(), spec->layer_tensors.end(), t) !=
                                 spec->layer_tensors.end();
 }
+}  // namespace
+
+bool has_qk_norm(const ModelConfig& c) { return arch_has(c.architecture, LayerTensor::kAttnQNorm); }
 
 std::string supported_architectures() {
   std::string out;
@@ -181,7 +187,7 @@ Status validate_model_config(const ModelConfig& c, std::string_view where) {
   if (c.head_dim % 2 != 0) {
     return invalid_argument_error("{}: head_dim {} is odd; rope needs an even head dimension", where, c.head_dim);
   }
-  const bool moe_arch = c.architecture == "qwen3moe";
+  const bool moe_arch = arch_has(c.architecture, LayerTensor::kFfnGateInp);
   if (moe_arch != c.is_moe()) {
     return invalid_argument_error("{}: {} experts for architecture '{}' ({})", where, c.n_experts, c.architecture,
                                   moe_arch ? "a mixture of experts needs at least one" : "a dense model has none");
@@ -191,7 +197,7 @@ Status validate_model_config(const ModelConfig& c, std::string_view where) {
       return invalid_argument_error("{}: {} experts of {} rows; the experts must be 1..4096 of 1..2^31-1 rows", where,
                                     c.n_experts, c.expert_ffn);
     }
-    if (c.n_experts_used < 1 || c.n_experts_used > c.n_experts || c.n_experts_used > 64) {
+    if (c.n_experts_used < 1 || c.n_experts_used > c.n_experts || c.n_experts_used > hal::kMaxTopK) {
       return invalid_argument_error("{}: {} experts used per token of {}; it must be 1..min(experts, 64)", where,
                                     c.n_experts_used, c.n_experts);
     }
@@ -234,7 +240,7 @@ Result<ModelConfig> model_config_from_gguf(const GgufFile& f) {
   SX_ASSIGN_OR_RETURN(c.n_kv_heads, read_size(f, arch_key(a, kHeadCountKv)));
   SX_ASSIGN_OR_RETURN(c.rope_theta, read_positive_float(f, arch_key(a, kRopeFreqBase)));
   SX_ASSIGN_OR_RETURN(c.rms_eps, read_positive_float(f, arch_key(a, kRmsEps)));
-  if (a == "qwen3moe") {
+  if (arch_has(a, LayerTensor::kFfnGateInp)) {  // a mixture of experts
     SX_ASSIGN_OR_RETURN(c.n_experts, read_size(f, arch_key(a, kExpertCount)));
     SX_ASSIGN_OR_RETURN(c.n_experts_used, read_size(f, arch_key(a, kExpertUsedCount)));
     SX_ASSIGN_OR_RETURN(c.expert_ffn, read_size(f, arch_key(a, kExpertFfn)));

@@ -174,7 +174,8 @@ WeightTypes requantize_unaligned(const model::ModelConfig& c, const WeightTypes&
                         human_bytes(static_cast<std::uint64_t>(grown < 0 ? -grown : grown)));
   };
   if (head_units(c, out) < tp) redo(&LayerWeightTypes::o, "o", c.hidden, c.n_heads * c.head_dim);
-  if (!ffn_splits(c, out, tp)) redo(&LayerWeightTypes::down, "down", c.hidden, c.ffn);
+  // Experts are held whole: their down weights are never split.
+  if (!c.is_moe() && !ffn_splits(c, out, tp)) redo(&LayerWeightTypes::down, "down", c.hidden, c.ffn);
   return out;
 }
 
@@ -352,26 +353,30 @@ Result<ShardPlan> plan_shards(const model::ModelConfig& config, const WeightType
                                 : file_types;
 
   const DType unit_type = largest_block_type(types, &LayerWeightTypes::down);
-  // A mixture of experts splits whole experts (expert parallelism), never an expert's rows.
-  const std::int64_t unit = c.is_moe() ? c.ffn : block_of(unit_type);
-  if (c.is_moe() && c.n_experts < tp) {
-    return invalid_argument_error("tp {}: the model has {} experts per layer; expert parallelism needs one per rank, "
-                                  "so tp <= {}", tp, c.n_experts, c.n_experts);
-  }
-  // The largest block is a multiple of the others (all are powers of two: 1 ... 256), so a whole number of units is a whole
-  // number of blocks of every layer's down format.
-  if (c.ffn % unit != 0) {
-    return invalid_argument_error(
-        "shard plan: FFN size {} is not a whole number of {}-row units (the down weights are {}, {}); the model "
-        "cannot be stored in that format",
-        c.ffn, unit, upper_name(unit_type), block_words(unit_type));
-  }
-  const std::int64_t units = c.ffn / unit;
-  if (units < tp && !c.is_moe()) {
-    return invalid_argument_error(
-        "tp {}: the FFN has {} rows = {} units of {} (the down weights are {}), fewer units than ranks; use tp <= {} "
-        "or --requantize-unaligned (re-quantises them to Q8_0 at load)",
-        tp, c.ffn, units, unit, upper_name(unit_type), units);
+  const std::int64_t unit = block_of(unit_type);
+  std::int64_t units = 0;  // of the dense FFN
+  if (c.is_moe()) {
+    // A mixture of experts splits whole experts (expert parallelism), never an expert's rows.
+    if (c.n_experts < tp) {
+      return invalid_argument_error("tp {}: the model has {} experts per layer; expert parallelism needs one per "
+                                    "rank, so tp <= {}", tp, c.n_experts, c.n_experts);
+    }
+  } else {
+    // The largest block is a multiple of the others (all are powers of two: 1 ... 256), so a whole number of units is
+    // a whole number of blocks of every layer's down format.
+    if (c.ffn % unit != 0) {
+      return invalid_argument_error(
+          "shard plan: FFN size {} is not a whole number of {}-row units (the down weights are {}, {}); the model "
+          "cannot be stored in that format",
+          c.ffn, unit, upper_name(unit_type), block_words(unit_type));
+    }
+    units = c.ffn / unit;
+    if (units < tp) {
+      return invalid_argument_error(
+          "tp {}: the FFN has {} rows = {} units of {} (the down weights are {}), fewer units than ranks; use tp <= {} "
+          "or --requantize-unaligned (re-quantises them to Q8_0 at load)",
+          tp, c.ffn, units, unit, upper_name(unit_type), units);
+    }
   }
   SX_RETURN_IF_ERROR(check_head_units(c, types, tp));
   const std::int64_t hunit = head_unit(c, types);
@@ -395,11 +400,12 @@ Result<ShardPlan> plan_shards(const model::ModelConfig& config, const WeightType
     TpSlice& s = slices[static_cast<std::size_t>(i)];
     s.q = head_part(c, hunit, i, tp);
     s.kv = {s.q.begin / group, (s.q.end - 1) / group + 1};
-    const Range u = even_part(units, i, tp);
-    s.ffn = {u.begin * unit, u.end * unit};
     if (c.is_moe()) {
-      s.ffn = {0, c.expert_ffn};
+      s.ffn = {0, c.expert_ffn};  // every expert held whole
       s.experts = front_part(c.n_experts, i, tp);  // 128 on 6: 22, 22, 21, 21, 21, 21
+    } else {
+      const Range u = even_part(units, i, tp);
+      s.ffn = {u.begin * unit, u.end * unit};
     }
     s.vocab = even_part(c.vocab, i, tp);
   }

@@ -95,8 +95,7 @@ WeightTypes recipe_weight_types(const model::ModelConfig& c, WeightRecipe r) {
         l.q = l.k = l.gate = l.up = k_quant_or_fallback(DType::kQ4_K, c.hidden);
         l.v = k_quant_or_fallback(more, c.hidden);
         l.o = k_quant_or_fallback(DType::kQ4_K, c.q_dim());
-        l.down = k_quant_or_fallback(more, c.is_moe() ? c.expert_ffn : c.ffn);
-        l.router = DType::kF32;  // llama.cpp keeps ffn_gate_inp in F32
+        l.down = k_quant_or_fallback(more, c.is_moe() ? c.expert_ffn : c.ffn);  // the router stays F32
       }
       return w;
     }
