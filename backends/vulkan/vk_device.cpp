@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -51,6 +52,21 @@ const std::uint32_t kMatmulSpv[] =
 const std::uint32_t kMatmulSubgroupSpv[] =
 #include "matmul_subgroup.spv.inc"
     ;
+const std::uint32_t kMatmulMoeSpv[] =
+#include "matmul_moe.spv.inc"
+    ;
+const std::uint32_t kMatmulSubgroupMoeSpv[] =
+#include "matmul_subgroup_moe.spv.inc"
+    ;
+const std::uint32_t kMoeRouterSpv[] =
+#include "moe_router.spv.inc"
+    ;
+const std::uint32_t kMoeRouteSpv[] =
+#include "moe_route.spv.inc"
+    ;
+const std::uint32_t kMoeCombineSpv[] =
+#include "moe_combine.spv.inc"
+    ;
 const std::uint32_t kQuantizeQ8Spv[] =
 #include "quantize_q8.spv.inc"
     ;
@@ -71,6 +87,13 @@ enum Shader {
   kShaderMatmulTiled,          // ... kMatmulTile rows of x (prefill)
   kShaderMatmulSubgroup,       // one weight row per subgroup (devices with subgroup arithmetic)
   kShaderMatmulSubgroupTiled,
+  kShaderMatmulMoe,            // the same four over the experts of a mixture of experts
+  kShaderMatmulMoeTiled,
+  kShaderMatmulSubgroupMoe,
+  kShaderMatmulSubgroupMoeTiled,
+  kShaderMoeRouter,
+  kShaderMoeRoute,
+  kShaderMoeCombine,
   kShaderQuantizeQ8,
   kShaderKvWrite,
   kShaderCount
@@ -98,6 +121,13 @@ const ShaderSource kShaders[kShaderCount] = {
     {kMatmulSpv, 6, "matmul_tiled", kMatmulTile},
     {kMatmulSubgroupSpv, 6, "matmul_subgroup", 1, true},
     {kMatmulSubgroupSpv, 6, "matmul_subgroup_tiled", kMatmulTile, true},
+    {kMatmulMoeSpv, 8, "matmul_moe", 1},
+    {kMatmulMoeSpv, 8, "matmul_moe_tiled", kMatmulTile},
+    {kMatmulSubgroupMoeSpv, 8, "matmul_subgroup_moe", 1, true},
+    {kMatmulSubgroupMoeSpv, 8, "matmul_subgroup_moe_tiled", kMatmulTile, true},
+    {kMoeRouterSpv, 3, "moe_router"},
+    {kMoeRouteSpv, 3, "moe_route"},
+    {kMoeCombineSpv, 4, "moe_combine"},
     {kQuantizeQ8Spv, 3, "quantize_q8"},
     {kKvWriteSpv, 6, "kv_write"}};
 
@@ -645,6 +675,16 @@ Status VulkanDevice::supports(const hal::Op& op) const {
     if (weight_format(m->w_type) >= 0) return ok_status();
     return unimplemented_error("the Vulkan backend reads matmul weights in {}", kWeightFormats);
   }
+  if (const auto* r = std::get_if<hal::MoeRouterArgs>(&op)) {
+    if (r->k <= hal::kMaxTopK) return ok_status();
+    return unimplemented_error("the router selects at most {} experts per token", hal::kMaxTopK);
+  }
+  if (const auto* m = std::get_if<hal::MoeFfnArgs>(&op)) {
+    if (weight_format(m->gate_type) >= 0 && weight_format(m->up_type) >= 0 && weight_format(m->down_type) >= 0) {
+      return ok_status();
+    }
+    return unimplemented_error("the Vulkan backend reads expert weights in {}", kWeightFormats);
+  }
   return unimplemented_error("the Vulkan backend has no shader for {} yet", hal::op_name(op));
 }
 
@@ -785,6 +825,17 @@ class VulkanStream final : public hal::Stream {
   Status run_attention(const hal::AttentionArgs& a);
   Status run_matmul(const hal::MatmulArgs& a);
   Status run_kv_write(const hal::KvWriteArgs& a);
+  Status run_moe_router(const hal::MoeRouterArgs& a);
+  Status run_moe_ffn(const hal::MoeFfnArgs& a);
+  // Records quantize_q8.comp over `x` (`mk` floats, the stream's own buffer when `internal`) into
+  // q8_ (grown as needed): the int8 activations and their scales of a Q8_0 matmul.
+  Result<std::pair<hal::BufView, hal::BufView>> quantize_q8(const hal::BufView& x, std::size_t mk, bool internal,
+                                                            const char* op);
+  // The MOE matmul (matmul.comp) of one expert matrix stack: y[slot] = W_e . x[slot / x_div] for
+  // every slot moe_route listed for local expert e, over windows of whole experts.
+  Status moe_matmul(const hal::MoeFfnArgs& a, const hal::BufView& w, hal::DType type, std::int64_t rows,
+                    std::int64_t cols, const hal::BufView& x, bool x_internal, std::uint32_t x_div,
+                    const hal::BufView& y, const hal::BufView& routes, const hal::BufView& counts);
   // Rows of `row_bytes` one binding window holds (an even count, so windows start 4-byte aligned);
   // 0 when not even two rows fit.
   std::size_t window_rows(std::size_t row_bytes) const;
@@ -808,6 +859,8 @@ class VulkanStream final : public hal::Stream {
   // The int8 activations of Q8_0 matmuls (quantize_q8.comp), grown on demand; a buffer it
   // outgrew stays alive in staged_ until the work recorded on it has completed.
   std::unique_ptr<hal::Buffer> q8_;
+  // moe_ffn's workspace (routes, counts, gate, up and down outputs by slot), grown like q8_.
+  std::unique_ptr<hal::Buffer> moe_;
   // rope's inv_freq[i] / (2 pi) as 64-bit fractions (kMaxRotDim / 2 of them) for rope_theta_ and
   // rope_rot_.
   std::unique_ptr<hal::Buffer> rope_freq_;
@@ -1274,18 +1327,7 @@ Status VulkanStream::run_matmul(const hal::MatmulArgs& a) {
   const bool q8 = a.w_type == hal::DType::kQ8_0;
   hal::BufView qx = a.x, dx = a.x;
   if (q8) {
-    const std::size_t need = mk + mk / 8;
-    if (q8_ == nullptr || q8_->size() < need) {
-      if (q8_ != nullptr) staged_.push_back(std::move(q8_));
-      auto b = d_.alloc(std::max<std::size_t>(need, std::size_t{1} << 20), hal::BufferUsage::kDevice);
-      if (!b.ok()) return latch(b.status());
-      q8_ = std::move(*b);
-    }
-    qx = {q8_.get(), 0};
-    dx = {q8_.get(), mk};
-    const Arg args[] = {{a.x, mk * 4, "x"}, {qx, mk, "int8 x", true}, {dx, mk / 8, "int8 x scales", true}};
-    const std::uint32_t params[] = {static_cast<std::uint32_t>(mk / 32)};
-    SX_RETURN_IF_ERROR(dispatch(kShaderQuantizeQ8, "matmul", args, params, (mk / 32 + 63) / 64));
+    SX_ASSIGN_OR_RETURN(std::tie(qx, dx), quantize_q8(a.x, mk, false, "matmul"));
   }
   const bool tiled = a.m >= kMatmulTiledMinM;
   const Shader shader = d_.matmul_subgroups() ? (tiled ? kShaderMatmulSubgroupTiled : kShaderMatmulSubgroup)
@@ -1307,6 +1349,145 @@ Status VulkanStream::run_matmul(const hal::MatmulArgs& a) {
     SX_RETURN_IF_ERROR(dispatch(shader, "matmul", args, params, tiles * ((r + per_group - 1) / per_group)));
   }
   return ok_status();
+}
+
+Result<std::pair<hal::BufView, hal::BufView>> VulkanStream::quantize_q8(const hal::BufView& x, std::size_t mk,
+                                                                         bool internal, const char* op) {
+  const std::size_t need = mk + mk / 8;
+  if (q8_ == nullptr || q8_->size() < need) {
+    if (q8_ != nullptr) staged_.push_back(std::move(q8_));
+    auto b = d_.alloc(std::max<std::size_t>(need, std::size_t{1} << 20), hal::BufferUsage::kDevice);
+    if (!b.ok()) return latch(b.status());
+    q8_ = std::move(*b);
+  }
+  const hal::BufView qx{q8_.get(), 0}, dx{q8_.get(), mk};
+  const Arg args[] = {{x, mk * 4, "x", internal}, {qx, mk, "int8 x", true}, {dx, mk / 8, "int8 x scales", true}};
+  const std::uint32_t params[] = {static_cast<std::uint32_t>(mk / 32)};
+  SX_RETURN_IF_ERROR(dispatch(kShaderQuantizeQ8, op, args, params, (mk / 32 + 63) / 64));
+  return std::pair{qx, dx};
+}
+
+Status VulkanStream::run_moe_router(const hal::MoeRouterArgs& a) {
+  if (a.n_tokens < 0 || a.k < 1 || a.k > hal::kMaxTopK || a.k > a.n_experts || a.n_experts > INT32_MAX ||
+      !fits_u32(a.n_tokens * a.n_experts)) {
+    return latch_invalid("moe_router: k {} must be in [1, {}] and at most the {} experts ({} tokens)", a.k,
+                         hal::kMaxTopK, a.n_experts, a.n_tokens);
+  }
+  if (a.n_tokens == 0) return ok_status();
+  const auto out = static_cast<std::size_t>(a.n_tokens * a.k) * 4;
+  const Arg args[] = {{a.logits, static_cast<std::size_t>(a.n_tokens * a.n_experts) * 4, "logits"},
+                      {a.ids, out, "ids"},
+                      {a.weights, out, "weights"}};
+  const std::uint32_t params[] = {u32(a.n_tokens), u32(a.n_experts), u32(a.k), a.normalize ? 1u : 0u};
+  return dispatch(kShaderMoeRouter, "moe_router", args, params, static_cast<std::uint64_t>(a.n_tokens));
+}
+
+Status VulkanStream::moe_matmul(const hal::MoeFfnArgs& a, const hal::BufView& w, hal::DType type, std::int64_t rows,
+                                std::int64_t cols, const hal::BufView& x, bool x_internal, std::uint32_t x_div,
+                                const hal::BufView& y, const hal::BufView& routes, const hal::BufView& counts) {
+  const std::size_t rb = hal::row_bytes(type, cols), expert_bytes = rb * static_cast<std::size_t>(rows);
+  // Windows of whole experts, starting at whole words (row bytes are even in every format, so an
+  // even number of experts always is).
+  const std::size_t align = std::max<std::size_t>(d_.limits().minStorageBufferOffsetAlignment, 4);
+  std::size_t per_window = (d_.binding_limit() - std::min(d_.binding_limit(), align)) / expert_bytes;
+  if (expert_bytes % 4 != 0) per_window = per_window / 2 * 2;
+  if (per_window == 0) {
+    return latch_invalid("moe_ffn: an expert of {} bytes does not fit one binding twice", expert_bytes);
+  }
+  const auto T = static_cast<std::size_t>(a.n_tokens), slots = T * static_cast<std::size_t>(a.k);
+  const std::size_t in_rows = x_div == 1 ? slots : T, mk = in_rows * static_cast<std::size_t>(cols);
+  const bool q8 = type == hal::DType::kQ8_0;
+  hal::BufView qx = x, dx = x;
+  if (q8) {
+    SX_ASSIGN_OR_RETURN(std::tie(qx, dx), quantize_q8(x, mk, x_internal, "moe_ffn"));
+  }
+  // Tiles of kMatmulTile rows when the experts get that many tokens on average.
+  const bool tiled = slots >= static_cast<std::size_t>(kMatmulTiledMinM * a.n_local);
+  const Shader shader = d_.matmul_subgroups() ? (tiled ? kShaderMatmulSubgroupMoeTiled : kShaderMatmulSubgroupMoe)
+                                              : (tiled ? kShaderMatmulMoeTiled : kShaderMatmulMoe);
+  const std::uint32_t per_group = d_.matmul_rows_per_group();
+  const std::uint64_t tiles = tiled ? (T + kMatmulTile - 1) / kMatmulTile : T;
+  const auto n_local = static_cast<std::size_t>(a.n_local);
+  for (std::size_t begin = 0; begin < n_local; begin += per_window) {
+    const std::size_t ne = std::min(per_window, n_local - begin);
+    const Arg args[] = {{w.at(begin * expert_bytes), ne * expert_bytes, "experts"},
+                        {x, mk * 4, "x", x_internal},
+                        {x, 4, "bias", x_internal},
+                        {y, slots * static_cast<std::size_t>(rows) * 4, "y", true},
+                        {qx, q8 ? mk : 4, "int8 x", q8 || x_internal},
+                        {dx, q8 ? mk / 8 : 4, "int8 x scales", q8 || x_internal},
+                        {routes, n_local * T * 4, "routes", true},
+                        {counts, n_local * 4, "counts", true}};
+    const std::uint32_t params[] = {static_cast<std::uint32_t>(slots), u32(rows), u32(cols),
+                                    static_cast<std::uint32_t>(weight_format(type)), static_cast<std::uint32_t>(rb),
+                                    0u, u32(rows), 0u, per_group, x_div, static_cast<std::uint32_t>(T),
+                                    static_cast<std::uint32_t>(begin), static_cast<std::uint32_t>(ne)};
+    SX_RETURN_IF_ERROR(dispatch(shader, "moe_ffn", args, params,
+                                ne * tiles * ((static_cast<std::uint64_t>(rows) + per_group - 1) / per_group)));
+  }
+  return ok_status();
+}
+
+Status VulkanStream::run_moe_ffn(const hal::MoeFfnArgs& a) {
+  SX_RETURN_IF_ERROR(latch(d_.supports(a)));
+  if (a.n_tokens < 0 || a.dim <= 0 || a.ffn <= 0 || a.k < 1 || a.k > hal::kMaxTopK || a.n_local < 0 ||
+      a.expert_begin < 0 || a.expert_begin + a.n_local > INT32_MAX || !fits_u32(a.n_tokens * a.k * std::max(a.dim, a.ffn)) ||
+      !fits_u32(a.n_local * a.n_tokens)) {
+    return latch_invalid("moe_ffn: {} tokens of {}, experts of {} rows, k {}, {} local experts from {}", a.n_tokens,
+                         a.dim, a.ffn, a.k, a.n_local, a.expert_begin);
+  }
+  for (const auto& [type, cols, what] : {std::tuple{a.gate_type, a.dim, "gate"}, std::tuple{a.up_type, a.dim, "up"},
+                                         std::tuple{a.down_type, a.ffn, "down"}}) {
+    if (cols % hal::dtype_info(type).block_elems != 0) {
+      return latch_invalid("moe_ffn: {} experts' rows of {} are not whole {} blocks", what, cols, hal::dtype_name(type));
+    }
+  }
+  SX_RETURN_IF_ERROR(check_weight_format(a.gate, a.gate_type, "moe_ffn"));
+  SX_RETURN_IF_ERROR(check_weight_format(a.up, a.up_type, "moe_ffn"));
+  SX_RETURN_IF_ERROR(check_weight_format(a.down, a.down_type, "moe_ffn"));
+  const auto T = static_cast<std::size_t>(a.n_tokens), H = static_cast<std::size_t>(a.dim),
+             F = static_cast<std::size_t>(a.ffn), slots = T * static_cast<std::size_t>(a.k);
+  if (T == 0) return ok_status();
+  if (a.n_local == 0) {  // a rank without experts contributes zeros
+    SX_ASSIGN_OR_RETURN(VulkanBuffer * out, resolve_view(a.out, T * H * 4, "moe_ffn", "out"));
+    return fill(*out, a.out.offset, T * H * 4, 0);
+  }
+  // The workspace: routes [n_local][T], counts [n_local], gate and up outputs [slots][F] (the
+  // gate's becoming silu(gate) * up), down outputs [slots][H].
+  const auto n_local = static_cast<std::size_t>(a.n_local);
+  const std::size_t align = std::max<std::size_t>(d_.limits().minStorageBufferOffsetAlignment, 4);
+  auto aligned = [&](std::size_t bytes) { return (bytes + align - 1) / align * align; };
+  const std::size_t routes_at = 0, counts_at = aligned(n_local * T * 4), gate_at = counts_at + aligned(n_local * 4),
+                    up_at = gate_at + aligned(slots * F * 4), down_at = up_at + aligned(slots * F * 4),
+                    need = down_at + slots * H * 4;
+  if (moe_ == nullptr || moe_->size() < need) {
+    if (moe_ != nullptr) staged_.push_back(std::move(moe_));
+    auto b = d_.alloc(need, hal::BufferUsage::kDevice);
+    if (!b.ok()) return latch(b.status());
+    moe_ = std::move(*b);
+  }
+  hal::Buffer* ws = moe_.get();
+  const hal::BufView routes{ws, routes_at}, counts{ws, counts_at}, g{ws, gate_at}, u{ws, up_at}, y{ws, down_at};
+  {
+    const Arg args[] = {{a.ids, slots * 4, "ids"}, {routes, n_local * T * 4, "routes", true},
+                        {counts, n_local * 4, "counts", true}};
+    const std::uint32_t params[] = {static_cast<std::uint32_t>(slots), static_cast<std::uint32_t>(T),
+                                    u32(a.expert_begin), u32(a.n_local)};
+    SX_RETURN_IF_ERROR(dispatch(kShaderMoeRoute, "moe_ffn", args, params, (n_local + 63) / 64));
+  }
+  const auto k = static_cast<std::uint32_t>(a.k);
+  SX_RETURN_IF_ERROR(moe_matmul(a, a.gate, a.gate_type, a.ffn, a.dim, a.x, false, k, g, routes, counts));
+  SX_RETURN_IF_ERROR(moe_matmul(a, a.up, a.up_type, a.ffn, a.dim, a.x, false, k, u, routes, counts));
+  {
+    const Arg args[] = {{g, slots * F * 4, "gate", true}, {u, slots * F * 4, "up", true}, {g, slots * F * 4, "gate", true}};
+    const std::uint32_t params[] = {static_cast<std::uint32_t>(slots), u32(a.ffn), u32(a.ffn), u32(a.ffn), u32(a.ffn)};
+    SX_RETURN_IF_ERROR(dispatch(kShaderSiluMul, "moe_ffn", args, params, (slots * F + kWorkgroup - 1) / kWorkgroup));
+  }
+  SX_RETURN_IF_ERROR(moe_matmul(a, a.down, a.down_type, a.dim, a.ffn, g, true, 1, y, routes, counts));
+  const Arg args[] = {{y, slots * H * 4, "down", true}, {a.ids, slots * 4, "ids"}, {a.weights, slots * 4, "weights"},
+                      {a.out, T * H * 4, "out"}};
+  const std::uint32_t params[] = {static_cast<std::uint32_t>(T), u32(a.dim), k, u32(a.expert_begin), u32(a.n_local)};
+  return dispatch(kShaderMoeCombine, "moe_ffn", args, params, (T * H + kWorkgroup - 1) / kWorkgroup);
 }
 
 Status VulkanStream::run_embedding(const hal::EmbeddingArgs& a) {
@@ -1414,6 +1595,8 @@ Status VulkanStream::run(const hal::Op& op) {
   if (const auto* a = std::get_if<hal::AttentionArgs>(&op)) return run_attention(*a);
   if (const auto* a = std::get_if<hal::MatmulArgs>(&op)) return run_matmul(*a);
   if (const auto* a = std::get_if<hal::KvWriteArgs>(&op)) return run_kv_write(*a);
+  if (const auto* a = std::get_if<hal::MoeRouterArgs>(&op)) return run_moe_router(*a);
+  if (const auto* a = std::get_if<hal::MoeFfnArgs>(&op)) return run_moe_ffn(*a);
   return latch(d_.supports(op));
 }
 

@@ -114,12 +114,18 @@ struct Layout {
 
 // A random model with `heads` / `kv_heads` (head_dim 16, 3 layers) gives the CPU's greedy ids on
 // `gpu` at TP 1, TP 6 and TP 3 x PP 2 (and `extra` layouts). qwen3: no qkv bias, q/k head norms, and
-// a hidden size of its own (head_dim 32 on a hidden of 256, whatever the head count).
+// a hidden size of its own (head_dim 32 on a hidden of 256, whatever the head count); qwen3moe:
+// qwen3's attention and 16 experts of 64 rows, 4 per token, split whole over the ranks.
 void check_head_layout(hal::Backend* gpu, const char* backend_name, const char* name, int heads, int kv_heads,
                        unsigned seed, std::string_view arch = "qwen2", std::vector<Layout> extra = {}) {
   model::RandomModelSpec spec;
   model::ModelConfig& c = spec.config;
-  const bool qwen3 = arch == "qwen3";
+  const bool qwen3 = arch == "qwen3" || arch == "qwen3moe";
+  if (arch == "qwen3moe") {
+    c.n_experts = 16;
+    c.n_experts_used = 4;
+    c.expert_ffn = 64;
+  }
   c.architecture = std::string(arch);
   c.name = name;
   c.n_layers = 3;
@@ -200,6 +206,15 @@ TEST_P(ModelParity, Qwen3FourteenBHeadLayoutGivesTheCpuGreedyIdsAtEveryLayout) {
   hal::Backend* gpu = backend();
   if (gpu == nullptr) GTEST_SKIP() << GetParam() << " has no device here";
   check_head_layout(gpu, GetParam(), "qwen3-14b-heads", 40, 8, 14, "qwen3", {{4, 1}});
+}
+
+// Qwen3-30B-A3B's 32 query / 4 KV heads with experts (16 of them, 4 per token, to stay small): at
+// TP 6 the experts split 3, 3, 3, 3, 2, 2 over the ranks (expert parallelism, the ranks' partial
+// outputs summed by the all-reduce), at TP 4 4 each, at TP 3 x PP 2 6, 5, 5 in each stage.
+TEST_P(ModelParity, Qwen3MoeHeadAndExpertLayoutGivesTheCpuGreedyIdsAtEveryLayout) {
+  hal::Backend* gpu = backend();
+  if (gpu == nullptr) GTEST_SKIP() << GetParam() << " has no device here";
+  check_head_layout(gpu, GetParam(), "qwen3moe-30b-a3b-heads", 32, 4, 30, "qwen3moe", {{4, 1}});
 }
 
 // The full Qwen2.5-0.5B shape (24 layers, hidden 896, 14 / 2 heads, FFN 4864, vocab 151936: its

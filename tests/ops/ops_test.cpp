@@ -10,6 +10,7 @@
 #include <numeric>
 #include <random>
 #include <span>
+#include <tuple>
 #include <vector>
 
 #include "runtime/base/half.h"
@@ -530,6 +531,175 @@ TEST_P(Ops, Q8_0MatmulQuantisesActivationsAsTheCpuDoes) {
     EXPECT_LE(worst, 1e-6) << "m " << m;
     std::printf("%s q8_0 matmul m %d: max |y - y_cpu| / sum|x w| = %.2g, %d of %d outputs bit-identical\n",
                 GetParam().label, m, worst, identical, m * n);
+  }
+}
+
+// hal::MoeRouterArgs against its definition: softmax, the k most probable experts in top_k_before's
+// order (a row of equal logits gives experts 0..k-1), their probabilities renormalised or not.
+TEST_P(Ops, MoeRouterSoftmaxTopKTiesToTheLowerIdRenormalised) {
+  for (const auto& [T, E, k] : {std::tuple<int, int, int>{6, 12, 4}, {3, 128, 8}, {2, 300, 64}}) {
+    auto logits = random(static_cast<std::size_t>(T) * E, 3.0f);
+    std::fill_n(logits.begin() + (T - 1) * E, E, 0.25f);  // the last token: every logit equal
+    auto bl = buf(logits), bi = buf(std::vector<std::int32_t>(T * k)), bw = buf(std::vector<float>(T * k));
+    for (const bool normalize : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << E << " experts, k " << k << (normalize ? ", renormalised" : ""));
+      ASSERT_TRUE(stream_->run(hal::MoeRouterArgs{V(bl), V(bi), V(bw), T, E, k, normalize}).ok());
+      const auto ids = read<std::int32_t>(*bi, static_cast<std::size_t>(T * k));
+      const auto w = read<float>(*bw, static_cast<std::size_t>(T * k));
+      for (int t = 0; t < T; ++t) {
+        std::vector<double> p(E);
+        const float* row = &logits[static_cast<std::size_t>(t) * E];
+        const double mx = *std::max_element(row, row + E);
+        double sum = 0;
+        for (int e = 0; e < E; ++e) sum += p[e] = std::exp(row[e] - mx);
+        std::vector<int> order(E);
+        std::iota(order.begin(), order.end(), 0);
+        std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[a] > p[b]; });
+        double chosen = 0;
+        for (int j = 0; j < k; ++j) chosen += p[order[j]] / sum;
+        for (int j = 0; j < k; ++j) {
+          ASSERT_EQ(ids[t * k + j], order[j]) << "token " << t << " choice " << j;
+          EXPECT_NEAR(w[t * k + j], p[order[j]] / sum / (normalize ? chosen : 1.0), 1e-6) << "token " << t;
+        }
+      }
+    }
+  }
+  auto small = buf(std::vector<float>(16));
+  EXPECT_EQ(run_and_sync(hal::MoeRouterArgs{V(small), V(small), V(small), 1, 4, 5, true}).code(),
+            StatusCode::kInvalidArgument);
+}
+
+// hal::MoeFfnArgs in every weight format against its definition from the dequantised weights: at
+// decode and prefill sizes, for all experts and for expert-parallel ranges whose outputs add up to
+// the whole (a token routed to none of a rank's experts gets zeros; a rank of no experts, zeros
+// everywhere); a step whose every token goes to the same two experts.
+TEST_P(Ops, MoeFfnEveryFormatAgainstTheDequantisedExperts) {
+  const int H = 256, F = 256, E = 6, k = 2;  // K-quants: whole 256-element blocks along both
+  const auto gate = random(static_cast<std::size_t>(E) * F * H, 0.06f), up = random(gate.size(), 0.06f),
+             down = random(static_cast<std::size_t>(E) * H * F, 0.06f);
+  for (hal::DType t : {hal::DType::kF32, hal::DType::kF16, hal::DType::kBF16, hal::DType::kQ8_0, hal::DType::kQ4_0,
+                       hal::DType::kQ4_K, hal::DType::kQ6_K}) {
+    if (!hal::can_quantize(t)) continue;
+    const std::size_t rb = hal::row_bytes(t, H);  // H == F: one row size for the three
+    auto pack = [&](const std::vector<float>& m, std::vector<float>& dq) {
+      std::vector<std::byte> bytes(rb * (m.size() / H));
+      dq.resize(m.size());
+      for (std::size_t r = 0; r < m.size() / H; ++r) {
+        hal::quantize_row(t, &m[r * H], &bytes[r * rb], H);
+        hal::dequantize_row(t, &bytes[r * rb], &dq[r * H], H);
+      }
+      return bytes;
+    };
+    std::vector<float> gq, uq, dq;
+    kept_.push_back(pack(gate, gq));
+    const auto& gb = kept_.back();
+    kept_.push_back(pack(up, uq));
+    const auto& ub = kept_.back();
+    kept_.push_back(pack(down, dq));
+    const auto& db = kept_.back();
+    const bool is_float = t == hal::DType::kF32 || t == hal::DType::kF16 || t == hal::DType::kBF16;
+    for (const int T : {1, 13}) {
+      auto x = random(static_cast<std::size_t>(T) * H);
+      std::vector<std::int32_t> ids(static_cast<std::size_t>(T) * k);
+      for (int i = 0; i < T; ++i) {  // two different experts per token; the last token to 0 and 1
+        const auto a = static_cast<std::int32_t>(rng_() % E);
+        ids[i * k] = i == T - 1 ? 1 : a;
+        ids[i * k + 1] = i == T - 1 ? 0 : static_cast<std::int32_t>((a + 1 + rng_() % (E - 1)) % E);
+      }
+      std::vector<float> w(ids.size());
+      for (auto& v : w) v = 0.1f + static_cast<float>(rng_() % 90) / 100.0f;
+      for (const bool crowded : {false, true}) {
+        if (crowded) {  // every token to experts 4 and 2
+          for (int i = 0; i < T; ++i) ids[i * k] = 4, ids[i * k + 1] = 2;
+        }
+        auto bx = buf(x), bi = buf(ids), bwt = buf(w), bo = buf(std::vector<float>(static_cast<std::size_t>(T) * H, 7.0f));
+        // The definition, per choice, from the dequantised experts; |terms| for the scale of errors.
+        std::vector<double> want(static_cast<std::size_t>(T) * H, 0.0), parts(want.size() * k), mag(want.size(), 0.0);
+        for (int i = 0; i < T; ++i) {
+          for (int j = 0; j < k; ++j) {
+            const int e = ids[i * k + j];
+            std::vector<double> act(F);
+            for (int f = 0; f < F; ++f) {
+              double g = 0, u = 0;
+              for (int c = 0; c < H; ++c) {
+                g += double(gq[(static_cast<std::size_t>(e) * F + f) * H + c]) * x[static_cast<std::size_t>(i) * H + c];
+                u += double(uq[(static_cast<std::size_t>(e) * F + f) * H + c]) * x[static_cast<std::size_t>(i) * H + c];
+              }
+              act[f] = g / (1 + std::exp(-g)) * u;
+            }
+            for (int c = 0; c < H; ++c) {
+              double yv = 0, ym = 0;
+              for (int f = 0; f < F; ++f) {
+                yv += double(dq[(static_cast<std::size_t>(e) * H + c) * F + f]) * act[f];
+                ym += std::fabs(double(dq[(static_cast<std::size_t>(e) * H + c) * F + f]) * act[f]);
+              }
+              parts[(static_cast<std::size_t>(i) * H + c) * k + j] = w[i * k + j] * yv;
+              mag[static_cast<std::size_t>(i) * H + c] += w[i * k + j] * ym;
+            }
+          }
+        }
+        std::vector<float> sum(want.size(), 0.0f);
+        for (const auto& [begin, n] : {std::pair<int, int>{0, E}, {0, 3}, {3, 3}, {2, 0}}) {
+          SCOPED_TRACE(::testing::Message() << hal::dtype_name(t) << ", " << T << " tokens"
+                                            << (crowded ? " all to experts 4 and 2" : "") << ", experts " << begin
+                                            << ".." << begin + n);
+          std::unique_ptr<hal::Buffer> g, u, d;
+          if (n > 0) {
+            const std::size_t per = rb * F;  // bytes of one expert's matrix (F rows of H, or H of F)
+            auto up_w = [&](const std::vector<std::byte>& all) {
+              auto r = device_->upload_weight(*stream_, hal::WeightDesc{t, static_cast<std::int64_t>(n) * F, H},
+                                              std::span<const std::byte>(all).subspan(begin * per, n * per));
+              EXPECT_TRUE(r.ok()) << r.status().to_string();
+              return std::move(r).value();
+            };
+            g = up_w(gb);
+            u = up_w(ub);
+            d = up_w(db);
+          }
+          hal::MoeFfnArgs a;
+          a.x = V(bx);
+          a.ids = V(bi);
+          a.weights = V(bwt);
+          if (n > 0) a.gate = V(g), a.up = V(u), a.down = V(d);
+          a.gate_type = a.up_type = a.down_type = t;
+          a.out = V(bo);
+          a.n_tokens = T;
+          a.dim = H;
+          a.ffn = F;
+          a.k = k;
+          a.expert_begin = begin;
+          a.n_local = n;
+          ASSERT_TRUE(stream_->run(a).ok());
+          const auto got = read<float>(*bo, want.size());
+          double worst = 0;
+          for (int i = 0; i < T; ++i) {
+            for (int c = 0; c < H; ++c) {
+              const std::size_t at = static_cast<std::size_t>(i) * H + c;
+              double ref = 0;
+              for (int j = 0; j < k; ++j) {
+                if (ids[i * k + j] >= begin && ids[i * k + j] < begin + n) ref += parts[at * k + j];
+              }
+              if (ref == 0) {
+                ASSERT_EQ(got[at], 0.0f) << "token " << i << " has no expert here";
+              }
+              worst = std::max(worst, std::fabs(got[at] - ref) / (mag[at] + 1e-30));
+              if (n == 3) sum[at] += got[at];
+            }
+          }
+          // Quantised formats: the activations rounded to 8 bits (Q8_0, and int8 paths of others).
+          EXPECT_LE(worst, is_float ? 1e-5 : 3e-2);
+          std::printf("%s moe_ffn %s T %d%s experts %d..%d: max |out - ref| / sum|terms| = %.2g\n", GetParam().label,
+                      std::string(hal::dtype_name(t)).c_str(), T, crowded ? " crowded" : "", begin, begin + n, worst);
+        }
+        double worst = 0;
+        for (std::size_t at = 0; at < want.size(); ++at) {
+          double ref = 0;
+          for (int j = 0; j < k; ++j) ref += parts[at * k + j];
+          worst = std::max(worst, std::fabs(sum[at] - ref) / (mag[at] + 1e-30));
+        }
+        EXPECT_LE(worst, is_float ? 1e-5 : 3e-2) << hal::dtype_name(t) << ": experts 0..3 + 3..6";
+      }
+    }
   }
 }
 
