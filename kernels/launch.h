@@ -72,6 +72,32 @@ cudaError_t launch_gemm_q8(cudaStream_t s, const std::uint8_t* w, const std::int
 // y[r][:] += bias[:] for m rows of n.
 cudaError_t launch_add_bias(cudaStream_t s, float* y, const float* bias, std::int64_t m, std::int64_t n);
 
+// Mixtures of experts (moe.cu). The router: one block per token, the softmax of its logits and the
+// k most probable experts in top_k_before's order with their (renormalised) probabilities.
+cudaError_t launch_moe_router(cudaStream_t s, const hal::MoeRouterArgs& a, const float* logits, std::int32_t* ids,
+                              float* weights);
+// The routed experts' FFNs (hal::MoeFfnArgs) through `ws`, laid out by
+// cuda::plan_moe_workspace: routes [n_local][n_tokens] and counts [n_local] (int32), gate and up
+// outputs [n_tokens * k][ffn], down outputs [n_tokens * k][dim] (F32). n_local and
+// n_tokens / 8 at most 65535 (grid.z, grid.y: the stream checks).
+struct MoePtrs {
+  const float* x;
+  const std::int32_t* ids;
+  const float* weights;
+  const std::uint8_t* gate;
+  const std::uint8_t* up;
+  const std::uint8_t* down;
+  float* out;
+};
+struct MoeScratch {
+  std::int32_t* routes;
+  std::int32_t* counts;
+  float* gate;
+  float* up;
+  float* down;
+};
+cudaError_t launch_moe_ffn(cudaStream_t s, const hal::MoeFfnArgs& a, const MoePtrs& p, const MoeScratch& ws);
+
 // The channels' device work (collective.cu). RankBuffers: one buffer per rank of a group on one
 // GPU (the loopback channel), at most kMaxLoopbackRanks.
 inline constexpr int kMaxLoopbackRanks = 16;

@@ -21,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -207,11 +208,16 @@ Status CudaDevice::supports(const hal::Op& op) const {
     if (weight_type_ok(m->w_type)) return ok_status();
     return unimplemented_error("matmul weights are weights, not {}", hal::dtype_name(m->w_type));
   }
-  if (std::holds_alternative<hal::MoeRouterArgs>(op) || std::holds_alternative<hal::MoeFfnArgs>(op)) {
-    return unimplemented_error("the CUDA backend has no kernel for {} yet (mixture-of-experts models run on the CPU)",
-                               hal::op_name(op));
+  if (const auto* m = std::get_if<hal::MoeFfnArgs>(&op)) {
+    for (const hal::DType t : {m->gate_type, m->up_type, m->down_type}) {
+      if (!weight_type_ok(t)) return unimplemented_error("expert weights are weights, not {}", hal::dtype_name(t));
+    }
+    return ok_status();
   }
-  return ok_status();  // add, silu_mul, rmsnorm, rope, top_k
+  if (const auto* r = std::get_if<hal::MoeRouterArgs>(&op); r != nullptr && r->k > hal::kMaxTopK) {
+    return unimplemented_error("the router selects at most {} experts per token", hal::kMaxTopK);
+  }
+  return ok_status();  // add, silu_mul, rmsnorm, rope, top_k, moe_router
 }
 
 Result<std::unique_ptr<hal::Buffer>> CudaDevice::alloc(std::size_t bytes, hal::BufferUsage usage) {
@@ -311,6 +317,7 @@ class CudaStream final : public hal::Stream {
   }
   Status launch_eagerly();
   Status run_matmul(const hal::MatmulArgs& a);
+  Status run_moe_ffn(const hal::MoeFfnArgs& a);
   Status gemm(cudaStream_t s, const hal::MatmulArgs& a, const std::byte* w, const float* x, const float* bias, float* y);
   Status take_device_errors();
   Status check_weight_format(const hal::BufView& b, hal::DType format, const char* op);
@@ -320,6 +327,10 @@ class CudaStream final : public hal::Stream {
   cublasHandle_t blas_ = nullptr;
   // workspace_: prefill matmuls' dequantised rows; partials_: split attention's partial states.
   std::unique_ptr<hal::Buffer> workspace_, blas_workspace_, errors_, partials_;
+  // moe_ffn's workspace (plan_moe_workspace), grown on demand; one it outgrew is kept in
+  // moe_retired_ until the next sync (ops deferred before the growth still use it).
+  std::unique_ptr<hal::Buffer> moe_;
+  std::vector<std::unique_ptr<hal::Buffer>> moe_retired_;
   int* errors_host_ = nullptr;  // pinned, 4 ints
   std::byte* ring_ = nullptr;   // pinned, kUpdateRingBytes
   std::size_t ring_at_ = 0;
@@ -502,6 +513,7 @@ Status CudaStream::sync() {
                            "reading the device error word"));
   SX_RETURN_IF_ERROR(check(cudaStreamSynchronize(stream_), fmt::format("{}: the stream's work", d_.info().name)));
   ring_at_ = 0;
+  moe_retired_.clear();
   SX_RETURN_IF_ERROR(take_device_errors());
   for (const auto& c : sync_checks_) SX_RETURN_IF_ERROR(latch(c()));
   return ok_status();
@@ -676,6 +688,64 @@ Status CudaStream::run_matmul(const hal::MatmulArgs& a) {
                   reinterpret_cast<float*>(y));
     });
   }
+  return ok_status();
+}
+
+Status CudaStream::run_moe_ffn(const hal::MoeFfnArgs& a) {
+  SX_RETURN_IF_ERROR(latch(d_.supports(a)));
+  if (a.n_tokens < 0 || a.dim <= 0 || a.ffn <= 0 || a.k < 1 || a.k > hal::kMaxTopK || a.n_local < 0 ||
+      a.expert_begin < 0 || a.expert_begin + a.n_local > INT32_MAX || a.n_local > kMaxMoeLocalExperts ||
+      a.n_tokens > kMaxMoeTokens) {
+    return latch_invalid("moe_ffn: {} tokens of {}, experts of {} rows, k {}, {} local experts from {}", a.n_tokens,
+                         a.dim, a.ffn, a.k, a.n_local, a.expert_begin);
+  }
+  for (const auto& [type, cols, what] : {std::tuple{a.gate_type, a.dim, "gate"}, std::tuple{a.up_type, a.dim, "up"},
+                                         std::tuple{a.down_type, a.ffn, "down"}}) {
+    if (cols % hal::dtype_info(type).block_elems != 0) {
+      return latch_invalid("moe_ffn: {} experts' rows of {} are not whole {} blocks", what, cols, hal::dtype_name(type));
+    }
+  }
+  SX_RETURN_IF_ERROR(check_weight_format(a.gate, a.gate_type, "moe_ffn"));
+  SX_RETURN_IF_ERROR(check_weight_format(a.up, a.up_type, "moe_ffn"));
+  SX_RETURN_IF_ERROR(check_weight_format(a.down, a.down_type, "moe_ffn"));
+  if (a.n_tokens == 0) return ok_status();
+  kernels::MoePtrs p{};
+  const std::int64_t slots = a.n_tokens * a.k;
+  SX_ASSIGN_OR_RETURN(std::byte * x, operand(a.x, f32s(a.n_tokens * a.dim), "moe_ffn", "x"));
+  SX_ASSIGN_OR_RETURN(std::byte * ids, operand(a.ids, f32s(slots), "moe_ffn", "ids"));
+  SX_ASSIGN_OR_RETURN(std::byte * weights, operand(a.weights, f32s(slots), "moe_ffn", "weights"));
+  SX_ASSIGN_OR_RETURN(std::byte * out, operand(a.out, f32s(a.n_tokens * a.dim), "moe_ffn", "out"));
+  std::byte *gate = nullptr, *up = nullptr, *down = nullptr;
+  if (a.n_local > 0) {
+    const auto stack = [&](hal::DType t, std::int64_t rows, std::int64_t cols) {
+      return hal::row_bytes(t, cols) * static_cast<std::size_t>(a.n_local * rows);
+    };
+    SX_ASSIGN_OR_RETURN(gate, operand(a.gate, stack(a.gate_type, a.ffn, a.dim), "moe_ffn", "gate experts"));
+    SX_ASSIGN_OR_RETURN(up, operand(a.up, stack(a.up_type, a.ffn, a.dim), "moe_ffn", "up experts"));
+    SX_ASSIGN_OR_RETURN(down, operand(a.down, stack(a.down_type, a.dim, a.ffn), "moe_ffn", "down experts"));
+  }
+  p.x = reinterpret_cast<const float*>(x);
+  p.ids = reinterpret_cast<const std::int32_t*>(ids);
+  p.weights = reinterpret_cast<const float*>(weights);
+  p.gate = reinterpret_cast<const std::uint8_t*>(gate);
+  p.up = reinterpret_cast<const std::uint8_t*>(up);
+  p.down = reinterpret_cast<const std::uint8_t*>(down);
+  p.out = reinterpret_cast<float*>(out);
+  const MoeWorkspace plan = plan_moe_workspace(a.n_tokens, a.k, a.dim, a.ffn, a.n_local);
+  if (moe_ == nullptr || moe_->size() < plan.bytes) {
+    if (moe_ != nullptr) moe_retired_.push_back(std::move(moe_));
+    auto b = d_.alloc(plan.bytes, hal::BufferUsage::kDevice);
+    if (!b.ok()) return latch(b.status());
+    moe_ = std::move(*b);
+  }
+  std::byte* ws = static_cast<CudaBuffer*>(moe_.get())->ptr();
+  const kernels::MoeScratch scratch{reinterpret_cast<std::int32_t*>(ws + plan.routes),
+                                    reinterpret_cast<std::int32_t*>(ws + plan.counts),
+                                    reinterpret_cast<float*>(ws + plan.gate), reinterpret_cast<float*>(ws + plan.up),
+                                    reinterpret_cast<float*>(ws + plan.down)};
+  // The workspace's address is part of the key: a graph captured over an outgrown one is never replayed.
+  const void* addrs[] = {x, ids, weights, out, gate, up, down, ws};
+  defer(a, addrs, [a, p, scratch](cudaStream_t s) { return launched(kernels::launch_moe_ffn(s, a, p, scratch), "moe_ffn"); });
   return ok_status();
 }
 
@@ -860,6 +930,25 @@ Status CudaStream::run(const hal::Op& op) {
     });
     return ok_status();
   }
+  if (const auto* p = std::get_if<hal::MoeRouterArgs>(&op)) {
+    const hal::MoeRouterArgs a = *p;
+    if (a.n_tokens < 0 || a.k < 1 || a.k > hal::kMaxTopK || a.k > a.n_experts || a.n_experts > INT32_MAX) {
+      return latch_invalid("moe_router: k {} must be in [1, {}] and at most the {} experts ({} tokens)", a.k,
+                           hal::kMaxTopK, a.n_experts, a.n_tokens);
+    }
+    if (a.n_tokens == 0) return ok_status();
+    SX_ASSIGN_OR_RETURN(std::byte * l, operand(a.logits, f32s(a.n_tokens * a.n_experts), "moe_router", "logits"));
+    SX_ASSIGN_OR_RETURN(std::byte * ids, operand(a.ids, f32s(a.n_tokens * a.k), "moe_router", "ids"));
+    SX_ASSIGN_OR_RETURN(std::byte * w, operand(a.weights, f32s(a.n_tokens * a.k), "moe_router", "weights"));
+    const void* addrs[] = {l, ids, w};
+    defer(op, addrs, [a, l, ids, w](cudaStream_t s) {
+      return launched(kernels::launch_moe_router(s, a, reinterpret_cast<const float*>(l),
+                                                 reinterpret_cast<std::int32_t*>(ids), reinterpret_cast<float*>(w)),
+                      "moe_router");
+    });
+    return ok_status();
+  }
+  if (const auto* a = std::get_if<hal::MoeFfnArgs>(&op)) return run_moe_ffn(*a);
   return latch(unimplemented_error("the CUDA backend has no kernel for {}", hal::op_name(op)));
 }
 

@@ -59,6 +59,21 @@ AttentionPlan plan_attention(std::int64_t n_tokens, std::int64_t n_heads, std::i
   return p;
 }
 
+MoeWorkspace plan_moe_workspace(std::int64_t n_tokens, std::int64_t k, std::int64_t dim, std::int64_t ffn,
+                                std::int64_t n_local) {
+  const auto z = [](std::int64_t v) { return static_cast<std::size_t>(std::max<std::int64_t>(v, 0)); };
+  const auto aligned = [](std::size_t b) { return (b + kMoeAlign - 1) / kMoeAlign * kMoeAlign; };
+  const std::size_t slots = z(n_tokens) * z(k);
+  MoeWorkspace w;
+  w.routes = 0;
+  w.counts = aligned(z(n_local) * z(n_tokens) * 4);
+  w.gate = w.counts + aligned(z(n_local) * 4);
+  w.up = w.gate + aligned(slots * z(ffn) * 4);
+  w.down = w.up + aligned(slots * z(ffn) * 4);
+  w.bytes = w.down + aligned(slots * z(dim) * 4);
+  return w;
+}
+
 namespace {
 
 void put(std::string& key, const void* p, std::size_t n) { key.append(static_cast<const char*>(p), n); }

@@ -72,6 +72,20 @@ AttentionPlan plan_attention(std::int64_t n_tokens, std::int64_t n_heads, std::i
                              std::int64_t head_dim, std::int64_t ctx_bound, int multiprocessors,
                              std::size_t partial_floats);
 
+// ---- mixtures of experts ---------------------------------------------------------------------
+// The workspace of one moe_ffn (kernels/moe.cu): byte offsets of its parts, each aligned to
+// kMoeAlign, and the bytes in all. routes [n_local][n_tokens] and counts [n_local] int32; gate and
+// up [n_tokens * k][ffn], down [n_tokens * k][dim] F32. The kernels' grid bounds: at most
+// kMaxMoeLocalExperts local experts and kMaxMoeTokens tokens a call.
+inline constexpr std::size_t kMoeAlign = 256;
+inline constexpr std::int64_t kMaxMoeLocalExperts = 65535;
+inline constexpr std::int64_t kMaxMoeTokens = 65535LL * 8;
+struct MoeWorkspace {
+  std::size_t routes = 0, counts = 0, gate = 0, up = 0, down = 0, bytes = 0;
+};
+MoeWorkspace plan_moe_workspace(std::int64_t n_tokens, std::int64_t k, std::int64_t dim, std::int64_t ffn,
+                                std::int64_t n_local);
+
 // ---- CUDA graphs -----------------------------------------------------------------------------
 // A stream defers its ops until the next non-op call (upload, download, sync, ...) and then
 // launches the pending sequence. A sequence of decode-sized ops (every matmul m and attention

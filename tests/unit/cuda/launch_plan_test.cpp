@@ -1,9 +1,11 @@
 // backends/cuda/launch_plan.h: the matmul path and its chunking, grid shapes, the op keys graphs
 // are cached by, and the graph cache's decisions (capture on the second identical sequence,
-// replay after, eager for prefill-sized sequences, LRU eviction, refusal after a failed capture).
+// replay after, eager for prefill-sized sequences, LRU eviction, refusal after a failed capture),
+// and moe_ffn's workspace layout.
 #include "backends/cuda/launch_plan.h"
 
 #include <string>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -82,6 +84,30 @@ hal::MatmulArgs matmul(hal::Buffer* w, std::int64_t m) {
   a.n = 896;
   a.k = 896;
   return a;
+}
+
+// moe_ffn's workspace: routes, counts, gate, up and down outputs in that order, each aligned and
+// large enough, none overlapping; Qwen3-30B-A3B's prefill of 512 tokens on one rank of 22 experts.
+TEST(MoeWorkspace, PartsAreAlignedLargeEnoughAndApart) {
+  for (const auto& [T, k, H, F, n] : {std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t>{
+                                          1, 8, 2048, 768, 128},
+                                      {512, 8, 2048, 768, 22},
+                                      {3, 2, 64, 32, 1},
+                                      {7, 4, 256, 64, 0}}) {
+    const MoeWorkspace w = plan_moe_workspace(T, k, H, F, n);
+    const std::size_t slots = static_cast<std::size_t>(T * k);
+    const std::pair<std::size_t, std::size_t> parts[] = {{w.routes, static_cast<std::size_t>(n * T) * 4},
+                                                         {w.counts, static_cast<std::size_t>(n) * 4},
+                                                         {w.gate, slots * F * 4},
+                                                         {w.up, slots * F * 4},
+                                                         {w.down, slots * H * 4}};
+    for (std::size_t i = 0; i < std::size(parts); ++i) {
+      EXPECT_EQ(parts[i].first % kMoeAlign, 0u) << i;
+      const std::size_t end = i + 1 < std::size(parts) ? parts[i + 1].first : w.bytes;
+      EXPECT_GE(end, parts[i].first + parts[i].second) << "part " << i << " of T " << T << ", " << n << " experts";
+    }
+  }
+  EXPECT_GE(plan_moe_workspace(512, 8, 2048, 768, 22).bytes, std::size_t{512} * 8 * (2 * 768 + 2048) * 4);
 }
 
 TEST(OpKey, EqualOpsHaveEqualKeysAndEveryFieldCounts) {
