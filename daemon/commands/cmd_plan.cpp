@@ -104,23 +104,6 @@ struct Loaded {
   std::string note;  // printed under the model line when not empty
 };
 
-// The formats among `w` that have no kernels yet ("q4_k, q6_k"), or "".
-std::string size_only_formats(const model::ModelConfig& c, const parallel::WeightTypes& w) {
-  std::set<std::string_view> names;
-  auto add = [&](hal::DType t) {
-    if (t != hal::DType::kF32 && t != hal::DType::kF16 && t != hal::DType::kBF16 && t != hal::DType::kQ8_0) {
-      names.insert(hal::dtype_name(t));
-    }
-  };
-  add(w.token_embd);
-  if (!c.tied_embeddings) add(w.output);
-  for (const parallel::LayerWeightTypes& l : w.layers) {
-    for (hal::DType t : {l.q, l.k, l.v, l.o, l.gate, l.up, l.down}) add(t);
-  }
-  std::string out;
-  for (std::string_view n : names) out += fmt::format("{}{}", out.empty() ? "" : ", ", n);
-  return out;
-}
 
 Result<Loaded> load_model(const std::string& path) {
   std::unique_ptr<model::TensorSource> file;
@@ -385,10 +368,6 @@ int cmd_plan(int argc, char** argv) {
     auto loaded = load_model(*args.get("--model"));
     if (!loaded.ok()) return plan_failure(loaded.status());
     m = *std::move(loaded);
-  }
-  if (const std::string later = size_only_formats(m.config, m.types); !later.empty()) {
-    if (!m.note.empty()) m.note += "\n";
-    m.note += fmt::format("note: {} weights are planned by size; Sextant cannot load them yet", later);
   }
 
   parallel::PlanOptions options;

@@ -114,17 +114,8 @@ Result<std::unique_ptr<Qwen2Model>> Qwen2Model::load_group(const model::TensorSo
   // A decode step reads every matrix once and one row of the embedding table.
   const hal::DType embd_type = types.token_embd;
   m->weight_bytes_per_token_ = per_token + hal::row_bytes(embd_type, config.hidden);
-  if (config.is_moe()) {
-    // A token reads k of the n experts of each layer (the active bytes).
-    const std::uint64_t E = static_cast<std::uint64_t>(config.n_experts);
-    const std::uint64_t idle = E - static_cast<std::uint64_t>(config.n_experts_used);
-    for (const parallel::LayerWeightTypes& t : types.layers) {
-      const std::uint64_t experts = hal::tensor_bytes(t.gate, config.n_experts * config.expert_ffn, config.hidden) +
-                                    hal::tensor_bytes(t.up, config.n_experts * config.expert_ffn, config.hidden) +
-                                    hal::tensor_bytes(t.down, config.n_experts * config.hidden, config.expert_ffn);
-      m->weight_bytes_per_token_ -= std::min(m->weight_bytes_per_token_, experts / E * idle);
-    }
-  }
+  // A token reads k of the n experts of each layer (the active bytes).
+  m->weight_bytes_per_token_ -= std::min(m->weight_bytes_per_token_, parallel::idle_expert_bytes(config, types));
   m->top_k_limit_ = static_cast<int>(hal::kMaxTopK);
   for (const parallel::RankPlan& r : im.plan.ranks) {
     if (r.has_lm_head) m->top_k_limit_ = static_cast<int>(std::min<std::int64_t>(m->top_k_limit_, r.vocab.size()));

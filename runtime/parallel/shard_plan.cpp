@@ -467,6 +467,29 @@ Result<ShardPlan> plan_shards(const model::ModelConfig& config, const WeightType
   return plan;
 }
 
+std::uint64_t idle_expert_bytes(const model::ModelConfig& config, const WeightTypes& types) {
+  if (!config.is_moe()) return 0;
+  const auto E = static_cast<std::uint64_t>(config.n_experts);
+  const std::uint64_t idle = E - static_cast<std::uint64_t>(std::min(config.n_experts_used, config.n_experts));
+  std::uint64_t bytes = 0;
+  for (const LayerWeightTypes& t : types.layers) {
+    const std::uint64_t experts = hal::tensor_bytes(t.gate, config.n_experts * config.expert_ffn, config.hidden) +
+                                  hal::tensor_bytes(t.up, config.n_experts * config.expert_ffn, config.hidden) +
+                                  hal::tensor_bytes(t.down, config.n_experts * config.hidden, config.expert_ffn);
+    bytes += experts / E * idle;
+  }
+  return bytes;
+}
+
+std::uint64_t active_weight_bytes_per_token(const model::ModelConfig& config, const WeightTypes& types,
+                                            std::uint64_t model_weight_bytes) {
+  const std::uint64_t table = hal::tensor_bytes(types.token_embd, config.vocab, config.hidden);
+  // A tied table is also the LM head, read whole.
+  const std::uint64_t skipped = (config.tied_embeddings ? 0 : table - hal::row_bytes(types.token_embd, config.hidden)) +
+                                idle_expert_bytes(config, types);
+  return model_weight_bytes - std::min(model_weight_bytes, skipped);
+}
+
 std::string format_plan(const ShardPlan& plan, const model::ModelConfig& config) {
   const std::vector<std::string> header = {"rank", "stage", "tp", "q heads", "KV heads",
                                            config.is_moe() ? "experts" : "FFN rows",
@@ -542,6 +565,13 @@ std::string format_plan(const ShardPlan& plan, const model::ModelConfig& config)
                            100.0 * static_cast<double>(extra_w) / static_cast<double>(plan.model_weight_bytes),
                            unbreakable(human_bytes(extra_kv)), 100.0 * static_cast<double>(extra_kv) / static_cast<double>(model_kv),
                            why);
+  }
+  if (config.is_moe()) {
+    summary += fmt::format(". A decode token reads {} of them: attention, the router and {} of the {} experts of "
+                           "each layer, one embedding row, the LM head",
+                           unbreakable(human_bytes(active_weight_bytes_per_token(config, plan.types,
+                                                                                 plan.model_weight_bytes))),
+                           config.n_experts_used, config.n_experts);
   }
   append_wrapped(out, "", summary + ".", 0);
   if (!plan.requantized.empty()) {

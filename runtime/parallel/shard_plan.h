@@ -128,6 +128,14 @@ struct ShardPlan {
 
 Result<ShardPlan> plan_shards(const model::ModelConfig& config, const WeightTypes& types, const PlanOptions& options);
 
+// A mixture of experts: the bytes of the experts one token does not use, over every layer
+// ((n_experts - n_experts_used) / n_experts of each layer's expert matrices); 0 for a dense model.
+std::uint64_t idle_expert_bytes(const model::ModelConfig& config, const WeightTypes& types);
+// The weight bytes one decode token reads of the model held once (`model_weight_bytes`): every
+// matrix but the idle experts, and one row of the token embedding rather than the table.
+std::uint64_t active_weight_bytes_per_token(const model::ModelConfig& config, const WeightTypes& types,
+                                            std::uint64_t model_weight_bytes);
+
 // The table `sextant plan` prints: one line per rank (stage, tp rank, query heads, KV heads with
 // replicas marked '*', FFN rows, vocab rows, layers, weight bytes, KV bytes per token), then totals
 // and a legend.

@@ -755,5 +755,30 @@ TEST(ShardPlan, ExpertsSplitWholeAndUnevenlyAcrossRanks) {
                          StatusCode::kInvalidArgument, {"tp 6", "4 experts", "tp <= 4"}));
 }
 
+// Issue 40 item 4: the active bytes of a decode token. Qwen3-30B-A3B's published 3.3B active
+// parameters, less its 0.31B-parameter embedding table (a token reads one row), at Q4_K_M's 4.5 to
+// 6.6 bits per weight (Q4_K / Q6_K): between 1.6 and 2.4 GiB; and every expert used is every byte
+// but the table's other rows. `plan` says it.
+TEST(ShardPlan, ADecodeTokenReadsTheUsedExpertsAndOneEmbeddingRow) {
+  const ModelConfig c = *model::find_qwen3moe_config("30b-a3b");
+  const WeightTypes w = recipe_weight_types(c, WeightRecipe::kQ4_K_M);
+  auto plan = plan_shards(c, w, {.tp = 6});
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  const double gib = static_cast<double>(active_weight_bytes_per_token(c, w, plan->model_weight_bytes)) / (1u << 30);
+  EXPECT_GT(gib, 1.6);
+  EXPECT_LT(gib, 2.4);
+  ModelConfig all = c;
+  all.n_experts_used = all.n_experts;
+  const std::uint64_t table = hal::tensor_bytes(w.token_embd, c.vocab, c.hidden);
+  EXPECT_EQ(active_weight_bytes_per_token(all, w, plan->model_weight_bytes),
+            plan->model_weight_bytes - table + hal::row_bytes(w.token_embd, c.hidden));
+  EXPECT_EQ(idle_expert_bytes(*model::find_qwen3_config("8b"), uniform_weight_types(*model::find_qwen3_config("8b"),
+                                                                                    hal::DType::kF16)),
+            0u);
+  const std::string text = format_plan(*plan, c);
+  EXPECT_NE(text.find(fmt::format("A decode token reads {:.2f} GiB", gib)), std::string::npos) << text;
+  EXPECT_NE(text.find("8 of the 128 experts of each layer"), std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace sx::parallel
