@@ -288,7 +288,7 @@ void gemm_amx(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
 bool amx_takes(const MatmulProblem& p, MatmulPath path) {
   if (p.m < kAmxMinM || p.k % kB != 0) return false;
   if (p.w_type == kQ8_0R16) return true;  // every path: the int8 kernels, as on the other levels
-  if (!converts_to_q8_0(p.w_type)) return false;
+  if (!gemm_q8_reads(p.w_type)) return false;
   if (path == MatmulPath::kAuto) path = select_matmul_path(p);
   return path == MatmulPath::kGemmQ8;
 }

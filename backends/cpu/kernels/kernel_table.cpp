@@ -27,7 +27,7 @@ void run_matmul(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p, Matm
       }
       return;
     case MatmulPath::kGemmQ8:
-      if (q8 || (converts_to_q8_0(p.w_type) && kernel_table().vector_interleaved)) {
+      if (q8 || (gemm_q8_reads(p.w_type) && kernel_table().vector_interleaved)) {
         detail::gemm_q8_0(pool, scratch, p);
         return;
       }

@@ -161,9 +161,33 @@ bool converts_to_q8_0(hal::DType t) {
   return t == hal::DType::kQ8_0 || t == hal::DType::kQ4_0 || t == hal::DType::kQ5_0 || t == kQ5_0R8;
 }
 
+bool requantizes_to_q8_0(hal::DType t) {
+  return t == hal::DType::kQ2_K || t == hal::DType::kQ3_K || t == hal::DType::kQ4_K || t == hal::DType::kQ5_K ||
+         t == hal::DType::kQ6_K;
+}
+
 void blocks_as_q8_0(hal::DType t, const void* tensor, std::int64_t k, std::int64_t row, std::int64_t b0,
                     std::int64_t nb, hal::BlockQ8_0* dst) {
   const std::int64_t nb_row = k / hal::kQK;
+  if (requantizes_to_q8_0(t)) {  // super-blocks of 256 dequantised and re-quantised once each
+    constexpr std::int64_t kPer = hal::kQK_K / hal::kQK;
+    const auto* base = static_cast<const std::byte*>(tensor) + static_cast<std::size_t>(row) * hal::row_bytes(t, k);
+    const std::size_t sb_bytes = hal::row_bytes(t, hal::kQK_K);
+    alignas(64) float w[hal::kQK_K], d[kPer];
+    alignas(64) std::int8_t q[hal::kQK_K];
+    std::int64_t held = -1;
+    for (std::int64_t b = 0; b < nb; ++b) {
+      const std::int64_t sb = (b0 + b) / kPer, j = (b0 + b) % kPer;
+      if (sb != held) {
+        hal::dequantize_row(t, base + static_cast<std::size_t>(sb) * sb_bytes, w, hal::kQK_K);
+        quantize_activations_q8(w, hal::kQK_K, q, d);  // the activations' quantiser: vectorised
+        held = sb;
+      }
+      dst[b].d = f32_to_f16(d[j]);
+      std::memcpy(dst[b].qs, q + j * hal::kQK, hal::kQK);
+    }
+    return;
+  }
   for (std::int64_t b = 0; b < nb; ++b) {
     hal::BlockQ8_0& out = dst[b];
     const std::int64_t at = row * nb_row + b0 + b;

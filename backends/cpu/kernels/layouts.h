@@ -82,6 +82,15 @@ void dequantize_lane_q5_0_r8(const BlockQ5_0x8* src, int lane, std::int64_t nb, 
 // Formats whose blocks hold exactly Q8_0 values (same fp16 scale, int8 q - 8 for Q4_0, q - 16 for
 // Q5_0), so the Q8_0 int8 GEMM runs them: kQ8_0, kQ4_0, kQ5_0, kQ5_0R8.
 bool converts_to_q8_0(hal::DType t);
+// The K-quants (Q2_K .. Q6_K): their 32-element sub-blocks carry a scale and a min of their own, so
+// no Q8_0 block holds them exactly; the int8 GEMM takes them re-quantised, each 32 dequantised
+// weights rounded as activations are (quantize_activations_q8: d = max|w| / 127, then d to fp16),
+// an error of at most half a step, ~1/254 of the block's largest |w|, beside the 8-bit
+// activations' own. Prefill-sized
+// products only (select_matmul_path); the GEMVs read the K-quant blocks themselves.
+bool requantizes_to_q8_0(hal::DType t);
+// What the Q8_0 int8 GEMM reads: converts_to_q8_0 or requantizes_to_q8_0.
+inline bool gemm_q8_reads(hal::DType t) { return converts_to_q8_0(t) || requantizes_to_q8_0(t); }
 // Blocks [b0, b0 + nb) of row `row` of a [rows][k] tensor in such a format, as Q8_0 blocks.
 void blocks_as_q8_0(hal::DType t, const void* tensor, std::int64_t k, std::int64_t row, std::int64_t b0,
                     std::int64_t nb, hal::BlockQ8_0* dst);

@@ -40,8 +40,9 @@ MatmulPath select_matmul_path(const MatmulProblem& p) {
   if (p.w_type == hal::DType::kQ8_0) {
     return p.m < kGemmMinM_Q8 ? MatmulPath::kGemv : MatmulPath::kGemmQ8;
   }
-  // Q4_0 and Q5_0 hold Q8_0 values: the int8 GEMM where the kernels in use have it.
-  if (converts_to_q8_0(p.w_type) && vector_interleaved()) {
+  // Q4_0 and Q5_0 hold Q8_0 values, the K-quants are re-quantised to them: the int8 GEMM where the
+  // kernels in use have it.
+  if (gemm_q8_reads(p.w_type) && vector_interleaved()) {
     return p.m < kGemmMinM_Q8 ? MatmulPath::kGemv : MatmulPath::kGemmQ8;
   }
   return p.m < kGemmMinM_Float ? MatmulPath::kGemv : MatmulPath::kGemmF32;

@@ -1,7 +1,8 @@
 // The CPU matmul on the GGML block formats (Q4_0 ... Q6_K) against the reference: every row
 // dequantised with hal::dequantize_row, dotted in double. Weights both quantised from Gaussian
 // values and random bytes (every scale, min and quant pattern, finite fp16 scales), on the GEMV
-// (int8 kernels for every block format) and GEMM paths, several thread
+// (int8 kernels for every block format) and GEMM paths (the K-quants' int8 GEMM re-quantising
+// their weights to Q8_0 blocks, bounded as such), several thread
 // counts, odd m, n and k. Q5_0 also as kQ5_0R8, the CPU device's interleaved layout of it (the
 // reference dequantises the plain rows the layout was made from).
 #include <gtest/gtest.h>
@@ -44,8 +45,9 @@ std::vector<int> f16_fields(DType t) {
 // Block size of the activation quantisation of the int8 kernel for t, or 0 (the path is exact
 // F32 on dequantised weights).
 int act_block(DType t, MatmulPath path) {
-  // Q4_0 / Q5_0 on the int8 GEMM (their blocks as Q8_0 values), where the kernels in use have it.
-  if (path == MatmulPath::kGemmQ8) return sx::cpu::converts_to_q8_0(t) && sx::cpu::vector_interleaved() ? 32 : 0;
+  // Q4_0 / Q5_0 on the int8 GEMM (their blocks as Q8_0 values; the K-quants re-quantised to them),
+  // where the kernels in use have it.
+  if (path == MatmulPath::kGemmQ8) return sx::cpu::gemm_q8_reads(t) && sx::cpu::vector_interleaved() ? 32 : 0;
   if (path != MatmulPath::kGemv) return 0;
   if (t == DType::kQ2_K || t == DType::kQ3_K || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K) {
     return 256;
@@ -117,6 +119,9 @@ struct Case {
     }
     const MatmulPath actual = path == MatmulPath::kAuto ? select_matmul_path(p) : path;
     const int ab = act_block(t, actual);
+    // K-quants on the int8 GEMM: each 32 weights re-quantised to Q8_0 too, at most half a step
+    // (max|w| / 254) and the fp16 rounding of its scale (2^-11 of max|w|) per weight.
+    const bool requantized = actual == MatmulPath::kGemmQ8 && ab == 32 && sx::cpu::requantizes_to_q8_0(t);
     std::vector<float> w(static_cast<std::size_t>(k));
     const DType plain = sx::cpu::layout_source(t);
     const std::size_t rb = hal::row_bytes(plain, k);
@@ -131,12 +136,15 @@ struct Case {
         }
         if (ab > 0) {  // activation quantisation: at most amax(block) / 254 per element
           for (std::int64_t b = 0; b < k / ab; ++b) {
-            double amax = 0, wsum = 0;
+            double amax = 0, wsum = 0, wmax = 0, xsum = 0;
             for (int c = 0; c < ab; ++c) {
               amax = std::max(amax, std::fabs(static_cast<double>(xi[b * ab + c])));
               wsum += std::fabs(w[static_cast<std::size_t>(b * ab + c)]);
+              wmax = std::max(wmax, std::fabs(static_cast<double>(w[static_cast<std::size_t>(b * ab + c)])));
+              xsum += std::fabs(static_cast<double>(xi[b * ab + c]));
             }
             qbound += amax / 254.0 * wsum;
+            if (requantized) qbound += wmax * (1.0 / 254 + 1.0 / 2048) * (xsum + ab * amax / 254.0);
           }
         }
         const float got = p.y[i * n + j];
