@@ -105,6 +105,16 @@ struct Loaded {
 };
 
 
+// Why the experts are split whole rather than each one across the ranks.
+std::string expert_parallel_why(const model::ModelConfig& c, int tp) {
+  const std::int64_t share = c.expert_ffn / tp;
+  return fmt::format("; whole experts rather than a share of each: an expert's {} rows over {} ranks would be {}{} "
+                     "each{}, and a whole expert needs no all-reduce of its own (splitting inside experts is not "
+                     "offered yet)",
+                     c.expert_ffn, tp, c.expert_ffn % tp == 0 ? "" : "about ", share,
+                     share % 256 != 0 ? " (not whole 256-element K-quant blocks)" : "");
+}
+
 Result<Loaded> load_model(const std::string& path) {
   std::unique_ptr<model::TensorSource> file;
   model::ModelConfig c;
@@ -528,7 +538,8 @@ int cmd_plan(int argc, char** argv) {
           ? fmt::format("{} experts of {} rows per layer split whole across the ranks (expert parallelism: each "
                         "token's {} experts run where they are held; the FFN's all-reduce sums the ranks' shares); "
                         "the router on every rank",
-                        m.config.n_experts, m.config.expert_ffn, m.config.n_experts_used)
+                        m.config.n_experts, m.config.expert_ffn, m.config.n_experts_used) +
+                (plan->tp > 1 ? expert_parallel_why(m.config, plan->tp) : std::string())
           : fmt::format("FFN rows split {}", plan->ffn_unit == 1 ? std::string("row by row")
                                                                  : fmt::format("in whole {}-row blocks of the down "
                                                                                "weights", plan->ffn_unit));

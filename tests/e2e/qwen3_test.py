@@ -137,6 +137,19 @@ def the_safetensors_twin_gives_the_gguf_ids():
 
 
 @case
+def plan_shows_experts_per_rank_why_and_the_active_bytes():
+    text = run("plan", "--shape", "qwen3-30b-a3b", "--weights", "q4_k_m", "--devices", "6x80GiB", "--tp", "6").stdout.decode()
+    for rank, experts in enumerate(["0-21 (22)", "22-43 (22)", "44-64 (21)", "65-85 (21)", "86-106 (21)",
+                                    "107-127 (21)"]):
+        line = [row for row in text.splitlines() if row.split()[:2] == [str(rank), "0"]]
+        assert line and experts in line[0], (rank, experts, text[:1500])
+    assert "whole experts rather than a share of each" in text and "not whole 256-element K-quant blocks" in text, text
+    said = " ".join(text.split())
+    assert "A decode token reads 1.79 GiB of them: attention, the router and 8 of the 128 experts" in said, said[:2000]
+    print("  plan --shape qwen3-30b-a3b --tp 6: experts 22/22/21/21/21/21, why whole experts, 1.79 GiB read per token")
+
+
+@case
 def the_openai_api_serves_generates_text():
     for o in (dense()[0], [x for x in oracles() if x not in dense()][0]):  # a qwen3 and a qwen3moe file
         path = made(o)
