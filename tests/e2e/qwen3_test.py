@@ -10,6 +10,7 @@ experts, 8 used per token) give
   * the same ids from the safetensors twin (Qwen3ForCausalLM / Qwen3MoeForCausalLM directory, one
     tensor per expert, stacked at load) and from its conversion back to GGUF;
   * over the OpenAI API, the text `generate` writes;
+  * `plan --shape qwen3-30b-a3b --tp 6`: the experts per rank, why whole experts, the bytes a token reads;
   * a warm reload of two replicas from the bundled Qwen2.5 model to a Qwen3-MoE file (with the real
     Qwen tokenizer) while 8 clients stream: no request fails.
 Usage: qwen3_test.py SEXTANT_BINARY ORACLE_DIR MEMORISE_DIR. Prints "N passed, N failed"."""
