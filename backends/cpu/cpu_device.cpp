@@ -595,10 +595,7 @@ struct Dispatch {
     return ok_status();
   }
   Status operator()(const hal::MoeFfnArgs& a) {
-    if (a.n_tokens < 0 || a.dim <= 0 || a.ffn <= 0 || a.k < 1 || a.n_local < 0 || a.expert_begin < 0) {
-      return invalid_argument_error("moe_ffn: {} tokens of {}, experts of {} rows, k {}, {} local experts from {}",
-                                    a.n_tokens, a.dim, a.ffn, a.k, a.n_local, a.expert_begin);
-    }
+    SX_RETURN_IF_ERROR(hal::check_moe_ffn(a));
     MoeFfnPtrs p{};
     SX_ASSIGN_OR_RETURN(p.x, resolve_as<const float>(dev, a.x, a.n_tokens * a.dim, "moe_ffn", "x"));
     SX_ASSIGN_OR_RETURN(p.ids, resolve_as<const std::int32_t>(dev, a.ids, a.n_tokens * a.k, "moe_ffn", "ids"));

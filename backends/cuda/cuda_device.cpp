@@ -693,17 +693,10 @@ Status CudaStream::run_matmul(const hal::MatmulArgs& a) {
 
 Status CudaStream::run_moe_ffn(const hal::MoeFfnArgs& a) {
   SX_RETURN_IF_ERROR(latch(d_.supports(a)));
-  if (a.n_tokens < 0 || a.dim <= 0 || a.ffn <= 0 || a.k < 1 || a.k > hal::kMaxTopK || a.n_local < 0 ||
-      a.expert_begin < 0 || a.expert_begin + a.n_local > INT32_MAX || a.n_local > kMaxMoeLocalExperts ||
-      a.n_tokens > kMaxMoeTokens) {
-    return latch_invalid("moe_ffn: {} tokens of {}, experts of {} rows, k {}, {} local experts from {}", a.n_tokens,
-                         a.dim, a.ffn, a.k, a.n_local, a.expert_begin);
-  }
-  for (const auto& [type, cols, what] : {std::tuple{a.gate_type, a.dim, "gate"}, std::tuple{a.up_type, a.dim, "up"},
-                                         std::tuple{a.down_type, a.ffn, "down"}}) {
-    if (cols % hal::dtype_info(type).block_elems != 0) {
-      return latch_invalid("moe_ffn: {} experts' rows of {} are not whole {} blocks", what, cols, hal::dtype_name(type));
-    }
+  SX_RETURN_IF_ERROR(latch(hal::check_moe_ffn(a)));
+  if (a.n_local > kMaxMoeLocalExperts || a.n_tokens > kMaxMoeTokens) {
+    return latch_invalid("moe_ffn: {} local experts and {} tokens exceed the kernels' grid ({} and {} a call)",
+                         a.n_local, a.n_tokens, kMaxMoeLocalExperts, kMaxMoeTokens);
   }
   SX_RETURN_IF_ERROR(check_weight_format(a.gate, a.gate_type, "moe_ffn"));
   SX_RETURN_IF_ERROR(check_weight_format(a.up, a.up_type, "moe_ffn"));

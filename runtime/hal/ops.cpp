@@ -1,6 +1,8 @@
 // Op names and descriptions.
 #include "runtime/hal/ops.h"
 
+#include <tuple>
+
 #include <fmt/format.h>
 
 namespace sx::hal {
@@ -46,5 +48,21 @@ struct Describe {
 }  // namespace
 
 std::string describe_op(const Op& op) { return std::visit(Describe{}, op); }
+
+Status check_moe_ffn(const MoeFfnArgs& a) {
+  if (a.n_tokens < 0 || a.dim <= 0 || a.ffn <= 0 || a.k < 1 || a.k > kMaxTopK || a.n_local < 0 || a.expert_begin < 0 ||
+      a.expert_begin + a.n_local > INT32_MAX) {
+    return invalid_argument_error("moe_ffn: {} tokens of {}, experts of {} rows, k {}, {} local experts from {}",
+                                  a.n_tokens, a.dim, a.ffn, a.k, a.n_local, a.expert_begin);
+  }
+  for (const auto& [type, cols, what] : {std::tuple{a.gate_type, a.dim, "gate"}, std::tuple{a.up_type, a.dim, "up"},
+                                         std::tuple{a.down_type, a.ffn, "down"}}) {
+    if (cols % dtype_info(type).block_elems != 0) {
+      return invalid_argument_error("moe_ffn: {} experts' rows of {} are not whole {} blocks", what, cols,
+                                    dtype_name(type));
+    }
+  }
+  return ok_status();
+}
 
 }  // namespace sx::hal
