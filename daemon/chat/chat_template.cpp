@@ -11,6 +11,8 @@
 #include <fmt/format.h>
 #include <minja.hpp>
 
+#include "runtime/base/regular_file.h"
+
 namespace sx::chat {
 
 struct ChatTemplate::Program {
@@ -174,6 +176,30 @@ Result<std::string> ChatTemplate::render(const nlohmann::ordered_json& context) 
   } catch (const std::exception& e) {
     return invalid_argument_error("{}: {}", origin_, e.what());
   }
+}
+
+Result<std::shared_ptr<const ChatTemplate>> choose_chat_template(const std::string& override_path,
+                                                                 const std::string& model_template,
+                                                                 const std::string& model_origin, std::string* said) {
+  if (!override_path.empty()) {
+    SX_ASSIGN_OR_RETURN(std::string text, read_regular_file(override_path, std::uint64_t{1} << 20, "chat template"));
+    SX_ASSIGN_OR_RETURN(auto t, ChatTemplate::parse(text, override_path));
+    *said = fmt::format("chat template: {} ({} bytes, given instead of the model's own)", override_path, text.size());
+    return t;
+  }
+  if (model_template.empty()) {
+    *said = fmt::format("chat template: {} has none: the built-in ChatML (Qwen2.5's template without tools); "
+                        "--chat-template FILE gives one", model_origin);
+    return std::shared_ptr<const ChatTemplate>();
+  }
+  auto t = ChatTemplate::parse(model_template, model_origin + "'s chat template");
+  if (!t.ok()) {
+    *said = fmt::format("chat template: {}; the built-in ChatML instead (--chat-template FILE gives another)",
+                        t.status().message());
+    return std::shared_ptr<const ChatTemplate>();
+  }
+  *said = fmt::format("chat template: the model's own ({}, {} bytes)", model_origin, model_template.size());
+  return *t;
 }
 
 Status parse_tool_call_arguments(nlohmann::ordered_json& messages) {

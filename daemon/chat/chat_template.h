@@ -47,6 +47,15 @@ class ChatTemplate {
   std::shared_ptr<Program> program_;
 };
 
+// The template `sextant serve` renders chat requests with: the file `override_path` names
+// (--chat-template / model.chat_template), else the model's own text (`model_template`, read from
+// `model_origin`), else none (null: the built-in ChatML). An override that cannot be read or parsed
+// is an error naming the file; the model's own template that does not parse is a warning in
+// `said` and ChatML. `said` also gets the line for the log: which template, from where.
+Result<std::shared_ptr<const ChatTemplate>> choose_chat_template(const std::string& override_path,
+                                                                 const std::string& model_template,
+                                                                 const std::string& model_origin, std::string* said);
+
 // Every messages[i].tool_calls[j].function.arguments that is a string holding a JSON object,
 // replaced by that object (in place). INVALID_ARGUMENT naming the call ("messages[2].tool_calls[0]
 // .function.arguments") when such a string is not a JSON object.

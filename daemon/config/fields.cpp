@@ -362,6 +362,7 @@ std::vector<Field> build_fields() {
   v.push_back(string_field("model.topology", SX_AT(model.topology), /*allow_empty=*/true));
   v.push_back(replicas_field("model.replicas", SX_AT(model.replicas)));
   v.push_back(string_field("model.served_model_name", SX_AT(model.served_model_name), /*allow_empty=*/true));
+  v.push_back(string_field("model.chat_template", SX_AT(model.chat_template), /*allow_empty=*/true));
   // engine
   v.push_back(number_field("engine.memory_utilization", SX_AT(engine.memory_utilization), 0.0, true, 1.0,
                            "a number in (0, 1]"));

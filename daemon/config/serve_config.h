@@ -53,6 +53,7 @@ struct ModelSection {
   std::string topology;                // a saved `nvidia-smi topo -m` for the placement ("" = the backend's)
   std::string replicas = "1";          // engines serving the model: "N", "per-device" or device groups (replica_spec.h)
   std::string served_model_name;       // the `model` id clients send; empty = file stem of path
+  std::string chat_template;           // a Jinja chat template file instead of the model's own ("" = the model's)
   bool operator==(const ModelSection&) const = default;
 };
 

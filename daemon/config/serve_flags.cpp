@@ -31,6 +31,8 @@ constexpr FlagBinding kServeFlags[] = {
     {"--port", "", "http.port", true, "", false, "PORT", "port to listen on (default 8000; 0: any free port, logged)"},
     {"--served-model-name", "", "model.served_model_name", true, "", false, "NAME",
      "the model id clients send (default: the file name without .gguf)"},
+    {"--chat-template", "", "model.chat_template", true, "", false, "FILE",
+     "a Jinja chat template for /v1/chat/completions instead of the model's own"},
     {"--max-model-len", "", "engine.max_model_len", true, "", false, "N",
      "tokens per sequence (default 0: the model's context)"},
     {"--max-num-seqs", "", "engine.max_num_seqs", true, "", false, "N", "sequences per step (default 16)"},

@@ -139,6 +139,12 @@ struct Parser {
           has_role = true;
         } else if (k == "content") {
           if (!get_content(val, field, msg.content)) return false;
+        } else if (k == "reasoning_content") {
+          if (!val.is_null()) {
+            std::string r;
+            if (!get_string(val, field, r)) return false;
+            msg.reasoning_content = std::move(r);
+          }
         } else if (k == "name" || k == "tool_call_id") {
           std::string ignored;
           if (!val.is_null() && !get_string(val, field, ignored)) return false;
@@ -214,7 +220,8 @@ bool known_field(Endpoint endpoint, std::string_view key) {
       "repetition_penalty", "seed", "stop", "n", "stream", "stream_options", "user", "ignore_eos", "logprobs",
       "logit_bias", "response_format", "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls",
       "store", "metadata", "service_tier"};
-  static constexpr std::string_view kChat[] = {"messages", "max_completion_tokens", "top_logprobs"};
+  static constexpr std::string_view kChat[] = {"messages", "max_completion_tokens", "top_logprobs",
+                                               "chat_template_kwargs"};
   static constexpr std::string_view kCompletion[] = {"prompt", "echo", "best_of", "suffix"};
   for (std::string_view k : kCommon) {
     if (k == key) return true;
@@ -273,6 +280,12 @@ std::optional<GenerateRequest> parse_request(Endpoint endpoint, std::string_view
     } else if (chat && key == "messages") {
       ok = ps.get_messages(val, r.messages);
       has_input = true;
+    } else if (chat && key == "chat_template_kwargs") {
+      if (!val.is_object()) {
+        ok = ps.fail(key, fmt::format("'chat_template_kwargs' must be an object, got {}", Parser::type_name(val)));
+      } else {
+        r.chat_template_kwargs = val;
+      }
     } else if (!chat && key == "prompt") {
       ok = ps.get_prompt(val, r);
       has_input = true;

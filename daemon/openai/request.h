@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "runtime/base/status.h"
 #include "runtime/engine/sampler.h"
 #include "runtime/tokenizer/chat_template.h"
@@ -27,6 +29,9 @@ struct GenerateRequest {
   Endpoint endpoint = Endpoint::kChat;
   std::string model;
   std::vector<tokenizer::ChatMessage> messages;  // chat
+  // chat: passed to the model's chat template beside messages (enable_thinking, preserve_thinking,
+  // any key the template reads): an object, empty when not given.
+  nlohmann::json chat_template_kwargs = nlohmann::json::object();
   std::string prompt_text;                       // completion: a string prompt
   std::vector<std::int32_t> prompt_ids;          // completion: token ids
   bool prompt_is_ids = false;

@@ -28,6 +28,7 @@
 
 #include "daemon/admin/admin_server.h"
 #include "daemon/admin/protocol.h"
+#include "daemon/chat/chat_template.h"
 #include "daemon/config/serve_config.h"
 #include "daemon/http/router.h"
 #include "daemon/http/server.h"
@@ -67,6 +68,9 @@ struct Generation {
   std::string model_name;  // what clients send; kept across reloads unless the config names another
   std::vector<std::shared_ptr<Replica>> replicas;
   std::int64_t max_model_len = 0;  // the smallest of its replicas'
+  // Renders chat requests (choose_chat_template); null: the built-in ChatML.
+  std::shared_ptr<const chat::ChatTemplate> chat_template;
+  std::string chat_template_said;  // which template, from where (the load's log line)
   // Every replica loaded the same files: one tokenizer speaks for all.
   const tokenizer::Tokenizer& tokenizer() const { return replicas.front()->tokenizer(); }
 };

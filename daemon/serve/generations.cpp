@@ -45,7 +45,13 @@ void Daemon::load_in_background(config::ServeConfig config, std::string model_na
     Loaded l;
     l.number = number;
     try {
-      auto loaded = replicas::load_replicas(config, number, &load_cancel_, &l.phase);
+      // A chat template file given instead of the model's is read and parsed before any weight.
+      std::string said;
+      Result<std::shared_ptr<const chat::ChatTemplate>> given = std::shared_ptr<const chat::ChatTemplate>();
+      if (!config.model.chat_template.empty()) given = chat::choose_chat_template(config.model.chat_template, "", "", &said);
+      auto loaded = given.ok() ? replicas::load_replicas(config, number, &load_cancel_, &l.phase)
+                               : Result<std::vector<std::unique_ptr<Replica>>>(given.status());
+      if (!given.ok()) l.phase = "chat template";
       if (!loaded.ok()) {
         l.status = loaded.status();
       } else {
@@ -58,6 +64,12 @@ void Daemon::load_in_background(config::ServeConfig config, std::string model_na
           g->max_model_len = g->replicas.empty() ? len : std::min(g->max_model_len, len);
           g->replicas.push_back(std::shared_ptr<Replica>(std::move(r)));
         }
+        if (g->config.model.chat_template.empty()) {  // the model's own, or ChatML
+          given = chat::choose_chat_template("", g->tokenizer().data().chat_template, g->config.model.path, &said);
+        }
+        g->chat_template = *given;
+        g->chat_template_said = said;
+        log_info("serve: generation {}: {}", number, said);
         l.generation = std::move(g);
       }
     } catch (const std::bad_alloc&) {

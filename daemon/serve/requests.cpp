@@ -171,6 +171,37 @@ void Daemon::queue_tokenize(std::unique_ptr<TokenizeWork> work) {
   (void)work.release();  // owned by the work request until its after-work callback
 }
 
+namespace {
+
+// The model's chat template over a chat request, with what transformers passes: the messages
+// (role, content, and an assistant's reasoning_content where given), add_generation_prompt, the
+// tokenizer's bos / eos tokens, and chat_template_kwargs (which cannot replace those).
+Result<std::string> render_chat_prompt(const chat::ChatTemplate& tmpl, const openai::GenerateRequest& req,
+                                       const tokenizer::Tokenizer& tok) {
+  nlohmann::ordered_json context = nlohmann::ordered_json::object();
+  auto& messages = context["messages"] = nlohmann::ordered_json::array();
+  for (const tokenizer::ChatMessage& m : req.messages) {
+    nlohmann::ordered_json msg = {{"role", m.role}, {"content", m.content}};
+    if (m.reasoning_content) msg["reasoning_content"] = *m.reasoning_content;
+    messages.push_back(std::move(msg));
+  }
+  context["add_generation_prompt"] = true;
+  const tokenizer::TokenizerData& data = tok.data();
+  auto token_text = [&](const std::optional<std::int32_t>& id) -> nlohmann::ordered_json {
+    if (!id || *id < 0 || static_cast<std::size_t>(*id) >= data.tokens.size()) return nullptr;
+    return data.tokens[static_cast<std::size_t>(*id)];
+  };
+  context["bos_token"] = token_text(data.bos_id);
+  context["eos_token"] = token_text(data.eos_id);
+  for (const auto& [key, value] : req.chat_template_kwargs.items()) {
+    if (key == "messages" || key == "add_generation_prompt" || key == "bos_token" || key == "eos_token") continue;
+    context[key] = nlohmann::ordered_json::parse(value.dump());
+  }
+  return tmpl.render(context);
+}
+
+}  // namespace
+
 void TokenizeWork::run() {
   if (!parsed) {
     openai::ApiError err;
@@ -194,7 +225,16 @@ void TokenizeWork::run() {
     error->message = fmt::format("The model '{}' does not exist; this server serves '{}'.", req.model, model_name);
     return;
   }
-  if (req.endpoint == openai::Endpoint::kChat) {
+  if (req.endpoint == openai::Endpoint::kChat && generation->chat_template != nullptr) {
+    auto text = render_chat_prompt(*generation->chat_template, req, *tok);
+    if (!text.ok()) {
+      error = openai::ApiError{};
+      error->param = "messages";
+      error->message = text.status().message();
+      return;
+    }
+    prompt = tok->encode(*text);
+  } else if (req.endpoint == openai::Endpoint::kChat) {
     if (Status chat = tokenizer::check_chat_tokens(*tok); !chat.ok()) {
       error = openai::ApiError{};
       error->code = "no_chat_template";

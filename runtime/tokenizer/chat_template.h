@@ -8,6 +8,7 @@
 // an empty conversation or an unknown role, naming the message index.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -23,6 +24,7 @@ inline constexpr std::string_view kQwenDefaultSystem =
 struct ChatMessage {
   std::string role;     // "system", "user", "assistant" or "tool"
   std::string content;
+  std::optional<std::string> reasoning_content;  // an assistant turn's thinking, for templates that show it
 };
 
 // Renders `messages` exactly as Qwen2.5's Jinja template does without tools. When the first

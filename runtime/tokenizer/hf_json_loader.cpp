@@ -11,6 +11,7 @@
 #include "runtime/base/json_depth.h"
 #include "runtime/base/mapped_file.h"
 #include "runtime/tokenizer/pretokenizer.h"
+#include "runtime/base/regular_file.h"
 #include "runtime/tokenizer/tokenizer.h"
 
 namespace sx::tokenizer {
@@ -491,6 +492,11 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_hf_json(const std::string& to
     } catch (const json::exception& e) {
       return invalid_argument_error("{}: unexpected JSON content: {}", config_path.string(), e.what());
     }
+  }
+  // transformers (4.43 and later) saves the template as chat_template.jinja beside it, which wins.
+  const std::filesystem::path jinja_path = std::filesystem::path(tokenizer_json_path).parent_path() / "chat_template.jinja";
+  if (std::filesystem::exists(jinja_path, ec)) {
+    SX_ASSIGN_OR_RETURN(data.chat_template, read_regular_file(jinja_path.string(), std::uint64_t{1} << 20));
   }
   auto tok = from_data(std::move(data));
   if (!tok.ok()) return tok.status().with_context(tokenizer_json_path);

@@ -343,7 +343,7 @@ extra: 1
   EXPECT_EQ(message,
             "sextant.yaml:2:7: model.tp: expected a positive integer, got \"zero\"\n"
             "sextant.yaml:3:3: model.colour: unknown key (model has: path, backend, devices, threads, tp, pp, requantize_unaligned, placement, topology, "
-            "replicas, served_model_name)\n"
+            "replicas, served_model_name, chat_template)\n"
             "sextant.yaml:5:15: engine.block_size: expected one of 8, 16, 32, got \"7\"\n"
             "sextant.yaml:8:9: http.port: expected a port number from 0 (any free port) to 65535, got \"-1\"\n"
             "sextant.yaml:9:3: http.port: duplicate key, first set on line 8\n"

@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""The model's own chat template in `sextant serve` (issue 41 item 1): /v1/chat/completions renders
+the messages with the template the model file carries (the bundled model's GGUF
+tokenizer.chat_template: Qwen2.5's), or with --chat-template FILE instead; the prompt the model sees
+is checked through usage.prompt_tokens against /v1/completions given the text the template should
+have produced. chat_template_kwargs reach the template (enable_thinking), an assistant's
+reasoning_content too; a template's raise_exception is a 400 naming its message; a --chat-template
+that does not parse stops the start naming the file, before any weight is read.
+Usage: chat_template_test.py SEXTANT_BINARY MEMORISE_DIR. Prints "N passed, N failed"."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import daemon_harness  # noqa: E402
+from daemon_harness import Daemon, case, post  # noqa: E402
+
+SEXTANT, MEMORISE = sys.argv[1], sys.argv[2]
+MODEL = os.path.join(MEMORISE, "memorise-q8_0.gguf")
+NAME = "memorise-q8_0"
+TMP = tempfile.mkdtemp(prefix="sx-chat-")
+
+TEMPLATE = """{%- for m in messages -%}
+{{ m.role }}: {{ m.content }}
+{% if m.reasoning_content is defined %}(thought: {{ m.reasoning_content }})
+{% endif %}
+{%- if m.role == 'tool' and loop.first %}{{ raise_exception('a conversation cannot start with a tool message') }}{% endif %}
+{%- endfor -%}
+{%- if enable_thinking is defined and enable_thinking %}[think]{% endif -%}
+{%- if add_generation_prompt %}assistant:{% endif -%}"""
+
+
+def prompt_tokens_of_text(port, text):
+    status, body = post(port, "/v1/completions", {"model": NAME, "prompt": text, "max_tokens": 1, "temperature": 0})
+    assert status == 200, body
+    return json.loads(body)["usage"]["prompt_tokens"]
+
+
+def chat(port, messages, **extra):
+    return post(port, "/v1/chat/completions", {"model": NAME, "messages": messages, "max_tokens": 1,
+                                               "temperature": 0, **extra})
+
+
+@case
+def the_models_own_template_renders_chat():
+    d = Daemon(SEXTANT, MODEL)
+    try:
+        assert "chat template: the model's own" in d.text(), d.text()[-2000:]
+        # Qwen2.5's template: its default system turn, the user turn, the generation prompt.
+        want = ("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+                "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n")
+        status, body = chat(d.port, [{"role": "user", "content": "hello"}])
+        assert status == 200, body
+        got = json.loads(body)["usage"]["prompt_tokens"]
+        assert got == prompt_tokens_of_text(d.port, want), (got, want)
+        print(f"  the bundled model's GGUF template: {got} prompt tokens, as Qwen2.5's rendering")
+    finally:
+        d.stop()
+
+
+@case
+def a_chat_template_file_replaces_it_with_kwargs_and_reasoning():
+    path = os.path.join(TMP, "custom.jinja")
+    with open(path, "w") as f:
+        f.write(TEMPLATE)
+    d = Daemon(SEXTANT, MODEL, "--chat-template", path)
+    try:
+        assert f"chat template: {path}" in d.text(), d.text()[-2000:]
+        cases = [
+            ([{"role": "user", "content": "hi"}], {}, "user: hi\nassistant:"),
+            ([{"role": "user", "content": "hi"}], {"chat_template_kwargs": {"enable_thinking": True}},
+             "user: hi\n[think]assistant:"),
+            ([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "reasoning_content": "r"},
+              {"role": "user", "content": "q2"}], {}, "user: q\nassistant: a\n(thought: r)\nuser: q2\nassistant:"),
+        ]
+        for messages, extra, text in cases:
+            status, body = chat(d.port, messages, **extra)
+            assert status == 200, body
+            got, want = json.loads(body)["usage"]["prompt_tokens"], prompt_tokens_of_text(d.port, text)
+            assert got == want, (messages, extra, got, want)
+        status, body = chat(d.port, [{"role": "tool", "content": "x"}])
+        err = json.loads(body)["error"]
+        assert status == 400 and "a conversation cannot start with a tool message" in err["message"], body
+        assert err["param"] == "messages", body
+        status, body = chat(d.port, [{"role": "user", "content": "hi"}], chat_template_kwargs=[1])
+        assert status == 400 and json.loads(body)["error"]["param"] == "chat_template_kwargs", body
+        print(f"  --chat-template: {len(cases)} renderings as written (kwargs, reasoning_content), raise_exception a "
+              f"400: {err['message'][:80]}")
+    finally:
+        d.stop()
+
+
+@case
+def a_chat_template_that_does_not_parse_stops_the_start():
+    path = os.path.join(TMP, "broken.jinja")
+    with open(path, "w") as f:
+        f.write("{% for m in messages %}{{ m.content }")
+    p = subprocess.run([SEXTANT, "serve", "--model", MODEL, "--port", "0", "--admin-socket",
+                        os.path.join(TMP, "a.sock"), "--chat-template", path], capture_output=True, timeout=120)
+    out = p.stdout.decode(errors="replace") + p.stderr.decode(errors="replace")
+    assert p.returncode != 0 and path in out and "does not parse" in out, (p.returncode, out[-2000:])
+    assert "phase load" not in out and "phase model check" not in out, out[-2000:]  # before any weight
+    line = [x for x in out.splitlines() if "does not parse" in x][0]
+    print(f"  exit {p.returncode}: {line[:160]}")
+
+
+daemon_harness.run_cases("SX_CHAT_ONLY")
+daemon_harness.summary_exit()
