@@ -240,8 +240,7 @@ bool known_field(Endpoint endpoint, std::string_view key) {
 
 }  // namespace
 
-std::optional<GenerateRequest> parse_request(Endpoint endpoint, std::string_view body, const ParseLimits& limits,
-                                             ApiError* error) {
+std::optional<json> parse_body_object(std::string_view body, const ParseLimits& limits, ApiError* error) {
   Parser ps{error};
   const JsonShape shape = json_shape(body);
   if (shape.depth > limits.max_json_depth) {
@@ -263,6 +262,20 @@ std::optional<GenerateRequest> parse_request(Endpoint endpoint, std::string_view
     ps.fail("", fmt::format("the request body must be a JSON object, got {}", Parser::type_name(doc)));
     return std::nullopt;
   }
+  return doc;
+}
+
+bool parse_chat_messages(const json& v, std::vector<tokenizer::ChatMessage>& out, ApiError* error) {
+  Parser ps{error};
+  return ps.get_messages(v, out);
+}
+
+std::optional<GenerateRequest> parse_request(Endpoint endpoint, std::string_view body, const ParseLimits& limits,
+                                             ApiError* error) {
+  Parser ps{error};
+  std::optional<json> parsed = parse_body_object(body, limits, error);
+  if (!parsed) return std::nullopt;
+  json doc = std::move(*parsed);
   GenerateRequest r;
   r.endpoint = endpoint;
   const bool chat = endpoint == Endpoint::kChat;

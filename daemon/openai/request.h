@@ -70,4 +70,10 @@ struct ParseLimits {
 std::optional<GenerateRequest> parse_request(Endpoint endpoint, std::string_view body, const ParseLimits& limits,
                                              ApiError* error);
 
+// The body as a JSON object within `limits`' tree size, or nullopt with the 400 in `error`.
+std::optional<nlohmann::json> parse_body_object(std::string_view body, const ParseLimits& limits, ApiError* error);
+// A chat request's `messages` (the rules of /v1/chat/completions), or false with the 400 naming the
+// message at fault in `error`.
+bool parse_chat_messages(const nlohmann::json& v, std::vector<tokenizer::ChatMessage>& out, ApiError* error);
+
 }  // namespace sx::daemon::openai

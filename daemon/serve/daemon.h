@@ -36,6 +36,7 @@
 #include "daemon/loop/timer.h"
 #include "daemon/openai/request.h"
 #include "daemon/openai/response.h"
+#include "daemon/openai/utility.h"
 #include "daemon/replicas/replica.h"
 #include "daemon/serve/handover.h"
 #include "daemon/serve/metrics.h"
@@ -201,6 +202,8 @@ class Daemon {
   // 503 for a generation request while loading, draining or stopping (counted in the metrics).
   void refuse_not_ready(const http::ResponderPtr& r);
   void handle_generate(openai::Endpoint endpoint, http::Request request, http::ResponderPtr responder);
+  // /tokenize, /detokenize, /apply-template (openai/utility.h), on the thread pool.
+  void handle_utility(openai::UtilityEndpoint endpoint, http::Request request, http::ResponderPtr responder);
   void queue_tokenize(std::unique_ptr<TokenizeWork> work);
   friend struct TokenizeWork;
   // Loop thread, after the prompt was tokenized (status: the work request's, UV_ECANCELED if cancelled).

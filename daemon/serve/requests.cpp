@@ -3,6 +3,8 @@
 // cancellation.
 #include "daemon/serve/daemon.h"
 
+#include "daemon/chat/chat_prompt.h"
+
 #include <uv.h>
 
 #include <algorithm>
@@ -100,6 +102,12 @@ http::Router Daemon::make_router() {
   };
   (void)router.post("/v1/chat/completions", generate(openai::Endpoint::kChat));
   (void)router.post("/v1/completions", generate(openai::Endpoint::kCompletion));
+  auto utility = [this](openai::UtilityEndpoint ep) {
+    return [this, ep](http::Request req, http::ResponderPtr r) { handle_utility(ep, std::move(req), std::move(r)); };
+  };
+  (void)router.post("/tokenize", utility(openai::UtilityEndpoint::kTokenize));
+  (void)router.post("/detokenize", utility(openai::UtilityEndpoint::kDetokenize));
+  (void)router.post("/apply-template", utility(openai::UtilityEndpoint::kApplyTemplate));
   (void)router.get("/v1/models", [this](http::Request req, http::ResponderPtr r) {
     if (!authorized(req, r)) return;
     json model{{"id", model_name_}, {"object", "model"}, {"created", started_}, {"owned_by", "sextant"}};
@@ -153,6 +161,61 @@ void Daemon::handle_generate(openai::Endpoint endpoint, http::Request request, h
   queue_tokenize(std::move(work));
 }
 
+namespace {
+
+// A /tokenize, /detokenize or /apply-template request on libuv's thread pool: the generation it
+// began with keeps its tokenizer and template alive until the answer is sent.
+struct UtilityWork {
+  uv_work_t req;
+  openai::UtilityEndpoint endpoint;
+  std::shared_ptr<Generation> generation;
+  std::string body;
+  openai::UtilityContext context;
+  http::ResponderPtr responder;
+  std::optional<std::string> answer;  // out
+  openai::ApiError error;             // out, when no answer
+};
+
+}  // namespace
+
+void Daemon::handle_utility(openai::UtilityEndpoint endpoint, http::Request request, http::ResponderPtr responder) {
+  if (!authorized(request, responder)) return;
+  if (state_ != State::kReady || current_ == nullptr) return refuse_not_ready(responder);
+  auto work = std::make_unique<UtilityWork>();
+  work->endpoint = endpoint;
+  work->generation = current_;
+  work->body = std::move(request.body);
+  work->context.tokenizer = &current_->tokenizer();
+  work->context.chat_template = current_->chat_template.get();
+  work->context.model_name = model_name_;
+  work->context.max_model_len = current_->max_model_len;
+  work->responder = std::move(responder);
+  work->req.data = work.get();
+  const int rc = uv_queue_work(
+      &loop_, &work->req,
+      [](uv_work_t* w) {
+        auto* u = static_cast<UtilityWork*>(w->data);
+        u->answer = openai::run_utility(u->endpoint, u->body, u->context, &u->error);
+      },
+      [](uv_work_t* w, int) {
+        std::unique_ptr<UtilityWork> u(static_cast<UtilityWork*>(w->data));
+        if (u->responder->closed()) return;
+        if (!u->answer) {
+          u->responder->respond(u->error.status, {{"Content-Type", "application/json"}}, openai::error_body(u->error));
+          return;
+        }
+        u->responder->respond(200, {{"Content-Type", "application/json"}}, std::move(*u->answer));
+      });
+  if (rc != 0) {
+    openai::ApiError err;
+    err.status = 500;
+    err.type = "internal_error";
+    err.message = fmt::format("cannot queue the request: {}", uv_strerror(rc));
+    return send_error(work->responder, err);
+  }
+  (void)work.release();  // owned by the work request until its after-work callback
+}
+
 void Daemon::queue_tokenize(std::unique_ptr<TokenizeWork> work) {
   work->req.data = work.get();
   const int rc = uv_queue_work(
@@ -170,37 +233,6 @@ void Daemon::queue_tokenize(std::unique_ptr<TokenizeWork> work) {
   }
   (void)work.release();  // owned by the work request until its after-work callback
 }
-
-namespace {
-
-// The model's chat template over a chat request, with what transformers passes: the messages
-// (role, content, and an assistant's reasoning_content where given), add_generation_prompt, the
-// tokenizer's bos / eos tokens, and chat_template_kwargs (which cannot replace those).
-Result<std::string> render_chat_prompt(const chat::ChatTemplate& tmpl, const openai::GenerateRequest& req,
-                                       const tokenizer::Tokenizer& tok) {
-  nlohmann::ordered_json context = nlohmann::ordered_json::object();
-  auto& messages = context["messages"] = nlohmann::ordered_json::array();
-  for (const tokenizer::ChatMessage& m : req.messages) {
-    nlohmann::ordered_json msg = {{"role", m.role}, {"content", m.content}};
-    if (m.reasoning_content) msg["reasoning_content"] = *m.reasoning_content;
-    messages.push_back(std::move(msg));
-  }
-  context["add_generation_prompt"] = true;
-  const tokenizer::TokenizerData& data = tok.data();
-  auto token_text = [&](const std::optional<std::int32_t>& id) -> nlohmann::ordered_json {
-    if (!id || *id < 0 || static_cast<std::size_t>(*id) >= data.tokens.size()) return nullptr;
-    return data.tokens[static_cast<std::size_t>(*id)];
-  };
-  context["bos_token"] = token_text(data.bos_id);
-  context["eos_token"] = token_text(data.eos_id);
-  for (const auto& [key, value] : req.chat_template_kwargs.items()) {
-    if (key == "messages" || key == "add_generation_prompt" || key == "bos_token" || key == "eos_token") continue;
-    context[key] = nlohmann::ordered_json::parse(value.dump());
-  }
-  return tmpl.render(context);
-}
-
-}  // namespace
 
 void TokenizeWork::run() {
   if (!parsed) {
@@ -225,26 +257,16 @@ void TokenizeWork::run() {
     error->message = fmt::format("The model '{}' does not exist; this server serves '{}'.", req.model, model_name);
     return;
   }
-  if (req.endpoint == openai::Endpoint::kChat && generation->chat_template != nullptr) {
-    auto text = render_chat_prompt(*generation->chat_template, req, *tok);
+  if (req.endpoint == openai::Endpoint::kChat) {
+    auto text = chat::render_chat_prompt(generation->chat_template.get(), req.messages, req.chat_template_kwargs,
+                                         /*add_generation_prompt=*/true, *tok);
     if (!text.ok()) {
       error = openai::ApiError{};
-      error->param = "messages";
-      error->message = text.status().message();
-      return;
-    }
-    prompt = tok->encode(*text);
-  } else if (req.endpoint == openai::Endpoint::kChat) {
-    if (Status chat = tokenizer::check_chat_tokens(*tok); !chat.ok()) {
-      error = openai::ApiError{};
-      error->code = "no_chat_template";
-      error->message = chat.message();
-      return;
-    }
-    auto text = tokenizer::render_chatml_checked(req.messages);
-    if (!text.ok()) {
-      error = openai::ApiError{};
-      error->param = "messages";
+      if (text.status().code() == StatusCode::kFailedPrecondition) {
+        error->code = "no_chat_template";
+      } else {
+        error->param = "messages";
+      }
       error->message = text.status().message();
       return;
     }

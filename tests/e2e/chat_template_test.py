@@ -5,7 +5,9 @@ tokenizer.chat_template: Qwen2.5's), or with --chat-template FILE instead; the p
 is checked through usage.prompt_tokens against /v1/completions given the text the template should
 have produced. chat_template_kwargs reach the template (enable_thinking), an assistant's
 reasoning_content too; a template's raise_exception is a 400 naming its message; a --chat-template
-that does not parse stops the start naming the file, before any weight is read.
+that does not parse stops the start naming the file, before any weight is read. vLLM's /tokenize and
+/detokenize and llama.cpp's /apply-template answer in their shapes, agreeing with what a chat request
+and a completion count.
 Usage: chat_template_test.py SEXTANT_BINARY MEMORISE_DIR. Prints "N passed, N failed"."""
 import json
 import os
@@ -104,6 +106,44 @@ def a_chat_template_that_does_not_parse_stops_the_start():
     assert "phase load" not in out and "phase model check" not in out, out[-2000:]  # before any weight
     line = [x for x in out.splitlines() if "does not parse" in x][0]
     print(f"  exit {p.returncode}: {line[:160]}")
+
+
+@case
+def tokenize_detokenize_and_apply_template_answer_as_vllm_and_llama_cpp():
+    d = Daemon(SEXTANT, MODEL)
+    try:
+        text = "Alice was beginning to get very tired"
+        status, body = post(d.port, "/tokenize", {"model": NAME, "prompt": text})
+        got = json.loads(body)
+        assert status == 200 and set(got) == {"count", "max_model_len", "tokens", "token_strs"}, body
+        assert got["count"] == len(got["tokens"]) == prompt_tokens_of_text(d.port, text) and got["token_strs"] is None
+        assert got["max_model_len"] == 512, got
+        status, body = post(d.port, "/detokenize", {"model": NAME, "tokens": got["tokens"]})
+        assert status == 200 and json.loads(body) == {"prompt": text}, body
+        messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Who is Alice?"}]
+        status, body = post(d.port, "/apply-template", {"messages": messages, "temperature": 0.3})
+        rendered = json.loads(body)["prompt"]
+        assert status == 200 and rendered == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWho is "
+                                              "Alice?<|im_end|>\n<|im_start|>assistant\n"), body
+        status, body = post(d.port, "/tokenize", {"messages": messages, "return_token_strs": True})
+        chat_tok = json.loads(body)
+        status2, body2 = chat(d.port, messages)
+        assert status == 200 and status2 == 200, (body, body2)
+        assert chat_tok["count"] == json.loads(body2)["usage"]["prompt_tokens"], (chat_tok["count"], body2)
+        assert len(chat_tok["token_strs"]) == chat_tok["count"] and chat_tok["token_strs"][0] == "<|im_start|>", body
+        status, body = post(d.port, "/tokenize", {"prompt": rendered, "add_special_tokens": False})
+        assert json.loads(body)["tokens"] == chat_tok["tokens"], body
+        for path, req, code, param in [
+                ("/tokenize", {"prompt": "a", "messages": messages}, 400, "prompt"),
+                ("/tokenize", {"model": "other", "prompt": "a"}, 404, "model"),
+                ("/detokenize", {"tokens": [1, 10 ** 9]}, 400, "tokens[1]"),
+                ("/apply-template", {"messages": [{"role": "wizard", "content": "x"}]}, 400, "messages[0].role")]:
+            status, body = post(d.port, path, req)
+            assert status == code and json.loads(body)["error"]["param"] == param, (path, req, status, body)
+        print(f"  /tokenize ({got['count']} and {chat_tok['count']} tokens), /detokenize round trip, /apply-template "
+              f"({len(rendered)} characters) agree with completions and chat; 4 bad requests named")
+    finally:
+        d.stop()
 
 
 daemon_harness.run_cases("SX_CHAT_ONLY")

@@ -1,0 +1,25 @@
+// The prompt of a conversation: the model's chat template (chat_template.h) over the messages with
+// what transformers passes (add_generation_prompt, the tokenizer's bos / eos tokens,
+// chat_template_kwargs, which cannot replace those), or the built-in ChatML where the model has no
+// template. Shared by /v1/chat/completions, /tokenize and /apply-template.
+#pragma once
+
+#include <span>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/chat/chat_template.h"
+#include "runtime/base/status.h"
+#include "runtime/tokenizer/chat_template.h"
+#include "runtime/tokenizer/tokenizer.h"
+
+namespace sx::chat {
+
+// `tmpl` null: ChatML (FAILED_PRECONDITION when the tokenizer has no ChatML tokens). The
+// template's failures are INVALID_ARGUMENT with its message.
+Result<std::string> render_chat_prompt(const ChatTemplate* tmpl, std::span<const tokenizer::ChatMessage> messages,
+                                       const nlohmann::json& chat_template_kwargs, bool add_generation_prompt,
+                                       const tokenizer::Tokenizer& tok);
+
+}  // namespace sx::chat
