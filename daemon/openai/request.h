@@ -32,6 +32,11 @@ struct GenerateRequest {
   // chat: passed to the model's chat template beside messages (enable_thinking, preserve_thinking,
   // any key the template reads): an object, empty when not given.
   nlohmann::json chat_template_kwargs = nlohmann::json::object();
+  // chat, set by the server after rendering: the model thinks (its template names </think>), so
+  // answers are split into reasoning_content and content (daemon/chat/reasoning.h), and whether
+  // the prompt already opened <think>.
+  bool split_reasoning = false;
+  bool prompt_in_thinking = false;
   std::string prompt_text;                       // completion: a string prompt
   std::vector<std::int32_t> prompt_ids;          // completion: token ids
   bool prompt_is_ids = false;

@@ -92,6 +92,7 @@ std::string completion_body(const GenerateRequest& r, const ResponseId& id, cons
     const bool want_logprobs = r.top_logprobs >= 0;
     if (r.endpoint == Endpoint::kChat) {
       choice["message"] = json{{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}, {"tool_calls", json::array()}};
+      if (r.split_reasoning) choice["message"]["reasoning_content"] = c.reasoning ? json(*c.reasoning) : json(nullptr);
       choice["logprobs"] = want_logprobs ? chat_logprobs(tok, c.logprobs) : json(nullptr);
     } else {
       choice["text"] = prefix + c.text;
@@ -108,14 +109,15 @@ std::string completion_body(const GenerateRequest& r, const ResponseId& id, cons
 std::string chunk_json(const GenerateRequest& r, const ResponseId& id, std::int64_t index, bool first,
                        const std::string& text, const std::vector<engine::TokenLogprob>& logprobs,
                        const std::string& finish_reason, const tokenizer::Tokenizer& tok,
-                       std::int64_t token_bytes_before) {
+                       std::int64_t token_bytes_before, const std::string& reasoning) {
   json body = envelope(r, id, true);
   json choice{{"index", index}, {"finish_reason", null_or(finish_reason)}};
   const bool want_logprobs = r.top_logprobs >= 0 && !logprobs.empty();
   if (r.endpoint == Endpoint::kChat) {
     json delta = json::object();
     if (first) delta["role"] = "assistant";
-    if (!text.empty() || (first && finish_reason.empty())) delta["content"] = text;
+    if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
+    if (!text.empty() || (first && finish_reason.empty() && reasoning.empty())) delta["content"] = text;
     choice["delta"] = std::move(delta);
     choice["logprobs"] = want_logprobs ? chat_logprobs(tok, logprobs) : json(nullptr);
   } else {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,7 @@ struct Choice {
   std::string text;
   std::vector<engine::TokenLogprob> logprobs;  // when asked for
   std::string finish_reason;                   // "stop" or "length"
+  std::optional<std::string> reasoning;        // chat with split_reasoning: the thinking (null: none)
 };
 
 // The whole non-streamed response.
@@ -48,14 +50,15 @@ std::string completion_body(const GenerateRequest& request, const ResponseId& id
                             const Usage& usage, const tokenizer::Tokenizer& tok);
 
 // The JSON of one stream chunk for choice `index`: new text and logprobs (chat: the first chunk of a
-// choice carries the role), or the finish reason (empty = not finished). `usage` is null in every
+// choice carries the role; `reasoning`, when not empty, goes in delta.reasoning_content), or the
+// finish reason (empty = not finished). `usage` is null in every
 // chunk when include_usage is set, as OpenAI sends it. `token_bytes_before`: the bytes of this
 // choice's tokens sent in earlier chunks (completions logprobs' text_offset continues from there,
 // after the echoed prompt).
 std::string chunk_json(const GenerateRequest& request, const ResponseId& id, std::int64_t index, bool first,
                        const std::string& text, const std::vector<engine::TokenLogprob>& logprobs,
                        const std::string& finish_reason, const tokenizer::Tokenizer& tok,
-                       std::int64_t token_bytes_before = 0);
+                       std::int64_t token_bytes_before = 0, const std::string& reasoning = {});
 // The last chunk when include_usage is set: no choices, the usage of the whole request.
 std::string usage_chunk_json(const GenerateRequest& request, const ResponseId& id, const Usage& usage);
 

@@ -29,6 +29,7 @@
 #include "daemon/admin/admin_server.h"
 #include "daemon/admin/protocol.h"
 #include "daemon/chat/chat_template.h"
+#include "daemon/chat/reasoning.h"
 #include "daemon/config/serve_config.h"
 #include "daemon/http/router.h"
 #include "daemon/http/server.h"
@@ -108,6 +109,7 @@ struct Active {
   std::vector<int> attempt;
   std::vector<std::int64_t> pending_tokens;  // per choice: counted in its replica's pending_prompt_tokens
   std::vector<openai::Choice> choices;
+  std::vector<chat::ReasoningSplitter> reasoning;  // per choice, streamed chat with split_reasoning
   std::vector<bool> done, started;
   std::vector<std::int64_t> token_bytes_sent;  // per choice, for streamed logprobs' text_offset
   std::vector<Clock::time_point> last_token;

@@ -271,6 +271,9 @@ void TokenizeWork::run() {
       return;
     }
     prompt = tok->encode(*text);
+    const chat::ChatTemplate* tmpl = generation->chat_template.get();
+    request.split_reasoning = tmpl != nullptr && chat::template_thinks(tmpl->source());
+    request.prompt_in_thinking = request.split_reasoning && chat::prompt_opens_thinking(*text);
   } else if (req.prompt_is_ids) {
     prompt = req.prompt_ids;
     for (std::size_t i = 0; i < prompt.size(); ++i) {
@@ -359,6 +362,7 @@ void Daemon::start_generate(TokenizeWork w, int status) {
   a->generation = current_;
   const auto n = static_cast<std::size_t>(req.n);
   a->choices.resize(n);
+  if (req.split_reasoning && req.stream) a->reasoning.assign(n, chat::ReasoningSplitter(req.prompt_in_thinking));
   a->done.assign(n, false);
   a->started.assign(n, false);
   a->token_bytes_sent.assign(n, 0);
@@ -508,9 +512,16 @@ void Daemon::on_event(EngineEvent e) {
   const tokenizer::Tokenizer& tok = a.generation->tokenizer();
   if (!ev.text.empty() || !ev.logprobs.empty()) {
     if (stream && !a.cancelled) {
-      a.responder->write_chunk(openai::sse(openai::chunk_json(a.request, a.id, static_cast<std::int64_t>(e.choice),
-                                                              !a.started[e.choice], ev.text, ev.logprobs, "", tok,
-                                                              a.token_bytes_sent[e.choice])));
+      if (a.reasoning.empty()) {
+        a.responder->write_chunk(openai::sse(openai::chunk_json(a.request, a.id, static_cast<std::int64_t>(e.choice),
+                                                                !a.started[e.choice], ev.text, ev.logprobs, "", tok,
+                                                                a.token_bytes_sent[e.choice])));
+      } else {  // thinking as reasoning_content deltas, the rest as content
+        const chat::ReasoningSplitter::Parts parts = a.reasoning[e.choice].feed(ev.text);
+        a.responder->write_chunk(openai::sse(openai::chunk_json(a.request, a.id, static_cast<std::int64_t>(e.choice),
+                                                                !a.started[e.choice], parts.content, ev.logprobs, "",
+                                                                tok, a.token_bytes_sent[e.choice], parts.reasoning)));
+      }
       for (const engine::TokenLogprob& lp : ev.logprobs) {
         a.token_bytes_sent[e.choice] += static_cast<std::int64_t>(tok.token_bytes(lp.token).size());
       }
@@ -534,6 +545,7 @@ void Daemon::on_event(EngineEvent e) {
       if (std::shared_ptr<Replica> other = route(a.prompt, &rep)) {
         Status refused;
         choice = openai::Choice{};
+        if (!a.reasoning.empty()) a.reasoning[e.choice] = chat::ReasoningSplitter(a.request.prompt_in_thinking);
         a.token_seen[e.choice] = false;
         a.started[e.choice] = false;
         if (submit_choice(a, e.choice, other, &refused)) {
@@ -555,6 +567,15 @@ void Daemon::on_event(EngineEvent e) {
   a.usage.completion_tokens += ev.completion_tokens;
   a.usage.cached_tokens = std::max(a.usage.cached_tokens, ev.cached_prompt_tokens);
   if (stream && ev.finish != engine::RequestFinish::kError && !choice.finish_reason.empty()) {
+    if (!a.reasoning.empty()) {  // what the splitter held back (a partial tag, unclosed thinking)
+      const chat::ReasoningSplitter::Parts rest = a.reasoning[e.choice].finish();
+      if (!rest.content.empty() || !rest.reasoning.empty()) {
+        a.responder->write_chunk(openai::sse(openai::chunk_json(a.request, a.id, static_cast<std::int64_t>(e.choice),
+                                                                !a.started[e.choice], rest.content, {}, "", tok, 0,
+                                                                rest.reasoning)));
+        a.started[e.choice] = true;
+      }
+    }
     a.responder->write_chunk(openai::sse(openai::chunk_json(a.request, a.id, static_cast<std::int64_t>(e.choice),
                                                             !a.started[e.choice], "", {}, choice.finish_reason, tok)));
     a.started[e.choice] = true;
@@ -597,6 +618,14 @@ void Daemon::complete(Active& a) {
     return;
   }
   if (a.error) return send_error(a.responder, err);
+  if (a.request.split_reasoning) {
+    for (openai::Choice& c : a.choices) {
+      chat::ReasoningSplitter::Parts parts = chat::ReasoningSplitter::split(c.text, a.request.prompt_in_thinking);
+      const bool reasoned = a.request.prompt_in_thinking || c.text.find(chat::kThinkOpen) != std::string::npos;
+      c.text = std::move(parts.content);
+      if (reasoned) c.reasoning = std::move(parts.reasoning);
+    }
+  }
   a.responder->respond(200, {{"Content-Type", "application/json"}},
                        openai::completion_body(a.request, a.id, a.choices, a.usage, a.generation->tokenizer()));
 }

@@ -7,7 +7,9 @@ have produced. chat_template_kwargs reach the template (enable_thinking), an ass
 reasoning_content too; a template's raise_exception is a 400 naming its message; a --chat-template
 that does not parse stops the start naming the file, before any weight is read. vLLM's /tokenize and
 /detokenize and llama.cpp's /apply-template answer in their shapes, agreeing with what a chat request
-and a completion count.
+and a completion count. A template that thinks (names </think>) has its answers split: the thinking
+(from the <think> the template opened, or one the answer opens) as reasoning_content, whole and in
+stream deltas, exactly as the completion of the same prompt splits.
 Usage: chat_template_test.py SEXTANT_BINARY MEMORISE_DIR. Prints "N passed, N failed"."""
 import json
 import os
@@ -142,6 +144,81 @@ def tokenize_detokenize_and_apply_template_answer_as_vllm_and_llama_cpp():
             assert status == code and json.loads(body)["error"]["param"] == param, (path, req, status, body)
         print(f"  /tokenize ({got['count']} and {chat_tok['count']} tokens), /detokenize round trip, /apply-template "
               f"({len(rendered)} characters) agree with completions and chat; 4 bad requests named")
+    finally:
+        d.stop()
+
+
+THINKING = """{%- for m in messages -%}
+<|im_start|>{{ m.role }}
+{{ m.content }}<|im_end|>
+{% endfor -%}
+{%- if add_generation_prompt -%}
+<|im_start|>assistant
+{% if enable_thinking is defined and enable_thinking is false %}<think>
+
+</think>
+
+{% else %}<think>
+{% endif %}
+{%- endif -%}"""
+
+
+def split_reference(text, opened):
+    """The rule of daemon/chat/reasoning.h, restated: (reasoning or None, content)."""
+    if not opened:
+        s = text.lstrip(" \t\r\n")
+        if not s.startswith("<think>"):
+            return None, text
+        text = s[len("<think>"):]
+    reasoning, sep, content = text.partition("</think>")
+    return reasoning.strip("\n"), content.lstrip("\n") if sep else ""
+
+
+def stream_chat(port, messages, **extra):
+    import http.client
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    c.request("POST", "/v1/chat/completions", body=json.dumps(
+        {"model": NAME, "messages": messages, "max_tokens": 24, "temperature": 0, "stream": True, **extra}),
+        headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    reasoning, content = "", ""
+    for line in r.read().decode().split("\n\n"):
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        delta = json.loads(line[6:])["choices"][0]["delta"]
+        reasoning += delta.get("reasoning_content", "")
+        content += delta.get("content") or ""
+    c.close()
+    return reasoning, content
+
+
+@case
+def thinking_goes_to_reasoning_content_whole_and_streamed():
+    path = os.path.join(TMP, "thinking.jinja")
+    with open(path, "w") as f:
+        f.write(THINKING)
+    d = Daemon(SEXTANT, MODEL, "--chat-template", path)
+    try:
+        messages = [{"role": "user", "content": "Alice was beginning to get"}]
+        for kwargs, opened in (({}, True), ({"chat_template_kwargs": {"enable_thinking": False}}, False)):
+            status, body = post(d.port, "/apply-template", {"messages": messages, **kwargs})
+            prompt = json.loads(body)["prompt"]
+            assert prompt.endswith("<think>\n") == opened, prompt
+            # The same prompt as a completion: the text the chat answer is split from.
+            status, body = post(d.port, "/v1/completions", {"model": NAME, "prompt": prompt, "max_tokens": 24,
+                                                            "temperature": 0})
+            text = json.loads(body)["choices"][0]["text"]
+            want_reasoning, want_content = split_reference(text, opened)
+            status, body = post(d.port, "/v1/chat/completions", {"model": NAME, "messages": messages, "max_tokens": 24,
+                                                                 "temperature": 0, **kwargs})
+            msg = json.loads(body)["choices"][0]["message"]
+            assert status == 200 and "reasoning_content" in msg, body
+            assert msg["reasoning_content"] == want_reasoning and msg["content"] == want_content, (msg, text)
+            reasoning, content = stream_chat(d.port, messages, **kwargs)
+            assert content == want_content and reasoning.strip("\n") == (want_reasoning or ""), (reasoning, content)
+            print(f"  {'thinking opened by the template' if opened else 'enable_thinking false'}: "
+                  f"reasoning_content {len(want_reasoning or '')} characters, content {len(want_content)}, "
+                  f"whole and streamed, as the completion of the same prompt splits")
     finally:
         d.stop()
 
