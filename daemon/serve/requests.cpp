@@ -163,6 +163,15 @@ void Daemon::handle_generate(openai::Endpoint endpoint, http::Request request, h
 
 namespace {
 
+// The 500 for a request libuv's thread pool did not take (uv_queue_work's error `rc`).
+openai::ApiError queue_failure(int rc) {
+  openai::ApiError err;
+  err.status = 500;
+  err.type = "internal_error";
+  err.message = fmt::format("cannot queue the request: {}", uv_strerror(rc));
+  return err;
+}
+
 // A /tokenize, /detokenize or /apply-template request on libuv's thread pool: the generation it
 // began with keeps its tokenizer and template alive until the answer is sent.
 struct UtilityWork {
@@ -206,13 +215,7 @@ void Daemon::handle_utility(openai::UtilityEndpoint endpoint, http::Request requ
         }
         u->responder->respond(200, {{"Content-Type", "application/json"}}, std::move(*u->answer));
       });
-  if (rc != 0) {
-    openai::ApiError err;
-    err.status = 500;
-    err.type = "internal_error";
-    err.message = fmt::format("cannot queue the request: {}", uv_strerror(rc));
-    return send_error(work->responder, err);
-  }
+  if (rc != 0) return send_error(work->responder, queue_failure(rc));
   (void)work.release();  // owned by the work request until its after-work callback
 }
 
@@ -224,13 +227,7 @@ void Daemon::queue_tokenize(std::unique_ptr<TokenizeWork> work) {
         std::unique_ptr<TokenizeWork> owned(static_cast<TokenizeWork*>(w->data));
         owned->self->start_generate(std::move(*owned), status);
       });
-  if (rc != 0) {
-    openai::ApiError err;
-    err.status = 500;
-    err.type = "internal_error";
-    err.message = fmt::format("cannot queue the request: {}", uv_strerror(rc));
-    return send_error(work->responder, err);
-  }
+  if (rc != 0) return send_error(work->responder, queue_failure(rc));
   (void)work.release();  // owned by the work request until its after-work callback
 }
 

@@ -36,6 +36,13 @@ TEMPLATE = """{%- for m in messages -%}
 {%- if add_generation_prompt %}assistant:{% endif -%}"""
 
 
+def write_template(name, text):
+    path = os.path.join(TMP, name)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
 def prompt_tokens_of_text(port, text):
     status, body = post(port, "/v1/completions", {"model": NAME, "prompt": text, "max_tokens": 1, "temperature": 0})
     assert status == 200, body
@@ -66,9 +73,7 @@ def the_models_own_template_renders_chat():
 
 @case
 def a_chat_template_file_replaces_it_with_kwargs_and_reasoning():
-    path = os.path.join(TMP, "custom.jinja")
-    with open(path, "w") as f:
-        f.write(TEMPLATE)
+    path = write_template("custom.jinja", TEMPLATE)
     d = Daemon(SEXTANT, MODEL, "--chat-template", path)
     try:
         assert f"chat template: {path}" in d.text(), d.text()[-2000:]
@@ -98,9 +103,7 @@ def a_chat_template_file_replaces_it_with_kwargs_and_reasoning():
 
 @case
 def a_chat_template_that_does_not_parse_stops_the_start():
-    path = os.path.join(TMP, "broken.jinja")
-    with open(path, "w") as f:
-        f.write("{% for m in messages %}{{ m.content }")
+    path = write_template("broken.jinja", "{% for m in messages %}{{ m.content }")
     p = subprocess.run([SEXTANT, "serve", "--model", MODEL, "--port", "0", "--admin-socket",
                         os.path.join(TMP, "a.sock"), "--chat-template", path], capture_output=True, timeout=120)
     out = p.stdout.decode(errors="replace") + p.stderr.decode(errors="replace")
@@ -194,9 +197,7 @@ def stream_chat(port, messages, **extra):
 
 @case
 def thinking_goes_to_reasoning_content_whole_and_streamed():
-    path = os.path.join(TMP, "thinking.jinja")
-    with open(path, "w") as f:
-        f.write(THINKING)
+    path = write_template("thinking.jinja", THINKING)
     d = Daemon(SEXTANT, MODEL, "--chat-template", path)
     try:
         messages = [{"role": "user", "content": "Alice was beginning to get"}]
