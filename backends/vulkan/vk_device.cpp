@@ -1392,7 +1392,7 @@ Status VulkanStream::moe_matmul(const hal::MoeFfnArgs& a, const hal::BufView& w,
   std::size_t per_window = (d_.binding_limit() - std::min(d_.binding_limit(), align)) / expert_bytes;
   if (expert_bytes % 4 != 0) per_window = per_window / 2 * 2;
   if (per_window == 0) {
-    return latch_invalid("moe_ffn: an expert of {} bytes does not fit one binding twice", expert_bytes);
+    return latch_invalid("moe_ffn: an expert of {} bytes does not fit one binding", expert_bytes);
   }
   const auto T = static_cast<std::size_t>(a.n_tokens), slots = T * static_cast<std::size_t>(a.k);
   const std::size_t in_rows = x_div == 1 ? slots : T, mk = in_rows * static_cast<std::size_t>(cols);

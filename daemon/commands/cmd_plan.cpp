@@ -104,7 +104,6 @@ struct Loaded {
   std::string note;  // printed under the model line when not empty
 };
 
-
 // Why the experts are split whole rather than each one across the ranks.
 std::string expert_parallel_why(const model::ModelConfig& c, int tp) {
   const std::int64_t share = c.expert_ffn / tp;

@@ -86,8 +86,8 @@ bool converts_to_q8_0(hal::DType t);
 // no Q8_0 block holds them exactly; the int8 GEMM takes them re-quantised, each 32 dequantised
 // weights rounded as activations are (quantize_activations_q8: d = max|w| / 127, then d to fp16),
 // an error of at most half a step, ~1/254 of the block's largest |w|, beside the 8-bit
-// activations' own. Prefill-sized
-// products only (select_matmul_path); the GEMVs read the K-quant blocks themselves.
+// activations' own. Prefill-sized products only (select_matmul_path); the GEMVs read the K-quant
+// blocks themselves.
 bool requantizes_to_q8_0(hal::DType t);
 // What the Q8_0 int8 GEMM reads: converts_to_q8_0 or requantizes_to_q8_0.
 inline bool gemm_q8_reads(hal::DType t) { return converts_to_q8_0(t) || requantizes_to_q8_0(t); }
