@@ -17,6 +17,7 @@
 #include "backends/cpu/kernels/isa.h"
 #include "backends/cpu/ops/cpu_ops.h"
 #include "runtime/base/log.h"
+#include "runtime/hal/op_checks.h"
 
 namespace sx::cpu {
 

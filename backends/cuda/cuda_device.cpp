@@ -35,6 +35,7 @@
 #include "backends/cuda/nccl_channel.h"
 #include "kernels/launch.h"
 #include "runtime/base/log.h"
+#include "runtime/hal/op_checks.h"
 
 namespace sx::cuda {
 

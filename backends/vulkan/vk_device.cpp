@@ -19,6 +19,7 @@
 #include "backends/vulkan/vk_api.h"
 #include "backends/vulkan/vk_select.h"
 #include "runtime/hal/device_options.h"
+#include "runtime/hal/op_checks.h"
 
 namespace sx::vk {
 

@@ -1,6 +1,8 @@
 // Op names and descriptions.
 #include "runtime/hal/ops.h"
 
+#include "runtime/hal/op_checks.h"
+
 #include <tuple>
 
 #include <fmt/format.h>

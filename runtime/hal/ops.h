@@ -18,7 +18,6 @@
 #include <string_view>
 #include <variant>
 
-#include "runtime/base/status.h"
 #include "runtime/hal/dtype.h"
 
 namespace sx::hal {
@@ -170,11 +169,6 @@ struct MoeFfnArgs {
   std::int64_t n_tokens = 0, dim = 0, ffn = 0, k = 1;
   std::int64_t expert_begin = 0, n_local = 0;
 };
-
-// The checks of a MoeFfnArgs every backend makes (backends add their own limits): counts (tokens
-// >= 0, dim, ffn > 0, 1 <= k <= kMaxTopK, local experts >= 0 from expert_begin >= 0, ids within
-// int32) and the experts' rows whole blocks of their formats. INVALID_ARGUMENT naming the field.
-Status check_moe_ffn(const MoeFfnArgs& a);
 
 using Op = std::variant<EmbeddingArgs, RmsNormArgs, MatmulArgs, RopeArgs, KvWriteArgs,
                         AttentionArgs, SiluMulArgs, AddArgs, TopKArgs, MoeRouterArgs, MoeFfnArgs>;
