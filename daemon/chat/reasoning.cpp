@@ -114,14 +114,14 @@ ReasoningSplitter::Parts ReasoningSplitter::finish() {
   return out;
 }
 
-ReasoningSplitter::Parts ReasoningSplitter::split(std::string_view answer, bool prompt_opened_thinking) {
+ReasoningSplitter::Whole ReasoningSplitter::split(std::string_view answer, bool prompt_opened_thinking) {
   ReasoningSplitter s(prompt_opened_thinking);
   Parts all = s.feed(answer);
   Parts rest = s.finish();
-  all.reasoning += rest.reasoning;
-  all.content += rest.content;
-  all.reasoning = std::string(trim_newlines(all.reasoning, true, true));
-  return all;
+  Whole whole;
+  whole.content = std::move(all.content) + rest.content;
+  if (s.reasoned()) whole.reasoning = std::string(trim_newlines(all.reasoning + rest.reasoning, true, true));
+  return whole;
 }
 
 }  // namespace sx::chat

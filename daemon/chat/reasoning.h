@@ -10,6 +10,7 @@
 // thinking is all reasoning. Pure; one per choice; not thread-safe.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -37,8 +38,13 @@ class ReasoningSplitter {
   bool reasoned() const { return reasoned_; }
 
   // A whole answer at once, as transformers-side parsers give it: reasoning without the newlines
-  // around it, content without the newlines that open it.
-  static Parts split(std::string_view answer, bool prompt_opened_thinking);
+  // around it (null when the answer has none: reasoned() false), content without the newlines that
+  // open it.
+  struct Whole {
+    std::optional<std::string> reasoning;
+    std::string content;
+  };
+  static Whole split(std::string_view answer, bool prompt_opened_thinking);
 
  private:
   enum class State { kStart, kReasoning, kContent };

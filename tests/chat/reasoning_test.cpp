@@ -56,9 +56,9 @@ const std::vector<std::pair<std::string, bool>> kCases = {
 TEST(ReasoningSplitter, WholeAnswersFollowTheRule) {
   for (const auto& [answer, opened] : kCases) {
     const Want want = rule(answer, opened);
-    const ReasoningSplitter::Parts got = ReasoningSplitter::split(answer, opened);
+    const ReasoningSplitter::Whole got = ReasoningSplitter::split(answer, opened);
     EXPECT_EQ(got.content, want.content) << answer;
-    EXPECT_EQ(got.reasoning, want.reasoning.value_or("")) << answer;
+    EXPECT_EQ(got.reasoning, want.reasoning) << answer;
   }
 }
 
