@@ -30,6 +30,15 @@ __device__ __forceinline__ void report_error(int* err, int kind, int a, int b, i
   }
 }
 
+// hal::top_k_before's order (top_k.cu, moe.cu): larger first, the lower index among equals, NaN
+// after every number (and equal to NaN).
+__device__ __forceinline__ bool top_k_before(float a, std::int64_t ia, float b, std::int64_t ib) {
+  const bool a_nan = a != a, b_nan = b != b;
+  if (a_nan != b_nan) return b_nan;
+  if (a_nan || a == b) return ia < ib;
+  return a > b;
+}
+
 inline unsigned grid_for(std::int64_t n, int threads) {
   std::int64_t b = (n + threads - 1) / threads;
   if (b < 1) b = 1;

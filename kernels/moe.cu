@@ -20,13 +20,6 @@ constexpr int kThreads = 256;
 constexpr int kWarps = 4;  // expert rows per block of the matmul
 constexpr int kTile = 8;   // routed slots per block of the matmul
 
-__device__ __forceinline__ bool before(float a, int ia, float b, int ib) {
-  const bool a_nan = a != a, b_nan = b != b;
-  if (a_nan != b_nan) return b_nan;
-  if (a_nan || a == b) return ia < ib;
-  return a > b;
-}
-
 __global__ void moe_router_kernel(const float* logits, std::int32_t* ids, float* weights, int n_experts, int k,
                                   bool normalize) {
   __shared__ float sv[kThreads];
@@ -61,8 +54,8 @@ __global__ void moe_router_kernel(const float* logits, std::int32_t* ids, float*
     int bi = -1;
     for (int c = t; c < n_experts; c += kThreads) {
       const float v = expf(row[c] - mx) / sum;
-      if (last_i >= 0 && !before(last_v, last_i, v, c)) continue;  // taken by an earlier pass
-      if (bi < 0 || before(v, c, bv, bi)) {
+      if (last_i >= 0 && !top_k_before(last_v, last_i, v, c)) continue;  // taken by an earlier pass
+      if (bi < 0 || top_k_before(v, c, bv, bi)) {
         bv = v;
         bi = c;
       }
@@ -71,7 +64,7 @@ __global__ void moe_router_kernel(const float* logits, std::int32_t* ids, float*
     si[t] = bi;
     __syncthreads();
     for (int s = kThreads / 2; s > 0; s >>= 1) {
-      if (t < s && si[t + s] >= 0 && (si[t] < 0 || before(sv[t + s], si[t + s], sv[t], si[t]))) {
+      if (t < s && si[t + s] >= 0 && (si[t] < 0 || top_k_before(sv[t + s], si[t + s], sv[t], si[t]))) {
         sv[t] = sv[t + s];
         si[t] = si[t + s];
       }

@@ -11,13 +11,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ bool before(float a, std::int64_t ia, float b, std::int64_t ib) {
-  const bool a_nan = a != a, b_nan = b != b;
-  if (a_nan != b_nan) return b_nan;
-  if (a_nan || a == b) return ia < ib;
-  return a > b;
-}
-
 __global__ void top_k_kernel(const float* x, float* values, std::int32_t* ids, std::int64_t n_cols, std::int64_t k,
                              std::int64_t id_offset) {
   __shared__ float best_v[kThreads];
@@ -30,8 +23,8 @@ __global__ void top_k_kernel(const float* x, float* values, std::int32_t* ids, s
     std::int64_t bi = -1;
     for (std::int64_t j = threadIdx.x; j < n_cols; j += kThreads) {
       const float v = row[j];
-      if (last_i >= 0 && !before(last_v, last_i, v, j)) continue;  // taken by an earlier pass
-      if (bi < 0 || before(v, j, bv, bi)) {
+      if (last_i >= 0 && !top_k_before(last_v, last_i, v, j)) continue;  // taken by an earlier pass
+      if (bi < 0 || top_k_before(v, j, bv, bi)) {
         bv = v;
         bi = j;
       }
@@ -43,7 +36,7 @@ __global__ void top_k_kernel(const float* x, float* values, std::int32_t* ids, s
       if (threadIdx.x < stride) {
         const float ov = best_v[threadIdx.x + stride];
         const std::int64_t oi = best_i[threadIdx.x + stride];
-        if (oi >= 0 && (best_i[threadIdx.x] < 0 || before(ov, oi, best_v[threadIdx.x], best_i[threadIdx.x]))) {
+        if (oi >= 0 && (best_i[threadIdx.x] < 0 || top_k_before(ov, oi, best_v[threadIdx.x], best_i[threadIdx.x]))) {
           best_v[threadIdx.x] = ov;
           best_i[threadIdx.x] = oi;
         }

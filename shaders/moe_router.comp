@@ -5,6 +5,7 @@
 // probabilities), and the chosen probabilities as weights, divided by their sum when
 // p.normalize. Probabilities are exp(l - max) / sum in F32, as the CPU backend rounds them.
 #version 450
+#extension GL_GOOGLE_include_directive : require
 layout(local_size_x = 256) in;
 layout(std430, binding = 0) readonly buffer L { float logits[]; };
 layout(std430, binding = 1) writeonly buffer I { int ids[]; };
@@ -20,12 +21,7 @@ shared float sv[256];
 shared uint si[256];
 shared float chosen[64];  // hal::kMaxTopK
 
-bool before(float a, uint ia, float b, uint ib) {
-  const bool an = isnan(a), bn = isnan(b);
-  if (an != bn) return bn;
-  if (an || a == b) return ia < ib;
-  return a > b;
-}
+#include "top_k_order.glsl"
 
 void main() {
   const uint tok = gl_WorkGroupID.x + gl_WorkGroupID.y * p.gx;

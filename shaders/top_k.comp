@@ -3,6 +3,7 @@
 // comes after the previous round's winner (each invocation over its strided columns, then a
 // reduction in shared memory). ids get id_offset added.
 #version 450
+#extension GL_GOOGLE_include_directive : require
 layout(local_size_x = 256) in;
 layout(std430, binding = 0) readonly buffer X { float x[]; };
 layout(std430, binding = 1) writeonly buffer V { float values[]; };
@@ -18,12 +19,7 @@ const uint kNone = 0xffffffffu;
 shared float sv[256];
 shared uint si[256];
 
-bool before(float a, uint ia, float b, uint ib) {
-  const bool an = isnan(a), bn = isnan(b);
-  if (an != bn) return bn;
-  if (an || a == b) return ia < ib;
-  return a > b;
-}
+#include "top_k_order.glsl"
 
 void main() {
   const uint row = gl_WorkGroupID.x + gl_WorkGroupID.y * p.gx;

@@ -828,6 +828,9 @@ class VulkanStream final : public hal::Stream {
   Status run_kv_write(const hal::KvWriteArgs& a);
   Status run_moe_router(const hal::MoeRouterArgs& a);
   Status run_moe_ffn(const hal::MoeFfnArgs& a);
+  // `b` replaced by a device buffer of `bytes` when it is smaller (or null); the one it outgrew stays
+  // alive in staged_ until the work recorded on it has completed.
+  Status grow(std::unique_ptr<hal::Buffer>& b, std::size_t bytes);
   // Records quantize_q8.comp over `x` (`mk` floats, the stream's own buffer when `internal`) into
   // q8_ (grown as needed): the int8 activations and their scales of a Q8_0 matmul.
   Result<std::pair<hal::BufView, hal::BufView>> quantize_q8(const hal::BufView& x, std::size_t mk, bool internal,
@@ -1352,15 +1355,19 @@ Status VulkanStream::run_matmul(const hal::MatmulArgs& a) {
   return ok_status();
 }
 
+Status VulkanStream::grow(std::unique_ptr<hal::Buffer>& b, std::size_t bytes) {
+  if (b != nullptr && b->size() >= bytes) return ok_status();
+  if (b != nullptr) staged_.push_back(std::move(b));
+  auto fresh = d_.alloc(bytes, hal::BufferUsage::kDevice);
+  if (!fresh.ok()) return latch(fresh.status());
+  b = std::move(*fresh);
+  return ok_status();
+}
+
 Result<std::pair<hal::BufView, hal::BufView>> VulkanStream::quantize_q8(const hal::BufView& x, std::size_t mk,
                                                                          bool internal, const char* op) {
   const std::size_t need = mk + mk / 8;
-  if (q8_ == nullptr || q8_->size() < need) {
-    if (q8_ != nullptr) staged_.push_back(std::move(q8_));
-    auto b = d_.alloc(std::max<std::size_t>(need, std::size_t{1} << 20), hal::BufferUsage::kDevice);
-    if (!b.ok()) return latch(b.status());
-    q8_ = std::move(*b);
-  }
+  SX_RETURN_IF_ERROR(grow(q8_, std::max<std::size_t>(need, std::size_t{1} << 20)));
   const hal::BufView qx{q8_.get(), 0}, dx{q8_.get(), mk};
   const Arg args[] = {{x, mk * 4, "x", internal}, {qx, mk, "int8 x", true}, {dx, mk / 8, "int8 x scales", true}};
   const std::uint32_t params[] = {static_cast<std::uint32_t>(mk / 32)};
@@ -1454,12 +1461,7 @@ Status VulkanStream::run_moe_ffn(const hal::MoeFfnArgs& a) {
   const std::size_t routes_at = 0, counts_at = aligned(n_local * T * 4), gate_at = counts_at + aligned(n_local * 4),
                     up_at = gate_at + aligned(slots * F * 4), down_at = up_at + aligned(slots * F * 4),
                     need = down_at + slots * H * 4;
-  if (moe_ == nullptr || moe_->size() < need) {
-    if (moe_ != nullptr) staged_.push_back(std::move(moe_));
-    auto b = d_.alloc(need, hal::BufferUsage::kDevice);
-    if (!b.ok()) return latch(b.status());
-    moe_ = std::move(*b);
-  }
+  SX_RETURN_IF_ERROR(grow(moe_, need));
   hal::Buffer* ws = moe_.get();
   const hal::BufView routes{ws, routes_at}, counts{ws, counts_at}, g{ws, gate_at}, u{ws, up_at}, y{ws, down_at};
   {

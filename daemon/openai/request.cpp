@@ -240,6 +240,26 @@ bool known_field(Endpoint endpoint, std::string_view key) {
 
 }  // namespace
 
+ApiError model_not_found(std::string_view asked, std::string_view served) {
+  ApiError e;
+  e.status = 404;
+  e.code = "model_not_found";
+  e.param = "model";
+  e.message = fmt::format("The model '{}' does not exist; this server serves '{}'.", asked, served);
+  return e;
+}
+
+ApiError chat_prompt_error(const Status& status) {
+  ApiError e;
+  if (status.code() == StatusCode::kFailedPrecondition) {
+    e.code = "no_chat_template";
+  } else {
+    e.param = "messages";
+  }
+  e.message = std::string(status.message());
+  return e;
+}
+
 std::optional<json> parse_body_object(std::string_view body, const ParseLimits& limits, ApiError* error) {
   Parser ps{error};
   const JsonShape shape = json_shape(body);

@@ -75,6 +75,12 @@ struct ParseLimits {
 std::optional<GenerateRequest> parse_request(Endpoint endpoint, std::string_view body, const ParseLimits& limits,
                                              ApiError* error);
 
+// The 404 for a request naming another model than the one served.
+ApiError model_not_found(std::string_view asked, std::string_view served);
+// The 400 for a conversation the chat prompt could not be made of (chat::render_chat_prompt's
+// error): no ChatML tokens (code no_chat_template), or the template's message (param messages).
+ApiError chat_prompt_error(const Status& status);
+
 // The body as a JSON object within `limits`' tree size, or nullopt with the 400 in `error`.
 std::optional<nlohmann::json> parse_body_object(std::string_view body, const ParseLimits& limits, ApiError* error);
 // A chat request's `messages` (the rules of /v1/chat/completions), or false with the 400 naming the

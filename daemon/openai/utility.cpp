@@ -12,13 +12,10 @@ namespace {
 
 using nlohmann::json;
 
-std::optional<std::string> fail(ApiError* error, std::string param, std::string message, int status = 400,
-                                std::string code = {}) {
+std::optional<std::string> fail(ApiError* error, std::string param, std::string message) {
   *error = ApiError{};
-  error->status = status;
   error->param = std::move(param);
   error->message = std::move(message);
-  error->code = std::move(code);
   return std::nullopt;
 }
 
@@ -46,9 +43,8 @@ std::optional<std::string> chat_prompt(const json& doc, const UtilityContext& ct
   }
   auto text = chat::render_chat_prompt(ctx.chat_template, messages, kwargs, add_generation_prompt, *ctx.tokenizer);
   if (!text.ok()) {
-    const bool no_chat = text.status().code() == StatusCode::kFailedPrecondition;
-    return fail(error, no_chat ? "" : "messages", std::string(text.status().message()), 400,
-                no_chat ? "no_chat_template" : "");
+    *error = chat_prompt_error(text.status());
+    return std::nullopt;
   }
   return std::move(text).value();
 }
@@ -63,10 +59,8 @@ std::optional<std::string> run_utility(UtilityEndpoint endpoint, std::string_vie
   if (const auto it = doc.find("model"); it != doc.end() && !it->is_null()) {
     if (!it->is_string()) return fail(error, "model", "'model' must be a string");
     if (it->get<std::string>() != ctx.model_name) {
-      return fail(error, "model",
-                  fmt::format("The model '{}' does not exist; this server serves '{}'.", it->get<std::string>(),
-                              ctx.model_name),
-                  404, "model_not_found");
+      *error = model_not_found(it->get<std::string>(), ctx.model_name);
+      return std::nullopt;
     }
   }
   const tokenizer::Tokenizer& tok = *ctx.tokenizer;

@@ -247,24 +247,14 @@ void TokenizeWork::run() {
   const std::string& model_name = generation->model_name;
   const tokenizer::Tokenizer* tok = &generation->tokenizer();
   if (req.model != model_name) {
-    error = openai::ApiError{};
-    error->status = 404;
-    error->code = "model_not_found";
-    error->param = "model";
-    error->message = fmt::format("The model '{}' does not exist; this server serves '{}'.", req.model, model_name);
+    error = openai::model_not_found(req.model, model_name);
     return;
   }
   if (req.endpoint == openai::Endpoint::kChat) {
     auto text = chat::render_chat_prompt(generation->chat_template.get(), req.messages, req.chat_template_kwargs,
                                          /*add_generation_prompt=*/true, *tok);
     if (!text.ok()) {
-      error = openai::ApiError{};
-      if (text.status().code() == StatusCode::kFailedPrecondition) {
-        error->code = "no_chat_template";
-      } else {
-        error->param = "messages";
-      }
-      error->message = text.status().message();
+      error = openai::chat_prompt_error(text.status());
       return;
     }
     prompt = tok->encode(*text);
@@ -617,10 +607,9 @@ void Daemon::complete(Active& a) {
   if (a.error) return send_error(a.responder, err);
   if (a.request.split_reasoning) {
     for (openai::Choice& c : a.choices) {
-      chat::ReasoningSplitter::Parts parts = chat::ReasoningSplitter::split(c.text, a.request.prompt_in_thinking);
-      const bool reasoned = a.request.prompt_in_thinking || c.text.find(chat::kThinkOpen) != std::string::npos;
-      c.text = std::move(parts.content);
-      if (reasoned) c.reasoning = std::move(parts.reasoning);
+      chat::ReasoningSplitter::Whole whole = chat::ReasoningSplitter::split(c.text, a.request.prompt_in_thinking);
+      c.text = std::move(whole.content);
+      c.reasoning = std::move(whole.reasoning);
     }
   }
   a.responder->respond(200, {{"Content-Type", "application/json"}},
