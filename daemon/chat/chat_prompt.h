@@ -16,10 +16,15 @@
 
 namespace sx::chat {
 
-// `tmpl` null: ChatML (FAILED_PRECONDITION when the tokenizer has no ChatML tokens). The
-// template's failures are INVALID_ARGUMENT with its message.
+// `tools`: the request's (an array; null or empty: none), passed as transformers passes them (the
+// template lists them in the system turn). Messages' tool calls go in as OpenAI's shape with their
+// arguments as objects (parse_tool_call_arguments), tool messages with their tool_call_id.
+// `tmpl` null: ChatML (FAILED_PRECONDITION when the tokenizer has no ChatML tokens, and for tools or
+// tool calls, which it has no way to show). The template's failures are INVALID_ARGUMENT with its
+// message.
 Result<std::string> render_chat_prompt(const ChatTemplate* tmpl, std::span<const tokenizer::ChatMessage> messages,
-                                       const nlohmann::json& chat_template_kwargs, bool add_generation_prompt,
+                                       const nlohmann::ordered_json& tools,
+                                       const nlohmann::ordered_json& chat_template_kwargs, bool add_generation_prompt,
                                        const tokenizer::Tokenizer& tok);
 
 }  // namespace sx::chat

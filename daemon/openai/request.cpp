@@ -15,7 +15,9 @@ namespace sx::daemon::openai {
 
 namespace {
 
-using nlohmann::json;
+// Ordered: tools' schemas and tool-call arguments reach the chat template in the order the client
+// wrote their keys, as transformers renders a Python dict.
+using json = nlohmann::ordered_json;
 
 struct Parser {
   ApiError* error;
@@ -146,12 +148,17 @@ struct Parser {
             msg.reasoning_content = std::move(r);
           }
         } else if (k == "name" || k == "tool_call_id") {
-          std::string ignored;
-          if (!val.is_null() && !get_string(val, field, ignored)) return false;
-        } else if (k == "tool_calls" || k == "function_call" || k == "refusal" || k == "audio") {
-          if (!val.is_null() && !(val.is_array() && val.empty())) {
-            return fail(field, fmt::format("'{}' is not supported (Sextant has no tool calling yet)", field));
+          if (!val.is_null()) {
+            std::string text;
+            if (!get_string(val, field, text)) return false;
+            (k == "name" ? msg.name : msg.tool_call_id) = std::move(text);
           }
+        } else if (k == "tool_calls") {
+          if (!val.is_null() && !get_tool_calls(val, field, msg.tool_calls)) return false;
+        } else if (k == "function_call") {
+          if (!val.is_null()) return fail(field, fmt::format("'{}' is not supported: send 'tool_calls'", field));
+        } else if (k == "refusal" || k == "audio") {
+          if (!val.is_null()) return fail(field, fmt::format("'{}' is not supported", field));
         } else {
           return fail(field, fmt::format("unknown field '{}'", field));
         }
@@ -162,8 +169,136 @@ struct Parser {
         return fail(name + ".role", fmt::format("'{}.role' must be one of system, developer, user, assistant, tool; "
                                                 "got '{}'", name, msg.role));
       }
+      if (!msg.tool_calls.empty() && msg.role != "assistant") {
+        return fail(name + ".tool_calls", fmt::format("'{}.tool_calls' belongs to an assistant message, not a {} "
+                                                      "message", name, msg.role));
+      }
       out.push_back(std::move(msg));
     }
+    return true;
+  }
+
+  // An assistant message's tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}],
+  // arguments a JSON string (OpenAI's wire format) or an object.
+  bool get_tool_calls(const json& v, const std::string& name, std::vector<tokenizer::ToolCall>& out) {
+    if (!v.is_array()) return fail(name, fmt::format("'{}' must be an array, got {}", name, type_name(v)));
+    for (std::size_t j = 0; j < v.size(); ++j) {
+      const std::string at = fmt::format("{}[{}]", name, j);
+      const json& c = v[j];
+      if (!c.is_object()) return fail(at, fmt::format("'{}' must be an object, got {}", at, type_name(c)));
+      tokenizer::ToolCall call;
+      const json* fn = nullptr;
+      for (const auto& [k, val] : c.items()) {
+        if (k == "id") {
+          if (!val.is_null() && !get_string(val, at + ".id", call.id)) return false;
+        } else if (k == "type") {
+          if (val != "function") return fail(at + ".type", fmt::format("'{}.type' must be \"function\"", at));
+        } else if (k == "function") {
+          if (!val.is_object()) return fail(at + ".function", fmt::format("'{}.function' must be an object", at));
+          fn = &val;
+        } else if (k != "index") {
+          return fail(at + "." + k, fmt::format("unknown field '{}.{}'", at, k));
+        }
+      }
+      if (fn == nullptr) return fail(at + ".function", fmt::format("'{}.function' is required", at));
+      bool has_name = false;
+      for (const auto& [k, val] : fn->items()) {
+        const std::string field = at + ".function." + k;
+        if (k == "name") {
+          if (!get_string(val, field, call.name)) return false;
+          has_name = true;
+        } else if (k == "arguments") {
+          if (val.is_string()) {
+            call.arguments = val.get<std::string>();
+          } else if (val.is_object()) {
+            call.arguments = val.dump(-1, ' ', false, json::error_handler_t::replace);
+          } else {
+            return fail(field, fmt::format("'{}' must be a string holding a JSON object, got {}", field, type_name(val)));
+          }
+          const json parsed = json::parse(call.arguments, nullptr, /*allow_exceptions=*/false);
+          if (!parsed.is_object()) {
+            return fail(field, fmt::format("'{}' must hold a JSON object; got '{}'", field,
+                                           call.arguments.substr(0, 80)));
+          }
+        } else {
+          return fail(field, fmt::format("unknown field '{}'", field));
+        }
+      }
+      if (!has_name) return fail(at + ".function.name", fmt::format("'{}.function.name' is required", at));
+      if (call.arguments.empty()) call.arguments = "{}";
+      out.push_back(std::move(call));
+    }
+    return true;
+  }
+
+  // tools: [{"type": "function", "function": {"name", "description", "parameters", "strict"}}],
+  // kept as sent (the template lists them) after each is checked.
+  bool get_tools(const json& v, json& out) {
+    if (!v.is_array()) return fail("tools", fmt::format("'tools' must be an array, got {}", type_name(v)));
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const std::string at = fmt::format("tools[{}]", i);
+      const json& t = v[i];
+      if (!t.is_object()) return fail(at, fmt::format("'{}' must be an object, got {}", at, type_name(t)));
+      const auto type = t.find("type");
+      if (type == t.end() || *type != "function") {
+        return fail(at + ".type", fmt::format("'{}.type' must be \"function\"", at));
+      }
+      const auto fn = t.find("function");
+      if (fn == t.end() || !fn->is_object()) return fail(at + ".function", fmt::format("'{}.function' must be an object", at));
+      for (const auto& [k, _] : t.items()) {
+        if (k != "type" && k != "function") return fail(at + "." + k, fmt::format("unknown field '{}.{}'", at, k));
+      }
+      std::string fname;
+      const auto nm = fn->find("name");
+      if (nm == fn->end()) return fail(at + ".function.name", fmt::format("'{}.function.name' is required", at));
+      if (!get_string(*nm, at + ".function.name", fname)) return false;
+      if (fname.empty() || fname.find_first_of("<>\n\"") != std::string::npos) {
+        return fail(at + ".function.name", fmt::format("'{}.function.name' must be a name without <, >, \" or line "
+                                                       "breaks; got '{}'", at, fname));
+      }
+      for (std::size_t j = 0; j < i; ++j) {
+        if (v[j]["function"]["name"] == fname) {
+          return fail(at + ".function.name", fmt::format("'{}.function.name' '{}' is also tools[{}]'s", at, fname, j));
+        }
+      }
+      for (const auto& [k, val] : fn->items()) {
+        const std::string field = at + ".function." + k;
+        if (k == "description") {
+          std::string ignored;
+          if (!val.is_null() && !get_string(val, field, ignored)) return false;
+        } else if (k == "parameters") {
+          if (!val.is_object()) return fail(field, fmt::format("'{}' must be a JSON schema object, got {}", field, type_name(val)));
+        } else if (k == "strict") {
+          bool ignored = false;
+          if (!val.is_null() && !get_bool(val, field, ignored)) return false;
+        } else if (k != "name") {
+          return fail(field, fmt::format("unknown field '{}'", field));
+        }
+      }
+    }
+    out = v;
+    return true;
+  }
+
+  // tool_choice: "none", "auto", "required", or {"type": "function", "function": {"name": NAME}}.
+  bool get_tool_choice(const json& v, GenerateRequest& r) {
+    if (v.is_string()) {
+      const std::string s = v.get<std::string>();
+      if (s == "none") r.tool_choice = ToolChoice::kNone;
+      else if (s == "auto") r.tool_choice = ToolChoice::kAuto;
+      else if (s == "required") r.tool_choice = ToolChoice::kRequired;
+      else return fail("tool_choice", fmt::format("'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                                                  "{{\"type\": \"function\", \"function\": {{\"name\": ...}}}}; got '{}'", s));
+      return true;
+    }
+    const auto fn = v.is_object() ? v.find("function") : v.end();
+    if (!v.is_object() || v.value("type", json()) != "function" || fn == v.end() || !fn->is_object() ||
+        !fn->contains("name") || !(*fn)["name"].is_string()) {
+      return fail("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": "
+                                 "\"function\", \"function\": {\"name\": ...}}");
+    }
+    r.tool_choice = ToolChoice::kNamed;
+    r.tool_choice_name = (*fn)["name"].get<std::string>();
     return true;
   }
 
@@ -221,7 +356,7 @@ bool known_field(Endpoint endpoint, std::string_view key) {
       "logit_bias", "response_format", "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls",
       "store", "metadata", "service_tier"};
   static constexpr std::string_view kChat[] = {"messages", "max_completion_tokens", "top_logprobs",
-                                               "chat_template_kwargs"};
+                                               "chat_template_kwargs", "sextant_test_script"};
   static constexpr std::string_view kCompletion[] = {"prompt", "echo", "best_of", "suffix"};
   for (std::string_view k : kCommon) {
     if (k == key) return true;
@@ -290,6 +425,11 @@ bool parse_chat_messages(const json& v, std::vector<tokenizer::ChatMessage>& out
   return ps.get_messages(v, out);
 }
 
+bool parse_chat_tools(const json& v, json& out, ApiError* error) {
+  Parser ps{error};
+  return ps.get_tools(v, out);
+}
+
 std::optional<GenerateRequest> parse_request(Endpoint endpoint, std::string_view body, const ParseLimits& limits,
                                              ApiError* error) {
   Parser ps{error};
@@ -301,6 +441,7 @@ std::optional<GenerateRequest> parse_request(Endpoint endpoint, std::string_view
   const bool chat = endpoint == Endpoint::kChat;
   bool has_model = false, has_input = false, logprobs_flag = false;
   std::optional<std::int64_t> top_logprobs, max_completion_tokens;
+  bool tool_choice_given = false;
   const json* stream_options = nullptr;
   std::int64_t v = 0;
   for (const auto& [key, val] : doc.items()) {
@@ -375,6 +516,15 @@ std::optional<GenerateRequest> parse_request(Endpoint endpoint, std::string_view
       if (!val.is_object() || val.size() != 1 || type == val.end() || *type != "text") {
         ok = ps.fail(key, "'response_format' other than {\"type\": \"text\"} is not supported");
       }
+    } else if (chat && key == "tools") {
+      ok = ps.get_tools(val, r.tools);
+    } else if (chat && key == "tool_choice") {
+      ok = ps.get_tool_choice(val, r);
+      tool_choice_given = true;
+    } else if (chat && key == "parallel_tool_calls") {
+      ok = ps.get_bool(val, key, r.parallel_tool_calls);
+    } else if (chat && key == "sextant_test_script" && limits.test_hooks) {
+      ok = ps.get_string(val, key, r.test_script);
     } else if (key == "tools" || key == "tool_choice" || key == "functions" || key == "function_call" ||
                key == "parallel_tool_calls" || (!chat && key == "suffix")) {
       ok = ps.fail(key, fmt::format("'{}' is not supported", key));
@@ -415,6 +565,24 @@ std::optional<GenerateRequest> parse_request(Endpoint endpoint, std::string_view
     }
   }
   if (max_completion_tokens) r.max_tokens = max_completion_tokens;  // the newer name wins, as in vLLM
+  if (chat) {
+    // OpenAI's defaults: "auto" with tools, "none" without; a choice that needs tools needs them.
+    const bool has_tools = r.tools.is_array() && !r.tools.empty();
+    if (!tool_choice_given) r.tool_choice = has_tools ? ToolChoice::kAuto : ToolChoice::kNone;
+    if (!has_tools && (r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed)) {
+      ps.fail("tool_choice", "'tool_choice' asks for a tool call but 'tools' lists none");
+      return std::nullopt;
+    }
+    if (r.tool_choice == ToolChoice::kNamed) {
+      bool found = false;
+      for (const json& t : r.tools) found = found || t["function"]["name"] == r.tool_choice_name;
+      if (!found) {
+        ps.fail("tool_choice", fmt::format("'tool_choice' names the function '{}', which 'tools' does not list",
+                                           r.tool_choice_name));
+        return std::nullopt;
+      }
+    }
+  }
   if (chat) {
     if (top_logprobs && !logprobs_flag) {
       ps.fail("top_logprobs", "'top_logprobs' requires \"logprobs\": true");

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/chat/tool_calls.h"
 #include "runtime/base/status.h"
 #include "runtime/engine/sampler.h"
 #include "runtime/tokenizer/chat_template.h"
@@ -24,6 +25,10 @@ namespace sx::daemon::openai {
 
 enum class Endpoint { kChat, kCompletion };
 
+// tool_choice: none (the tools are not shown and no call is parsed), auto, required (at least one
+// call), named (a call of that function).
+enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
+
 // What the handler needs to run a request (limits are checked later, against the model).
 struct GenerateRequest {
   Endpoint endpoint = Endpoint::kChat;
@@ -31,12 +36,24 @@ struct GenerateRequest {
   std::vector<tokenizer::ChatMessage> messages;  // chat
   // chat: passed to the model's chat template beside messages (enable_thinking, preserve_thinking,
   // any key the template reads): an object, empty when not given.
-  nlohmann::json chat_template_kwargs = nlohmann::json::object();
+  nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
+  // chat: the functions the model may call (the request's `tools`, checked, in the client's key
+  // order; null when none), tool_choice and parallel_tool_calls.
+  nlohmann::ordered_json tools;
+  ToolChoice tool_choice = ToolChoice::kNone;
+  std::string tool_choice_name;  // kNamed
+  bool parallel_tool_calls = true;
+  // Test hooks only (ParseLimits::test_hooks): the answer's text, which the engine writes instead of
+  // sampling (engine::RequestOptions::script); the rest of the pipeline runs as for any answer.
+  std::string test_script;
   // chat, set by the server after rendering: the model thinks (its template names </think>), so
   // answers are split into reasoning_content and content (daemon/chat/reasoning.h), and whether
   // the prompt already opened <think>.
   bool split_reasoning = false;
   bool prompt_in_thinking = false;
+  // chat, set by the server after rendering: the syntax the model's calls are parsed in (kNone:
+  // no tools, tool_choice none, or a template that shows no calls).
+  chat::ToolSyntax tool_syntax = chat::ToolSyntax::kNone;
   std::string prompt_text;                       // completion: a string prompt
   std::vector<std::int32_t> prompt_ids;          // completion: token ids
   bool prompt_is_ids = false;
@@ -71,6 +88,9 @@ struct ParseLimits {
   std::int64_t max_n = 8;
   std::size_t max_json_depth = 32;
   std::size_t max_json_values = std::size_t{1} << 20;
+  // Accepts `sextant_test_script` (serve's SEXTANT_TEST_HOOKS=1): end-to-end tests of tool calls
+  // make a model "write" a call. Never on in a served deployment by default.
+  bool test_hooks = false;
 };
 std::optional<GenerateRequest> parse_request(Endpoint endpoint, std::string_view body, const ParseLimits& limits,
                                              ApiError* error);
@@ -82,9 +102,12 @@ ApiError model_not_found(std::string_view asked, std::string_view served);
 ApiError chat_prompt_error(const Status& status);
 
 // The body as a JSON object within `limits`' tree size, or nullopt with the 400 in `error`.
-std::optional<nlohmann::json> parse_body_object(std::string_view body, const ParseLimits& limits, ApiError* error);
+std::optional<nlohmann::ordered_json> parse_body_object(std::string_view body, const ParseLimits& limits, ApiError* error);
 // A chat request's `messages` (the rules of /v1/chat/completions), or false with the 400 naming the
 // message at fault in `error`.
-bool parse_chat_messages(const nlohmann::json& v, std::vector<tokenizer::ChatMessage>& out, ApiError* error);
+bool parse_chat_messages(const nlohmann::ordered_json& v, std::vector<tokenizer::ChatMessage>& out, ApiError* error);
+// A chat request's `tools` (checked as /v1/chat/completions checks them, kept as sent), or false
+// with the 400 naming the tool at fault.
+bool parse_chat_tools(const nlohmann::ordered_json& v, nlohmann::ordered_json& out, ApiError* error);
 
 }  // namespace sx::daemon::openai

@@ -91,7 +91,15 @@ std::string completion_body(const GenerateRequest& r, const ResponseId& id, cons
     json choice{{"index", i}, {"finish_reason", null_or(c.finish_reason)}};
     const bool want_logprobs = r.top_logprobs >= 0;
     if (r.endpoint == Endpoint::kChat) {
-      choice["message"] = json{{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}, {"tool_calls", json::array()}};
+      json calls = json::array();
+      for (const ToolCallOut& t : c.tool_calls) {
+        calls.push_back({{"id", t.id}, {"type", "function"}, {"function", {{"name", t.name}, {"arguments", t.arguments}}}});
+      }
+      const bool blank = c.text.find_first_not_of(" \t\r\n") == std::string::npos;
+      choice["message"] = json{{"role", "assistant"},
+                               {"content", !c.tool_calls.empty() && blank ? json(nullptr) : json(c.text)},
+                               {"refusal", nullptr},
+                               {"tool_calls", std::move(calls)}};
       if (r.split_reasoning) choice["message"]["reasoning_content"] = c.reasoning ? json(*c.reasoning) : json(nullptr);
       choice["logprobs"] = want_logprobs ? chat_logprobs(tok, c.logprobs) : json(nullptr);
     } else {
@@ -130,6 +138,26 @@ std::string chunk_json(const GenerateRequest& r, const ResponseId& id, std::int6
   body["choices"] = json::array({std::move(choice)});
   if (r.include_usage) body["usage"] = nullptr;
   return dump_json(body);
+}
+
+std::string delta_chunk_json(const GenerateRequest& r, const ResponseId& id, std::int64_t index, bool first,
+                             json delta, const std::vector<engine::TokenLogprob>& logprobs,
+                             const std::string& finish_reason, const tokenizer::Tokenizer& tok) {
+  json body = envelope(r, id, true);
+  if (first) delta["role"] = "assistant";
+  json choice{{"index", index}, {"delta", std::move(delta)}, {"finish_reason", null_or(finish_reason)}};
+  choice["logprobs"] = r.top_logprobs >= 0 && !logprobs.empty() ? chat_logprobs(tok, logprobs) : json(nullptr);
+  body["choices"] = json::array({std::move(choice)});
+  if (r.include_usage) body["usage"] = nullptr;
+  return dump_json(body);
+}
+
+json tool_call_begin_delta(std::size_t index, const std::string& id, const std::string& name) {
+  return {{"index", index}, {"id", id}, {"type", "function"}, {"function", {{"name", name}, {"arguments", ""}}}};
+}
+
+json tool_call_arguments_delta(std::size_t index, const std::string& fragment) {
+  return {{"index", index}, {"function", {{"arguments", fragment}}}};
 }
 
 std::string usage_chunk_json(const GenerateRequest& r, const ResponseId& id, const Usage& usage) {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 
 #include "daemon/openai/request.h"
 #include "runtime/engine/engine.h"
@@ -37,12 +37,20 @@ struct Usage {
   std::int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
 };
 
+// A call the model made, as message.tool_calls lists it.
+struct ToolCallOut {
+  std::string id;  // "call_..."
+  std::string name;
+  std::string arguments;  // a JSON object's text
+};
+
 // One finished choice of a non-streamed response.
 struct Choice {
   std::string text;
   std::vector<engine::TokenLogprob> logprobs;  // when asked for
-  std::string finish_reason;                   // "stop" or "length"
+  std::string finish_reason;                   // "stop", "length" or "tool_calls"
   std::optional<std::string> reasoning;        // chat with split_reasoning: the thinking (null: none)
+  std::vector<ToolCallOut> tool_calls;         // chat with tools: content is null when only spaces remain
 };
 
 // The whole non-streamed response.
@@ -59,6 +67,15 @@ std::string chunk_json(const GenerateRequest& request, const ResponseId& id, std
                        const std::string& text, const std::vector<engine::TokenLogprob>& logprobs,
                        const std::string& finish_reason, const tokenizer::Tokenizer& tok,
                        std::int64_t token_bytes_before = 0, const std::string& reasoning = {});
+// A chat stream chunk of choice `index` whose delta is `delta` (an object: content,
+// reasoning_content, tool_calls), the role added on the choice's first chunk.
+std::string delta_chunk_json(const GenerateRequest& request, const ResponseId& id, std::int64_t index, bool first,
+                             nlohmann::json delta, const std::vector<engine::TokenLogprob>& logprobs,
+                             const std::string& finish_reason, const tokenizer::Tokenizer& tok);
+// A delta's tool_calls entry: a call's first (id, type and name) or one fragment of its arguments.
+nlohmann::json tool_call_begin_delta(std::size_t index, const std::string& id, const std::string& name);
+nlohmann::json tool_call_arguments_delta(std::size_t index, const std::string& fragment);
+
 // The last chunk when include_usage is set: no choices, the usage of the whole request.
 std::string usage_chunk_json(const GenerateRequest& request, const ResponseId& id, const Usage& usage);
 

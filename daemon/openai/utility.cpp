@@ -10,7 +10,7 @@ namespace sx::daemon::openai {
 
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 std::optional<std::string> fail(ApiError* error, std::string param, std::string message) {
   *error = ApiError{};
@@ -41,7 +41,12 @@ std::optional<std::string> chat_prompt(const json& doc, const UtilityContext& ct
     if (!it->is_object()) return fail(error, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
     kwargs = *it;
   }
-  auto text = chat::render_chat_prompt(ctx.chat_template, messages, kwargs, add_generation_prompt, *ctx.tokenizer);
+  json tools;
+  if (const auto it = doc.find("tools"); it != doc.end() && !it->is_null()) {
+    if (!parse_chat_tools(*it, tools, error)) return std::nullopt;
+  }
+  auto text = chat::render_chat_prompt(ctx.chat_template, messages, tools, kwargs, add_generation_prompt,
+                                       *ctx.tokenizer);
   if (!text.ok()) {
     *error = chat_prompt_error(text.status());
     return std::nullopt;

@@ -2,13 +2,13 @@
 // and llama.cpp's POST /apply-template. Each takes the request body and returns the response body
 // (JSON), or nullopt with the error (400 naming the field, 404 for another model) in `error`.
 //
-//   /tokenize        {"prompt": TEXT} or {"messages": [...], "add_generation_prompt": true,
-//                    "chat_template_kwargs": {...}}, with "add_special_tokens" (prompt: true, chat:
+//   /tokenize        {"prompt": TEXT} or {"messages": [...], "tools": [...], "add_generation_prompt":
+//                    true, "chat_template_kwargs": {...}}, with "add_special_tokens" (prompt: true, chat:
 //                    false; adds the tokenizer's BOS where it asks for one), "return_token_strs"
 //                    (false), "model" (optional)
 //                    -> {"count", "max_model_len", "tokens": [ids], "token_strs": [..] or null}
 //   /detokenize      {"tokens": [ids], "model"} -> {"prompt": TEXT}
-//   /apply-template  a chat request ({"messages": [...], "chat_template_kwargs", ...}; fields of
+//   /apply-template  a chat request ({"messages": [...], "tools", "chat_template_kwargs", ...}; fields of
 //                    generation are ignored) -> {"prompt": TEXT}, the generation prompt added
 // Pure; thread-safe (run on libuv's thread pool).
 #pragma once

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -132,6 +133,11 @@ int Daemon::run() {
   }
   log_info("serve: phase config: ok (model {}, backend {}, tp {} x pp {}, max_num_seqs {})", config_.model.path,
            config_.model.backend, config_.model.tp, config_.model.pp, config_.engine.max_num_seqs);
+  if (const char* hooks = std::getenv("SEXTANT_TEST_HOOKS"); hooks != nullptr && std::string_view(hooks) == "1") {
+    test_hooks_ = true;
+    log_warn("serve: SEXTANT_TEST_HOOKS=1: requests may script the model's answer (sextant_test_script); for "
+             "tests only");
+  }
   auto loaded = loop::AsyncQueue<Loaded>::create(&loop_, [this](Loaded l) { on_loaded(std::move(l)); });
   auto events = loop::AsyncQueue<EngineEvent>::create(&loop_, [this](EngineEvent e) { on_event(std::move(e)); });
   if (!loaded.ok() || !events.ok()) {

@@ -30,6 +30,7 @@
 #include "daemon/admin/protocol.h"
 #include "daemon/chat/chat_template.h"
 #include "daemon/chat/reasoning.h"
+#include "daemon/chat/tool_calls.h"
 #include "daemon/config/serve_config.h"
 #include "daemon/http/router.h"
 #include "daemon/http/server.h"
@@ -92,6 +93,19 @@ struct EngineEvent {
   engine::RequestEvent event;
 };
 
+// A streamed chat choice's tool calls (request.tool_syntax set): the parsers of its reasoning and
+// its content, numbering calls together, and the ids given to calls begun.
+struct ToolStream {
+  std::size_t counter = 0;
+  chat::ToolCallParser reasoning, content;
+  std::vector<std::string> ids;  // by call index
+  std::size_t ended_ok = 0;
+  ToolStream(chat::ToolSyntax syntax, const nlohmann::ordered_json& tools)
+      : reasoning(syntax, tools, &counter), content(syntax, tools, &counter) {}
+  ToolStream(const ToolStream&) = delete;
+  ToolStream& operator=(const ToolStream&) = delete;
+};
+
 // One OpenAI request in flight: its n engine requests (choices), where each runs, and what was
 // sent so far. All choices start on one replica; a choice whose replica failed before any of it
 // reached the client is retried on another.
@@ -110,6 +124,7 @@ struct Active {
   std::vector<std::int64_t> pending_tokens;  // per choice: counted in its replica's pending_prompt_tokens
   std::vector<openai::Choice> choices;
   std::vector<chat::ReasoningSplitter> reasoning;  // per choice, streamed chat with split_reasoning
+  std::vector<std::unique_ptr<ToolStream>> tool_streams;  // per choice, streamed chat with tool_syntax
   std::vector<bool> done, started;
   std::vector<std::int64_t> token_bytes_sent;  // per choice, for streamed logprobs' text_offset
   std::vector<Clock::time_point> last_token;
@@ -144,6 +159,7 @@ struct TokenizeWork {
   bool parsed = false;
   openai::GenerateRequest request;       // out
   std::vector<std::int32_t> prompt;      // out
+  std::vector<std::int32_t> script;      // out: request.test_script's tokens
   std::optional<openai::ApiError> error;  // out
   void run();  // thread pool
 };
@@ -211,6 +227,13 @@ class Daemon {
   // Loop thread, after the prompt was tokenized (status: the work request's, UV_ECANCELED if cancelled).
   void start_generate(TokenizeWork work, int status);
   void on_event(EngineEvent e);
+  // A streamed chat choice with tools: `parts` of its answer (reasoning and content, as the
+  // splitter told them) through its tool-call parsers (finished too when `at_end`), written as
+  // deltas; `logprobs` ride on the first.
+  void stream_with_tools(Active& a, std::size_t c, const chat::ReasoningSplitter::Parts& parts,
+                         const std::vector<engine::TokenLogprob>& logprobs, bool at_end);
+  // A whole chat choice's calls out of its reasoning and content (request.tool_syntax set).
+  void take_tool_calls(const Active& a, openai::Choice& c);
   void complete(Active& a);
   // Whether requests can be served now (/health 200), and if not, the state and why.
   struct Health {
@@ -276,6 +299,8 @@ class Daemon {
   bool handed_over_ = false;   // a successor serves: finish and exit once the HTTP server stopped
   bool http_stopped_ = false;
 
+  // SEXTANT_TEST_HOOKS=1 in the environment: requests may carry sextant_test_script (tests only).
+  bool test_hooks_ = false;
   std::unordered_map<std::uint64_t, std::unique_ptr<Active>> active_;
   std::uint64_t next_key_ = 1;
   ServeMetrics metrics_;

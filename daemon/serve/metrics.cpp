@@ -210,6 +210,11 @@ std::string ServeMetrics::render(const std::string& model_name, const std::vecto
   metric(out, "sextant_http_rejected_busy_total", "counter",
          "Requests refused because the queue was full or the server was draining (429/503).", labels,
          static_cast<double>(http_rejected_busy));
+  metric(out, "sextant_tool_calls_total", "counter", "Tool calls parsed out of answers.", labels,
+         static_cast<double>(tool_calls));
+  metric(out, "sextant_tool_call_parse_failures_total", "counter",
+         "Tool calls that did not follow the chat template's syntax, returned as content.", labels,
+         static_cast<double>(tool_call_parse_failures));
   metric(out, "sextant_http_open_connections", "gauge", "Open HTTP connections.", labels,
          static_cast<double>(extra.open_connections));
   metric(out, "sextant_http_requests_total", "counter", "HTTP requests received.", labels,

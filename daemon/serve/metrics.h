@@ -50,6 +50,9 @@ struct ServeMetrics {
   Histogram ttft, itl, e2e;
   std::uint64_t finished_stop = 0, finished_length = 0, finished_abort = 0, finished_error = 0;
   std::uint64_t http_rejected_busy = 0;  // 429 / 503 answers for a full queue or a drain
+  // Tool calls parsed out of answers, and calls that did not follow the template's syntax (given
+  // back as content).
+  std::uint64_t tool_calls = 0, tool_call_parse_failures = 0;
 
   struct Extra {
     std::int64_t open_connections = 0;

@@ -157,6 +157,7 @@ void Daemon::handle_generate(openai::Endpoint endpoint, http::Request request, h
   work->endpoint = endpoint;
   work->body = std::move(request.body);
   work->limits = {config_.limits.max_stop_strings, config_.limits.max_n};
+  work->limits.test_hooks = test_hooks_;
   work->responder = std::move(responder);
   queue_tokenize(std::move(work));
 }
@@ -251,14 +252,27 @@ void TokenizeWork::run() {
     return;
   }
   if (req.endpoint == openai::Endpoint::kChat) {
-    auto text = chat::render_chat_prompt(generation->chat_template.get(), req.messages, req.chat_template_kwargs,
-                                         /*add_generation_prompt=*/true, *tok);
+    const chat::ChatTemplate* tmpl = generation->chat_template.get();
+    // tool_choice none: the tools are not shown, and no call is looked for (as vLLM).
+    const bool with_tools = req.tool_choice != openai::ToolChoice::kNone && req.tools.is_array() && !req.tools.empty();
+    const chat::ToolSyntax syntax = tmpl != nullptr ? chat::tool_syntax_of(tmpl->source()) : chat::ToolSyntax::kNone;
+    if (with_tools && tmpl != nullptr && syntax == chat::ToolSyntax::kNone) {
+      error = openai::ApiError{};
+      error->param = "tools";
+      error->message = fmt::format("{} shows no tool calls (neither <tool_call> nor <function=): the model was not "
+                                   "taught to call tools; serve it with a template that does (--chat-template FILE) "
+                                   "or send tool_choice \"none\"", tmpl->origin());
+      return;
+    }
+    auto text = chat::render_chat_prompt(tmpl, req.messages, with_tools ? req.tools : nlohmann::ordered_json(),
+                                         req.chat_template_kwargs, /*add_generation_prompt=*/true, *tok);
     if (!text.ok()) {
       error = openai::chat_prompt_error(text.status());
       return;
     }
     prompt = tok->encode(*text);
-    const chat::ChatTemplate* tmpl = generation->chat_template.get();
+    request.tool_syntax = with_tools ? syntax : chat::ToolSyntax::kNone;
+    if (!req.test_script.empty()) script = tok->encode(req.test_script);
     request.split_reasoning = tmpl != nullptr && chat::template_thinks(tmpl->source());
     request.prompt_in_thinking = request.split_reasoning && chat::prompt_opens_thinking(*text);
   } else if (req.prompt_is_ids) {
@@ -350,6 +364,9 @@ void Daemon::start_generate(TokenizeWork w, int status) {
   const auto n = static_cast<std::size_t>(req.n);
   a->choices.resize(n);
   if (req.split_reasoning && req.stream) a->reasoning.assign(n, chat::ReasoningSplitter(req.prompt_in_thinking));
+  if (req.tool_syntax != chat::ToolSyntax::kNone && req.stream) {
+    for (std::size_t c = 0; c < n; ++c) a->tool_streams.push_back(std::make_unique<ToolStream>(req.tool_syntax, req.tools));
+  }
   a->done.assign(n, false);
   a->started.assign(n, false);
   a->token_bytes_sent.assign(n, 0);
@@ -368,6 +385,7 @@ void Daemon::start_generate(TokenizeWork w, int status) {
   o.stop_strings = req.stop;
   o.ignore_eos = req.ignore_eos;
   o.top_logprobs = req.top_logprobs;
+  o.script = std::move(w.script);
   for (std::size_t c = 0; c < n; ++c) {
     a->options.push_back(o);
     if (a->options.back().sampling.seed && c > 0) *a->options.back().sampling.seed += c;  // n samples, not n copies
@@ -498,7 +516,11 @@ void Daemon::on_event(EngineEvent e) {
   const bool stream = a.request.stream && a.responder != nullptr && !a.cancelled;
   const tokenizer::Tokenizer& tok = a.generation->tokenizer();
   if (!ev.text.empty() || !ev.logprobs.empty()) {
-    if (stream && !a.cancelled) {
+    if (stream && !a.cancelled && !a.tool_streams.empty()) {
+      const chat::ReasoningSplitter::Parts parts =
+          a.reasoning.empty() ? chat::ReasoningSplitter::Parts{{}, ev.text} : a.reasoning[e.choice].feed(ev.text);
+      stream_with_tools(a, e.choice, parts, ev.logprobs, /*at_end=*/false);
+    } else if (stream && !a.cancelled) {
       if (a.reasoning.empty()) {
         a.responder->write_chunk(openai::sse(openai::chunk_json(a.request, a.id, static_cast<std::int64_t>(e.choice),
                                                                 !a.started[e.choice], ev.text, ev.logprobs, "", tok,
@@ -533,6 +555,9 @@ void Daemon::on_event(EngineEvent e) {
         Status refused;
         choice = openai::Choice{};
         if (!a.reasoning.empty()) a.reasoning[e.choice] = chat::ReasoningSplitter(a.request.prompt_in_thinking);
+        if (!a.tool_streams.empty()) {
+          a.tool_streams[e.choice] = std::make_unique<ToolStream>(a.request.tool_syntax, a.request.tools);
+        }
         a.token_seen[e.choice] = false;
         a.started[e.choice] = false;
         if (submit_choice(a, e.choice, other, &refused)) {
@@ -553,7 +578,18 @@ void Daemon::on_event(EngineEvent e) {
   }
   a.usage.completion_tokens += ev.completion_tokens;
   a.usage.cached_tokens = std::max(a.usage.cached_tokens, ev.cached_prompt_tokens);
-  if (stream && ev.finish != engine::RequestFinish::kError && !choice.finish_reason.empty()) {
+  if (stream && ev.finish != engine::RequestFinish::kError && !choice.finish_reason.empty() &&
+      !a.tool_streams.empty()) {
+    // What the splitter and the parsers held back; a choice that made a call ends with "tool_calls".
+    const chat::ReasoningSplitter::Parts rest =
+        a.reasoning.empty() ? chat::ReasoningSplitter::Parts{} : a.reasoning[e.choice].finish();
+    stream_with_tools(a, e.choice, rest, {}, /*at_end=*/true);
+    if (a.tool_streams[e.choice]->ended_ok > 0 && choice.finish_reason == "stop") choice.finish_reason = "tool_calls";
+    a.responder->write_chunk(openai::sse(openai::delta_chunk_json(a.request, a.id, static_cast<std::int64_t>(e.choice),
+                                                                  !a.started[e.choice], json::object(), {},
+                                                                  choice.finish_reason, tok)));
+    a.started[e.choice] = true;
+  } else if (stream && ev.finish != engine::RequestFinish::kError && !choice.finish_reason.empty()) {
     if (!a.reasoning.empty()) {  // what the splitter held back (a partial tag, unclosed thinking)
       const chat::ReasoningSplitter::Parts rest = a.reasoning[e.choice].finish();
       if (!rest.content.empty() || !rest.reasoning.empty()) {
@@ -574,6 +610,82 @@ void Daemon::on_event(EngineEvent e) {
     reap_retired();
     maybe_finish_shutdown();
   }
+}
+
+void Daemon::stream_with_tools(Active& a, std::size_t c, const chat::ReasoningSplitter::Parts& parts,
+                               const std::vector<engine::TokenLogprob>& logprobs, bool at_end) {
+  ToolStream& ts = *a.tool_streams[c];
+  std::vector<json> deltas;
+  auto add_text = [&](const char* field, const std::string& text) {
+    if (text.empty()) return;
+    if (!deltas.empty() && deltas.back().size() == 1 && deltas.back().contains(field)) {
+      deltas.back()[field] = deltas.back()[field].get<std::string>() + text;
+    } else {
+      deltas.push_back(json{{field, text}});
+    }
+  };
+  auto take = [&](const chat::ToolCallParser::Output& out, const char* text_field) {
+    for (const chat::ToolCallEvent& ev : out) {
+      // parallel_tool_calls false: the first call only (as vLLM).
+      if (ev.kind != chat::ToolCallEvent::Kind::kText && ev.index > 0 && !a.request.parallel_tool_calls) continue;
+      switch (ev.kind) {
+        case chat::ToolCallEvent::Kind::kText: add_text(text_field, ev.text); break;
+        case chat::ToolCallEvent::Kind::kBegin:
+          ts.ids.resize(std::max(ts.ids.size(), ev.index + 1));
+          ts.ids[ev.index] = "call_" + random_hex(24);
+          deltas.push_back(json{{"tool_calls", json::array({openai::tool_call_begin_delta(ev.index, ts.ids[ev.index],
+                                                                                          ev.name)})}});
+          break;
+        case chat::ToolCallEvent::Kind::kArguments:
+          deltas.push_back(json{{"tool_calls", json::array({openai::tool_call_arguments_delta(ev.index, ev.text)})}});
+          break;
+        case chat::ToolCallEvent::Kind::kEnd:
+          if (ev.ok) {
+            ++ts.ended_ok;
+            ++metrics_.tool_calls;
+          }
+          break;
+      }
+    }
+  };
+  take(ts.reasoning.feed(parts.reasoning), "reasoning_content");
+  if (at_end) take(ts.reasoning.finish(), "reasoning_content");
+  take(ts.content.feed(parts.content), "content");
+  if (at_end) {
+    take(ts.content.finish(), "content");
+    metrics_.tool_call_parse_failures += ts.reasoning.malformed() + ts.content.malformed();
+  }
+  if (deltas.empty() && !logprobs.empty()) deltas.push_back(json::object());
+  const tokenizer::Tokenizer& tok = a.generation->tokenizer();
+  for (std::size_t i = 0; i < deltas.size(); ++i) {
+    a.responder->write_chunk(openai::sse(openai::delta_chunk_json(
+        a.request, a.id, static_cast<std::int64_t>(c), !a.started[c], std::move(deltas[i]),
+        i == 0 ? logprobs : std::vector<engine::TokenLogprob>{}, "", tok)));
+    a.started[c] = true;
+  }
+}
+
+void Daemon::take_tool_calls(const Active& a, openai::Choice& c) {
+  const auto syntax = a.request.tool_syntax;
+  std::vector<chat::ToolCallParser::Call> calls;
+  std::size_t malformed = 0;
+  if (c.reasoning) {  // a call written while thinking is a call
+    chat::ToolCallParser::Whole r = chat::ToolCallParser::parse(*c.reasoning, syntax, a.request.tools);
+    c.reasoning = std::move(r.text);
+    calls = std::move(r.calls);
+    malformed += r.malformed;
+  }
+  chat::ToolCallParser::Whole w = chat::ToolCallParser::parse(c.text, syntax, a.request.tools);
+  c.text = std::move(w.text);
+  calls.insert(calls.end(), std::make_move_iterator(w.calls.begin()), std::make_move_iterator(w.calls.end()));
+  malformed += w.malformed;
+  if (!a.request.parallel_tool_calls && calls.size() > 1) calls.resize(1);
+  for (chat::ToolCallParser::Call& call : calls) {
+    c.tool_calls.push_back({"call_" + random_hex(24), std::move(call.name), std::move(call.arguments)});
+  }
+  metrics_.tool_calls += c.tool_calls.size();
+  metrics_.tool_call_parse_failures += malformed;
+  if (!c.tool_calls.empty() && c.finish_reason == "stop") c.finish_reason = "tool_calls";
 }
 
 void Daemon::complete(Active& a) {
@@ -605,12 +717,13 @@ void Daemon::complete(Active& a) {
     return;
   }
   if (a.error) return send_error(a.responder, err);
-  if (a.request.split_reasoning) {
-    for (openai::Choice& c : a.choices) {
+  for (openai::Choice& c : a.choices) {
+    if (a.request.split_reasoning) {
       chat::ReasoningSplitter::Whole whole = chat::ReasoningSplitter::split(c.text, a.request.prompt_in_thinking);
       c.text = std::move(whole.content);
       c.reasoning = std::move(whole.reasoning);
     }
+    if (a.request.tool_syntax != chat::ToolSyntax::kNone) take_tool_calls(a, c);
   }
   a.responder->respond(200, {{"Content-Type", "application/json"}},
                        openai::completion_body(a.request, a.id, a.choices, a.usage, a.generation->tokenizer()));

@@ -32,6 +32,7 @@ struct Engine::Live {
   std::int64_t prompt_tokens = 0;
   std::vector<std::int32_t> stop_ids;  // the effective ones (with the tokenizer's EOS ids)
   bool stopped_by_string = false;
+  std::size_t scripted = 0;  // tokens of options.script taken
   Live(RequestOptions o, EventCallback cb, std::span<const std::int32_t> prompt, const tokenizer::Tokenizer& tok)
       : options(std::move(o)),
         on_event(std::move(cb)),
@@ -290,6 +291,7 @@ Status Engine::step() {
       const auto at = static_cast<std::size_t>(row++) * static_cast<std::size_t>(top_k);
       sampled.push_back(l.sampler.sample_top(std::span<const float>(top_values_).subspan(at, top_k),
                                              std::span<const std::int32_t>(top_ids_).subspan(at, top_k)));
+      if (l.scripted < l.options.script.size()) sampled.back() = l.options.script[l.scripted++];
       e.tokens.push_back(sampled.back());
       events.push_back(std::move(e));
       continue;
@@ -303,6 +305,7 @@ Status Engine::step() {
     } else {
       sampled.push_back(l.sampler.sample(lg));
     }
+    if (l.scripted < l.options.script.size()) sampled.back() = l.options.script[l.scripted++];
     e.tokens.push_back(sampled.back());
     events.push_back(std::move(e));
   }

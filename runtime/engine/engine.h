@@ -49,6 +49,9 @@ struct RequestOptions {
   std::vector<std::string> stop_strings;
   bool ignore_eos = false;
   std::int32_t top_logprobs = -1;  // -1: no logprobs; 0..20: the chosen token's plus that many alternatives
+  // A test hook (serve's SEXTANT_TEST_HOOKS): the answer's first tokens, taken in place of the ones
+  // sampled (the forward still runs for each); sampling goes on after them.
+  std::vector<std::int32_t> script;
 };
 
 struct TokenLogprob {

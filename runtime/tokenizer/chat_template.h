@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "runtime/base/status.h"
 #include "runtime/tokenizer/tokenizer.h"
@@ -21,10 +22,21 @@ namespace sx::tokenizer {
 inline constexpr std::string_view kQwenDefaultSystem =
     "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
 
+// A call an assistant turn made (OpenAI's message.tool_calls[i]): its arguments as JSON text, as
+// the client sent them (a string, or an object written out in its key order).
+struct ToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;
+};
+
 struct ChatMessage {
   std::string role;     // "system", "user", "assistant" or "tool"
   std::string content;
   std::optional<std::string> reasoning_content;  // an assistant turn's thinking, for templates that show it
+  std::vector<ToolCall> tool_calls;              // assistant
+  std::optional<std::string> tool_call_id;       // tool: the call it answers
+  std::optional<std::string> name;               // the participant's or the tool's name
 };
 
 // Renders `messages` exactly as Qwen2.5's Jinja template does without tools. When the first

@@ -49,7 +49,7 @@ class Daemon:
     """A `sextant serve` process on an ephemeral port with its own admin socket."""
 
     def __init__(self, sextant, model, *extra, max_num_seqs=32, env=None, ready=True, prefix=(), threads=2,
-                 popen_kwargs=None, socket=None):
+                 popen_kwargs=None, socket=None, max_model_len=512):
         """`socket`: the admin socket a config among `extra` names; the daemon then gets neither
         --port 0 nor --admin-socket (the config's http.port and admin.socket hold)."""
         self.sextant = sextant
@@ -60,7 +60,7 @@ class Daemon:
         listeners = [] if socket else ["--port", "0", "--admin-socket", self.socket]
         args = [*prefix, sextant, "serve", "--model", model, *listeners,
                 *(["-t", str(threads)] if threads else []),
-                "--max-num-seqs", str(max_num_seqs), "--max-model-len", "512", "--set", "http.header_timeout_ms=2000",
+                "--max-num-seqs", str(max_num_seqs), "--max-model-len", str(max_model_len), "--set", "http.header_timeout_ms=2000",
                 *extra]
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env, **(popen_kwargs or {}))
         self.port = None
@@ -208,6 +208,16 @@ def post(port, path, body, headers=None, timeout=60):
     data = r.read()
     c.close()
     return r.status, data
+
+
+def get(port, path, timeout=30):
+    """A GET: its status and its body as text."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    c.request("GET", path)
+    r = c.getresponse()
+    body = r.read()
+    c.close()
+    return r.status, body.decode()
 
 
 def raw(port, data, read_timeout=5.0):

@@ -102,14 +102,7 @@ def metric(text, series):
     return float(m.group(1))
 
 
-def get(port, path):
-    import http.client
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    c.request("GET", path)
-    r = c.getresponse()
-    body = r.read()
-    c.close()
-    return r.status, body.decode()
+get = daemon_harness.get
 
 
 def admin_raw(socket_path, line):

@@ -163,6 +163,8 @@ TEST(ServeMetrics, EverySeriesWithItsValue) {
   m.finished_abort = 1;
   m.finished_error = 4;
   m.http_rejected_busy = 6;
+  m.tool_calls = 4;
+  m.tool_call_parse_failures = 1;
   m.ttft.observe(0.03);
   m.itl.observe(0.01);
   m.itl.observe(0.2);
@@ -180,6 +182,8 @@ TEST(ServeMetrics, EverySeriesWithItsValue) {
       // series -> (type, value)
       {"sextant_requests_failed_total" + L, {"counter", "4"}},
       {"sextant_http_rejected_busy_total" + L, {"counter", "6"}},
+      {"sextant_tool_calls_total" + L, {"counter", "4"}},
+      {"sextant_tool_call_parse_failures_total" + L, {"counter", "1"}},
       {"sextant_http_open_connections" + L, {"gauge", "9"}},
       {"sextant_http_requests_total" + L, {"counter", "42"}},
       {"sextant_replica_state{model_name=\"qwen\",replica=\"0\",state=\"ready\"}", {"gauge", "1"}},
@@ -243,6 +247,7 @@ TEST(ServeMetrics, EverySeriesWithItsValue) {
                           "vllm:request_success_total", "vllm:time_to_first_token_seconds",
                           "vllm:inter_token_latency_seconds", "vllm:e2e_request_latency_seconds",
                           "sextant_requests_failed_total", "sextant_http_rejected_busy_total",
+                          "sextant_tool_calls_total", "sextant_tool_call_parse_failures_total",
                           "sextant_http_open_connections", "sextant_http_requests_total",
                           "sextant_kv_cache_free_blocks", "sextant_replica_state", "vllm:iteration_tokens_total",
                           "sextant_step_seconds", "sextant_step_target_seconds",

@@ -465,10 +465,102 @@ TEST(ParseRequestError, Messages) {
   EXPECT_API_ERROR(
       reject_chat({{"messages", json::array({user, json{{"role", "assistant"},
                                                         {"tool_calls", json::array({json{{"id", "c"}}})}}})}}),
-      "messages[1].tool_calls", "'messages[1].tool_calls' is not supported (Sextant has no tool calling yet)");
+      "messages[1].tool_calls[0].function", "'messages[1].tool_calls[0].function' is required");
   EXPECT_API_ERROR(
       reject_chat({{"messages", json::array({json{{"role", "assistant"}, {"function_call", {{"name", "f"}}}}})}}),
-      "messages[0].function_call", "'messages[0].function_call' is not supported (Sextant has no tool calling yet)");
+      "messages[0].function_call", "'messages[0].function_call' is not supported: send 'tool_calls'");
+  auto call = [](json arguments) {
+    return json{{"id", "c1"}, {"type", "function"}, {"function", {{"name", "f"}, {"arguments", std::move(arguments)}}}};
+  };
+  auto with_call = [&](json c, const char* role = "assistant") {
+    return json{{"messages", json::array({user, json{{"role", role}, {"tool_calls", json::array({std::move(c)})}}})}};
+  };
+  EXPECT_API_ERROR(reject_chat(with_call(call("[1]"))), "messages[1].tool_calls[0].function.arguments",
+                   "'messages[1].tool_calls[0].function.arguments' must hold a JSON object; got '[1]'");
+  EXPECT_API_ERROR(reject_chat(with_call(call(5))), "messages[1].tool_calls[0].function.arguments",
+                   "'messages[1].tool_calls[0].function.arguments' must be a string holding a JSON object, got an "
+                   "integer");
+  EXPECT_API_ERROR(reject_chat(with_call(call("{}"), "user")), "messages[1].tool_calls",
+                   "'messages[1].tool_calls' belongs to an assistant message, not a user message");
+  json typed = call("{}");
+  typed["type"] = "code";
+  EXPECT_API_ERROR(reject_chat(with_call(typed)), "messages[1].tool_calls[0].type",
+                   "'messages[1].tool_calls[0].type' must be \"function\"");
+}
+
+// Tool calls in the conversation: arguments as a string or an object, kept in the client's key
+// order (the template writes them out); a tool message's id.
+TEST(ParseRequest, ToolCallsAndToolMessages) {
+  const std::string body = R"({"model": "qwen", "messages": [
+      {"role": "user", "content": "weather?"},
+      {"role": "assistant", "content": null, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "get", "arguments": "{\"z\": 1, \"a\": 2}"}},
+        {"id": "call_2", "type": "function", "function": {"name": "get", "arguments": {"z": [1], "a": {"y": 0, "b": 1}}}}]},
+      {"role": "tool", "tool_call_id": "call_1", "name": "get", "content": "sunny"}]})";
+  openai::ApiError err;
+  const auto r = openai::parse_request(Endpoint::kChat, body, {}, &err);
+  ASSERT_TRUE(r.has_value()) << err.message;
+  ASSERT_EQ(r->messages.size(), 3u);
+  ASSERT_EQ(r->messages[1].tool_calls.size(), 2u);
+  EXPECT_EQ(r->messages[1].tool_calls[0].id, "call_1");
+  EXPECT_EQ(r->messages[1].tool_calls[0].name, "get");
+  EXPECT_EQ(r->messages[1].tool_calls[0].arguments, R"({"z": 1, "a": 2})");
+  EXPECT_EQ(r->messages[1].tool_calls[1].arguments, R"({"z":[1],"a":{"y":0,"b":1}})");
+  EXPECT_EQ(r->messages[2].tool_call_id, "call_1");
+  EXPECT_EQ(r->messages[2].name, "get");
+  EXPECT_EQ(r->tool_choice, openai::ToolChoice::kNone);  // no tools: none
+}
+
+TEST(ParseRequest, ToolsAndToolChoice) {
+  const std::string body = R"({"model": "qwen", "messages": [{"role": "user", "content": "x"}],
+      "tools": [{"type": "function", "function": {"name": "b", "parameters": {"type": "object",
+                 "properties": {"z": {"type": "string"}, "a": {"type": "integer"}}}}},
+                {"type": "function", "function": {"name": "a", "description": "d", "strict": true}}],
+      "parallel_tool_calls": false})";
+  openai::ApiError err;
+  auto r = openai::parse_request(Endpoint::kChat, body, {}, &err);
+  ASSERT_TRUE(r.has_value()) << err.message;
+  EXPECT_EQ(r->tool_choice, openai::ToolChoice::kAuto);  // tools given: auto
+  EXPECT_FALSE(r->parallel_tool_calls);
+  ASSERT_EQ(r->tools.size(), 2u);
+  // The schema's keys in the client's order, not sorted.
+  EXPECT_EQ(r->tools[0]["function"]["parameters"]["properties"].dump(), R"({"z":{"type":"string"},"a":{"type":"integer"}})");
+  const json named = json::parse(body.substr(0, body.size() - 1) +
+                                 R"(, "tool_choice": {"type": "function", "function": {"name": "a"}}})");
+  r = openai::parse_request(Endpoint::kChat, named.dump(), {}, &err);
+  ASSERT_TRUE(r.has_value()) << err.message;
+  EXPECT_EQ(r->tool_choice, openai::ToolChoice::kNamed);
+  EXPECT_EQ(r->tool_choice_name, "a");
+}
+
+TEST(ParseRequestError, Tools) {
+  const json tool{{"type", "function"}, {"function", {{"name", "f"}}}};
+  EXPECT_API_ERROR(reject_chat({{"tools", tool}}), "tools", "'tools' must be an array, got an object");
+  EXPECT_API_ERROR(reject_chat({{"tools", json::array({json{{"type", "function"}}})}}), "tools[0].function",
+                   "'tools[0].function' must be an object");
+  EXPECT_API_ERROR(reject_chat({{"tools", json::array({json{{"type", "retrieval"}, {"function", {{"name", "f"}}}}})}}),
+                   "tools[0].type", "'tools[0].type' must be \"function\"");
+  EXPECT_API_ERROR(reject_chat({{"tools", json::array({tool, tool})}}), "tools[1].function.name",
+                   "'tools[1].function.name' 'f' is also tools[0]'s");
+  EXPECT_API_ERROR(reject_chat({{"tools", json::array({json{{"type", "function"}, {"function", {{"name", "a<b"}}}}})}}),
+                   "tools[0].function.name",
+                   "'tools[0].function.name' must be a name without <, >, \" or line breaks; got 'a<b'");
+  EXPECT_API_ERROR(
+      reject_chat({{"tools", json::array({json{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", 1}}}}})}}),
+      "tools[0].function.parameters", "'tools[0].function.parameters' must be a JSON schema object, got an integer");
+  EXPECT_API_ERROR(reject_chat({{"tool_choice", "required"}}), "tool_choice",
+                   "'tool_choice' asks for a tool call but 'tools' lists none");
+  EXPECT_API_ERROR(reject_chat({{"tools", json::array({tool})}, {"tool_choice", "sometimes"}}), "tool_choice",
+                   "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": "
+                   "{\"name\": ...}}; got 'sometimes'");
+  EXPECT_API_ERROR(reject_chat({{"tools", json::array({tool})},
+                                {"tool_choice", {{"type", "function"}, {"function", {{"name", "g"}}}}}}),
+                   "tool_choice", "'tool_choice' names the function 'g', which 'tools' does not list");
+  EXPECT_API_ERROR(reject_chat({{"parallel_tool_calls", 1}}), "parallel_tool_calls",
+                   "'parallel_tool_calls' must be a boolean, got an integer");
+  // A test hook is an unknown field unless the server turned test hooks on.
+  EXPECT_API_ERROR(reject_chat({{"sextant_test_script", "x"}}), "sextant_test_script",
+                   "unknown field 'sextant_test_script'");
 }
 
 TEST(ParseRequestError, MessageContent) {
@@ -641,12 +733,8 @@ TEST(ParseRequestError, UnknownFields) {
 
 TEST(ParseRequestError, UnsupportedFeatures) {
   const json tool{{"type", "function"}, {"function", {{"name", "f"}}}};
-  EXPECT_API_ERROR(reject_chat({{"tools", json::array({tool})}}), "tools", "'tools' is not supported");
-  EXPECT_API_ERROR(reject_chat({{"tool_choice", "auto"}}), "tool_choice", "'tool_choice' is not supported");
   EXPECT_API_ERROR(reject_chat({{"functions", json::array()}}), "functions", "'functions' is not supported");
   EXPECT_API_ERROR(reject_chat({{"function_call", "none"}}), "function_call", "'function_call' is not supported");
-  EXPECT_API_ERROR(reject_chat({{"parallel_tool_calls", false}}), "parallel_tool_calls",
-                   "'parallel_tool_calls' is not supported");
   EXPECT_API_ERROR(reject_completion({{"tools", json::array({tool})}}), "tools", "'tools' is not supported");
   EXPECT_API_ERROR(reject_chat({{"logit_bias", {{"50256", -100}}}}), "logit_bias", "'logit_bias' is not supported");
   EXPECT_API_ERROR(reject_completion({{"logit_bias", json::array()}}), "logit_bias", "'logit_bias' is not supported");
