@@ -360,15 +360,12 @@ void ToolCallParser::step(Output& out, bool at_end) {
         }
         std::size_t j = i;
         if (const Match m = literal(buf_, j, kParameter); m != Match::kNo) {
-          if (m == Match::kNeedMore) {
-            if (at_end) end(out, false);
-            return;
-          }
-          const std::size_t gt = buf_.find('>', j);
+          const std::size_t gt = m == Match::kYes ? buf_.find('>', j) : std::string::npos;
           const std::size_t close = gt == std::string::npos ? gt : buf_.find(kParameterEnd, gt);
           if (close == std::string::npos) {
-            if (at_end) end(out, false);
-            return;
+            if (!at_end) return;
+            end(out, false);  // what is left is text
+            break;
           }
           const std::string key = buf_.substr(j, gt - j);
           const std::string value = xml_value(key, buf_.substr(gt + 1, close - gt - 1));

@@ -1,6 +1,7 @@
 // OpenAI request parsing: one checker per field, every error naming the field.
 #include "daemon/openai/request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -302,6 +303,112 @@ struct Parser {
     return true;
   }
 
+  static std::string dump(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+  // OpenAI's response_format: {"type": "text" | "json_object"} or {"type": "json_schema",
+  // "json_schema": {"name", "schema", "strict", "description"}}.
+  bool get_response_format(const json& v, chat::OutputFormat& out) {
+    const std::string rf = "response_format";
+    if (!v.is_object()) return fail(rf, fmt::format("'response_format' must be an object, got {}", type_name(v)));
+    const auto type = v.find("type");
+    if (type == v.end() || !type->is_string()) return fail(rf + ".type", "'response_format.type' must be a string");
+    const std::string t = type->get<std::string>();
+    auto only = [&](std::initializer_list<std::string_view> keys) {
+      for (const auto& [k, _] : v.items()) {
+        if (std::find(keys.begin(), keys.end(), k) == keys.end()) {
+          return fail(rf + "." + k, fmt::format("unknown field 'response_format.{}'", k));
+        }
+      }
+      return true;
+    };
+    if (t == "text") {
+      out.kind = chat::OutputFormat::Kind::kText;
+      return only({"type"});
+    }
+    if (t == "json_object") {
+      out = {chat::OutputFormat::Kind::kJsonObject, "", {}, rf};
+      return only({"type"});
+    }
+    if (t != "json_schema") {
+      return fail(rf + ".type", fmt::format("'response_format.type' must be \"text\", \"json_object\" or "
+                                            "\"json_schema\"; got '{}'", t));
+    }
+    if (!only({"type", "json_schema"})) return false;
+    const auto js = v.find("json_schema");
+    if (js == v.end() || !js->is_object()) {
+      return fail(rf + ".json_schema", "'response_format.json_schema' must be an object with a 'schema'");
+    }
+    for (const auto& [k, val] : js->items()) {
+      const std::string field = rf + ".json_schema." + k;
+      if (k == "name" || k == "description") {
+        std::string ignored;
+        if (!get_string(val, field, ignored)) return false;
+      } else if (k == "strict") {
+        bool ignored = false;
+        if (!val.is_null() && !get_bool(val, field, ignored)) return false;
+      } else if (k != "schema") {
+        return fail(field, fmt::format("unknown field '{}'", field));
+      }
+    }
+    const auto schema = js->find("schema");
+    if (schema == js->end() || !(schema->is_object() || schema->is_boolean())) {
+      return fail(rf + ".json_schema.schema", "'response_format.json_schema.schema' must be a JSON schema (an object)");
+    }
+    out = {chat::OutputFormat::Kind::kJsonSchema, dump(*schema), {}, rf + ".json_schema.schema"};
+    return true;
+  }
+
+  // vLLM's structured_outputs: one of json (a schema, as an object or its text), regex, choice,
+  // grammar (EBNF), json_object (true).
+  bool get_structured_outputs(const json& v, chat::OutputFormat& out) {
+    const std::string so = "structured_outputs";
+    if (!v.is_object()) return fail(so, fmt::format("'structured_outputs' must be an object, got {}", type_name(v)));
+    int given = 0;
+    for (const auto& [k, val] : v.items()) {
+      const std::string field = so + "." + k;
+      if (val.is_null()) continue;
+      if (k == "json") {
+        if (val.is_string()) {
+          const json parsed = json::parse(val.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+          if (!parsed.is_object()) return fail(field, "'structured_outputs.json' must be a JSON schema (an object or its text)");
+          out = {chat::OutputFormat::Kind::kJsonSchema, dump(parsed), {}, field};
+        } else if (val.is_object()) {
+          out = {chat::OutputFormat::Kind::kJsonSchema, dump(val), {}, field};
+        } else {
+          return fail(field, "'structured_outputs.json' must be a JSON schema (an object or its text)");
+        }
+      } else if (k == "regex" || k == "grammar") {
+        std::string text;
+        if (!get_string(val, field, text)) return false;
+        if (text.empty()) return fail(field, fmt::format("'{}' must not be empty", field));
+        out = {k == "regex" ? chat::OutputFormat::Kind::kRegex : chat::OutputFormat::Kind::kGrammar, text, {}, field};
+      } else if (k == "choice") {
+        if (!val.is_array() || val.empty()) return fail(field, "'structured_outputs.choice' must be a non-empty array of strings");
+        out = {chat::OutputFormat::Kind::kChoice, "", {}, field};
+        for (std::size_t i = 0; i < val.size(); ++i) {
+          std::string c;
+          if (!get_string(val[i], fmt::format("{}[{}]", field, i), c)) return false;
+          out.choices.push_back(std::move(c));
+        }
+      } else if (k == "json_object") {
+        bool on = false;
+        if (!get_bool(val, field, on)) return false;
+        if (!on) continue;
+        out = {chat::OutputFormat::Kind::kJsonObject, "", {}, field};
+      } else if (k == "structural_tag") {
+        return fail(field, "'structured_outputs.structural_tag' is not supported");
+      } else {
+        return fail(field, fmt::format("unknown field '{}'", field));
+      }
+      ++given;
+    }
+    if (given != 1) {
+      return fail(so, fmt::format("'structured_outputs' must give exactly one of json, regex, choice, grammar, "
+                                  "json_object; it gives {}", given));
+    }
+    return true;
+  }
+
   bool get_stop(const json& v, std::int64_t max_stop, std::vector<std::string>& out) {
     if (v.is_null()) return true;
     if (v.is_string()) {
@@ -353,7 +460,7 @@ bool known_field(Endpoint endpoint, std::string_view key) {
   static constexpr std::string_view kCommon[] = {
       "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
       "repetition_penalty", "seed", "stop", "n", "stream", "stream_options", "user", "ignore_eos", "logprobs",
-      "logit_bias", "response_format", "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls",
+      "logit_bias", "response_format", "structured_outputs", "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls",
       "store", "metadata", "service_tier"};
   static constexpr std::string_view kChat[] = {"messages", "max_completion_tokens", "top_logprobs",
                                                "chat_template_kwargs", "sextant_test_script"};
@@ -512,9 +619,22 @@ std::optional<GenerateRequest> parse_request(Endpoint endpoint, std::string_view
     } else if (key == "logit_bias") {
       if (!val.is_object() || !val.empty()) ok = ps.fail(key, "'logit_bias' is not supported");
     } else if (key == "response_format") {
-      const auto type = val.is_object() ? val.find("type") : val.end();
-      if (!val.is_object() || val.size() != 1 || type == val.end() || *type != "text") {
-        ok = ps.fail(key, "'response_format' other than {\"type\": \"text\"} is not supported");
+      chat::OutputFormat f;
+      ok = ps.get_response_format(val, f);
+      if (ok && f.kind != chat::OutputFormat::Kind::kText) {
+        if (r.output_format.kind != chat::OutputFormat::Kind::kText) {
+          ok = ps.fail(key, "give either 'response_format' or 'structured_outputs', not both");
+        } else {
+          r.output_format = std::move(f);
+        }
+      }
+    } else if (key == "structured_outputs") {
+      chat::OutputFormat f;
+      ok = ps.get_structured_outputs(val, f);
+      if (ok && r.output_format.kind != chat::OutputFormat::Kind::kText) {
+        ok = ps.fail(key, "give either 'response_format' or 'structured_outputs', not both");
+      } else if (ok) {
+        r.output_format = std::move(f);
       }
     } else if (chat && key == "tools") {
       ok = ps.get_tools(val, r.tools);
@@ -571,6 +691,12 @@ std::optional<GenerateRequest> parse_request(Endpoint endpoint, std::string_view
     if (!tool_choice_given) r.tool_choice = has_tools ? ToolChoice::kAuto : ToolChoice::kNone;
     if (!has_tools && (r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed)) {
       ps.fail("tool_choice", "'tool_choice' asks for a tool call but 'tools' lists none");
+      return std::nullopt;
+    }
+    if ((r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed) &&
+        r.output_format.kind != chat::OutputFormat::Kind::kText) {
+      ps.fail("tool_choice", "'tool_choice' required or named holds the answer to a tool call: it cannot be combined "
+                             "with 'response_format' or 'structured_outputs'");
       return std::nullopt;
     }
     if (r.tool_choice == ToolChoice::kNamed) {

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/chat/structured.h"
 #include "daemon/chat/tool_calls.h"
 #include "runtime/base/status.h"
 #include "runtime/engine/sampler.h"
@@ -43,6 +44,8 @@ struct GenerateRequest {
   ToolChoice tool_choice = ToolChoice::kNone;
   std::string tool_choice_name;  // kNamed
   bool parallel_tool_calls = true;
+  // What the answer must be (response_format, vLLM's structured_outputs); kText: free.
+  chat::OutputFormat output_format;
   // Test hooks only (ParseLimits::test_hooks): the answer's text, which the engine writes instead of
   // sampling (engine::RequestOptions::script); the rest of the pipeline runs as for any answer.
   std::string test_script;

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <ctime>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -30,6 +31,7 @@
 #include "daemon/admin/protocol.h"
 #include "daemon/chat/chat_template.h"
 #include "daemon/chat/reasoning.h"
+#include "daemon/chat/structured.h"
 #include "daemon/chat/tool_calls.h"
 #include "daemon/config/serve_config.h"
 #include "daemon/http/router.h"
@@ -76,6 +78,14 @@ struct Generation {
   std::string chat_template_said;  // which template, from where (the load's log line)
   // Every replica loaded the same files: one tokenizer speaks for all.
   const tokenizer::Tokenizer& tokenizer() const { return replicas.front()->tokenizer(); }
+  // Structured output's grammars over this model's vocabulary, built by the first request that
+  // asks for one (any thread); null with `error` set when xgrammar refused the vocabulary.
+  chat::Grammars* grammars(std::string* error) const;
+
+ private:
+  mutable std::once_flag grammars_once_;
+  mutable std::unique_ptr<chat::Grammars> grammars_;
+  mutable std::string grammars_error_;
 };
 
 // What the loader thread hands to the loop: a generation, or why it could not be built.
@@ -125,6 +135,8 @@ struct Active {
   std::vector<openai::Choice> choices;
   std::vector<chat::ReasoningSplitter> reasoning;  // per choice, streamed chat with split_reasoning
   std::vector<std::unique_ptr<ToolStream>> tool_streams;  // per choice, streamed chat with tool_syntax
+  // Structured output: the compiled format each choice's constraint starts from (again on a retry).
+  std::shared_ptr<const chat::CompiledFormat> format;
   std::vector<bool> done, started;
   std::vector<std::int64_t> token_bytes_sent;  // per choice, for streamed logprobs' text_offset
   std::vector<Clock::time_point> last_token;
@@ -160,6 +172,7 @@ struct TokenizeWork {
   openai::GenerateRequest request;       // out
   std::vector<std::int32_t> prompt;      // out
   std::vector<std::int32_t> script;      // out: request.test_script's tokens
+  std::shared_ptr<const chat::CompiledFormat> format;  // out: the answer's grammar (null: free)
   std::optional<openai::ApiError> error;  // out
   void run();  // thread pool
 };

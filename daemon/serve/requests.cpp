@@ -29,6 +29,7 @@
 #include "daemon/serve/metrics.h"
 #include "runtime/base/log.h"
 #include "runtime/engine/engine.h"
+#include "runtime/engine/generator.h"
 #include "runtime/tokenizer/chat_template.h"
 
 namespace sx::daemon::serve::detail {
@@ -232,6 +233,18 @@ void Daemon::queue_tokenize(std::unique_ptr<TokenizeWork> work) {
   (void)work.release();  // owned by the work request until its after-work callback
 }
 
+chat::Grammars* Generation::grammars(std::string* error) const {
+  std::call_once(grammars_once_, [this] {
+    try {
+      grammars_ = std::make_unique<chat::Grammars>(tokenizer(), engine::default_stop_ids(tokenizer()));
+    } catch (const std::exception& e) {
+      grammars_error_ = e.what();
+    }
+  });
+  if (!grammars_ && error != nullptr) *error = grammars_error_;
+  return grammars_.get();
+}
+
 void TokenizeWork::run() {
   if (!parsed) {
     openai::ApiError err;
@@ -288,6 +301,33 @@ void TokenizeWork::run() {
   } else {
     prompt = tok->encode(req.prompt_text);
   }
+  // Structured output: the format compiled (xgrammar caches it) before the request is queued, so
+  // a format that cannot be compiled is a 400 and the engine only ever asks for masks.
+  const bool call_required = request.tool_syntax != chat::ToolSyntax::kNone &&
+                             (req.tool_choice == openai::ToolChoice::kRequired ||
+                              req.tool_choice == openai::ToolChoice::kNamed);
+  if (req.output_format.kind == chat::OutputFormat::Kind::kText && !call_required) return;
+  std::string why;
+  chat::Grammars* grammars = generation->grammars(&why);
+  if (grammars == nullptr) {
+    error = openai::ApiError{};
+    error->status = 500;
+    error->type = "internal_error";
+    error->message = "structured output is unavailable for this model: xgrammar refused its vocabulary: " + why;
+    return;
+  }
+  auto compiled = call_required ? grammars->compile_tool_call(request.tool_syntax, req.tools,
+                                                               req.tool_choice == openai::ToolChoice::kNamed
+                                                                   ? req.tool_choice_name
+                                                                   : std::string())
+                                : grammars->compile(req.output_format);
+  if (!compiled.ok()) {
+    error = openai::ApiError{};
+    error->param = call_required ? "tools" : req.output_format.param;
+    error->message = std::string(compiled.status().message());
+    return;
+  }
+  format = *compiled;
 }
 
 void Daemon::start_generate(TokenizeWork w, int status) {
@@ -386,9 +426,11 @@ void Daemon::start_generate(TokenizeWork w, int status) {
   o.ignore_eos = req.ignore_eos;
   o.top_logprobs = req.top_logprobs;
   o.script = std::move(w.script);
+  a->format = std::move(w.format);
   for (std::size_t c = 0; c < n; ++c) {
     a->options.push_back(o);
     if (a->options.back().sampling.seed && c > 0) *a->options.back().sampling.seed += c;  // n samples, not n copies
+    if (a->format) a->options.back().constraint = g.grammars(nullptr)->constraint(*a->format);
   }
   a->request = std::move(req);
   a->prompt = std::move(prompt);
@@ -558,6 +600,7 @@ void Daemon::on_event(EngineEvent e) {
         if (!a.tool_streams.empty()) {
           a.tool_streams[e.choice] = std::make_unique<ToolStream>(a.request.tool_syntax, a.request.tools);
         }
+        if (a.format) a.options[e.choice].constraint = a.generation->grammars(nullptr)->constraint(*a.format);
         a.token_seen[e.choice] = false;
         a.started[e.choice] = false;
         if (submit_choice(a, e.choice, other, &refused)) {

@@ -5,6 +5,8 @@
 #include <chrono>
 
 #include <algorithm>
+#include <future>
+#include <limits>
 #include <cmath>
 
 #include "runtime/engine/generator.h"
@@ -254,15 +256,34 @@ Status Engine::step() {
   // penalties or logprobs), the devices select them and only those come back, not the logits.
   int top_k = 1;
   bool on_device = true;
+  // Structured output: the masks of the constrained rows are made beside the forward, on a thread
+  // of their own (each depends only on the tokens its request accepted so far).
+  const std::int64_t V = model_.config().vocab;
+  const std::size_t mask_words = static_cast<std::size_t>((V + 31) / 32);
+  std::vector<std::pair<std::size_t, TokenConstraint*>> constrained;  // (sampled row, constraint)
+  std::size_t sampled_rows = 0;
   for (const auto& s : out.scheduled) {
     if (!s.sample) continue;
     const Live& l = *live_.at(s.request->id);
     int k = 0;
-    on_device = on_device && l.options.top_logprobs < 0 && l.sampler.on_device_candidates(model_.top_k_limit(), &k);
+    on_device = on_device && l.options.top_logprobs < 0 && !l.options.constraint &&
+                l.sampler.on_device_candidates(model_.top_k_limit(), &k);
     top_k = std::max(top_k, k);
+    if (l.options.constraint) constrained.emplace_back(sampled_rows, l.options.constraint.get());
+    ++sampled_rows;
+  }
+  std::future<void> masks_made;
+  if (!constrained.empty()) {
+    masks_.assign(constrained.size() * mask_words, 0u);
+    masks_made = std::async(std::launch::async, [&constrained, mask_words, this] {
+      for (std::size_t i = 0; i < constrained.size(); ++i) {
+        constrained[i].second->fill_mask(std::span<std::uint32_t>(masks_.data() + i * mask_words, mask_words));
+      }
+    });
   }
   const auto t0 = std::chrono::steady_clock::now();
   const Status st = on_device ? model_.forward_top_k(b, top_k, top_values_, top_ids_) : model_.forward(b, logits_);
+  if (masks_made.valid()) masks_made.get();
   if (!st.ok()) {
     // The step is lost: fail its requests (their KV is unknown) and report the error. Requests
     // that finished before the step (cancelled) are reported as they were.
@@ -273,8 +294,8 @@ Status Engine::step() {
     return st;
   }
   // Sample every request that reached the end of its tokens.
-  const std::int64_t V = model_.config().vocab;
   std::vector<std::int32_t> sampled;
+  std::size_t next_constrained = 0;
   std::vector<RequestEvent> events;
   std::size_t row = 0;
   std::uint64_t prompt_tokens = 0;
@@ -296,7 +317,14 @@ Status Engine::step() {
       events.push_back(std::move(e));
       continue;
     }
-    std::span<float> lg(logits_.data() + static_cast<std::ptrdiff_t>(row++ * V), static_cast<std::size_t>(V));
+    std::span<float> lg(logits_.data() + static_cast<std::ptrdiff_t>(row * V), static_cast<std::size_t>(V));
+    if (next_constrained < constrained.size() && constrained[next_constrained].first == row) {
+      const std::uint32_t* mask = masks_.data() + next_constrained++ * mask_words;
+      for (std::int64_t t = 0; t < V; ++t) {
+        if (((mask[t / 32] >> (t % 32)) & 1u) == 0) lg[static_cast<std::size_t>(t)] = -std::numeric_limits<float>::infinity();
+      }
+    }
+    ++row;
     if (l.options.top_logprobs >= 0) {
       const std::vector<float> raw(lg.begin(), lg.end());
       const std::int32_t tok = l.sampler.sample(lg);
@@ -306,6 +334,7 @@ Status Engine::step() {
       sampled.push_back(l.sampler.sample(lg));
     }
     if (l.scripted < l.options.script.size()) sampled.back() = l.options.script[l.scripted++];
+    if (l.options.constraint) l.options.constraint->accept(sampled.back());
     e.tokens.push_back(sampled.back());
     events.push_back(std::move(e));
   }

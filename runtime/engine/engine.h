@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "runtime/base/status.h"
+#include "runtime/engine/constraint.h"
 #include "runtime/engine/qwen2_model.h"
 #include "runtime/engine/sampler.h"
 #include "runtime/kv/kv_cache_manager.h"
@@ -52,6 +53,9 @@ struct RequestOptions {
   // A test hook (serve's SEXTANT_TEST_HOOKS): the answer's first tokens, taken in place of the ones
   // sampled (the forward still runs for each); sampling goes on after them.
   std::vector<std::int32_t> script;
+  // Structured output: the grammar the answer follows (one per request: it keeps the request's
+  // place in the grammar); null: free text.
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 struct TokenLogprob {
@@ -143,6 +147,7 @@ class Engine {
   EngineStats stats_;
   bool scheduler_busy_ = false;  // the scheduler has requests (as of the last step)
   std::vector<float> logits_;
+  std::vector<std::uint32_t> masks_;  // constrained rows' token masks, words_per_row() a row
   std::vector<float> top_values_;  // a step whose choices the devices narrowed: k candidates a row
   std::vector<std::int32_t> top_ids_;
 };

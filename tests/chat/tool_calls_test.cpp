@@ -167,6 +167,17 @@ TEST(ToolCallParser, ACallThatBreaksAfterItsNameEndsNotOkAndItsTextFollows) {
   EXPECT_EQ(w.text, answer);
 }
 
+TEST(ToolCallParser, AnXmlCallCutInAParameterGivesAllItsTextBack) {
+  const std::string answer = "<tool_call>\n<function=search>\n<parameter=q>\nnever ends";
+  for (std::size_t cut : {std::size_t{1}, std::size_t{5}, answer.size()}) {
+    const Joined j = stream(answer, ToolSyntax::kXml, cut);
+    ASSERT_EQ(j.calls.size(), 1u);
+    EXPECT_FALSE(j.ok[0]);
+    EXPECT_EQ(j.text, answer);
+  }
+  EXPECT_EQ(ToolCallParser::parse(answer, ToolSyntax::kXml, kTools).text, answer);
+}
+
 TEST(ToolCallParser, TwoParsersShareTheCallNumbers) {
   std::size_t counter = 0;
   ToolCallParser thinking(ToolSyntax::kXml, kTools, &counter), content(ToolSyntax::kXml, kTools, &counter);

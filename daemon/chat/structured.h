@@ -1,0 +1,67 @@
+// Structured output (issue 41 item 4): answers held to a JSON schema, any JSON object, a regex, a
+// list of choices, an EBNF grammar, or a tool call of the model's own syntax, on xgrammar (the
+// xgrammar wrap). A format is compiled once against the model's vocabulary (xgrammar's compiler
+// caches what it compiled: the same schema again costs a lookup); each choice of a request then
+// gets an engine::TokenConstraint of its own, which the engine asks for a token mask every step,
+// beside the forward (runtime/engine/constraint.h).
+//
+// The vocabulary is given to xgrammar as each token's bytes; control and unused tokens
+// (<|im_start|>, padding) as empty, so the grammar never allows them (detokenization skips them,
+// and the text the client sees must be what the grammar matched). The stop tokens end the grammar.
+//
+// Threading: Grammars is built once per model (its construction sorts the vocabulary: tens of
+// milliseconds for 150,000 tokens) and compile() may run on several threads at once.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/chat/tool_calls.h"
+#include "runtime/base/status.h"
+#include "runtime/engine/constraint.h"
+#include "runtime/tokenizer/tokenizer.h"
+
+namespace sx::chat {
+
+// What a request asks its answer to be: OpenAI's response_format, vLLM's structured_outputs.
+struct OutputFormat {
+  enum class Kind { kText, kJsonObject, kJsonSchema, kRegex, kChoice, kGrammar };
+  Kind kind = Kind::kText;
+  std::string source;                // kJsonSchema: the schema's JSON; kRegex: the pattern; kGrammar: EBNF
+  std::vector<std::string> choices;  // kChoice
+  std::string param;                 // the request's field, for errors ("response_format.json_schema.schema")
+};
+
+// The largest schema, pattern or grammar a request may send (its text).
+inline constexpr std::size_t kMaxFormatBytes = std::size_t{1} << 16;
+
+class CompiledFormat;
+
+class Grammars {
+ public:
+  Grammars(const tokenizer::Tokenizer& tok, std::vector<std::int32_t> stop_ids);
+  ~Grammars();
+  Grammars(const Grammars&) = delete;
+  Grammars& operator=(const Grammars&) = delete;
+
+  // INVALID_ARGUMENT naming format.param and the part at fault (xgrammar's message) when the
+  // format cannot be compiled: a schema it does not support, a regex or grammar that does not
+  // parse, a format over kMaxFormatBytes.
+  Result<std::shared_ptr<const CompiledFormat>> compile(const OutputFormat& format);
+  // A tool call in the model's `syntax` (a call of `name`, or of any of `tools` when empty), its
+  // arguments held to the tool's parameters schema: tool_choice "required" or named. INVALID_ARGUMENT
+  // naming tools[i].function.parameters where a schema does not compile.
+  Result<std::shared_ptr<const CompiledFormat>> compile_tool_call(ToolSyntax syntax, const nlohmann::ordered_json& tools,
+                                                                   const std::string& name);
+  // A new constraint at the start of `format` (one per choice).
+  std::shared_ptr<engine::TokenConstraint> constraint(const CompiledFormat& format) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sx::chat
