@@ -738,17 +738,90 @@ TEST(ParseRequestError, UnsupportedFeatures) {
   EXPECT_API_ERROR(reject_completion({{"tools", json::array({tool})}}), "tools", "'tools' is not supported");
   EXPECT_API_ERROR(reject_chat({{"logit_bias", {{"50256", -100}}}}), "logit_bias", "'logit_bias' is not supported");
   EXPECT_API_ERROR(reject_completion({{"logit_bias", json::array()}}), "logit_bias", "'logit_bias' is not supported");
-  const std::string rf = "'response_format' other than {\"type\": \"text\"} is not supported";
-  EXPECT_API_ERROR(reject_chat({{"response_format", {{"type", "json_object"}}}}), "response_format", rf);
-  EXPECT_API_ERROR(reject_chat({{"response_format", {{"type", "json_schema"}, {"json_schema", json::object()}}}}),
-                   "response_format", rf);
-  EXPECT_API_ERROR(reject_chat({{"response_format", {{"type", "text"}, {"extra", 1}}}}), "response_format", rf);
-  EXPECT_API_ERROR(reject_chat({{"response_format", json::object()}}), "response_format", rf);
-  EXPECT_API_ERROR(reject_chat({{"response_format", "text"}}), "response_format", rf);
-  // A non-string type is an error too, never an exception.
-  EXPECT_API_ERROR(reject_chat({{"response_format", {{"type", 5}}}}), "response_format", rf);
   EXPECT_API_ERROR(reject_completion({{"suffix", "end"}}), "suffix", "'suffix' is not supported");
   EXPECT_API_ERROR(reject_chat({{"suffix", "end"}}), "suffix", "unknown field 'suffix'");
+}
+
+// Structured output: OpenAI's response_format and vLLM's structured_outputs become one OutputFormat
+// naming the field it came from (the compile's errors name it).
+TEST(ParseRequest, ResponseFormatAndStructuredOutputs) {
+  using Kind = chat::OutputFormat::Kind;
+  auto parse = [](const json& extra) {
+    json b{{"model", "qwen"}, {"messages", json::array({json{{"role", "user"}, {"content", "x"}}})}};
+    for (const auto& [k, v] : extra.items()) b[k] = v;
+    openai::ApiError err;
+    auto r = openai::parse_request(Endpoint::kChat, b.dump(), {}, &err);
+    EXPECT_TRUE(r.has_value()) << err.message;
+    return r ? r->output_format : chat::OutputFormat{};
+  };
+  EXPECT_EQ(parse({{"response_format", {{"type", "text"}}}}).kind, Kind::kText);
+  auto f = parse({{"response_format", {{"type", "json_object"}}}});
+  EXPECT_EQ(f.kind, Kind::kJsonObject);
+  // The schema's text keeps the client's key order (a schema's property order is the output's).
+  f = parse(json::parse(R"({"response_format": {"type": "json_schema", "json_schema": {"name": "n", "strict": true,
+                           "schema": {"type": "object", "properties": {"z": {"type": "integer"}, "a": {"type": "string"}}}}}})"));
+  EXPECT_EQ(f.kind, Kind::kJsonSchema);
+  EXPECT_EQ(f.param, "response_format.json_schema.schema");
+  f = parse({{"structured_outputs", {{"regex", "[a-z]+"}}}});
+  EXPECT_EQ(f.kind, Kind::kRegex);
+  EXPECT_EQ(f.source, "[a-z]+");
+  EXPECT_EQ(f.param, "structured_outputs.regex");
+  f = parse({{"structured_outputs", {{"choice", {"yes", "no"}}}}});
+  EXPECT_EQ(f.kind, Kind::kChoice);
+  EXPECT_EQ(f.choices, (std::vector<std::string>{"yes", "no"}));
+  f = parse({{"structured_outputs", {{"grammar", "root ::= \"a\""}}}});
+  EXPECT_EQ(f.kind, Kind::kGrammar);
+  f = parse({{"structured_outputs", {{"json", "{\"type\": \"integer\"}"}}}});
+  EXPECT_EQ(f.kind, Kind::kJsonSchema);
+  EXPECT_EQ(f.source, R"({"type":"integer"})");
+  EXPECT_EQ(parse({{"structured_outputs", {{"json_object", true}}}}).kind, Kind::kJsonObject);
+}
+
+TEST(ParseRequest, ResponseFormatSchemaKeepsKeyOrder) {
+  const std::string body = R"({"model": "qwen", "messages": [{"role": "user", "content": "x"}],
+      "response_format": {"type": "json_schema", "json_schema": {"name": "n",
+        "schema": {"type": "object", "properties": {"z": {"type": "integer"}, "a": {"type": "string"}}}}}})";
+  openai::ApiError err;
+  auto r = openai::parse_request(Endpoint::kChat, body, {}, &err);
+  ASSERT_TRUE(r.has_value()) << err.message;
+  EXPECT_EQ(r->output_format.source, R"({"type":"object","properties":{"z":{"type":"integer"},"a":{"type":"string"}}})");
+}
+
+TEST(ParseRequestError, StructuredOutput) {
+  EXPECT_API_ERROR(reject_chat({{"response_format", "json"}}), "response_format",
+                   "'response_format' must be an object, got a string");
+  EXPECT_API_ERROR(reject_chat({{"response_format", {{"type", 5}}}}), "response_format.type",
+                   "'response_format.type' must be a string");
+  EXPECT_API_ERROR(reject_chat({{"response_format", {{"type", "xml"}}}}), "response_format.type",
+                   "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"; got 'xml'");
+  EXPECT_API_ERROR(reject_chat({{"response_format", {{"type", "text"}, {"extra", 1}}}}), "response_format.extra",
+                   "unknown field 'response_format.extra'");
+  EXPECT_API_ERROR(reject_chat({{"response_format", {{"type", "json_schema"}}}}), "response_format.json_schema",
+                   "'response_format.json_schema' must be an object with a 'schema'");
+  EXPECT_API_ERROR(reject_chat({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "n"}}}}}}),
+                   "response_format.json_schema.schema",
+                   "'response_format.json_schema.schema' must be a JSON schema (an object)");
+  EXPECT_API_ERROR(reject_chat({{"response_format", {{"type", "json_schema"},
+                                                     {"json_schema", {{"schema", json::object()}, {"x", 1}}}}}}),
+                   "response_format.json_schema.x", "unknown field 'response_format.json_schema.x'");
+  EXPECT_API_ERROR(reject_chat({{"structured_outputs", {{"regex", "a"}, {"choice", {"b"}}}}}), "structured_outputs",
+                   "'structured_outputs' must give exactly one of json, regex, choice, grammar, json_object; it gives 2");
+  EXPECT_API_ERROR(reject_chat({{"structured_outputs", json::object()}}), "structured_outputs",
+                   "'structured_outputs' must give exactly one of json, regex, choice, grammar, json_object; it gives 0");
+  EXPECT_API_ERROR(reject_chat({{"structured_outputs", {{"choice", json::array()}}}}), "structured_outputs.choice",
+                   "'structured_outputs.choice' must be a non-empty array of strings");
+  EXPECT_API_ERROR(reject_chat({{"structured_outputs", {{"json", "[1]"}}}}), "structured_outputs.json",
+                   "'structured_outputs.json' must be a JSON schema (an object or its text)");
+  EXPECT_API_ERROR(reject_chat({{"structured_outputs", {{"structural_tag", "x"}}}}), "structured_outputs.structural_tag",
+                   "'structured_outputs.structural_tag' is not supported");
+  EXPECT_API_ERROR(reject_chat({{"structured_outputs", {{"regex", "a"}}}, {"response_format", {{"type", "json_object"}}}}),
+                   "structured_outputs", "give either 'response_format' or 'structured_outputs', not both");
+  const json tool{{"type", "function"}, {"function", {{"name", "f"}}}};
+  EXPECT_API_ERROR(reject_chat({{"tools", json::array({tool})}, {"tool_choice", "required"},
+                                {"response_format", {{"type", "json_object"}}}}),
+                   "tool_choice",
+                   "'tool_choice' required or named holds the answer to a tool call: it cannot be combined with "
+                   "'response_format' or 'structured_outputs'");
 }
 
 TEST(ParseRequestError, StreamOptionsWithoutStream) {

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -246,6 +247,61 @@ TEST(Engine, CancelStopStringsAndLogprobs) {
   EXPECT_FALSE((*engine)->submit(std::vector<std::int32_t>(600, 5), greedy(4), cb).ok());
   EXPECT_FALSE((*engine)->submit(prompt, greedy(0), cb).ok());
   EXPECT_FALSE((*engine)->submit({1 << 20}, greedy(4), cb).ok());
+}
+
+// A constraint that allows a fixed cycle of tokens, one at a time, and records what it was told.
+class CycleConstraint final : public TokenConstraint {
+ public:
+  explicit CycleConstraint(std::vector<std::int32_t> cycle) : cycle_(std::move(cycle)) {}
+  void fill_mask(std::span<std::uint32_t> words) override {
+    for (const std::uint32_t w : words) EXPECT_EQ(w, 0u);  // the engine hands it zeroed
+    const std::int32_t t = cycle_[accepted.size() % cycle_.size()];
+    words[static_cast<std::size_t>(t) / 32] |= 1u << (t % 32);
+    ++masks;
+  }
+  void accept(std::int32_t token) override { accepted.push_back(token); }
+  std::vector<std::int32_t> accepted;
+  int masks = 0;
+
+ private:
+  std::vector<std::int32_t> cycle_;
+};
+
+// Structured output's hook: a constrained request samples only what its mask allows, the
+// constraint is told every token, and the unconstrained requests of the same steps (greedy, on
+// their best candidates) are untouched; a test script overrides sampling the same way.
+TEST(Engine, AConstraintMasksEveryTokenAndTheOthersRunAsBefore) {
+  Loaded s = open(models_dir() + "/memorise-f32.gguf", 64);
+  const auto prompt = s.opened.tokenizer->encode("Alice was beginning to get very tired");
+  const auto free_alone = run_batch(*s.model, *s.opened.tokenizer, {prompt}, {0}, 1, false, 12);
+  auto engine = Engine::create(*s.model, *s.opened.tokenizer, engine_config(4, false));
+  ASSERT_TRUE(engine.ok());
+  std::map<std::uint64_t, Result1> got;
+  auto cb = [&got](const RequestEvent& e) {
+    Result1& r = got[e.id];
+    r.tokens.insert(r.tokens.end(), e.tokens.begin(), e.tokens.end());
+    if (e.finished) r.finish = e.finish;
+  };
+  const std::vector<std::int32_t> cycle = {17, 242, 99};
+  auto constraint = std::make_shared<CycleConstraint>(cycle);
+  RequestOptions held = greedy(12);
+  held.sampling.temperature = 0.8f;  // sampled, yet only the allowed token can come
+  held.sampling.seed = 5;
+  held.constraint = constraint;
+  RequestOptions scripted = greedy(12);
+  scripted.script = {11, 12, 13};
+  const auto a = *(*engine)->submit(prompt, held, cb);
+  const auto b = *(*engine)->submit(prompt, greedy(12), cb);
+  const auto c = *(*engine)->submit(prompt, scripted, cb);
+  ASSERT_TRUE((*engine)->run_until_idle().ok());
+  ASSERT_EQ(got[a].tokens.size(), 12u);
+  for (std::size_t i = 0; i < 12; ++i) EXPECT_EQ(got[a].tokens[i], cycle[i % cycle.size()]) << i;
+  EXPECT_EQ(constraint->accepted, got[a].tokens);
+  EXPECT_EQ(constraint->masks, 12);
+  EXPECT_EQ(got[b].tokens, free_alone[0].tokens);
+  ASSERT_EQ(got[c].tokens.size(), 12u);
+  EXPECT_EQ(std::vector<std::int32_t>(got[c].tokens.begin(), got[c].tokens.begin() + 3),
+            (std::vector<std::int32_t>{11, 12, 13}));
 }
 
 TEST(Engine, ADeviceErrorFailsTheStepsRequestsAndKeepsCancelledOnesCancelled) {
