@@ -70,21 +70,10 @@ class GrammarConstraint final : public engine::TokenConstraint {
   bool broken_ = false;
 };
 
-// An EBNF string literal of `s`.
-std::string ebnf_literal(std::string_view s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default: out += c;
-    }
-  }
-  return out + "\"";
-}
+std::string dump(const ordered_json& j) { return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace); }
+
+// An EBNF string literal of `s`: xgrammar reads JSON's escapes (\", \\, \n, \u0001) in them.
+std::string ebnf_literal(std::string_view s) { return dump(ordered_json(std::string(s))); }
 
 xgrammar::Grammar literal_grammar(std::string_view s) { return xgrammar::Grammar::FromEBNF("root ::= " + ebnf_literal(s)); }
 
@@ -100,8 +89,6 @@ std::string xgrammar_message(const std::exception& e) {
   }
   return what;
 }
-
-std::string dump(const ordered_json& j) { return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace); }
 
 // The parameters schema of a tool (an empty object schema when it gives none).
 ordered_json parameters_of(const ordered_json& tool) {

@@ -210,6 +210,16 @@ def post(port, path, body, headers=None, timeout=60):
     return r.status, data
 
 
+def make_qwen3(sextant, name, tokenizer, *shape):
+    """A random-weight Qwen3 GGUF (`sextant make-model`, Q8_0, a 4096-token context) with `tokenizer`
+    (a tokenizer.json) and the `shape` flags (--layers, --hidden, ...) in a new temporary folder: its
+    path; the model id is `name`."""
+    path = os.path.join(tempfile.mkdtemp(prefix=f"sx-{name}-"), name + ".gguf")
+    subprocess.run([sextant, "make-model", "--arch", "qwen3", "--ctx", "4096", "--type", "q8_0", *shape,
+                    "--tokenizer", tokenizer, "--out", path], check=True, stdout=subprocess.DEVNULL)
+    return path
+
+
 def get(port, path, timeout=30):
     """A GET: its status and its body as text."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)

@@ -13,9 +13,7 @@ tokens go through the engine's detokenizer and stop ids, the daemon's reasoning 
 parser as any answer does). Usage: tool_calls_test.py SEXTANT_BINARY TEMPLATES_DIR TOKENIZER_JSON."""
 import json
 import os
-import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import daemon_harness  # noqa: E402
@@ -24,12 +22,10 @@ from daemon_harness import Daemon, case, post  # noqa: E402
 import openai  # the official client, from the test-only virtual environment
 
 SEXTANT, TEMPLATES, TOKENIZER = sys.argv[1], sys.argv[2], sys.argv[3]
-TMP = tempfile.mkdtemp(prefix="sx-tools-")
-MODEL = os.path.join(TMP, "tools-qwen3.gguf")
 NAME = "tools-qwen3"
-subprocess.run([SEXTANT, "make-model", "--arch", "qwen3", "--layers", "1", "--hidden", "64", "--heads", "2",
-                "--kv-heads", "1", "--head-dim", "32", "--ffn", "128", "--ctx", "4096", "--type", "q8_0",
-                "--tokenizer", TOKENIZER, "--out", MODEL], check=True, stdout=subprocess.DEVNULL)
+MODEL = daemon_harness.make_qwen3(SEXTANT, NAME, TOKENIZER, "--layers", "1", "--hidden", "64", "--heads", "2",
+                                  "--kv-heads", "1", "--head-dim", "32", "--ffn", "128")
+TMP = os.path.dirname(MODEL)
 HERMES = os.path.join(TEMPLATES, "qwen3", "chat_template.jinja")
 XML = os.path.join(TEMPLATES, "qwen3-coder", "chat_template.jinja")
 
