@@ -7,6 +7,7 @@
 #include "runtime/model/gguf_writer.h"
 #include "runtime/model/hf_writer.h"
 #include "runtime/tokenizer/hf_json_writer.h"
+#include "runtime/tokenizer/pretokenizer.h"
 
 namespace sx::engine {
 
@@ -32,8 +33,9 @@ std::optional<std::uint32_t> file_type_of(hal::DType t) {
 }  // namespace
 
 Result<model::TokenizerMetadata> tokenizer_metadata_from_data(const tokenizer::TokenizerData& d) {
-  if (d.pre != "qwen2") {
-    return unimplemented_error("tokenizer: its pre-tokenizer is not Qwen2's, which is the only one GGUF can name here");
+  if (tokenizer::pre_tokenizer_pattern(d.pre).empty()) {
+    return unimplemented_error("tokenizer: its pre-tokenizer has no GGUF name (GGUF names these: {})",
+                               tokenizer::known_pre_tokenizers());
   }
   model::TokenizerMetadata t;
   t.tokens = d.tokens;

@@ -459,7 +459,9 @@ Result<TokenizerData> parse_tokenizer_json(const std::string& file, const json& 
 
   SX_ASSIGN_OR_RETURN(data.normalize_nfc, parse_normalizer(file, member(root, "normalizer")));
   SX_ASSIGN_OR_RETURN(data.pre_regex, parse_pre_tokenizer(file, member(root, "pre_tokenizer")));
-  data.pre = data.pre_regex == kQwen2Pattern ? "qwen2" : "tokenizer.json";
+  // A known pattern keeps its GGUF name (a GGUF written from this tokenizer names it as llama.cpp does).
+  const std::string_view name = pre_tokenizer_name(data.pre_regex);
+  data.pre = name.empty() ? "tokenizer.json" : std::string(name);
   if (const json* dec = member(root, "decoder"); !is_null_or_missing(dec) && type_of(*dec) != "ByteLevel") {
     return unimplemented_error("{}: decoder type '{}' is not supported (supported: ByteLevel)", file, type_of(*dec));
   }

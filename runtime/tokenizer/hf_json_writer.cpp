@@ -20,11 +20,11 @@ std::int32_t type_at(const TokenizerData& d, std::size_t id) {
 Result<std::string> tokenizer_json_from_data(const TokenizerData& d) {
   std::string pattern = d.pre_regex;
   if (pattern.empty()) {
-    if (d.pre != "qwen2") {
-      return unimplemented_error("tokenizer: pre-tokenizer '{}' cannot be written to tokenizer.json (supported: qwen2)",
-                                 d.pre);
+    pattern = std::string(pre_tokenizer_pattern(d.pre));
+    if (pattern.empty()) {
+      return unimplemented_error("tokenizer: pre-tokenizer '{}' cannot be written to tokenizer.json (supported: {})",
+                                 d.pre, known_pre_tokenizers());
     }
-    pattern = std::string(kQwen2Pattern);
   }
   ordered_json root;
   root["version"] = "1.0";

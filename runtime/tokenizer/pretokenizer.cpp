@@ -27,6 +27,31 @@ std::string pcre2_error_text(int code) {
 
 }  // namespace
 
+namespace {
+
+struct NamedPattern {
+  std::string_view name, pattern;
+};
+constexpr NamedPattern kNamedPatterns[] = {{"qwen2", kQwen2Pattern}, {"qwen35", kQwen35Pattern}};
+
+}  // namespace
+
+std::string_view pre_tokenizer_pattern(std::string_view name) {
+  for (const NamedPattern& p : kNamedPatterns) {
+    if (p.name == name) return p.pattern;
+  }
+  return {};
+}
+
+std::string_view pre_tokenizer_name(std::string_view pattern) {
+  for (const NamedPattern& p : kNamedPatterns) {
+    if (p.pattern == pattern) return p.name;
+  }
+  return {};
+}
+
+std::string_view known_pre_tokenizers() { return "qwen2, qwen35"; }
+
 Result<std::string> oniguruma_to_pcre2(std::string_view p) {
   std::string out;
   out.reserve(p.size() + 64);

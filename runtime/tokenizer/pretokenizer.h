@@ -23,6 +23,19 @@ namespace sx::tokenizer {
 inline constexpr std::string_view kQwen2Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// The Qwen3.5 / 3.6 pre-tokenizer pattern (GGUF tokenizer.ggml.pre = "qwen35", as llama.cpp names
+// it): Qwen2's with combining marks (\p{M}) joined to letter runs and left out of the punctuation
+// class, so a Devanagari or Thai word, or a decomposed accent, stays one word.
+inline constexpr std::string_view kQwen35Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+// The pattern of a GGUF pre-tokenizer name ("qwen2", "qwen35"), empty for a name Sextant does not
+// know; and the name of a pattern (a tokenizer.json Split regex), empty for one without a name.
+std::string_view pre_tokenizer_pattern(std::string_view name);
+std::string_view pre_tokenizer_name(std::string_view pattern);
+// The names pre_tokenizer_pattern knows, for messages: "qwen2, qwen35".
+std::string_view known_pre_tokenizers();
+
 // The GPT-2 pattern (tokenizer.json ByteLevel pre-tokenizer with use_regex = true).
 inline constexpr std::string_view kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";

@@ -89,10 +89,10 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_data(TokenizerData data) {
   // Pre-tokenizer.
   std::string_view pattern = d.pre_regex;
   if (pattern.empty()) {
-    if (d.pre == "qwen2") {
-      pattern = kQwen2Pattern;
-    } else {
-      return unimplemented_error("tokenizer: pre-tokenizer '{}' is not supported (supported: qwen2)", d.pre);
+    pattern = pre_tokenizer_pattern(d.pre);
+    if (pattern.empty()) {
+      return unimplemented_error("tokenizer: pre-tokenizer '{}' is not supported (supported: {})", d.pre,
+                                 known_pre_tokenizers());
     }
   }
   auto splitter = RegexSplitter::create(pattern);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tokenizer conformance: Sextant's tokenizer against Hugging Face `tokenizers` on Qwen2.5.
+"""Tokenizer conformance: Sextant's tokenizer against Hugging Face `tokenizers` (Qwen2.5's, Qwen3.5's).
 
 Generates a deterministic corpus (fixed seed) of varied strings (prose, CJK, code, emoji, numbers,
 white space, contractions, combining characters, special tokens, invalid UTF-8, very long words),
@@ -9,7 +9,10 @@ batch program (tokenizer_batch, loaded from tokenizer.json and, separately, GGUF
   * decode(ids) == HF decode(ids), and == NFC(input) for valid UTF-8 input (exact round trip),
     NFC as the reference computes it (its normalizer uses Unicode 9.0 tables, so marks assigned
     later are inert; Python's unicodedata would compose some of them);
-  * the stream decoder's output == decode(ids) read with errors='replace'.
+  * the stream decoder's output == decode(ids) read with errors='replace';
+  * with --vectors FILE, each {"text", "ids"} of it encodes to its ids (Qwen3.5's: ids from the
+    published BPE ranks, an independent check of the merges rebuilt from them).
+A tokenizer given as FILE.json.xz is decompressed into a temporary folder first.
 Exit 0 when everything matches, 1 on any mismatch, 77 (skip) when the venv is missing.
 """
 import argparse
@@ -392,7 +395,15 @@ def main():
                     help="number of strings (default 2400; never fewer than the fixed part of the corpus)")
     ap.add_argument("--seed", type=int, default=20250101)
     ap.add_argument("--show", type=int, default=5, help="mismatches to print")
+    ap.add_argument("--vectors", help="a JSON list of {text, ids} each must encode to")
     args = ap.parse_args()
+    if args.tokenizer.endswith(".xz"):
+        import lzma
+        import tempfile
+        path = os.path.join(tempfile.mkdtemp(prefix="sx-tokenizer-"), "tokenizer.json")
+        with lzma.open(args.tokenizer) as src, open(path, "wb") as dst:
+            dst.write(src.read())
+        args.tokenizer = path
 
     ensure_reference()
     from tokenizers import Tokenizer
@@ -441,12 +452,24 @@ def main():
         if problems:
             failures.append((i, raw, problems))
 
+    if args.vectors:
+        import json
+        vectors = json.load(open(args.vectors, encoding="utf-8"))
+        mine = run_batch(args.batch, args.tokenizer, [v["text"].encode("utf-8") for v in vectors], gguf_style=False)
+        for v, row in zip(vectors, mine):
+            n += 1
+            if row[0] != v["ids"]:
+                failures.append((n - 1, v["text"].encode("utf-8"), [f"test vector: ours {row[0]}, want {v['ids']}"]))
+        bad = sum(1 for v, row in zip(vectors, mine) if row[0] != v["ids"])
+        print(f"tokenizer conformance: {len(vectors) - bad}/{len(vectors)} test vectors of "
+              f"{os.path.basename(args.vectors)} encode to their ids")
     for i, raw, problems in failures[: args.show]:
         print(f"mismatch #{i}: input {short(raw, 300)}")
         for p in problems:
             print("    " + p)
-    print(f"tokenizer conformance: {identical}/{n} strings identical, {round_trips}/{n} round-trips exact, "
-          f"{gguf_identical}/{n} GGUF-style loads identical")
+    m = len(corpus)
+    print(f"tokenizer conformance: {identical}/{m} strings identical, {round_trips}/{m} round-trips exact, "
+          f"{gguf_identical}/{m} GGUF-style loads identical")
     # One case per string, in the form scripts/test_summary.py counts.
     print(f"tokenizer_conformance: {n - len(failures)} passed, {len(failures)} failed")
     return 0 if not failures else 1

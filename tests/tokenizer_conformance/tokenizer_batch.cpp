@@ -5,7 +5,7 @@
 //     prints one line: ids(parse_special) TAB ids(no parse_special) TAB hex(decode(ids))
 //     TAB hex(stream-decoded text), ids space-separated.
 //     --gguf-style builds the tokenizer the way a GGUF converter would describe it (tokens in id
-//     order, token types 1/3/4, merges, pre = "qwen2") instead of from_hf_json.
+//     order, token types 1/3/4, merges, pre = "qwen2" or "qwen35") instead of from_hf_json.
 //   tokenizer_batch --tokenizer PATH --bench TEXT_FILE
 //     Prints load time and encode throughput (cold and warm word cache).
 #include <algorithm>
@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/tokenizer/pretokenizer.h"
 #include "runtime/tokenizer/tokenizer.h"
 
 namespace {
@@ -71,7 +72,8 @@ void append_ids(std::string& out, const std::vector<std::int32_t>& ids) {
 
 // What a GGUF converter (llama.cpp convert_hf_to_gguf.py) writes for a Qwen2 tokenizer: the
 // vocabulary in id order, added tokens with type CONTROL (special) or USER_DEFINED, the merges,
-// and tokenizer.ggml.pre = "qwen2". No regex, no normaliser, no per-token HF flags.
+// and tokenizer.ggml.pre ("qwen2", "qwen35": its regex's name). No regex, no normaliser, no per-token
+// HF flags.
 sx::Result<std::unique_ptr<Tokenizer>> load_gguf_style(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return sx::not_found_error("{}: cannot open", path);
@@ -99,7 +101,12 @@ sx::Result<std::unique_ptr<Tokenizer>> load_gguf_style(const std::string& path) 
     d.merges.push_back(m.is_string() ? m.get<std::string>()
                                      : m[0].get<std::string>() + " " + m[1].get<std::string>());
   }
-  d.pre = "qwen2";
+  // The pre-tokenizer by its GGUF name ("qwen2", "qwen35"), as a converter writes it.
+  const nlohmann::json& pre = root["pre_tokenizer"];
+  const nlohmann::json& split = pre.contains("pretokenizers") ? pre["pretokenizers"][0] : pre;
+  const std::string pattern = split.contains("pattern") ? split["pattern"]["Regex"].get<std::string>() : "";
+  d.pre = std::string(sx::tokenizer::pre_tokenizer_name(pattern));
+  if (d.pre.empty()) return sx::unimplemented_error("{}: its pre-tokenizer regex has no GGUF name", path);
   return Tokenizer::from_data(std::move(d));
 }
 

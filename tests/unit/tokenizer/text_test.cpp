@@ -100,6 +100,26 @@ TEST(Pretokenizer, Qwen2Pattern) {
   EXPECT_TRUE(split(r, "").empty());
 }
 
+// Qwen3.5's pattern keeps combining marks with their letters: a Devanagari word (its vowel signs and
+// virama are marks) and a decomposed accent stay one word, where Qwen2's cuts them off as
+// punctuation. Both are known by their GGUF names.
+TEST(Pretokenizer, Qwen35PatternJoinsMarksToLetters) {
+  auto q35 = RegexSplitter::create(kQwen35Pattern);
+  auto q2 = RegexSplitter::create(kQwen2Pattern);
+  ASSERT_TRUE(q35.ok() && q2.ok());
+  using V = std::vector<std::string>;
+  const std::string hindi = "\xE0\xA4\xB9\xE0\xA4\xBF\xE0\xA4\xA8\xE0\xA5\x8D\xE0\xA4\xA6\xE0\xA5\x80";  // हिन्दी
+  EXPECT_EQ(split(**q35, " " + hindi), (V{" " + hindi}));
+  EXPECT_GT(split(**q2, " " + hindi).size(), 1u);
+  EXPECT_EQ(split(**q35, "cafe\xCC\x81 ok"), (V{"cafe\xCC\x81", " ok"}));  // e + COMBINING ACUTE
+  EXPECT_EQ(split(**q35, "Hello world!"), (V{"Hello", " world", "!"}));
+  EXPECT_EQ(pre_tokenizer_pattern("qwen35"), kQwen35Pattern);
+  EXPECT_EQ(pre_tokenizer_pattern("qwen2"), kQwen2Pattern);
+  EXPECT_TRUE(pre_tokenizer_pattern("llama3").empty());
+  EXPECT_EQ(pre_tokenizer_name(kQwen35Pattern), "qwen35");
+  EXPECT_TRUE(pre_tokenizer_name("\\s+").empty());
+}
+
 TEST(Pretokenizer, OnigurumaTranslation) {
   auto t = oniguruma_to_pcre2(R"(\s+(?!\S)|[^\s\p{L}]|\w)");
   ASSERT_TRUE(t.ok());
