@@ -21,6 +21,13 @@ namespace {
 
 using nlohmann::ordered_json;
 
+// What a template that opened <think> in the prompt needs before the format: the thinking closed.
+constexpr std::string_view kCloseThinking = "</think>\n\n";
+
+// The compile cache's bound (xgrammar keeps compiled grammars and their token-mask caches; a client
+// sending a new schema with every request would otherwise grow it without end): vLLM's default.
+constexpr std::int64_t kCompileCacheBytes = std::int64_t{512} << 20;
+
 // One choice's place in its grammar.
 class GrammarConstraint final : public engine::TokenConstraint {
  public:
@@ -119,9 +126,7 @@ xgrammar::Grammar xml_value_grammar(const ordered_json& schema) {
     if (schema.contains("maxLength")) return xgrammar::Grammar::FromEBNF(fmt::format("root ::= [^<]{{{},{}}}", lo, hi));
     return xgrammar::Grammar::FromEBNF(lo > 0 ? fmt::format("root ::= [^<]{{{},}}", lo) : "root ::= [^<]*");
   }
-  if (type == "integer") return xgrammar::Grammar::FromEBNF("root ::= \"-\"? [0-9]+");
-  if (type == "number") return xgrammar::Grammar::FromEBNF("root ::= \"-\"? [0-9]+ (\".\" [0-9]+)?");
-  if (type == "boolean") return xgrammar::Grammar::FromEBNF("root ::= \"true\" | \"false\"");
+  // Anything else as JSON, held to its schema (numbers within their bounds, true / false, objects).
   return xgrammar::Grammar::FromJSONSchema(dump(schema.is_object() ? schema : ordered_json::object()),
                                            /*any_whitespace=*/false);
 }
@@ -174,46 +179,52 @@ struct Grammars::Impl {
       : vocab(tok.vocab_size()),
         stops(std::move(stop_ids)),
         info(vocabulary(tok), xgrammar::VocabType::RAW, tok.vocab_size(), stops, false),
-        compiler(info, /*max_threads=*/1, /*cache_enabled=*/true) {}
+        compiler(info, /*max_threads=*/1, /*cache_enabled=*/true, kCompileCacheBytes) {}
 };
 
 Grammars::Grammars(const tokenizer::Tokenizer& tok, std::vector<std::int32_t> stop_ids)
     : impl_(std::make_unique<Impl>(tok, std::move(stop_ids))) {}
 Grammars::~Grammars() = default;
 
-Result<std::shared_ptr<const CompiledFormat>> Grammars::compile(const OutputFormat& f) {
+Result<std::shared_ptr<const CompiledFormat>> Grammars::compile(const OutputFormat& f, bool close_thinking) {
   std::size_t bytes = f.source.size();
   for (const std::string& c : f.choices) bytes += c.size();
   if (bytes > kMaxFormatBytes) {
     return invalid_argument_error("'{}' has {} bytes; at most {} are accepted", f.param, bytes, kMaxFormatBytes);
   }
-  try {
+  // A format's grammar; an object for json_object (xgrammar's built-in JSON grammar allows arrays too).
+  auto grammar = [&]() -> xgrammar::Grammar {
     switch (f.kind) {
-      case OutputFormat::Kind::kJsonObject:  // an object (xgrammar's built-in JSON grammar allows arrays too)
-        return std::make_shared<const CompiledFormat>(impl_->compiler.CompileJSONSchema(
-            R"({"type": "object"})", /*any_whitespace=*/false, std::nullopt, std::nullopt, /*strict_mode=*/false));
+      case OutputFormat::Kind::kJsonObject:
+        return xgrammar::Grammar::FromJSONSchema(R"({"type": "object"})", /*any_whitespace=*/false, std::nullopt,
+                                                 std::nullopt, /*strict_mode=*/false);
       case OutputFormat::Kind::kJsonSchema:
-        return std::make_shared<const CompiledFormat>(
-            impl_->compiler.CompileJSONSchema(f.source, /*any_whitespace=*/false));
-      case OutputFormat::Kind::kRegex:
-        return std::make_shared<const CompiledFormat>(impl_->compiler.CompileRegex(f.source));
-      case OutputFormat::Kind::kGrammar:
-        return std::make_shared<const CompiledFormat>(impl_->compiler.CompileGrammar(f.source, "root"));
+        return xgrammar::Grammar::FromJSONSchema(f.source, /*any_whitespace=*/false);
+      case OutputFormat::Kind::kRegex: return xgrammar::Grammar::FromRegex(f.source);
+      case OutputFormat::Kind::kGrammar: return xgrammar::Grammar::FromEBNF(f.source, "root");
       case OutputFormat::Kind::kChoice: {
         std::string alts;
         for (const std::string& c : f.choices) alts += (alts.empty() ? "" : " | ") + ebnf_literal(c);
-        return std::make_shared<const CompiledFormat>(impl_->compiler.CompileGrammar("root ::= " + alts, "root"));
+        return xgrammar::Grammar::FromEBNF("root ::= " + alts);
       }
       case OutputFormat::Kind::kText: break;
     }
+    throw std::runtime_error("no format to compile");
+  };
+  try {
+    if (!close_thinking && f.kind == OutputFormat::Kind::kJsonSchema) {  // keyed by the schema's text
+      return std::make_shared<const CompiledFormat>(impl_->compiler.CompileJSONSchema(f.source, /*any_whitespace=*/false));
+    }
+    xgrammar::Grammar g = grammar();
+    if (close_thinking) g = xgrammar::Grammar::Concat({literal_grammar(kCloseThinking), g});
+    return std::make_shared<const CompiledFormat>(impl_->compiler.CompileGrammar(g));
   } catch (const std::exception& e) {
     return invalid_argument_error("'{}' cannot be used: {}", f.param, xgrammar_message(e));
   }
-  return invalid_argument_error("'{}': no format to compile", f.param);
 }
 
 Result<std::shared_ptr<const CompiledFormat>> Grammars::compile_tool_call(ToolSyntax syntax, const ordered_json& tools,
-                                                                        const std::string& name) {
+                                                                        const std::string& name, bool close_thinking) {
   if (syntax == ToolSyntax::kNone) return invalid_argument_error("'tool_choice': the model's template shows no calls");
   std::vector<xgrammar::Grammar> calls;
   for (std::size_t i = 0; i < tools.size(); ++i) {
@@ -230,15 +241,21 @@ Result<std::shared_ptr<const CompiledFormat>> Grammars::compile_tool_call(ToolSy
   }
   if (calls.empty()) return invalid_argument_error("'tool_choice' names no tool of 'tools'");
   try {
-    const xgrammar::Grammar g = calls.size() == 1 ? calls[0] : xgrammar::Grammar::Union(calls);
+    xgrammar::Grammar g = calls.size() == 1 ? calls[0] : xgrammar::Grammar::Union(calls);
+    if (close_thinking) g = xgrammar::Grammar::Concat({literal_grammar(kCloseThinking), g});
     return std::make_shared<const CompiledFormat>(impl_->compiler.CompileGrammar(g));
   } catch (const std::exception& e) {
     return invalid_argument_error("'tools' cannot be held to their schemas: {}", xgrammar_message(e));
   }
 }
 
-std::shared_ptr<engine::TokenConstraint> Grammars::constraint(const CompiledFormat& format) const {
-  return std::make_shared<GrammarConstraint>(format.grammar, impl_->vocab, impl_->stops);
+Result<std::shared_ptr<engine::TokenConstraint>> Grammars::constraint(const CompiledFormat& format) const {
+  try {
+    return std::shared_ptr<engine::TokenConstraint>(
+        std::make_shared<GrammarConstraint>(format.grammar, impl_->vocab, impl_->stops));
+  } catch (const std::exception& e) {
+    return internal_error("structured output: xgrammar cannot start a matcher: {}", xgrammar_message(e));
+  }
 }
 
 }  // namespace sx::chat

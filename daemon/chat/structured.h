@@ -50,14 +50,20 @@ class Grammars {
   // INVALID_ARGUMENT naming format.param and the part at fault (xgrammar's message) when the
   // format cannot be compiled: a schema it does not support, a regex or grammar that does not
   // parse, a format over kMaxFormatBytes.
-  Result<std::shared_ptr<const CompiledFormat>> compile(const OutputFormat& format);
+  // `close_thinking`: the chat template opened <think> in the prompt (Qwen3.5, 3.6, Thinking-2507):
+  // the answer starts with "</think>\n\n", then the format, so that it lands in content, not in the
+  // reasoning (the model's thinking is skipped, the price of a format).
+  Result<std::shared_ptr<const CompiledFormat>> compile(const OutputFormat& format, bool close_thinking = false);
   // A tool call in the model's `syntax` (a call of `name`, or of any of `tools` when empty), its
   // arguments held to the tool's parameters schema: tool_choice "required" or named. INVALID_ARGUMENT
   // naming tools[i].function.parameters where a schema does not compile.
+  // XML: the required parameters, in the schema's order (an optional one is not written); a string
+  // value holds no '<'.
   Result<std::shared_ptr<const CompiledFormat>> compile_tool_call(ToolSyntax syntax, const nlohmann::ordered_json& tools,
-                                                                   const std::string& name);
-  // A new constraint at the start of `format` (one per choice).
-  std::shared_ptr<engine::TokenConstraint> constraint(const CompiledFormat& format) const;
+                                                                   const std::string& name, bool close_thinking = false);
+  // A new constraint at the start of `format` (one per choice); INTERNAL when xgrammar cannot start
+  // one.
+  Result<std::shared_ptr<engine::TokenConstraint>> constraint(const CompiledFormat& format) const;
 
  private:
   struct Impl;

@@ -2,6 +2,7 @@
 #include "daemon/chat/tool_calls.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace sx::chat {
 
@@ -85,26 +86,17 @@ Match hermes_head(std::string_view s, std::string* name, std::size_t* used) {
   return Match::kYes;
 }
 
-// The JSON types a tool's schema gives parameter `key` (empty: none given).
-std::vector<std::string> schema_types(const ordered_json& tools, const std::string& function, const std::string& key) {
+// The schema a tool gives parameter `key` (null: none).
+const ordered_json* parameter_schema(const ordered_json& tools, const std::string& function, const std::string& key) {
   for (const ordered_json& t : tools) {
     const ordered_json& fn = t["function"];
     if (fn.value("name", "") != function || !fn.contains("parameters")) continue;
     const ordered_json& params = fn["parameters"];
-    if (!params.is_object() || !params.contains("properties") || !params["properties"].is_object()) return {};
+    if (!params.is_object() || !params.contains("properties") || !params["properties"].is_object()) return nullptr;
     const auto p = params["properties"].find(key);
-    if (p == params["properties"].end() || !p->is_object() || !p->contains("type")) return {};
-    const ordered_json& type = (*p)["type"];
-    std::vector<std::string> out;
-    if (type.is_string()) out.push_back(type.get<std::string>());
-    if (type.is_array()) {
-      for (const ordered_json& x : type) {
-        if (x.is_string()) out.push_back(x.get<std::string>());
-      }
-    }
-    return out;
+    return p == params["properties"].end() ? nullptr : &*p;
   }
-  return {};
+  return nullptr;
 }
 
 }  // namespace
@@ -193,21 +185,15 @@ void ToolCallParser::read_whole(Output& out, std::string body) {
 std::string ToolCallParser::xml_value(const std::string& key, std::string raw) const {
   if (!raw.empty() && raw.front() == '\n') raw.erase(0, 1);
   if (!raw.empty() && raw.back() == '\n') raw.pop_back();
-  // The tool's schema says what the text is: the template wrote non-strings with tojson (objects,
-  // lists) or Python's str (True, 3.5, None).
-  for (const std::string& type : schema_types(tools_, current_name_, key)) {
-    if (type == "string") break;
-    if (type == "boolean") {
-      if (raw == "true" || raw == "True") return "true";
-      if (raw == "false" || raw == "False") return "false";
-    } else if (type == "null") {
-      if (raw == "null" || raw == "None") return "null";
-    } else {
-      const ordered_json v = ordered_json::parse(raw, nullptr, /*allow_exceptions=*/false);
-      const bool fits = (type == "integer" && v.is_number_integer()) || (type == "number" && v.is_number()) ||
-                        (type == "object" && v.is_object()) || (type == "array" && v.is_array());
-      if (fits) return v.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
-    }
+  // The tool's schema says what the text is. A parameter it calls a string (or does not list) is
+  // the text as it is; any other was written by the template with tojson (objects, lists, a
+  // string of an anyOf) or Python's str (True, 3.5, None).
+  const ordered_json* schema = parameter_schema(tools_, current_name_, key);
+  const bool plain_string = schema == nullptr || !schema->is_object() || schema->value("type", ordered_json()) == "string";
+  if (!plain_string) {
+    if (raw == "True" || raw == "False" || raw == "None") return raw == "True" ? "true" : raw == "False" ? "false" : "null";
+    const ordered_json v = ordered_json::parse(raw, nullptr, /*allow_exceptions=*/false);
+    if (!v.is_discarded()) return v.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
   }
   return ordered_json(raw).dump(-1, ' ', false, ordered_json::error_handler_t::replace);
 }
@@ -243,7 +229,14 @@ void ToolCallParser::step(Output& out, bool at_end) {
         const Match m = hermes_head(buf_, &name, &used);
         if (m == Match::kNeedMore && !at_end) return;
         if (m != Match::kYes || !known(name)) {
-          state_ = State::kFallback;
+          // Not the usual head: a JSON object may still be a call (other key order), read whole at
+          // </tool_call>; anything else is text at once (a tag in prose holds nothing back).
+          const std::size_t first = skip_space(buf_, 0);
+          if (first < buf_.size() && buf_[first] == '{') {
+            state_ = State::kFallback;
+          } else {
+            give_back(out);
+          }
           break;
         }
         raw_ += buf_.substr(0, used);
@@ -320,6 +313,11 @@ void ToolCallParser::step(Output& out, bool at_end) {
           buf_.erase(0, i);
           return;
         }
+        if (m == Match::kNeedMore && outer_closed_) {  // the answer ended inside </tool_call>: the call stands
+          buf_.clear();
+          end(out, true);
+          break;
+        }
         if (m != Match::kYes) {
           end(out, false);
           break;
@@ -349,7 +347,7 @@ void ToolCallParser::step(Output& out, bool at_end) {
           const std::string name = gt == std::string::npos ? std::string() : buf_.substr(i, gt - i);
           if (name.empty() || name.size() > kMaxName || name.find_first_of("<\n") != std::string::npos ||
               !known(name)) {
-            state_ = State::kFallback;
+            give_back(out);  // the rest is text (XML is never read whole)
             break;
           }
           current_name_ = name;
@@ -361,7 +359,19 @@ void ToolCallParser::step(Output& out, bool at_end) {
         std::size_t j = i;
         if (const Match m = literal(buf_, j, kParameter); m != Match::kNo) {
           const std::size_t gt = m == Match::kYes ? buf_.find('>', j) : std::string::npos;
-          const std::size_t close = gt == std::string::npos ? gt : buf_.find(kParameterEnd, gt);
+          // The value ends at its </parameter>, or where the next parameter or the function's end
+          // begins (models drop a </parameter> now and then).
+          std::size_t close = std::string::npos, used = 0;
+          if (gt != std::string::npos) {
+            for (const auto& [tag, keep] : {std::pair<std::string_view, bool>{kParameterEnd, false},
+                                            {"\n<parameter=", true}, {"\n</function>", true}}) {
+              const std::size_t at = buf_.find(tag, gt);
+              if (at < close) {
+                close = at;
+                used = keep ? at : at + tag.size();
+              }
+            }
+          }
           if (close == std::string::npos) {
             if (!at_end) return;
             end(out, false);  // what is left is text
@@ -372,8 +382,8 @@ void ToolCallParser::step(Output& out, bool at_end) {
           arguments(out, (params_++ == 0 ? "{" : ", ") +
                              ordered_json(key).dump(-1, ' ', false, ordered_json::error_handler_t::replace) + ": " +
                              value);
-          raw_ += buf_.substr(0, close + kParameterEnd.size());
-          buf_.erase(0, close + kParameterEnd.size());
+          raw_ += buf_.substr(0, used);
+          buf_.erase(0, used);
           break;
         }
         j = i;

@@ -316,11 +316,14 @@ void TokenizeWork::run() {
     error->message = "structured output is unavailable for this model: xgrammar refused its vocabulary: " + why;
     return;
   }
+  // A prompt left in thinking (Qwen3.5, 3.6) is closed first, so the format lands in content.
+  const bool close_thinking = request.prompt_in_thinking;
   auto compiled = call_required ? grammars->compile_tool_call(request.tool_syntax, req.tools,
                                                                req.tool_choice == openai::ToolChoice::kNamed
                                                                    ? req.tool_choice_name
-                                                                   : std::string())
-                                : grammars->compile(req.output_format);
+                                                                   : std::string(),
+                                                               close_thinking)
+                                : grammars->compile(req.output_format, close_thinking);
   if (!compiled.ok()) {
     error = openai::ApiError{};
     error->param = call_required ? "tools" : req.output_format.param;
@@ -430,7 +433,16 @@ void Daemon::start_generate(TokenizeWork w, int status) {
   for (std::size_t c = 0; c < n; ++c) {
     a->options.push_back(o);
     if (a->options.back().sampling.seed && c > 0) *a->options.back().sampling.seed += c;  // n samples, not n copies
-    if (a->format) a->options.back().constraint = g.grammars(nullptr)->constraint(*a->format);
+    if (a->format) {
+      auto constraint = g.grammars(nullptr)->constraint(*a->format);
+      if (!constraint.ok()) {
+        err.status = 500;
+        err.type = "internal_error";
+        err.message = std::string(constraint.status().message());
+        return send_error(responder, err);
+      }
+      a->options.back().constraint = *constraint;
+    }
   }
   a->request = std::move(req);
   a->prompt = std::move(prompt);
@@ -580,7 +592,9 @@ void Daemon::on_event(EngineEvent e) {
       choice.text += ev.text;
       choice.logprobs.insert(choice.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
     }
-    a.started[e.choice] = true;
+    // stream_with_tools marks a choice started when it writes: a piece it held back (a call's head,
+    // an opening <think>) leaves the role for the first chunk it does write.
+    if (a.tool_streams.empty() || !stream) a.started[e.choice] = true;
   }
   if (!ev.finished) return;
   // The choice leaves its replica.
@@ -600,10 +614,15 @@ void Daemon::on_event(EngineEvent e) {
         if (!a.tool_streams.empty()) {
           a.tool_streams[e.choice] = std::make_unique<ToolStream>(a.request.tool_syntax, a.request.tools);
         }
-        if (a.format) a.options[e.choice].constraint = a.generation->grammars(nullptr)->constraint(*a.format);
+        bool ready = true;
+        if (a.format) {  // a new matcher at the grammar's start (none: the retry is not made)
+          auto constraint = a.generation->grammars(nullptr)->constraint(*a.format);
+          if (constraint.ok()) a.options[e.choice].constraint = *constraint;
+          ready = constraint.ok();
+        }
         a.token_seen[e.choice] = false;
         a.started[e.choice] = false;
-        if (submit_choice(a, e.choice, other, &refused)) {
+        if (ready && submit_choice(a, e.choice, other, &refused)) {
           log_warn("serve: {}: choice {} moved from failed {} to {}", a.id.id, e.choice, rep.name(), other->name());
           reap_retired();
           return;

@@ -318,6 +318,9 @@ Status Engine::step() {
       continue;
     }
     std::span<float> lg(logits_.data() + static_cast<std::ptrdiff_t>(row * V), static_cast<std::size_t>(V));
+    // Logprobs are the model's, before a constraint's mask (as vLLM reports them).
+    std::vector<float> raw;
+    if (l.options.top_logprobs >= 0) raw.assign(lg.begin(), lg.end());
     if (next_constrained < constrained.size() && constrained[next_constrained].first == row) {
       const std::uint32_t* mask = masks_.data() + next_constrained++ * mask_words;
       for (std::int64_t t = 0; t < V; ++t) {
@@ -326,7 +329,6 @@ Status Engine::step() {
     }
     ++row;
     if (l.options.top_logprobs >= 0) {
-      const std::vector<float> raw(lg.begin(), lg.end());
       const std::int32_t tok = l.sampler.sample(lg);
       e.logprobs.push_back(logprobs_of(raw, tok, l.options.top_logprobs));
       sampled.push_back(tok);

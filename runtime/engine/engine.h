@@ -147,7 +147,7 @@ class Engine {
   EngineStats stats_;
   bool scheduler_busy_ = false;  // the scheduler has requests (as of the last step)
   std::vector<float> logits_;
-  std::vector<std::uint32_t> masks_;  // constrained rows' token masks, words_per_row() a row
+  std::vector<std::uint32_t> masks_;  // constrained rows' token masks, (vocab + 31) / 32 words a row
   std::vector<float> top_values_;  // a step whose choices the devices narrowed: k candidates a row
   std::vector<std::int32_t> top_ids_;
 };

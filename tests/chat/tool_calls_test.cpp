@@ -103,6 +103,19 @@ const std::vector<Case> kCases = {
      "", {"search", "search"}, {"{}", R"({"q": "42"})"}},
     {ToolSyntax::kXml, "<tool_call>\n<function=nope>\n</function>\n</tool_call>",
      "<tool_call>\n<function=nope>\n</function>\n</tool_call>", {}, {}, 1},
+    // A dropped </parameter>: the value ends where the next parameter (or the function's end) begins.
+    {ToolSyntax::kXml,
+     "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n<parameter=days>\n2\n</function>\n</tool_call>",
+     "", {"get_weather"}, {R"({"city": "Oslo", "days": 2})"}},
+    // A parameter whose schema is not a plain string, written as JSON (an anyOf's string in quotes).
+    {ToolSyntax::kXml,
+     "<tool_call>\n<function=get_weather>\n<parameter=note>\n\"late\"\n</parameter>\n</function>\n</tool_call>",
+     "", {"get_weather"}, {R"({"note": "late"})"}},
+    // The answer ended inside </tool_call> (a stop string, max_tokens): the call whose JSON closed stands.
+    {ToolSyntax::kHermes, "<tool_call>\n{\"name\": \"search\", \"arguments\": {}}\n</tool_", "", {"search"}, {"{}"}},
+    // The tag in prose: text at once, counted as one malformed call.
+    {ToolSyntax::kHermes, "Use a <tool_call> block to call.", "Use a <tool_call> block to call.", {}, {}, 1},
+    {ToolSyntax::kXml, "Use a <tool_call> block to call.", "Use a <tool_call> block to call.", {}, {}, 1},
     // The syntax the template did not teach is text.
     {ToolSyntax::kNone, "<tool_call>\n{\"name\": \"search\", \"arguments\": {}}\n</tool_call>",
      "<tool_call>\n{\"name\": \"search\", \"arguments\": {}}\n</tool_call>", {}, {}},
@@ -176,6 +189,14 @@ TEST(ToolCallParser, AnXmlCallCutInAParameterGivesAllItsTextBack) {
     EXPECT_EQ(j.text, answer);
   }
   EXPECT_EQ(ToolCallParser::parse(answer, ToolSyntax::kXml, kTools).text, answer);
+}
+
+TEST(ToolCallParser, ATagInProseHoldsNothingBack) {
+  std::size_t counter = 0;
+  ToolCallParser p(ToolSyntax::kHermes, kTools, &counter);
+  std::string told;
+  for (const ToolCallEvent& e : p.feed("I could write <tool_call> here, and go on ")) told += e.text;
+  EXPECT_EQ(told, "I could write <tool_call> here, and go on ");  // all of it, before the answer ends
 }
 
 TEST(ToolCallParser, TwoParsersShareTheCallNumbers) {

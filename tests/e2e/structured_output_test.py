@@ -218,6 +218,31 @@ def tool_choice_required_and_named_hold_calls_to_their_schemas_xml():
 
 
 @case
+def a_template_that_opens_thinking_gets_the_format_in_content():
+    # Qwen3.5's template leaves the prompt inside <think>: the format begins after "</think>", so the
+    # answer is content, its (empty) thinking reasoning_content; a forced call likewise.
+    d = start("--chat-template", os.path.join(TEMPLATES, "qwen3.5", "chat_template.jinja"))
+    try:
+        client = client_of(d)
+        for seed in range(3):
+            r = client.chat.completions.create(
+                model=NAME, messages=MESSAGES, temperature=1.0, seed=seed, max_tokens=300,
+                response_format={"type": "json_schema", "json_schema": {"name": "s", "schema": SCHEMAS[0]}})
+            m = r.choices[0].message
+            jsonschema.validate(json.loads(m.content), SCHEMAS[0])
+            assert (getattr(m, "reasoning_content", None) or "") == "", m
+        r = client.chat.completions.create(model=NAME, messages=MESSAGES, temperature=1.0, seed=4, max_tokens=300,
+                                           tools=TOOLS, tool_choice="required")
+        call = r.choices[0].message.tool_calls[0]
+        tool = next(t for t in TOOLS if t["function"]["name"] == call.function.name)
+        jsonschema.validate(json.loads(call.function.arguments), tool["function"]["parameters"])
+        print(f"  Qwen3.5's template (prompt in <think>): json_schema answers in content, e.g. {m.content}; "
+              f"a required call {call.function.name}({call.function.arguments})")
+    finally:
+        d.stop()
+
+
+@case
 def a_format_that_cannot_be_compiled_is_a_400_naming_it():
     d = start()
     try:

@@ -60,6 +60,8 @@ def collect(stream):
         out["chunks"] += 1
         for ch in chunk.choices:
             d = ch.delta
+            # The choice's first chunk carries the role, whatever the parser held back before it.
+            assert (d.role == "assistant") == (out["chunks"] == 1), (out["chunks"], d)
             out["content"] += d.content or ""
             out["reasoning"] += getattr(d, "reasoning_content", None) or ""
             for tc in d.tool_calls or []:
