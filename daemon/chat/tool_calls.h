@@ -10,9 +10,12 @@
 // fragments of its arguments (hermes: the JSON as written; XML: one parameter at a time, each value
 // typed by the tool's schema), then its end. A call that does not follow the syntax (no name, a name
 // no tool has, arguments that are not a JSON object, no closing tag) is given back as text, tags
-// and all, and counted in malformed(): nothing the model wrote is dropped. When the fault shows only
-// after the call's name went out (streamed arguments that turn out not to be JSON), the call ends
-// where it is, ok = false, and its text follows as text too.
+// and all, and counted in malformed(): nothing the model wrote is dropped. A tag that no call head
+// follows (prose that mentions <tool_call>) is text at once; only a hermes body that opens a JSON
+// object other than the usual way ({"arguments": ..., "name": ...}) waits for </tool_call> to be
+// read whole. When the fault shows only after the call's name went out (streamed arguments that turn
+// out not to be JSON), the call ends where it is, ok = false, and its text follows as text too. An
+// XML value ends at </parameter>, or where the next parameter or </function> begins.
 //
 // Pure; one per choice (and one for its reasoning, so that a call written while thinking is kept).
 #pragma once
