@@ -104,8 +104,8 @@ ordered_json parameters_of(const ordered_json& tool) {
   return ordered_json{{"type", "object"}};
 }
 
-// An XML parameter's value as the template writes it: strings as they are, numbers and booleans as
-// text, anything else as JSON.
+// An XML parameter's value as the template writes it: an enum's members, a plain string as it is
+// (within its lengths), anything else as JSON held to its schema.
 xgrammar::Grammar xml_value_grammar(const ordered_json& schema) {
   const std::string type = schema.is_object() && schema.contains("type") && schema["type"].is_string()
                                ? schema["type"].get<std::string>()
