@@ -30,14 +30,16 @@ namespace sx::daemon::serve {
 
 namespace {
 
-std::string utc_now(const char* format) {
-  const std::time_t t = std::time(nullptr);
+std::string utc_at(std::chrono::system_clock::time_point at, const char* format) {
+  const std::time_t t = std::chrono::system_clock::to_time_t(at);
   std::tm tm{};
   gmtime_r(&t, &tm);
   char buf[64];
   std::strftime(buf, sizeof buf, format, &tm);
   return buf;
 }
+
+std::string utc_now(const char* format) { return utc_at(std::chrono::system_clock::now(), format); }
 
 // "phase NAME: ok (DETAIL)" -> NAME, DETAIL (after an optional "replica N: " / "WHO: ").
 bool parse_phase(std::string_view line, std::string& name, std::string& detail) {
@@ -90,11 +92,13 @@ Result<std::unique_ptr<StartLog>> StartLog::open(const std::string& dir, int kee
   SX_RETURN_IF_ERROR(make_log_dir(dir));
   std::error_code ec;
   std::unique_ptr<StartLog> s(new StartLog());
-  // Names sort in start order: UTC time to the millisecond, then the pid.
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                      std::chrono::system_clock::now().time_since_epoch()).count() % 1000;
+  // Names sort in start order: UTC time to the millisecond, then the pid. The seconds and the
+  // milliseconds come from one reading of the clock (two readings, or std::time's coarser clock
+  // beside system_clock, could name a start "33.999" after a later one's "33.500").
+  const auto now = std::chrono::system_clock::now();
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
   const std::string stem =
-      fmt::format("{}/start-{}.{:03}-{}", dir, utc_now("%Y%m%dT%H%M%S"), static_cast<int>(ms), ::getpid());
+      fmt::format("{}/start-{}.{:03}-{}", dir, utc_at(now, "%Y%m%dT%H%M%S"), static_cast<int>(ms), ::getpid());
   s->log_path_ = stem + ".log";
   s->summary_path_ = stem + ".json";
   s->log_ = std::fopen(s->log_path_.c_str(), "w");
