@@ -612,6 +612,83 @@ struct Dispatch {
     }
     return moe_ffn(pool(), scratch, p, a);
   }
+  // The batch arrays of a state op, checked (hal::check_state_batch).
+  Result<StateBatch> state_batch(std::string_view op, const hal::BufView& start, const hal::BufView& ctx,
+                                 const hal::BufView& slot, std::int64_t n_seqs, std::int64_t n_tokens,
+                                 std::int64_t n_slots) {
+    StateBatch b{nullptr, nullptr, nullptr, n_seqs};
+    SX_ASSIGN_OR_RETURN(b.seq_token_start, resolve_as<const std::int32_t>(dev, start, n_seqs + 1, op, "seq_token_start"));
+    SX_ASSIGN_OR_RETURN(b.seq_context_len, resolve_as<const std::int32_t>(dev, ctx, n_seqs, op, "seq_context_len"));
+    SX_ASSIGN_OR_RETURN(b.seq_slot, resolve_as<const std::int32_t>(dev, slot, n_seqs, op, "seq_slot"));
+    SX_RETURN_IF_ERROR(hal::check_state_batch(op, b.seq_token_start, b.seq_context_len, b.seq_slot, n_seqs, n_tokens,
+                                              n_slots));
+    return b;
+  }
+  Status operator()(const hal::ConvStateArgs& a) {
+    SX_RETURN_IF_ERROR(hal::check_conv_state(a));
+    const std::int64_t xs = a.x_stride ? a.x_stride : a.channels;
+    const std::int64_t last = a.n_tokens > 0 ? a.n_tokens - 1 : 0;
+    SX_ASSIGN_OR_RETURN(const StateBatch b, state_batch("conv_state", a.seq_token_start, a.seq_context_len, a.seq_slot,
+                                                        a.n_seqs, a.n_tokens, a.n_slots));
+    SX_ASSIGN_OR_RETURN(const float* x, resolve_as<const float>(dev, a.x, last * xs + a.channels, "conv_state", "x"));
+    SX_ASSIGN_OR_RETURN(const float* w, resolve_as<const float>(dev, a.weight, a.channels * a.kernel, "conv_state",
+                                                                "weight"));
+    SX_ASSIGN_OR_RETURN(float* st, resolve_as<float>(dev, a.state, a.n_slots * (a.kernel - 1) * a.channels,
+                                                     "conv_state", "state"));
+    SX_ASSIGN_OR_RETURN(float* o, resolve_as<float>(dev, a.out, a.n_tokens * a.channels, "conv_state", "out"));
+    conv_state(pool(), x, xs, w, st, o, b, a.channels, a.kernel);
+    return ok_status();
+  }
+  Status operator()(const hal::DeltaRuleArgs& a) {
+    SX_RETURN_IF_ERROR(hal::check_delta_rule(a));
+    DeltaRulePtrs p{};
+    p.qkv_stride = a.qkv_stride ? a.qkv_stride : 2 * a.n_k_heads * a.d_k + a.n_v_heads * a.d_v;
+    p.gate_stride = a.gate_stride ? a.gate_stride : a.n_v_heads;
+    const std::int64_t last = a.n_tokens > 0 ? a.n_tokens - 1 : 0;
+    SX_ASSIGN_OR_RETURN(p.batch, state_batch("delta_rule", a.seq_token_start, a.seq_context_len, a.seq_slot, a.n_seqs,
+                                             a.n_tokens, a.n_slots));
+    const std::int64_t qk_row = last * p.qkv_stride + a.n_k_heads * a.d_k;
+    SX_ASSIGN_OR_RETURN(p.q, resolve_as<const float>(dev, a.q, qk_row, "delta_rule", "q"));
+    SX_ASSIGN_OR_RETURN(p.k, resolve_as<const float>(dev, a.k, qk_row, "delta_rule", "k"));
+    SX_ASSIGN_OR_RETURN(p.v, resolve_as<const float>(dev, a.v, last * p.qkv_stride + a.n_v_heads * a.d_v, "delta_rule",
+                                                     "v"));
+    const std::int64_t gate_row = last * p.gate_stride + a.n_v_heads;
+    SX_ASSIGN_OR_RETURN(p.alpha, resolve_as<const float>(dev, a.alpha, gate_row, "delta_rule", "alpha"));
+    SX_ASSIGN_OR_RETURN(p.beta, resolve_as<const float>(dev, a.beta, gate_row, "delta_rule", "beta"));
+    SX_ASSIGN_OR_RETURN(p.a, resolve_as<const float>(dev, a.a, a.n_v_heads, "delta_rule", "a"));
+    SX_ASSIGN_OR_RETURN(p.dt_bias, resolve_as<const float>(dev, a.dt_bias, a.n_v_heads, "delta_rule", "dt_bias"));
+    SX_ASSIGN_OR_RETURN(p.state, resolve_as<float>(dev, a.state, a.n_slots * a.n_v_heads * a.d_k * a.d_v,
+                                                   "delta_rule", "state"));
+    SX_ASSIGN_OR_RETURN(p.out, resolve_as<float>(dev, a.out, a.n_tokens * a.n_v_heads * a.d_v, "delta_rule", "out"));
+    delta_rule(pool(), p, a);
+    return ok_status();
+  }
+  Status operator()(const hal::GatedNormArgs& a) {
+    if (a.n_rows < 0 || a.dim <= 0) {
+      return invalid_argument_error("gated_norm: {} rows of {}", a.n_rows, a.dim);
+    }
+    SX_ASSIGN_OR_RETURN(const float* x, resolve_as<const float>(dev, a.x, a.n_rows * a.dim, "gated_norm", "x"));
+    SX_ASSIGN_OR_RETURN(const float* z, resolve_as<const float>(dev, a.z, a.n_rows * a.dim, "gated_norm", "z"));
+    SX_ASSIGN_OR_RETURN(const float* w, resolve_as<const float>(dev, a.weight, a.dim, "gated_norm", "weight"));
+    SX_ASSIGN_OR_RETURN(float* o, resolve_as<float>(dev, a.out, a.n_rows * a.dim, "gated_norm", "out"));
+    gated_norm(pool(), x, z, w, o, a.n_rows, a.dim, a.eps);
+    return ok_status();
+  }
+  Status operator()(const hal::SigmoidMulArgs& a) {
+    const std::int64_t xs = a.x_stride ? a.x_stride : a.n_cols;
+    const std::int64_t gs = a.gate_stride ? a.gate_stride : a.n_cols;
+    const std::int64_t os = a.out_stride ? a.out_stride : a.n_cols;
+    if (a.n_rows < 0 || a.n_cols <= 0 || xs < a.n_cols || gs < a.n_cols || os < a.n_cols) {
+      return invalid_argument_error("sigmoid_mul: {} rows of {} with strides {}, {}, {}", a.n_rows, a.n_cols, xs, gs, os);
+    }
+    const std::int64_t last = a.n_rows > 0 ? a.n_rows - 1 : 0;
+    SX_ASSIGN_OR_RETURN(const float* x, resolve_as<const float>(dev, a.x, last * xs + a.n_cols, "sigmoid_mul", "x"));
+    SX_ASSIGN_OR_RETURN(const float* g, resolve_as<const float>(dev, a.gate, last * gs + a.n_cols, "sigmoid_mul",
+                                                                "gate"));
+    SX_ASSIGN_OR_RETURN(float* o, resolve_as<float>(dev, a.out, last * os + a.n_cols, "sigmoid_mul", "out"));
+    sigmoid_mul(pool(), x, g, o, a.n_rows, a.n_cols, xs, gs, os);
+    return ok_status();
+  }
   Status operator()(const hal::TopKArgs& a) {
     if (a.k < 1 || a.k > hal::kMaxTopK || a.k > a.n_cols) {
       return invalid_argument_error("top_k: k {} must be in [1, {}] and at most the row length {}", a.k,

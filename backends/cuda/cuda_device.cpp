@@ -218,6 +218,10 @@ Status CudaDevice::supports(const hal::Op& op) const {
   if (const auto* r = std::get_if<hal::MoeRouterArgs>(&op); r != nullptr && r->k > hal::kMaxTopK) {
     return unimplemented_error("the router selects at most {} experts per token", hal::kMaxTopK);
   }
+  if (std::holds_alternative<hal::ConvStateArgs>(op) || std::holds_alternative<hal::DeltaRuleArgs>(op) ||
+      std::holds_alternative<hal::GatedNormArgs>(op) || std::holds_alternative<hal::SigmoidMulArgs>(op)) {
+    return unimplemented_error("the CUDA backend has no kernel for {} yet", hal::op_name(op));
+  }
   return ok_status();  // add, silu_mul, rmsnorm, rope, top_k, moe_router
 }
 

@@ -132,6 +132,24 @@ void append_op_key(std::string& key, const hal::Op& op) {
           put(key, a.gate_type), put(key, a.up_type), put(key, a.down_type), put(key, a.out);
           put(key, a.n_tokens), put(key, a.dim), put(key, a.ffn), put(key, a.k), put(key, a.expert_begin);
           put(key, a.n_local);
+        } else if constexpr (std::is_same_v<T, hal::ConvStateArgs>) {
+          put(key, a.x), put(key, a.weight), put(key, a.state), put(key, a.out);
+          put(key, a.seq_token_start), put(key, a.seq_context_len), put(key, a.seq_slot);
+          put(key, a.n_seqs), put(key, a.n_tokens), put(key, a.channels), put(key, a.kernel), put(key, a.n_slots);
+          put(key, a.x_stride);
+        } else if constexpr (std::is_same_v<T, hal::DeltaRuleArgs>) {
+          put(key, a.q), put(key, a.k), put(key, a.v), put(key, a.alpha), put(key, a.beta), put(key, a.a);
+          put(key, a.dt_bias), put(key, a.state), put(key, a.out);
+          put(key, a.seq_token_start), put(key, a.seq_context_len), put(key, a.seq_slot);
+          put(key, a.n_seqs), put(key, a.n_tokens), put(key, a.n_k_heads), put(key, a.n_v_heads), put(key, a.d_k);
+          put(key, a.d_v), put(key, a.n_slots), put(key, a.qkv_stride), put(key, a.gate_stride), put(key, a.chunk);
+          put(key, a.tiled), put(key, a.eps), put(key, a.scale);
+        } else if constexpr (std::is_same_v<T, hal::GatedNormArgs>) {
+          put(key, a.x), put(key, a.z), put(key, a.weight), put(key, a.out);
+          put(key, a.n_rows), put(key, a.dim), put(key, a.eps);
+        } else if constexpr (std::is_same_v<T, hal::SigmoidMulArgs>) {
+          put(key, a.x), put(key, a.gate), put(key, a.out);
+          put(key, a.n_rows), put(key, a.n_cols), put(key, a.x_stride), put(key, a.gate_stride), put(key, a.out_stride);
         } else {
           static_assert(sizeof(T) == 0, "append_op_key: an op without a key");
         }
@@ -146,7 +164,8 @@ std::int64_t op_tokens(const hal::Op& op) {
         if constexpr (std::is_same_v<T, hal::MatmulArgs>) return a.m;
         else if constexpr (std::is_same_v<T, hal::AddArgs>) return 1;  // element count, not tokens
         else if constexpr (std::is_same_v<T, hal::RmsNormArgs> || std::is_same_v<T, hal::SiluMulArgs> ||
-                           std::is_same_v<T, hal::TopKArgs>) return a.n_rows;
+                           std::is_same_v<T, hal::TopKArgs> || std::is_same_v<T, hal::GatedNormArgs> ||
+                           std::is_same_v<T, hal::SigmoidMulArgs>) return a.n_rows;
         else return a.n_tokens;
       },
       op);

@@ -170,8 +170,76 @@ struct MoeFfnArgs {
   std::int64_t expert_begin = 0, n_local = 0;
 };
 
+// ---- Gated DeltaNet (Qwen3.5 / 3.6 / 3.8 linear-attention layers) and gated attention ----
+// The DeltaNet ops take a batch of sequences as AttentionArgs does: sequence s owns batch tokens
+// [seq_token_start[s], seq_token_start[s+1]) and has seq_context_len[s] tokens after this step; its
+// recurrent state lives in slot seq_slot[s] of a state pool. A sequence whose context equals its
+// new tokens starts in this step: its state is read as zeros (the slot need not be cleared).
+// Sequences must use distinct slots.
+
+// The causal depthwise convolution over a layer's q|k|v channels, then SiLU:
+//   out[t][c] = silu(sum_{j < kernel} weight[c][j] * in[t - (kernel - 1) + j][c])
+// where inputs before the step's first token come from the sequence's state (its last kernel - 1
+// inputs, oldest first). Afterwards the state holds the sequence's last kernel - 1 inputs.
+struct ConvStateArgs {
+  BufView x;                // F32 [n_tokens][x_stride], channels [0, channels) used
+  BufView weight;           // F32 [channels][kernel] (GGUF ssm_conv1d: ne [kernel, channels])
+  BufView state;            // F32 [n_slots][kernel - 1][channels]
+  BufView out;              // F32 [n_tokens][channels]
+  BufView seq_token_start;  // I32 [n_seqs + 1]
+  BufView seq_context_len;  // I32 [n_seqs]
+  BufView seq_slot;         // I32 [n_seqs]
+  std::int64_t n_seqs = 0, n_tokens = 0, channels = 0, kernel = 4, n_slots = 0;
+  std::int64_t x_stride = 0;  // 0 = channels
+};
+
+// The gated delta rule. V head h reads K head g = h % n_k_heads when `tiled` (llama.cpp's GGUF
+// order), h / (n_v_heads / n_k_heads) otherwise (the Hugging Face checkpoint's), and keeps the state
+// S = state[slot][h], d_k x d_v (S[i][j] at i * d_v + j). For each of a sequence's tokens in order:
+//   qn = q_g / sqrt(|q_g|^2 + eps) * scale,  kn = k_g / sqrt(|k_g|^2 + eps)
+//   decay = exp(a[h] * softplus(alpha[t][h] + dt_bias[h])),  b = sigmoid(beta[t][h])
+//   S = decay * S;  S = S + kn (b (v_h - S^T kn))^T;  out[t][h] = S^T qn
+// and the last S is written back. chunk == 0 computes it token by token (the recurrent form);
+// chunk > 0 takes a sequence's tokens chunk at a time in the equivalent chunked form (the state is
+// read and written once per chunk), equal to the recurrent form within F32 rounding.
+struct DeltaRuleArgs {
+  BufView q, k, v;          // F32 rows of qkv_stride: q [n_k_heads][d_k], k [n_k_heads][d_k], v [n_v_heads][d_v]
+  BufView alpha, beta;      // F32 [n_tokens][gate_stride], heads [0, n_v_heads) used
+  BufView a, dt_bias;       // F32 [n_v_heads] (a = -exp(A_log), as GGUF's ssm_a stores it)
+  BufView state;            // F32 [n_slots][n_v_heads][d_k][d_v]
+  BufView out;              // F32 [n_tokens][n_v_heads][d_v]
+  BufView seq_token_start;  // I32 [n_seqs + 1]
+  BufView seq_context_len;  // I32 [n_seqs]
+  BufView seq_slot;         // I32 [n_seqs]
+  std::int64_t n_seqs = 0, n_tokens = 0, n_k_heads = 0, n_v_heads = 0, d_k = 0, d_v = 0, n_slots = 0;
+  std::int64_t qkv_stride = 0, gate_stride = 0;  // 0 = 2 * n_k_heads * d_k + n_v_heads * d_v, resp. n_v_heads
+  std::int64_t chunk = 0;
+  bool tiled = true;
+  float eps = 1e-6f, scale = 1.0f;
+};
+
+// out[r][:] = x[r][:] * rsqrt(mean(x[r]^2) + eps) * weight * silu(z[r][:]) over rows of dim
+// (Gated DeltaNet's output norm, one row per token and V head, the weight shared by the heads).
+struct GatedNormArgs {
+  BufView x, z;     // F32 [n_rows][dim]
+  BufView weight;   // F32 [dim]
+  BufView out;      // F32 [n_rows][dim] (may alias x)
+  std::int64_t n_rows = 0, dim = 0;
+  float eps = 1e-6f;
+};
+
+// out[r][c] = x[r][c] * sigmoid(gate[r][c]) (gated attention's output gate), rows of n_cols with
+// row strides in elements (0 = n_cols) so that the gate may be read where the query projection
+// interleaves it with the query. out may alias x.
+struct SigmoidMulArgs {
+  BufView x, gate, out;  // F32
+  std::int64_t n_rows = 0, n_cols = 0;
+  std::int64_t x_stride = 0, gate_stride = 0, out_stride = 0;
+};
+
 using Op = std::variant<EmbeddingArgs, RmsNormArgs, MatmulArgs, RopeArgs, KvWriteArgs,
-                        AttentionArgs, SiluMulArgs, AddArgs, TopKArgs, MoeRouterArgs, MoeFfnArgs>;
+                        AttentionArgs, SiluMulArgs, AddArgs, TopKArgs, MoeRouterArgs, MoeFfnArgs,
+                        ConvStateArgs, DeltaRuleArgs, GatedNormArgs, SigmoidMulArgs>;
 
 std::string_view op_name(const Op& op);
 // The op with what a backend's support depends on, for errors: "matmul with q4_k weights

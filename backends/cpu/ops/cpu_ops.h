@@ -70,6 +70,36 @@ struct MoeFfnPtrs {
 };
 Status moe_ffn(ThreadPool& pool, Scratch& scratch, const MoeFfnPtrs& p, const hal::MoeFfnArgs& a);
 
+// The batch of a state op (hal::ConvStateArgs, hal::DeltaRuleArgs), checked by hal::check_state_batch.
+struct StateBatch {
+  const std::int32_t* seq_token_start;
+  const std::int32_t* seq_context_len;
+  const std::int32_t* seq_slot;
+  std::int64_t n_seqs;
+};
+
+// hal::ConvStateArgs: x rows of x_stride, weight [channels][kernel], state [slots][kernel - 1][channels].
+void conv_state(ThreadPool& pool, const float* x, std::int64_t x_stride, const float* weight, float* state, float* out,
+                const StateBatch& b, std::int64_t channels, std::int64_t kernel);
+
+// hal::DeltaRuleArgs with its buffers resolved and its strides made explicit; a.chunk picks the form.
+struct DeltaRulePtrs {
+  const float *q, *k, *v, *alpha, *beta, *a, *dt_bias;
+  float* state;
+  float* out;
+  StateBatch batch;
+  std::int64_t qkv_stride, gate_stride;
+};
+void delta_rule(ThreadPool& pool, const DeltaRulePtrs& p, const hal::DeltaRuleArgs& a);
+
+// hal::GatedNormArgs: out may alias x.
+void gated_norm(ThreadPool& pool, const float* x, const float* z, const float* weight, float* out,
+                std::int64_t n_rows, std::int64_t dim, float eps);
+
+// hal::SigmoidMulArgs with explicit strides.
+void sigmoid_mul(ThreadPool& pool, const float* x, const float* gate, float* out, std::int64_t n_rows,
+                 std::int64_t n_cols, std::int64_t x_stride, std::int64_t gate_stride, std::int64_t out_stride);
+
 // Vectorised helpers shared by the ops.
 float dot_f32(const float* a, const float* b, std::int64_t n);
 void axpy_f32(float a, const float* x, float* y, std::int64_t n);  // y += a * x

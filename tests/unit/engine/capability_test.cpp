@@ -293,6 +293,17 @@ bool covers(const hal::Op& asked, const hal::Op& ran) {
           return a.gate_type == r.gate_type && a.up_type == r.up_type && a.down_type == r.down_type && a.dim == r.dim &&
                  a.ffn == r.ffn && a.k == r.k && a.expert_begin == r.expert_begin && a.n_local == r.n_local &&
                  r.n_tokens <= a.n_tokens;
+        } else if constexpr (std::is_same_v<T, hal::ConvStateArgs>) {
+          return a.channels == r.channels && a.kernel == r.kernel && a.n_slots == r.n_slots && r.n_seqs <= a.n_seqs &&
+                 r.n_tokens <= a.n_tokens;
+        } else if constexpr (std::is_same_v<T, hal::DeltaRuleArgs>) {
+          return a.n_k_heads == r.n_k_heads && a.n_v_heads == r.n_v_heads && a.d_k == r.d_k && a.d_v == r.d_v &&
+                 a.chunk == r.chunk && a.tiled == r.tiled && a.n_slots == r.n_slots && r.n_seqs <= a.n_seqs &&
+                 r.n_tokens <= a.n_tokens;
+        } else if constexpr (std::is_same_v<T, hal::GatedNormArgs>) {
+          return a.dim == r.dim && a.eps == r.eps && r.n_rows <= a.n_rows;
+        } else if constexpr (std::is_same_v<T, hal::SigmoidMulArgs>) {
+          return a.n_cols == r.n_cols && r.n_rows <= a.n_rows;
         } else {
           static_assert(std::is_same_v<T, hal::TopKArgs>);
           return a.n_cols == r.n_cols && a.id_offset == r.id_offset && r.n_rows <= a.n_rows && r.k <= a.k;
