@@ -1,6 +1,7 @@
-// `sextant make-model`: writes a random-weight qwen2 or qwen3 GGUF of any shape and weight type
+// `sextant make-model`: writes a random-weight qwen2, qwen3(moe) or qwen35(moe) GGUF of any shape and weight type
 // (default: the exact Qwen2.5-0.5B shape; --arch qwen3: Qwen3-0.6B), with the real Qwen tokenizer when given one; or, with
 // --format safetensors, the same weights (or those of --from FILE.gguf) as a Hugging Face directory.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -56,24 +57,48 @@ Status make_model(const Args& args) {
     if (auto from = args.get("--from")) return write_safetensors(*from, *out, st_dtype, static_cast<int>(shards), int4);
   }
   SX_ASSIGN_OR_RETURN(std::string arch, args.get_string("--arch", "qwen2"));
-  if (arch != "qwen2" && arch != "qwen3" && arch != "qwen3moe") {
-    return invalid_argument_error("--arch must be qwen2, qwen3 or qwen3moe, got '{}'", arch);
+  if (arch != "qwen2" && arch != "qwen3" && arch != "qwen3moe" && arch != "qwen35" && arch != "qwen35moe") {
+    return invalid_argument_error("--arch must be qwen2, qwen3, qwen3moe, qwen35 or qwen35moe, got '{}'", arch);
   }
-  SX_ASSIGN_OR_RETURN(std::string shape,
-                      args.get_string("--shape", arch == "qwen3" ? "0.6b" : arch == "qwen3moe" ? "30b-a3b" : "0.5b"));
+  const char* default_shape = arch == "qwen3"       ? "0.6b"
+                              : arch == "qwen3moe"  ? "30b-a3b"
+                              : arch == "qwen35"    ? "0.8b"
+                              : arch == "qwen35moe" ? "35b-a3b"
+                                                    : "0.5b";
+  SX_ASSIGN_OR_RETURN(std::string shape, args.get_string("--shape", default_shape));
   model::RandomModelSpec spec;
   if (arch == "qwen3") {
     SX_ASSIGN_OR_RETURN(spec.config, model::find_qwen3_config(shape));
   } else if (arch == "qwen3moe") {
     SX_ASSIGN_OR_RETURN(spec.config, model::find_qwen3moe_config(shape));
+  } else if (arch == "qwen35") {
+    SX_ASSIGN_OR_RETURN(spec.config, model::find_qwen35_config(shape));
+  } else if (arch == "qwen35moe") {
+    SX_ASSIGN_OR_RETURN(spec.config, model::find_qwen35moe_config(shape));
   } else {
     SX_ASSIGN_OR_RETURN(spec.config, model::find_qwen2_5_config(shape));
   }
   model::ModelConfig& c = spec.config;
   SX_ASSIGN_OR_RETURN(c.n_layers, args.get_int("--layers", c.n_layers, 1, 1024));
+  if (c.is_hybrid()) {
+    SX_ASSIGN_OR_RETURN(const std::int64_t interval, args.get_int("--full-attention-interval", 4, 1, 1024));
+    model::set_hybrid_layers(c, c.n_layers, interval);
+    SX_ASSIGN_OR_RETURN(c.ssm_k_heads, args.get_int("--ssm-k-heads", c.ssm_k_heads, 1, 1024));
+    SX_ASSIGN_OR_RETURN(c.ssm_v_heads, args.get_int("--ssm-v-heads", c.ssm_v_heads, 1, 4096));
+    SX_ASSIGN_OR_RETURN(c.ssm_head_dim, args.get_int("--ssm-head-dim", c.ssm_head_dim, 1, 256));
+  } else if (args.has("--full-attention-interval") || args.has("--ssm-k-heads") || args.has("--ssm-v-heads") ||
+             args.has("--ssm-head-dim")) {
+    return invalid_argument_error("--full-attention-interval and --ssm-* go with --arch qwen35 or qwen35moe");
+  }
   SX_ASSIGN_OR_RETURN(c.n_heads, args.get_int("--heads", c.n_heads, 1, 1024));
   SX_ASSIGN_OR_RETURN(c.n_kv_heads, args.get_int("--kv-heads", c.n_kv_heads, 1, 1024));
   SX_ASSIGN_OR_RETURN(c.head_dim, args.get_int("--head-dim", c.head_dim, 2, 1024));
+  if (c.is_hybrid() && args.has("--head-dim")) {
+    // Qwen3.5 rotates a quarter of each head, its sections in the published proportion 11 : 11 : 10.
+    c.rot_dim = std::max<std::int64_t>(2, c.head_dim / 4 / 2 * 2);
+    const std::int64_t pairs = c.rot_dim / 2, first = (pairs * 11 + 16) / 32;
+    c.rope_sections = {first, first, pairs - 2 * first, 0};
+  }
   // qwen2 ties hidden to heads x head_dim; qwen3's head size is its own (0.6B: 16 x 128 on 1024).
   SX_ASSIGN_OR_RETURN(c.hidden,
                       args.get_int("--hidden", arch == "qwen2" ? c.n_heads * c.head_dim : c.hidden, 1, 1 << 20));
@@ -81,10 +106,16 @@ Status make_model(const Args& args) {
     SX_ASSIGN_OR_RETURN(c.n_experts, args.get_int("--experts", c.n_experts, 1, 4096));
     SX_ASSIGN_OR_RETURN(c.n_experts_used, args.get_int("--experts-used", c.n_experts_used, 1, 64));
     SX_ASSIGN_OR_RETURN(c.expert_ffn, args.get_int("--expert-ffn", c.expert_ffn, 1, 1 << 20));
+    if (c.shared_expert_ffn > 0) {
+      SX_ASSIGN_OR_RETURN(c.shared_expert_ffn, args.get_int("--shared-expert-ffn", c.shared_expert_ffn, 1, 1 << 20));
+    }
   } else if (args.has("--experts") || args.has("--experts-used") || args.has("--expert-ffn")) {
-    return invalid_argument_error("--experts, --experts-used and --expert-ffn go with --arch qwen3moe");
+    return invalid_argument_error("--experts, --experts-used and --expert-ffn go with --arch qwen3moe or qwen35moe");
   }
-  SX_ASSIGN_OR_RETURN(c.ffn, args.get_int("--ffn", c.ffn, 1, 1 << 22));
+  if (args.has("--shared-expert-ffn") && c.shared_expert_ffn == 0) {
+    return invalid_argument_error("--shared-expert-ffn goes with --arch qwen35moe");
+  }
+  SX_ASSIGN_OR_RETURN(c.ffn, args.get_int("--ffn", c.is_hybrid() && c.is_moe() ? c.expert_ffn : c.ffn, 1, 1 << 22));
   SX_ASSIGN_OR_RETURN(c.context_length, args.get_int("--ctx", c.context_length, 1, 1 << 24));
   if (args.has("--untied")) c.tied_embeddings = false;
   if (args.has("--tied")) c.tied_embeddings = true;
@@ -155,14 +186,25 @@ int cmd_make_model(int argc, char** argv) {
                 {{"--gptq"}, false, false,
                  "safetensors: a GPTQ 4-bit checkpoint (AutoGPTQ format, symmetric, groups of 128, no act-order)", ""},
                 {{"--arch"}, true, false,
-                 "qwen2 (default: Qwen2 / Qwen2.5), qwen3 (Qwen3 dense: q/k head norms) or qwen3moe (Qwen3-MoE)",
+                 "qwen2 (default: Qwen2 / Qwen2.5), qwen3 (Qwen3 dense: q/k head norms), qwen3moe (Qwen3-MoE), "
+                 "qwen35 (Qwen3.5 / 3.6 / 3.8 dense: Gated DeltaNet + gated attention) or qwen35moe (their MoE "
+                 "sizes, with a shared expert)",
                  "ARCH"},
+                {{"--full-attention-interval"}, true, false,
+                 "qwen35*: every N-th layer is full attention, the others Gated DeltaNet (default 4)", "N"},
+                {{"--ssm-k-heads"}, true, false, "qwen35*: DeltaNet query/key heads (default 16)", "N"},
+                {{"--ssm-v-heads"}, true, false, "qwen35*: DeltaNet value heads (default: the shape's)", "N"},
+                {{"--ssm-head-dim"}, true, false, "qwen35*: DeltaNet head size (default 128)", "N"},
+                {{"--shared-expert-ffn"}, true, false, "qwen35moe: rows of the shared expert (default: the shape's)",
+                 "N"},
                 {{"--experts"}, true, false, "qwen3moe: experts per layer (default: the shape's, 128)", "N"},
                 {{"--experts-used"}, true, false, "qwen3moe: experts each token is routed to (default 8)", "K"},
                 {{"--expert-ffn"}, true, false, "qwen3moe: rows of each expert's FFN (default: the shape's)", "N"},
                 {{"--shape"}, true, false,
                  "Qwen2.5 size: 0.5b (default), 1.5b, 3b, 7b, 14b, 32b, 72b; with --arch qwen3: 0.6b (default), 1.7b, "
-                 "4b, 8b, 14b, 32b; with --arch qwen3moe: 30b-a3b (default), 235b-a22b", "SIZE"},
+                 "4b, 8b, 14b, 32b; with --arch qwen3moe: 30b-a3b (default), 235b-a22b; qwen35: 0.8b (default), 2b, 4b, 9b, "
+                 "27b (also Qwen3.6 / 3.8-27B); qwen35moe: 35b-a3b (default; also Qwen3.6-35B-A3B), 122b-a10b, "
+                 "397b-a17b", "SIZE"},
                 {{"--type"}, true, false, "2-D weight format: f32, f16 (default), bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k; q6_k (Q8_0 where "
                  "rows are not whole 256-blocks) or q4_k_m (llama.cpp's mix); safetensors: f32, f16, bf16 (default)", "TYPE"},
                 {{"--tokenizer"}, true, false, "Hugging Face tokenizer.json to embed (default: a synthetic one)", "FILE"},

@@ -86,6 +86,16 @@ Result<std::vector<std::int64_t>> GgufFile::get_int_array(std::string_view key) 
   return out;
 }
 
+Result<std::vector<bool>> GgufFile::get_bool_array(std::string_view key) const {
+  SX_ASSIGN_OR_RETURN(const GgufValue* v, lookup(key));
+  const GgufArray* a = v->if_array();
+  if (a == nullptr || a->elem_type != GgufType::kBool) return wrong_type(key, *v, "array of booleans");
+  std::vector<bool> out;
+  out.reserve(static_cast<std::size_t>(a->size()));
+  for (std::uint64_t i = 0; i < a->size(); ++i) out.push_back(*a->bool_at(i));
+  return out;
+}
+
 Result<std::vector<double>> GgufFile::get_float_array(std::string_view key) const {
   SX_ASSIGN_OR_RETURN(const GgufValue* v, lookup(key));
   const GgufArray* a = v->if_array();

@@ -81,7 +81,8 @@ class GgufFile final : public TensorSource {
   Result<std::string> get_string(std::string_view key) const;
   Result<std::vector<std::string>> get_string_array(std::string_view key) const;
   Result<std::vector<std::int64_t>> get_int_array(std::string_view key) const;   // any integer elements
-  Result<std::vector<double>> get_float_array(std::string_view key) const;       // float/integer elements
+  Result<std::vector<double>> get_float_array(std::string_view key) const;
+  Result<std::vector<bool>> get_bool_array(std::string_view key) const;       // float/integer elements
   // Number of items of an array-valued key.
   Result<std::uint64_t> get_array_size(std::string_view key) const;
 

@@ -205,6 +205,10 @@ GgufValue GgufValue::uint32_array(const std::vector<std::uint32_t>& items) {
 GgufValue GgufValue::float32_array(const std::vector<float>& items) {
   return packed_array(GgufType::kFloat32, items);
 }
+GgufValue GgufValue::bool_array(const std::vector<bool>& items) {
+  std::vector<std::uint8_t> bytes(items.begin(), items.end());
+  return packed_array(GgufType::kBool, bytes);
+}
 GgufValue GgufValue::array_of_arrays(std::vector<GgufValue> items) {
   GgufArray a;
   a.elem_type = GgufType::kArray;

@@ -93,6 +93,7 @@ struct GgufValue {
   static GgufValue int64_array(const std::vector<std::int64_t>& items);
   static GgufValue uint32_array(const std::vector<std::uint32_t>& items);
   static GgufValue float32_array(const std::vector<float>& items);
+  static GgufValue bool_array(const std::vector<bool>& items);
   static GgufValue array_of_arrays(std::vector<GgufValue> items);  // each item must be an array
 
   // Checked views (nullopt / nullptr when the type does not fit).

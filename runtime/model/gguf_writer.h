@@ -69,6 +69,7 @@ class GgufWriter {
   void set_float32_array(std::string key, const std::vector<float>& v) {
     set(std::move(key), GgufValue::float32_array(v));
   }
+  void set_bool_array(std::string key, const std::vector<bool>& v) { set(std::move(key), GgufValue::bool_array(v)); }
   bool remove(std::string_view key);
   const GgufValue* find(std::string_view key) const;
   const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return metadata_; }

@@ -2,6 +2,7 @@
 #include "runtime/model/model_check.h"
 
 #include <cmath>
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -27,9 +28,16 @@ std::string model_summary(const ModelConfig& c) {
   const std::string ffn = c.is_moe() ? fmt::format("{} experts of {} ({} per token{})", c.n_experts, c.expert_ffn,
                                                    c.n_experts_used, c.norm_topk_prob ? ", renormalised" : "")
                                      : fmt::format("ffn {}", c.ffn);
-  return fmt::format("{}: {} layers, hidden {}, {} heads x {} (kv {}), {}, vocab {}{}{}", c.architecture, c.n_layers,
-                     c.hidden, c.n_heads, c.head_dim, c.n_kv_heads, ffn, c.vocab, c.qkv_bias ? ", qkv bias" : "",
-                     c.tied_embeddings ? ", tied embeddings" : "");
+  std::string hybrid;
+  if (c.is_hybrid()) {
+    const auto recurrent = std::count(c.recurrent_layers.begin(), c.recurrent_layers.end(), true);
+    hybrid = fmt::format(" ({} Gated DeltaNet with {} K / {} V heads x {})", recurrent, c.ssm_k_heads, c.ssm_v_heads,
+                         c.ssm_head_dim);
+  }
+  const std::string shared = c.shared_expert_ffn > 0 ? fmt::format(" + a shared expert of {}", c.shared_expert_ffn) : "";
+  return fmt::format("{}: {} layers{}, hidden {}, {} heads x {} (kv {}), {}{}, vocab {}{}{}", c.architecture,
+                     c.n_layers, hybrid, c.hidden, c.n_heads, c.head_dim, c.n_kv_heads, ffn, shared, c.vocab,
+                     c.qkv_bias ? ", qkv bias" : "", c.tied_embeddings ? ", tied embeddings" : "");
 }
 
 ModelCheck check_model(const TensorSource& src, const ModelConfig& c) {
@@ -72,8 +80,9 @@ ModelCheck check_model(const TensorSource& src, const ModelConfig& c) {
   if (!walked.ok()) return report;
   // Every per-layer tensor must be one of the expected ones.
   auto is_expected_layer_tensor = [&](const LayerTensorName& n) {
-    if (n.layer >= c.n_layers) return false;
-    for (LayerTensor t : spec->layer_tensors) {
+    // Multi-token-prediction layers after the trunk are not loaded (nor checked).
+    if (n.layer >= c.n_layers) return n.layer < c.n_layers + c.n_nextn_layers;
+    for (LayerTensor t : layer_tensors_of(*spec, c, n.layer)) {
       if (layer_tensor_suffix(t) == n.suffix) return true;
     }
     if (c.qkv_bias) {

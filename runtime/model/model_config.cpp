@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/hal/op_checks.h"
 #include "runtime/hal/ops.h"
 #include "runtime/model/model_check.h"
 
@@ -36,6 +37,31 @@ const std::vector<ArchSpec>& arch_specs() {
         LayerTensor::kAttnOutput, LayerTensor::kAttnQNorm, LayerTensor::kAttnKNorm, LayerTensor::kFfnNorm,
         LayerTensor::kFfnGateInp, LayerTensor::kFfnGateExps, LayerTensor::kFfnUpExps, LayerTensor::kFfnDownExps},
        {}},
+      // Qwen3.5 / 3.6 / 3.8 (Qwen3-Next design): every fourth layer gated full attention (attn_q
+      // holds [query | gate] per head; q/k norms), the others Gated DeltaNet; a post-attention
+      // norm before the FFN in place of ffn_norm; no biases.
+      {"qwen35",
+       {LayerTensor::kAttnNorm, LayerTensor::kAttnQ, LayerTensor::kAttnK, LayerTensor::kAttnV,
+        LayerTensor::kAttnOutput, LayerTensor::kAttnQNorm, LayerTensor::kAttnKNorm, LayerTensor::kPostAttentionNorm,
+        LayerTensor::kFfnGate, LayerTensor::kFfnUp, LayerTensor::kFfnDown},
+       {},
+       {LayerTensor::kAttnNorm, LayerTensor::kAttnQkv, LayerTensor::kAttnGate, LayerTensor::kSsmConv1d,
+        LayerTensor::kSsmDt, LayerTensor::kSsmA, LayerTensor::kSsmAlpha, LayerTensor::kSsmBeta, LayerTensor::kSsmNorm,
+        LayerTensor::kSsmOut, LayerTensor::kPostAttentionNorm, LayerTensor::kFfnGate, LayerTensor::kFfnUp,
+        LayerTensor::kFfnDown}},
+      // The MoE sizes: qwen35's layers with routed experts and a shared expert behind a sigmoid gate.
+      {"qwen35moe",
+       {LayerTensor::kAttnNorm, LayerTensor::kAttnQ, LayerTensor::kAttnK, LayerTensor::kAttnV,
+        LayerTensor::kAttnOutput, LayerTensor::kAttnQNorm, LayerTensor::kAttnKNorm, LayerTensor::kPostAttentionNorm,
+        LayerTensor::kFfnGateInp, LayerTensor::kFfnGateExps, LayerTensor::kFfnUpExps, LayerTensor::kFfnDownExps,
+        LayerTensor::kFfnGateInpShexp, LayerTensor::kFfnGateShexp, LayerTensor::kFfnUpShexp,
+        LayerTensor::kFfnDownShexp},
+       {},
+       {LayerTensor::kAttnNorm, LayerTensor::kAttnQkv, LayerTensor::kAttnGate, LayerTensor::kSsmConv1d,
+        LayerTensor::kSsmDt, LayerTensor::kSsmA, LayerTensor::kSsmAlpha, LayerTensor::kSsmBeta, LayerTensor::kSsmNorm,
+        LayerTensor::kSsmOut, LayerTensor::kPostAttentionNorm, LayerTensor::kFfnGateInp, LayerTensor::kFfnGateExps,
+        LayerTensor::kFfnUpExps, LayerTensor::kFfnDownExps, LayerTensor::kFfnGateInpShexp,
+        LayerTensor::kFfnGateShexp, LayerTensor::kFfnUpShexp, LayerTensor::kFfnDownShexp}},
   };
   return kSpecs;
 }
@@ -54,6 +80,17 @@ constexpr std::string_view kValueLength = "attention.value_length";
 constexpr std::string_view kExpertCount = "expert_count";
 constexpr std::string_view kExpertUsedCount = "expert_used_count";
 constexpr std::string_view kExpertFfn = "expert_feed_forward_length";
+constexpr std::string_view kExpertSharedFfn = "expert_shared_feed_forward_length";
+constexpr std::string_view kFullAttentionInterval = "full_attention_interval";
+constexpr std::string_view kRecurrentLayers = "attention.recurrent_layers";
+constexpr std::string_view kSsmConvKernel = "ssm.conv_kernel";
+constexpr std::string_view kSsmInnerSize = "ssm.inner_size";
+constexpr std::string_view kSsmStateSize = "ssm.state_size";
+constexpr std::string_view kSsmTimeStepRank = "ssm.time_step_rank";
+constexpr std::string_view kSsmGroupCount = "ssm.group_count";
+constexpr std::string_view kRopeDimensionCount = "rope.dimension_count";
+constexpr std::string_view kRopeDimensionSections = "rope.dimension_sections";
+constexpr std::string_view kNextnPredictLayers = "nextn_predict_layers";
 
 std::string arch_key(std::string_view arch, std::string_view suffix) { return fmt::format("{}.{}", arch, suffix); }
 
@@ -84,12 +121,24 @@ const ArchSpec* find_arch_spec(std::string_view architecture) {
   return nullptr;
 }
 
+const std::vector<LayerTensor>& layer_tensors_of(const ArchSpec& spec, const ModelConfig& c, std::int64_t layer) {
+  return c.is_recurrent(layer) && !spec.recurrent_layer_tensors.empty() ? spec.recurrent_layer_tensors
+                                                                        : spec.layer_tensors;
+}
+
 namespace {
-// Whether an architecture's layers have tensor `t` (its row in arch_specs() says).
+// Whether an architecture's layers (of either kind) have tensor `t` (its row in arch_specs() says).
 bool arch_has(std::string_view architecture, LayerTensor t) {
   const ArchSpec* spec = find_arch_spec(architecture);
-  return spec != nullptr && std::find(spec->layer_tensors.begin(), spec->layer_tensors.end(), t) !=
-                                spec->layer_tensors.end();
+  if (spec == nullptr) return false;
+  for (const auto* set : {&spec->layer_tensors, &spec->recurrent_layer_tensors}) {
+    if (std::find(set->begin(), set->end(), t) != set->end()) return true;
+  }
+  return false;
+}
+bool arch_is_hybrid(std::string_view architecture) {
+  const ArchSpec* spec = find_arch_spec(architecture);
+  return spec != nullptr && !spec->recurrent_layer_tensors.empty();
 }
 }  // namespace
 
@@ -107,8 +156,11 @@ std::string supported_architectures() {
 std::vector<std::int64_t> layer_tensor_dims(const ModelConfig& c, LayerTensor t) {
   switch (t) {
     case LayerTensor::kAttnNorm:
-    case LayerTensor::kFfnNorm: return {c.hidden};
-    case LayerTensor::kAttnQ: return {c.hidden, c.q_dim()};
+    case LayerTensor::kFfnNorm:
+    case LayerTensor::kPostAttentionNorm:
+    case LayerTensor::kFfnGateInpShexp: return {c.hidden};
+    // A hybrid's attention gates its output: attn_q gives [query | gate] per head.
+    case LayerTensor::kAttnQ: return {c.hidden, c.is_hybrid() ? 2 * c.q_dim() : c.q_dim()};
     case LayerTensor::kAttnQBias: return {c.q_dim()};
     case LayerTensor::kAttnK:
     case LayerTensor::kAttnV: return {c.hidden, c.kv_dim()};
@@ -124,6 +176,18 @@ std::vector<std::int64_t> layer_tensor_dims(const ModelConfig& c, LayerTensor t)
     case LayerTensor::kFfnGateExps:
     case LayerTensor::kFfnUpExps: return {c.hidden, c.expert_ffn, c.n_experts};
     case LayerTensor::kFfnDownExps: return {c.expert_ffn, c.hidden, c.n_experts};
+    case LayerTensor::kAttnQkv: return {c.hidden, c.ssm_conv_channels()};
+    case LayerTensor::kAttnGate: return {c.hidden, c.ssm_inner()};
+    case LayerTensor::kSsmConv1d: return {c.ssm_conv_kernel, c.ssm_conv_channels()};
+    case LayerTensor::kSsmDt:
+    case LayerTensor::kSsmA: return {c.ssm_v_heads};
+    case LayerTensor::kSsmAlpha:
+    case LayerTensor::kSsmBeta: return {c.hidden, c.ssm_v_heads};
+    case LayerTensor::kSsmNorm: return {c.ssm_head_dim};
+    case LayerTensor::kSsmOut: return {c.ssm_inner(), c.hidden};
+    case LayerTensor::kFfnGateShexp:
+    case LayerTensor::kFfnUpShexp: return {c.hidden, c.shared_expert_ffn};
+    case LayerTensor::kFfnDownShexp: return {c.shared_expert_ffn, c.hidden};
   }
   return {};
 }
@@ -136,7 +200,7 @@ Status for_each_expected_tensor(const ModelConfig& c, const std::function<Status
   }
   SX_RETURN_IF_ERROR(fn({std::string(kTokenEmbdName), {c.hidden, c.vocab}}));
   for (std::int64_t i = 0; i < c.n_layers; ++i) {
-    for (LayerTensor t : spec->layer_tensors) {
+    for (LayerTensor t : layer_tensors_of(*spec, c, i)) {
       SX_RETURN_IF_ERROR(fn({layer_tensor_name(i, t), layer_tensor_dims(c, t)}));
       // Keep llama.cpp's order: each bias right after its weight.
       if (c.qkv_bias) {
@@ -164,6 +228,56 @@ std::vector<ExpectedTensor> expected_tensors(const ModelConfig& c) {
   }).ignore();
   return out;
 }
+
+namespace {
+
+// The hybrid's own fields: present exactly for a hybrid architecture, and in the ranges the ops
+// are written for (hal/op_checks.h).
+Status validate_hybrid(const ModelConfig& c, std::string_view where) {
+  const bool hybrid_arch = arch_is_hybrid(c.architecture);
+  if (!hybrid_arch) {
+    if (c.is_hybrid() || !c.recurrent_layers.empty()) {
+      return invalid_argument_error("{}: architecture '{}' has no linear-attention layers", where, c.architecture);
+    }
+    return ok_status();
+  }
+  const std::pair<std::string_view, std::int64_t> sizes[] = {
+      {"ssm.group_count (DeltaNet K heads)", c.ssm_k_heads},
+      {"ssm.time_step_rank (DeltaNet V heads)", c.ssm_v_heads},
+      {"ssm.state_size (DeltaNet head size)", c.ssm_head_dim},
+  };
+  for (const auto& [what, v] : sizes) {
+    if (v < 1 || v > 4096) return invalid_argument_error("{}: {} is {}; it must be in 1..4096", where, what, v);
+  }
+  if (c.ssm_v_heads % c.ssm_k_heads != 0) {
+    return invalid_argument_error("{}: {} DeltaNet V heads is not a multiple of {} K heads", where, c.ssm_v_heads,
+                                  c.ssm_k_heads);
+  }
+  if (c.ssm_head_dim > hal::kMaxDeltaHeadDim) {
+    return invalid_argument_error("{}: DeltaNet heads of {} (ssm.state_size); the ops take at most {}", where,
+                                  c.ssm_head_dim, hal::kMaxDeltaHeadDim);
+  }
+  if (c.ssm_conv_kernel < 2 || c.ssm_conv_kernel > hal::kMaxConvKernel) {
+    return invalid_argument_error("{}: ssm.conv_kernel is {}; it must be in 2..{}", where, c.ssm_conv_kernel,
+                                  hal::kMaxConvKernel);
+  }
+  if (static_cast<std::int64_t>(c.recurrent_layers.size()) != c.n_layers) {
+    return invalid_argument_error("{}: the layer pattern names {} layers but the model has {}", where,
+                                  c.recurrent_layers.size(), c.n_layers);
+  }
+  if (c.rot_dim < 0 || c.rot_dim > c.head_dim || c.rot_dim % 2 != 0) {
+    return invalid_argument_error("{}: rope.dimension_count {} must be even and at most the head size {}", where,
+                                  c.rot_dim, c.head_dim);
+  }
+  const bool shared = arch_has(c.architecture, LayerTensor::kFfnGateShexp);
+  if (shared != (c.shared_expert_ffn > 0)) {
+    return invalid_argument_error("{}: a shared expert of {} rows for architecture '{}'", where, c.shared_expert_ffn,
+                                  c.architecture);
+  }
+  return ok_status();
+}
+
+}  // namespace
 
 Status validate_model_config(const ModelConfig& c, std::string_view where) {
   const std::pair<std::string_view, std::int64_t> sizes[] = {
@@ -202,6 +316,7 @@ Status validate_model_config(const ModelConfig& c, std::string_view where) {
                                     c.n_experts_used, c.n_experts);
     }
   }
+  SX_RETURN_IF_ERROR(validate_hybrid(c, where));
   if (c.architecture == "qwen2" && c.q_dim() != c.hidden) {
     return invalid_argument_error("{}: {} heads x head_dim {} = {} differs from hidden {} (qwen2 needs them equal)",
                                   where, c.n_heads, c.head_dim, c.q_dim(), c.hidden);
@@ -214,6 +329,55 @@ Status validate_model_config(const ModelConfig& c, std::string_view where) {
   }
   return ok_status();
 }
+
+namespace {
+
+// A hybrid's DeltaNet sizes, layer pattern (the explicit list, else every full_attention_interval-th
+// layer is full attention; llama.cpp's precedence) and partial multimodal rope.
+Status read_hybrid(const GgufFile& f, ModelConfig& c) {
+  const std::string& a = c.architecture;
+  SX_ASSIGN_OR_RETURN(c.ssm_conv_kernel, read_size(f, arch_key(a, kSsmConvKernel)));
+  SX_ASSIGN_OR_RETURN(c.ssm_head_dim, read_size(f, arch_key(a, kSsmStateSize)));
+  SX_ASSIGN_OR_RETURN(c.ssm_v_heads, read_size(f, arch_key(a, kSsmTimeStepRank)));
+  SX_ASSIGN_OR_RETURN(c.ssm_k_heads, read_size(f, arch_key(a, kSsmGroupCount)));
+  if (f.find(arch_key(a, kSsmInnerSize)) != nullptr) {
+    SX_ASSIGN_OR_RETURN(const std::int64_t inner, read_size(f, arch_key(a, kSsmInnerSize)));
+    if (inner != c.ssm_inner()) {
+      return invalid_argument_error("{}: '{}' is {} but {} V heads x {} = {}", f.path(), arch_key(a, kSsmInnerSize),
+                                    inner, c.ssm_v_heads, c.ssm_head_dim, c.ssm_inner());
+    }
+  }
+  const std::int64_t blocks = c.n_layers + c.n_nextn_layers;
+  if (f.find(arch_key(a, kRecurrentLayers)) != nullptr) {
+    SX_ASSIGN_OR_RETURN(std::vector<bool> pattern, f.get_bool_array(arch_key(a, kRecurrentLayers)));
+    if (static_cast<std::int64_t>(pattern.size()) != blocks) {
+      return invalid_argument_error("{}: '{}' has {} items for {} blocks", f.path(), arch_key(a, kRecurrentLayers),
+                                    pattern.size(), blocks);
+    }
+    pattern.resize(static_cast<std::size_t>(c.n_layers));
+    c.recurrent_layers = std::move(pattern);
+  } else {
+    std::uint64_t interval = 4;
+    if (f.find(arch_key(a, kFullAttentionInterval)) != nullptr) {
+      SX_ASSIGN_OR_RETURN(interval, f.get_uint(arch_key(a, kFullAttentionInterval)));
+      if (interval == 0) {
+        return invalid_argument_error("{}: '{}' is 0", f.path(), arch_key(a, kFullAttentionInterval));
+      }
+    }
+    for (std::int64_t i = 0; i < c.n_layers; ++i) {
+      c.recurrent_layers.push_back((static_cast<std::uint64_t>(i) + 1) % interval != 0);
+    }
+  }
+  if (f.find(arch_key(a, kRopeDimensionCount)) != nullptr) {
+    SX_ASSIGN_OR_RETURN(c.rot_dim, read_size(f, arch_key(a, kRopeDimensionCount)));
+  }
+  if (f.find(arch_key(a, kRopeDimensionSections)) != nullptr) {
+    SX_ASSIGN_OR_RETURN(c.rope_sections, f.get_int_array(arch_key(a, kRopeDimensionSections)));
+  }
+  return ok_status();
+}
+
+}  // namespace
 
 Result<ModelConfig> model_config_from_gguf(const GgufFile& f) {
   ModelConfig c;
@@ -228,14 +392,28 @@ Result<ModelConfig> model_config_from_gguf(const GgufFile& f) {
     SX_ASSIGN_OR_RETURN(c.name, f.get_string("general.name"));
   }
   SX_ASSIGN_OR_RETURN(c.n_layers, read_size(f, arch_key(a, kBlockCount)));
-  if (static_cast<std::uint64_t>(c.n_layers) * spec->layer_tensors.size() > f.tensors().size()) {
+  if (f.find(arch_key(a, kNextnPredictLayers)) != nullptr) {
+    // block_count counts the multi-token-prediction layers after the trunk.
+    SX_ASSIGN_OR_RETURN(const std::uint64_t nextn, f.get_uint(arch_key(a, kNextnPredictLayers)));
+    if (nextn >= static_cast<std::uint64_t>(c.n_layers)) {
+      return invalid_argument_error("{}: '{}' is {} of {} blocks", f.path(), arch_key(a, kNextnPredictLayers), nextn,
+                                    c.n_layers);
+    }
+    c.n_nextn_layers = static_cast<std::int64_t>(nextn);
+    c.n_layers -= c.n_nextn_layers;
+  }
+  const std::size_t per_layer = std::min(spec->layer_tensors.size(), spec->recurrent_layer_tensors.empty()
+                                                                         ? spec->layer_tensors.size()
+                                                                         : spec->recurrent_layer_tensors.size());
+  if (static_cast<std::uint64_t>(c.n_layers) * per_layer > f.tensors().size()) {
     return invalid_argument_error("{}: '{}' is {} but the file has only {} tensors ({} per layer)", f.path(),
-                                  arch_key(a, kBlockCount), c.n_layers, f.tensors().size(),
-                                  spec->layer_tensors.size());
+                                  arch_key(a, kBlockCount), c.n_layers, f.tensors().size(), per_layer);
   }
   SX_ASSIGN_OR_RETURN(c.context_length, read_size(f, arch_key(a, kContextLength)));
   SX_ASSIGN_OR_RETURN(c.hidden, read_size(f, arch_key(a, kEmbeddingLength)));
-  SX_ASSIGN_OR_RETURN(c.ffn, read_size(f, arch_key(a, kFeedForwardLength)));
+  if (f.find(arch_key(a, kFeedForwardLength)) != nullptr || !arch_has(a, LayerTensor::kFfnGateInp)) {
+    SX_ASSIGN_OR_RETURN(c.ffn, read_size(f, arch_key(a, kFeedForwardLength)));
+  }
   SX_ASSIGN_OR_RETURN(c.n_heads, read_size(f, arch_key(a, kHeadCount)));
   SX_ASSIGN_OR_RETURN(c.n_kv_heads, read_size(f, arch_key(a, kHeadCountKv)));
   SX_ASSIGN_OR_RETURN(c.rope_theta, read_positive_float(f, arch_key(a, kRopeFreqBase)));
@@ -245,7 +423,12 @@ Result<ModelConfig> model_config_from_gguf(const GgufFile& f) {
     SX_ASSIGN_OR_RETURN(c.n_experts_used, read_size(f, arch_key(a, kExpertUsedCount)));
     SX_ASSIGN_OR_RETURN(c.expert_ffn, read_size(f, arch_key(a, kExpertFfn)));
     c.norm_topk_prob = true;  // llama.cpp's qwen3moe graph always renormalises
+    if (c.ffn == 0) c.ffn = c.expert_ffn;  // qwen35moe files have no dense FFN width
+    if (arch_has(a, LayerTensor::kFfnGateShexp)) {
+      SX_ASSIGN_OR_RETURN(c.shared_expert_ffn, read_size(f, arch_key(a, kExpertSharedFfn)));
+    }
   }
+  if (arch_is_hybrid(a)) SX_RETURN_IF_ERROR(read_hybrid(f, c));
 
   const std::string key_length = arch_key(a, kKeyLength);
   if (f.find(key_length) != nullptr) {
@@ -307,7 +490,10 @@ void set_model_config_metadata(GgufWriter& w, const ModelConfig& c) {
   w.set_uint32(arch_key(a, kBlockCount), static_cast<std::uint32_t>(c.n_layers));
   w.set_uint32(arch_key(a, kContextLength), static_cast<std::uint32_t>(c.context_length));
   w.set_uint32(arch_key(a, kEmbeddingLength), static_cast<std::uint32_t>(c.hidden));
-  w.set_uint32(arch_key(a, kFeedForwardLength), static_cast<std::uint32_t>(c.ffn));
+  // qwen35moe files have no dense FFN width (the MoE's ffn mirrors expert_ffn).
+  if (!(c.is_moe() && c.is_hybrid())) {
+    w.set_uint32(arch_key(a, kFeedForwardLength), static_cast<std::uint32_t>(c.ffn));
+  }
   w.set_uint32(arch_key(a, kHeadCount), static_cast<std::uint32_t>(c.n_heads));
   w.set_uint32(arch_key(a, kHeadCountKv), static_cast<std::uint32_t>(c.n_kv_heads));
   w.set_float32(arch_key(a, kRopeFreqBase), static_cast<float>(c.rope_theta));
@@ -316,6 +502,25 @@ void set_model_config_metadata(GgufWriter& w, const ModelConfig& c) {
     w.set_uint32(arch_key(a, kExpertCount), static_cast<std::uint32_t>(c.n_experts));
     w.set_uint32(arch_key(a, kExpertUsedCount), static_cast<std::uint32_t>(c.n_experts_used));
     w.set_uint32(arch_key(a, kExpertFfn), static_cast<std::uint32_t>(c.expert_ffn));
+    if (c.shared_expert_ffn > 0) {
+      w.set_uint32(arch_key(a, kExpertSharedFfn), static_cast<std::uint32_t>(c.shared_expert_ffn));
+    }
+  }
+  if (c.is_hybrid()) {
+    // Both spellings of the layer pattern, as llama.cpp's converter writes them.
+    std::int64_t interval = 0;
+    for (std::int64_t i = 0; i < c.n_layers && interval == 0; ++i) interval = c.is_recurrent(i) ? 0 : i + 1;
+    if (interval > 0) w.set_uint32(arch_key(a, kFullAttentionInterval), static_cast<std::uint32_t>(interval));
+    w.set_bool_array(arch_key(a, kRecurrentLayers), c.recurrent_layers);
+    w.set_uint32(arch_key(a, kSsmConvKernel), static_cast<std::uint32_t>(c.ssm_conv_kernel));
+    w.set_uint32(arch_key(a, kSsmStateSize), static_cast<std::uint32_t>(c.ssm_head_dim));
+    w.set_uint32(arch_key(a, kSsmGroupCount), static_cast<std::uint32_t>(c.ssm_k_heads));
+    w.set_uint32(arch_key(a, kSsmTimeStepRank), static_cast<std::uint32_t>(c.ssm_v_heads));
+    w.set_uint32(arch_key(a, kSsmInnerSize), static_cast<std::uint32_t>(c.ssm_inner()));
+    w.set_uint32(arch_key(a, kRopeDimensionCount), static_cast<std::uint32_t>(c.rot_dim ? c.rot_dim : c.head_dim));
+    std::vector<std::int32_t> sections(c.rope_sections.begin(), c.rope_sections.end());
+    sections.resize(4, 0);
+    w.set_int32_array(arch_key(a, kRopeDimensionSections), sections);
   }
   if (c.n_heads * c.head_dim != c.hidden) {
     w.set_uint32(arch_key(a, kKeyLength), static_cast<std::uint32_t>(c.head_dim));

@@ -53,7 +53,32 @@ struct ModelConfig {
   std::int64_t expert_ffn = 0;
   bool norm_topk_prob = true;
 
+  // The MoE's always-on shared expert (qwen35moe): its FFN width; 0 without one.
+  std::int64_t shared_expert_ffn = 0;
+
+  // Hybrid models (qwen35, qwen35moe): Gated DeltaNet layers beside gated full-attention layers.
+  // recurrent_layers[i] says layer i is a DeltaNet layer (empty for the other architectures). A
+  // DeltaNet layer has ssm_k_heads query/key heads and ssm_v_heads value heads, all of ssm_head_dim
+  // (GGUF ssm.group_count, ssm.time_step_rank, ssm.state_size), and a causal conv of
+  // ssm_conv_kernel taps. Full-attention layers rotate rot_dim of each head's dims (0: all) with
+  // rope_sections (multimodal RoPE; text feeds every section the same position).
+  std::vector<bool> recurrent_layers;
+  std::int64_t ssm_k_heads = 0, ssm_v_heads = 0, ssm_head_dim = 0, ssm_conv_kernel = 0;
+  std::int64_t rot_dim = 0;
+  std::vector<std::int64_t> rope_sections;
+  // Multi-token-prediction layers after the n_layers of the trunk (GGUF nextn_predict_layers,
+  // counted in block_count): not loaded.
+  std::int64_t n_nextn_layers = 0;
+
   bool is_moe() const { return n_experts > 0; }
+  bool is_hybrid() const { return ssm_v_heads > 0; }
+  bool is_recurrent(std::int64_t layer) const {
+    return layer >= 0 && static_cast<std::size_t>(layer) < recurrent_layers.size() &&
+           recurrent_layers[static_cast<std::size_t>(layer)];
+  }
+  // The channels of a DeltaNet layer's q|k|v (its conv's width) and of its values.
+  std::int64_t ssm_conv_channels() const { return (2 * ssm_k_heads + ssm_v_heads) * ssm_head_dim; }
+  std::int64_t ssm_inner() const { return ssm_v_heads * ssm_head_dim; }
 
   std::int64_t q_dim() const { return n_heads * head_dim; }
   std::int64_t kv_dim() const { return n_kv_heads * head_dim; }
@@ -65,7 +90,10 @@ struct ArchSpec {
   std::string_view name;                            // general.architecture value
   std::vector<LayerTensor> layer_tensors;           // every layer has these
   std::vector<LayerTensor> qkv_bias_tensors;        // present iff the model has a qkv bias
+  std::vector<LayerTensor> recurrent_layer_tensors; // a hybrid's DeltaNet layers have these instead
 };
+// The tensors layer i of c has (its architecture's recurrent set for a hybrid's DeltaNet layer).
+const std::vector<LayerTensor>& layer_tensors_of(const ArchSpec& spec, const ModelConfig& c, std::int64_t layer);
 
 // nullptr when unsupported.
 const ArchSpec* find_arch_spec(std::string_view architecture);

@@ -58,6 +58,26 @@ constexpr Qwen3MoePreset kQwen3MoePresets[] = {
     {"30b-a3b", 48, 2048, 32, 4, 6144, 768},
     {"235b-a22b", 94, 4096, 64, 4, 12288, 1536},
 };
+// Qwen3.5 dense and MoE (docs/research/qwen35-shapes.md). v_heads: Gated DeltaNet value heads.
+struct Qwen35Preset {
+  std::string_view size;
+  std::int64_t n_layers, hidden, n_heads, n_kv_heads, ffn, v_heads;
+  bool tied;
+};
+constexpr Qwen35Preset kQwen35Presets[] = {
+    {"0.8b", 24, 1024, 8, 2, 3584, 16, true},  {"2b", 24, 2048, 8, 2, 6144, 16, true},
+    {"4b", 32, 2560, 16, 4, 9216, 32, true},   {"9b", 32, 4096, 16, 4, 12288, 32, false},
+    {"27b", 64, 5120, 24, 4, 17408, 48, false},
+};
+struct Qwen35MoePreset {
+  std::string_view size;
+  std::int64_t n_layers, hidden, n_heads, n_kv_heads, expert_ffn, shared_ffn, n_experts, n_used, v_heads;
+};
+constexpr Qwen35MoePreset kQwen35MoePresets[] = {
+    {"35b-a3b", 40, 2048, 16, 2, 512, 512, 256, 8, 32},
+    {"122b-a10b", 48, 3072, 32, 2, 1024, 1024, 256, 8, 64},
+    {"397b-a17b", 60, 4096, 32, 2, 1024, 1024, 512, 10, 64},
+};
 constexpr std::int64_t kQwen3Vocab = 151936;
 constexpr std::int64_t kQwen3Context = 40960;
 
@@ -309,6 +329,85 @@ Result<ModelConfig> find_qwen3moe_config(std::string_view size) {
   return invalid_argument_error("unknown Qwen3-MoE size '{}' (known: {})", size, join_sizes(qwen3moe_sizes()));
 }
 
+void set_hybrid_layers(ModelConfig& c, std::int64_t n_layers, std::int64_t interval) {
+  c.n_layers = n_layers;
+  c.recurrent_layers.clear();
+  for (std::int64_t i = 0; i < n_layers; ++i) c.recurrent_layers.push_back((i + 1) % interval != 0);
+}
+
+namespace {
+
+// What every Qwen3.5-family shape shares.
+ModelConfig qwen35_family(std::string architecture, std::string name, std::int64_t n_layers, std::int64_t hidden,
+                          std::int64_t n_heads, std::int64_t n_kv_heads, std::int64_t ffn, std::int64_t v_heads,
+                          bool tied) {
+  ModelConfig c = qwen3_family(std::move(architecture), std::move(name), n_layers, hidden, n_heads, n_kv_heads, ffn,
+                               tied);
+  c.head_dim = 256;
+  c.rot_dim = 64;
+  c.rope_sections = {11, 11, 10, 0};
+  c.rope_theta = 1e7;
+  c.vocab = 248320;
+  c.context_length = 262144;
+  c.ssm_k_heads = 16;
+  c.ssm_v_heads = v_heads;
+  c.ssm_head_dim = 128;
+  c.ssm_conv_kernel = 4;
+  set_hybrid_layers(c, n_layers);
+  return c;
+}
+
+template <class Preset, std::size_t N>
+std::vector<std::string_view> sizes_of(const Preset (&presets)[N]) {
+  std::vector<std::string_view> v;
+  for (const Preset& p : presets) v.push_back(p.size);
+  return v;
+}
+
+std::string upper_size(std::string_view size) {
+  std::string shown(size);
+  std::transform(shown.begin(), shown.end(), shown.begin(), [](unsigned char ch) { return std::toupper(ch); });
+  return shown;
+}
+
+}  // namespace
+
+const std::vector<std::string_view>& qwen35_sizes() {
+  static const std::vector<std::string_view> kSizes = sizes_of(kQwen35Presets);
+  return kSizes;
+}
+
+const std::vector<std::string_view>& qwen35moe_sizes() {
+  static const std::vector<std::string_view> kSizes = sizes_of(kQwen35MoePresets);
+  return kSizes;
+}
+
+Result<ModelConfig> find_qwen35_config(std::string_view size) {
+  const std::string lower = lowercase(size);
+  for (const Qwen35Preset& p : kQwen35Presets) {
+    if (p.size != lower) continue;
+    return qwen35_family("qwen35", fmt::format("Qwen3.5-{} (shape)", upper_size(p.size)), p.n_layers, p.hidden,
+                         p.n_heads, p.n_kv_heads, p.ffn, p.v_heads, p.tied);
+  }
+  return invalid_argument_error("unknown Qwen3.5 size '{}' (known: {})", size, join_sizes(qwen35_sizes()));
+}
+
+Result<ModelConfig> find_qwen35moe_config(std::string_view size) {
+  const std::string lower = lowercase(size);
+  for (const Qwen35MoePreset& p : kQwen35MoePresets) {
+    if (p.size != lower) continue;
+    ModelConfig c = qwen35_family("qwen35moe", fmt::format("Qwen3.5-{} (shape)", upper_size(p.size)), p.n_layers,
+                                  p.hidden, p.n_heads, p.n_kv_heads, p.expert_ffn, p.v_heads, /*tied=*/false);
+    c.n_experts = p.n_experts;
+    c.n_experts_used = p.n_used;
+    c.expert_ffn = p.expert_ffn;
+    c.shared_expert_ffn = p.shared_ffn;
+    c.norm_topk_prob = true;
+    return c;
+  }
+  return invalid_argument_error("unknown Qwen3.5-MoE size '{}' (known: {})", size, join_sizes(qwen35moe_sizes()));
+}
+
 ModelConfig qwen3_config(std::string_view size) {
   auto c = find_qwen3_config(size);
   if (!c.ok()) fatal("qwen3_config", c.status().message());
@@ -363,11 +462,13 @@ void random_tensor_values(const RandomModelSpec& spec, std::string_view name, st
   const std::uint64_t key = splitmix64(spec.seed ^ fnv1a64(name));
   const float half_width = spec.init_std * std::sqrt(3.0f);  // uniform(-a, a) has std a / sqrt(3)
   const float base = is_norm(name) ? 1.0f : 0.0f;
+  // A DeltaNet layer's ssm_a is -exp(A_log) < 0 (a decay below 1); [-1.1, -0.1) as a trained one's range starts.
+  const bool decay = name.ends_with(".ssm_a");
   for (std::size_t i = 0; i < out.size(); ++i) {
     const std::uint64_t h = splitmix64(key + static_cast<std::uint64_t>(first + static_cast<std::int64_t>(i)) *
                                                  0xD1B54A32D192ED03ull);
     const float u = static_cast<float>(h >> 40) * (1.0f / 16777216.0f);  // [0, 1)
-    out[i] = base + (2.0f * u - 1.0f) * half_width;
+    out[i] = decay ? -(0.1f + u) : base + (2.0f * u - 1.0f) * half_width;
   }
 }
 

@@ -68,6 +68,19 @@ const std::vector<std::string_view>& qwen3_sizes();
 Result<ModelConfig> find_qwen3moe_config(std::string_view size);
 const std::vector<std::string_view>& qwen3moe_sizes();
 
+// Qwen3.5 / 3.6 / 3.8 shapes (docs/research/qwen35-shapes.md: the published configs and llama.cpp's
+// GGUF keys): "qwen35" dense "0.8b", "2b", "4b", "9b", "27b" (Qwen3.6-27B and Qwen3.8-27B share
+// 27b's shape) and "qwen35moe" "35b-a3b" (also Qwen3.6-35B-A3B), "122b-a10b", "397b-a17b". Every
+// fourth layer gated full attention with heads of 256 (64 rotated, sections [11, 11, 10, 0], theta
+// 1e7); the others Gated DeltaNet with 16 K heads and 16-64 V heads of 128, conv kernel 4; vocab
+// 248320; 262144 positions.
+Result<ModelConfig> find_qwen35_config(std::string_view size);
+const std::vector<std::string_view>& qwen35_sizes();
+Result<ModelConfig> find_qwen35moe_config(std::string_view size);
+const std::vector<std::string_view>& qwen35moe_sizes();
+// Sets c's layer pattern for n_layers: every interval-th layer full attention, the others DeltaNet.
+void set_hybrid_layers(ModelConfig& c, std::int64_t n_layers, std::int64_t interval = 4);
+
 // A minimal byte-level BPE vocabulary of `vocab` tokens: the 256 GPT-2 byte tokens (ids 0..255 in
 // the order Qwen2's vocabulary has them), "[PAD{i}]" fillers (unused), then <|endoftext|>,
 // <|im_start|>, <|im_end|> as the last three ids (control). No merges; eos = <|im_end|>,

@@ -37,6 +37,22 @@ enum class LayerTensor {
   kFfnGateExps,  // ffn_gate_exps.weight [n_experts][expert_ffn][hidden]
   kFfnUpExps,    // ffn_up_exps.weight   [n_experts][expert_ffn][hidden]
   kFfnDownExps,  // ffn_down_exps.weight [n_experts][hidden][expert_ffn]
+  // qwen35 / qwen35moe: the norm before the FFN (there is no ffn_norm), the Gated DeltaNet layers'
+  // tensors, and the MoE's shared expert with its sigmoid gate
+  kPostAttentionNorm,  // post_attention_norm.weight
+  kAttnQkv,            // attn_qkv.weight   [2 * k_heads * d + v_heads * d][hidden]
+  kAttnGate,           // attn_gate.weight  [v_heads * d][hidden]
+  kSsmConv1d,          // ssm_conv1d.weight [channels][conv_kernel]
+  kSsmDt,              // ssm_dt.bias       [v_heads]
+  kSsmA,               // ssm_a             [v_heads] (-exp(A_log))
+  kSsmAlpha,           // ssm_alpha.weight  [v_heads][hidden]
+  kSsmBeta,            // ssm_beta.weight   [v_heads][hidden]
+  kSsmNorm,            // ssm_norm.weight   [d]
+  kSsmOut,             // ssm_out.weight    [hidden][v_heads * d]
+  kFfnGateInpShexp,    // ffn_gate_inp_shexp.weight [hidden]
+  kFfnGateShexp,       // ffn_gate_shexp.weight [shared_ffn][hidden]
+  kFfnUpShexp,         // ffn_up_shexp.weight   [shared_ffn][hidden]
+  kFfnDownShexp,       // ffn_down_shexp.weight [hidden][shared_ffn]
 };
 
 // "attn_q.weight"

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <tuple>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -276,6 +277,100 @@ TEST(RandomModel, Qwen3Shapes) {
   EXPECT_EQ((*f)->find_tensor("blk.0.attn_q.bias"), nullptr);
   EXPECT_TRUE(check_model_tensors(**f, *back).ok());
   std::remove(path.c_str());
+}
+
+TEST(RandomModel, Qwen35Shapes) {
+  // docs/research/qwen35-shapes.md: layers, hidden, heads / KV heads, FFN, DeltaNet V heads, tied.
+  struct Want {
+    std::string_view size;
+    std::int64_t layers, hidden, heads, kv_heads, ffn, v_heads;
+    bool tied;
+  };
+  const Want dense[] = {
+      {"0.8b", 24, 1024, 8, 2, 3584, 16, true},  {"2b", 24, 2048, 8, 2, 6144, 16, true},
+      {"4b", 32, 2560, 16, 4, 9216, 32, true},   {"9b", 32, 4096, 16, 4, 12288, 32, false},
+      {"27b", 64, 5120, 24, 4, 17408, 48, false},
+  };
+  ASSERT_EQ(qwen35_sizes().size(), std::size(dense));
+  for (const Want& w : dense) {
+    auto c = find_qwen35_config(w.size);
+    ASSERT_TRUE(c.ok()) << w.size;
+    EXPECT_EQ(c->architecture, "qwen35");
+    EXPECT_EQ(std::tuple(c->n_layers, c->hidden, c->n_heads, c->n_kv_heads, c->ffn, c->ssm_v_heads, c->tied_embeddings),
+              std::tuple(w.layers, w.hidden, w.heads, w.kv_heads, w.ffn, w.v_heads, w.tied))
+        << w.size;
+    EXPECT_EQ(std::tuple(c->head_dim, c->rot_dim, c->ssm_k_heads, c->ssm_head_dim, c->ssm_conv_kernel, c->vocab),
+              std::tuple(256, 64, 16, 128, 4, 248320));
+    // Three DeltaNet layers, then one full attention, all the way.
+    const auto full = std::count(c->recurrent_layers.begin(), c->recurrent_layers.end(), false);
+    EXPECT_EQ(full, w.layers / 4) << w.size;
+    EXPECT_TRUE(c->is_recurrent(0) && c->is_recurrent(2) && !c->is_recurrent(3)) << w.size;
+    EXPECT_TRUE(validate_model_config(*c, "preset").ok()) << w.size;
+  }
+  // Qwen3.8-27B (= the 27b shape): 24 / 4 heads and 16 QK / 48 V DeltaNet heads, as issue 42 says.
+  const ModelConfig moe = *find_qwen35moe_config("35B-A3B");
+  EXPECT_EQ(std::tuple(moe.n_layers, moe.hidden, moe.n_heads, moe.n_kv_heads, moe.n_experts, moe.n_experts_used,
+                       moe.expert_ffn, moe.shared_expert_ffn, moe.ssm_v_heads),
+            std::tuple(40, 2048, 16, 2, 256, 8, 512, 512, 32));
+  EXPECT_EQ(find_qwen35moe_config("397b-a17b")->n_experts, 512);
+  EXPECT_EQ(find_qwen35moe_config("397b-a17b")->n_experts_used, 10);
+  EXPECT_TRUE(fails_with(find_qwen35_config("7b"), StatusCode::kInvalidArgument, {"7b", "0.8b, 2b"}));
+}
+
+// A written qwen35 / qwen35moe file reads back as the config it was written from (the keys
+// llama.cpp 11434 reads: ssm.*, full_attention_interval and attention.recurrent_layers,
+// rope.dimension_count / sections, expert_shared_feed_forward_length) and passes the tensor check;
+// a DeltaNet layer with an attention tensor, or a pattern of the wrong length, does not.
+TEST(RandomModel, Qwen35FilesReadBackAndCheck) {
+  for (const char* arch : {"qwen35", "qwen35moe"}) {
+    SCOPED_TRACE(arch);
+    RandomModelSpec spec;
+    spec.config = std::string_view(arch) == "qwen35" ? *find_qwen35_config("27b") : *find_qwen35moe_config("35b-a3b");
+    ModelConfig& c = spec.config;
+    set_hybrid_layers(c, 5);  // DeltaNet, DeltaNet, DeltaNet, attention, DeltaNet
+    c.hidden = 64, c.head_dim = 32, c.rot_dim = 8, c.rope_sections = {2, 1, 1, 0}, c.ssm_head_dim = 16;
+    c.vocab = 300, c.ffn = 48;
+    if (c.is_moe()) c.n_experts = 12, c.expert_ffn = 16, c.shared_expert_ffn = 24, c.ffn = 16;
+    spec.weight_type = hal::DType::kF32;
+    const std::string path = ::testing::TempDir() + "/sx_random_" + arch + ".gguf";
+    ASSERT_TRUE(write_random_qwen2_gguf(spec, path).ok());
+    auto f = GgufFile::open(path);
+    ASSERT_TRUE(f.ok()) << f.status().to_string();
+    auto back = model_config_from_gguf(**f);
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    ModelConfig want = c;
+    want.name = back->name;
+    EXPECT_NEAR(back->rms_eps, c.rms_eps, 1e-12);  // stored as float32
+    want.rms_eps = back->rms_eps;
+    EXPECT_TRUE(*back == want);
+    EXPECT_EQ(back->recurrent_layers, (std::vector<bool>{true, true, true, false, true}));
+    EXPECT_EQ(back->rope_sections, (std::vector<std::int64_t>{2, 1, 1, 0}));
+    EXPECT_EQ(std::tuple(back->rot_dim, back->ssm_k_heads, back->ssm_v_heads, back->ssm_head_dim, back->ssm_conv_kernel,
+                         back->shared_expert_ffn, back->ffn),
+              std::tuple(c.rot_dim, c.ssm_k_heads, c.ssm_v_heads, c.ssm_head_dim, c.ssm_conv_kernel,
+                         c.shared_expert_ffn, c.ffn));
+    EXPECT_EQ((*f)->get_uint(std::string(arch) + ".full_attention_interval").value(), 4u);
+    EXPECT_EQ((*f)->find(std::string(arch) + ".feed_forward_length") == nullptr, c.is_moe());
+    EXPECT_TRUE(check_model_tensors(**f, *back).ok()) << check_model_tensors(**f, *back).to_string();
+    // The attention layer's query projection holds [query | gate] per head.
+    EXPECT_EQ((*f)->find_tensor("blk.3.attn_q.weight")->dims, (std::vector<std::int64_t>{64, 2 * c.n_heads * 32}));
+    EXPECT_EQ((*f)->find_tensor("blk.0.attn_q.weight"), nullptr);
+    EXPECT_EQ((*f)->find_tensor("blk.0.ssm_conv1d.weight")->dims,
+              (std::vector<std::int64_t>{4, (2 * 16 + c.ssm_v_heads) * 16}));
+    // Every ssm_a is a decay rate (-exp(A_log) < 0).
+    const TensorInfo* a = (*f)->find_tensor("blk.1.ssm_a");
+    ASSERT_NE(a, nullptr);
+    for (float x : dequantized(*a)) EXPECT_LT(x, 0.0f);
+    // Read as if layer 0 were attention: its DeltaNet tensors are unexpected and its attention ones missing.
+    ModelConfig wrong = *back;
+    wrong.recurrent_layers[0] = false;
+    const Status s = check_model_tensors(**f, wrong);
+    EXPECT_TRUE(fails_with(s, StatusCode::kNotFound, {"blk.0.attn_q.weight", "is missing"})) << s.to_string();
+    wrong.recurrent_layers.pop_back();
+    EXPECT_TRUE(fails_with(validate_model_config(wrong, "x"), StatusCode::kInvalidArgument,
+                           {"the layer pattern names 4 layers but the model has 5"}));
+    std::remove(path.c_str());
+  }
 }
 
 }  // namespace
