@@ -676,17 +676,18 @@ struct Dispatch {
   }
   Status operator()(const hal::SigmoidMulArgs& a) {
     const std::int64_t xs = a.x_stride ? a.x_stride : a.n_cols;
-    const std::int64_t gs = a.gate_stride ? a.gate_stride : a.n_cols;
+    const std::int64_t gate_cols = a.gate_per_row ? 1 : a.n_cols;
+    const std::int64_t gs = a.gate_stride ? a.gate_stride : gate_cols;
     const std::int64_t os = a.out_stride ? a.out_stride : a.n_cols;
-    if (a.n_rows < 0 || a.n_cols <= 0 || xs < a.n_cols || gs < a.n_cols || os < a.n_cols) {
+    if (a.n_rows < 0 || a.n_cols <= 0 || xs < a.n_cols || gs < gate_cols || os < a.n_cols) {
       return invalid_argument_error("sigmoid_mul: {} rows of {} with strides {}, {}, {}", a.n_rows, a.n_cols, xs, gs, os);
     }
     const std::int64_t last = a.n_rows > 0 ? a.n_rows - 1 : 0;
     SX_ASSIGN_OR_RETURN(const float* x, resolve_as<const float>(dev, a.x, last * xs + a.n_cols, "sigmoid_mul", "x"));
-    SX_ASSIGN_OR_RETURN(const float* g, resolve_as<const float>(dev, a.gate, last * gs + a.n_cols, "sigmoid_mul",
+    SX_ASSIGN_OR_RETURN(const float* g, resolve_as<const float>(dev, a.gate, last * gs + gate_cols, "sigmoid_mul",
                                                                 "gate"));
     SX_ASSIGN_OR_RETURN(float* o, resolve_as<float>(dev, a.out, last * os + a.n_cols, "sigmoid_mul", "out"));
-    sigmoid_mul(pool(), x, g, o, a.n_rows, a.n_cols, xs, gs, os);
+    sigmoid_mul(pool(), x, g, o, a.n_rows, a.n_cols, xs, gs, os, a.gate_per_row);
     return ok_status();
   }
   Status operator()(const hal::TopKArgs& a) {

@@ -150,6 +150,7 @@ void append_op_key(std::string& key, const hal::Op& op) {
         } else if constexpr (std::is_same_v<T, hal::SigmoidMulArgs>) {
           put(key, a.x), put(key, a.gate), put(key, a.out);
           put(key, a.n_rows), put(key, a.n_cols), put(key, a.x_stride), put(key, a.gate_stride), put(key, a.out_stride);
+          put(key, a.gate_per_row);
         } else {
           static_assert(sizeof(T) == 0, "append_op_key: an op without a key");
         }

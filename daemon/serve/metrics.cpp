@@ -92,6 +92,8 @@ engine::EngineStats sum_engine_stats(std::span<const engine::EngineStats> stats)
     all.waiting += s.waiting;
     all.kv_free_blocks += s.kv_free_blocks;
     all.kv_total_blocks += s.kv_total_blocks;
+    all.state_slots_free += s.state_slots_free;
+    all.state_slots_total += s.state_slots_total;
     add_engine_counters(all, s);
   }
   // The step target, cost model and last step are each engine's own: the first replica's stand for
@@ -170,6 +172,9 @@ std::string ServeMetrics::render(const std::string& model_name, const std::vecto
               [](S s) { return static_cast<double>(s.generation_tokens); });
   per_replica("sextant_kv_cache_free_blocks", "gauge", "KV cache blocks with no request holding them.",
               [](S s) { return static_cast<double>(s.kv_free_blocks); });
+  per_replica("sextant_state_slots_free", "gauge",
+              "DeltaNet state slots (hybrid models) with no request holding them.",
+              [](S s) { return static_cast<double>(s.state_slots_free); });
   // Steps, over all replicas (issue 24): tokens per step as vLLM counts them, and step seconds.
   out += Histogram(std::vector<double>(std::begin(engine::kStepTokenBounds), std::end(engine::kStepTokenBounds)),
                    all.step_tokens_counts, all.step_tokens_sum)

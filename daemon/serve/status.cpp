@@ -60,7 +60,9 @@ json engine_json(const engine::EngineStats& es, std::uint64_t failed_steps, std:
                                 {"free_blocks", es.kv_free_blocks},
                                 {"total_blocks", es.kv_total_blocks},
                                 {"block_size", block_size}}},
-              {"prefix_cache", json{{"queries", es.prefix_queries},
+              {"state_slots", json{{"free", es.state_slots_free}, {"total", es.state_slots_total}}},
+              {"prefix_cache", json{{"enabled", es.prefix_caching},
+                                    {"queries", es.prefix_queries},
                                     {"hits", es.prefix_hits},
                                     {"hit_rate", es.prefix_queries > 0 ? static_cast<double>(es.prefix_hits) /
                                                                              static_cast<double>(es.prefix_queries)

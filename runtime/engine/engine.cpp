@@ -56,7 +56,11 @@ Engine::Engine(Qwen2Model& model, const tokenizer::Tokenizer& tok, const EngineC
       default_stops_(default_stop_ids(tok, config.eos_ids)),
       kv_(kv::KvCacheConfig{model.options().kv.num_blocks, model.options().kv.block_size, config.prefix_caching,
                             config.cache_salt, config.watermark}),
-      scheduler_(config.scheduler, kv_) {}
+      scheduler_(config.scheduler, kv_) {
+  if (model.config().is_hybrid()) {
+    for (std::int64_t i = model.options().state_slots(); i-- > 0;) free_state_slots_.push_back(static_cast<std::int32_t>(i));
+  }
+}
 
 Engine::~Engine() = default;
 
@@ -85,7 +89,20 @@ Result<std::unique_ptr<Engine>> Engine::create(Qwen2Model& model, const tokenize
   if (config.watermark < 0 || config.watermark >= 1) {
     return invalid_argument_error("watermark {} must be in [0, 1)", config.watermark);
   }
-  auto engine = std::unique_ptr<Engine>(new Engine(model, tok, config));
+  EngineConfig ec = config;
+  if (model.config().is_hybrid()) {
+    if (sc.max_num_seqs > mo.state_slots()) {
+      return invalid_argument_error("max_num_seqs {} exceeds the model's {} DeltaNet state slots", sc.max_num_seqs,
+                                    mo.state_slots());
+    }
+    if (ec.prefix_caching) {
+      // A cached prefix would restore its KV but not the DeltaNet states after it: never reuse one.
+      log_info("engine: prefix caching is off for {} (Gated DeltaNet states are not kept per prefix)",
+               model.config().architecture);
+      ec.prefix_caching = false;
+    }
+  }
+  auto engine = std::unique_ptr<Engine>(new Engine(model, tok, ec));
   engine->publish_state();  // stats() is meaningful before the first step
   return engine;
 }
@@ -220,7 +237,38 @@ void Engine::emit_finished(const Status& error) {
     e.preemptions = r->num_preemptions;
     if (l.on_event) l.on_event(e);
     live_.erase(it);
+    if (auto slot = state_slot_of_.find(r->id); slot != state_slot_of_.end()) {
+      free_state_slots_.push_back(slot->second);
+      state_slot_of_.erase(slot);
+    }
   }
+}
+
+Result<std::int32_t> Engine::state_slot(const sched::Request& r, std::int64_t start) {
+  if (auto it = state_slot_of_.find(r.id); it != state_slot_of_.end()) return it->second;
+  if (free_state_slots_.empty()) {
+    // Slots of requests that wait after a preemption go back to the pool (they restart at 0).
+    for (auto it = state_slot_of_.begin(); it != state_slot_of_.end();) {
+      const sched::Request* holder = scheduler_.find(it->first);
+      if (holder == nullptr || holder->status != sched::RequestStatus::kRunning) {
+        free_state_slots_.push_back(it->second);
+        it = state_slot_of_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  if (free_state_slots_.empty()) {
+    return internal_error("request {}: no DeltaNet state slot is free ({} held)", r.id, state_slot_of_.size());
+  }
+  if (start != 0) {
+    // Its state would be lost: never compute on from another sequence's.
+    return internal_error("request {} has no DeltaNet state for its {} computed tokens", r.id, start);
+  }
+  const std::int32_t slot = free_state_slots_.back();
+  free_state_slots_.pop_back();
+  state_slot_of_[r.id] = slot;
+  return slot;
 }
 
 Status Engine::step() {
@@ -249,6 +297,17 @@ Status Engine::step() {
     }
     b.seq_token_start.push_back(static_cast<std::int32_t>(b.tokens.size()));
     b.seq_context_len.push_back(static_cast<std::int32_t>(s.start + s.num_tokens));
+    if (model_.config().is_hybrid()) {
+      auto slot = state_slot(r, s.start);
+      if (!slot.ok()) {
+        emit_finished();
+        for (const auto& f : out.scheduled) scheduler_.finish(f.request->id, sched::FinishReason::kCancelled);
+        emit_finished(slot.status());
+        publish_state();
+        return slot.status();
+      }
+      b.seq_state_slot.push_back(*slot);
+    }
     for (std::size_t j = 0; j < max_blocks; ++j) b.block_table.push_back(j < table.size() ? table[j] : kv::kNullBlock);
     if (s.sample) b.logit_rows.push_back(static_cast<std::int32_t>(b.tokens.size() - 1));
   }
@@ -391,6 +450,9 @@ void Engine::publish_state() {
   stats_.preemptions = ss.preemptions;
   stats_.prefix_queries = ks.prefix_queries;
   stats_.prefix_hits = ks.prefix_hits;
+  stats_.prefix_caching = config_.prefix_caching;
+  stats_.state_slots_free = static_cast<std::int64_t>(free_state_slots_.size());
+  stats_.state_slots_total = static_cast<std::int64_t>(free_state_slots_.size() + state_slot_of_.size());
   stats_.max_step_ms = ss.max_step_ms;
   stats_.cost_ready = ss.cost.ready;
   stats_.cost_fixed_ms = ss.cost.fixed * 1000.0;

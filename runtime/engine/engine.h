@@ -90,6 +90,8 @@ struct EngineStats {
   double kv_usage = 0.0;
   std::int64_t kv_free_blocks = 0, kv_total_blocks = 0;  // usable blocks (the null block excluded)
   std::uint64_t prefix_queries = 0, prefix_hits = 0;  // tokens
+  bool prefix_caching = true;  // off for hybrid models (their DeltaNet states are not cached per prefix)
+  std::int64_t state_slots_free = 0, state_slots_total = 0;  // a hybrid's DeltaNet state slots
   std::uint64_t preemptions = 0, steps = 0;
   std::uint64_t prompt_tokens = 0, generation_tokens = 0;
   // Paced steps (issue 24): the scheduler's step-time target (0: unpaced), its cost model of this
@@ -148,6 +150,12 @@ class Engine {
   bool scheduler_busy_ = false;  // the scheduler has requests (as of the last step)
   std::vector<float> logits_;
   std::vector<std::uint32_t> masks_;  // constrained rows' token masks, (vocab + 31) / 32 words a row
+  // A hybrid model's DeltaNet state slots: the slot of each request that holds one, and the free
+  // ones. A request takes one when it is first scheduled and keeps it until it finishes; a
+  // preempted request restarts from position 0, where its slot's state is read as zeros.
+  std::unordered_map<std::uint64_t, std::int32_t> state_slot_of_;
+  std::vector<std::int32_t> free_state_slots_;
+  Result<std::int32_t> state_slot(const sched::Request& r, std::int64_t start);
   std::vector<float> top_values_;  // a step whose choices the devices narrowed: k candidates a row
   std::vector<std::int32_t> top_ids_;
 };

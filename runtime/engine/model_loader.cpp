@@ -81,12 +81,6 @@ Result<OpenedModel> open_model_unchecked(const std::string& path) {
 Result<OpenedModel> open_model(const std::string& path) {
   SX_ASSIGN_OR_RETURN(OpenedModel m, open_model_unchecked(path));
   SX_RETURN_IF_ERROR(m.check.status());
-  if (m.config.is_hybrid()) {
-    // Read and checked whole (`sextant inspect`); the forward with its state cache comes next.
-    return unimplemented_error("{}: architecture '{}' (Gated DeltaNet + gated attention) is read and checked, but "
-                               "Sextant cannot run or convert it yet; `sextant inspect` shows it",
-                               path, m.config.architecture);
-  }
   return m;
 }
 

@@ -34,8 +34,7 @@ struct OpenedModel {
 // (the file cannot be read as a model at all); `check` holds every tensor-level problem.
 Result<OpenedModel> open_model_unchecked(const std::string& path);
 
-// open_model_unchecked + the first error of its check; UNIMPLEMENTED for a hybrid (qwen35*) model,
-// which is read and checked but cannot run yet.
+// open_model_unchecked + the first error of its check.
 Result<OpenedModel> open_model(const std::string& path);
 
 // The tokenizer.ggml.* metadata of a GGUF file as tokenizer data.

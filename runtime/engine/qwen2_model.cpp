@@ -67,6 +67,10 @@ Result<std::unique_ptr<Qwen2Model>> Qwen2Model::load_group(const model::TensorSo
     return invalid_argument_error("a group of {} devices needs their backend for its channels", devices.size());
   }
   SX_RETURN_IF_ERROR(model::check_model_tensors(file, config));
+  if (config.is_hybrid() && devices.size() > 1) {
+    return unimplemented_error("{}: {} (Gated DeltaNet) runs on one device for now; tp {} x pp {} is not built yet",
+                               file.path(), config.architecture, parallel.tp, parallel.pp);
+  }
   SX_ASSIGN_OR_RETURN(parallel::WeightTypes types, parallel::weight_types_from_source(file, config));
   SX_ASSIGN_OR_RETURN(parallel::ShardPlan plan,
                       parallel::plan_shards(config, types,
@@ -269,6 +273,23 @@ Status Qwen2Model::validate(const ForwardBatch& batch) const {
     if (t < 0 || t >= config_.vocab) {
       return out_of_range_error("forward: token id {} is outside the vocabulary of {}", t, config_.vocab);
     }
+  }
+  if (!batch.seq_state_slot.empty()) {
+    if (batch.seq_state_slot.size() != static_cast<std::size_t>(n_seqs)) {
+      return invalid_argument_error("forward: {} state slots for {} sequences", batch.seq_state_slot.size(), n_seqs);
+    }
+    std::vector<bool> taken(static_cast<std::size_t>(options_.state_slots()), false);
+    for (std::int32_t slot : batch.seq_state_slot) {
+      if (slot < 0 || slot >= options_.state_slots()) {
+        return out_of_range_error("forward: state slot {} is outside the pool of {}", slot, options_.state_slots());
+      }
+      if (taken[static_cast<std::size_t>(slot)]) {
+        return invalid_argument_error("forward: state slot {} is given to two sequences", slot);
+      }
+      taken[static_cast<std::size_t>(slot)] = true;
+    }
+  } else if (config_.is_hybrid() && n_seqs > options_.state_slots()) {
+    return invalid_argument_error("forward: {} sequences exceed the {} state slots", n_seqs, options_.state_slots());
   }
   for (std::int32_t slot : batch.slot_mapping) {
     if (slot >= options_.kv.num_blocks * options_.kv.block_size) {

@@ -42,6 +42,10 @@ struct ForwardBatch {
   std::vector<std::int32_t> block_table;      // n_seqs x max_blocks_per_seq block ids
   std::int32_t max_blocks_per_seq = 0;
   std::vector<std::int32_t> logit_rows;       // token indices whose logits are wanted
+  // A hybrid model's (Gated DeltaNet) state slot of each sequence, in [0, ModelOptions::
+  // state_slots()), distinct; empty: sequence s uses slot s. A sequence whose context equals its
+  // new tokens starts from a zero state whatever its slot held.
+  std::vector<std::int32_t> seq_state_slot;
 };
 
 // The width of a batch's block table (ForwardBatch::max_blocks_per_seq) for sequences of at most
@@ -74,6 +78,10 @@ struct ModelOptions {
   // Checked before each layer is loaded: once it reads true, load() stops with CANCELLED (a
   // daemon asked to stop while loading). Null: never. Read from the loading thread.
   const std::atomic<bool>* cancel = nullptr;
+  // A hybrid model's DeltaNet state slots (conv + recurrent state of each of its layers per
+  // running sequence): 0 = max_logit_rows.
+  std::int64_t max_state_slots = 0;
+  std::int64_t state_slots() const { return max_state_slots > 0 ? max_state_slots : max_logit_rows; }
 };
 
 struct ParallelOptions {

@@ -26,6 +26,15 @@ struct Layer {
   DeviceTensor q_norm, k_norm;  // qwen3: every query / key head RMS-normalised before rope
   // A mixture of experts: the router (whole on every rank) and the rank's experts, stacked.
   DeviceTensor router, gate_exps, up_exps, down_exps;
+  // A hybrid (qwen35*): ffn_norm holds post_attention_norm. Attention layers: q_gate, the gate half
+  // of attn_q ([query | gate] per head), scales the attention output by its sigmoid. DeltaNet
+  // layers (recurrent): their projections, conv, decay and norm; state_index names their states.
+  bool recurrent = false;
+  std::int64_t kv_index = -1, state_index = -1;
+  DeviceTensor q_gate;
+  DeviceTensor qkv_w, z_w, alpha_w, beta_w, ssm_out_w, conv_w, ssm_a, dt_bias, ssm_norm;
+  // A shared expert (qwen35moe) and its gate's row.
+  DeviceTensor sh_router, sh_gate, sh_up, sh_down;
 };
 
 std::size_t f32_bytes(std::int64_t n) { return static_cast<std::size_t>(n) * sizeof(float); }
@@ -42,6 +51,67 @@ class Uploader {
       : file_(file), device_(device), stream_(stream) {}
 
   std::uint64_t bytes() const { return bytes_; }
+
+  // The rows of a matrix given as [row0, row0 + rows) ranges, one after another, as one weight
+  // (every format: rows are whole).
+  Result<DeviceTensor> rows_of(std::string_view name, const std::vector<std::pair<std::int64_t, std::int64_t>>& ranges) {
+    const model::TensorInfo* info = file_.find_tensor(name);
+    if (info == nullptr) return not_found_error("{}: tensor '{}' is missing", file_.path(), name);
+    SX_RETURN_IF_ERROR(model::require_supported(*info));
+    if (info->dims.size() != 2) return internal_error("{}: '{}' is not a matrix", file_.path(), name);
+    DeviceTensor t;
+    t.type = *info->dtype;
+    const std::int64_t width = info->dims[0], height = info->dims[1];
+    const std::size_t row = hal::row_bytes(t.type, width);
+    std::vector<std::byte> gathered;
+    std::int64_t total = 0;
+    const std::byte* base = reinterpret_cast<const std::byte*>(info->data.data());
+    for (const auto& [row0, rows] : ranges) {
+      if (row0 < 0 || rows < 0 || row0 + rows > height) {
+        return internal_error("{}: rows [{}, {}) are outside '{}' ({} rows)", file_.path(), row0, row0 + rows, name,
+                              height);
+      }
+      gathered.insert(gathered.end(), base + row * static_cast<std::size_t>(row0),
+                      base + row * static_cast<std::size_t>(row0 + rows));
+      total += rows;
+    }
+    SX_ASSIGN_OR_RETURN(t.buffer, device_.upload_weight(stream_, hal::WeightDesc{t.type, total, width},
+                                                        {gathered.data(), gathered.size()}));
+    SX_RETURN_IF_ERROR(stream_.sync());  // the upload reads `gathered`
+    bytes_ += t.buffer->size();
+    return t;
+  }
+
+  // A small tensor the ops read as plain F32 (a conv's taps, decay rates, norms): converted from
+  // F16 / BF16 on the host; `as_row` uploads a vector as a one-row matrix (for matmul).
+  Result<DeviceTensor> f32(std::string_view name, bool as_row = false) {
+    const model::TensorInfo* info = file_.find_tensor(name);
+    if (info == nullptr) return not_found_error("{}: tensor '{}' is missing", file_.path(), name);
+    SX_RETURN_IF_ERROR(model::require_supported(*info));
+    const hal::DType from = *info->dtype;
+    if (from != hal::DType::kF32 && from != hal::DType::kF16 && from != hal::DType::kBF16) {
+      return invalid_argument_error("{}: '{}' is {}; it must be f32, f16 or bf16", file_.path(), name,
+                                    hal::dtype_name(from));
+    }
+    const std::int64_t n = info->n_elements, width = info->dims[0];
+    std::vector<float> values(static_cast<std::size_t>(n));
+    const std::byte* base = reinterpret_cast<const std::byte*>(info->data.data());
+    for (std::int64_t r = 0; r < n / width; ++r) {
+      hal::dequantize_row(from, base + hal::row_bytes(from, width) * static_cast<std::size_t>(r),
+                          values.data() + r * width, width);
+    }
+    const std::span<const std::byte> bytes = std::as_bytes(std::span<const float>(values));
+    DeviceTensor t;
+    if (as_row) {
+      SX_ASSIGN_OR_RETURN(t.buffer, device_.upload_weight(stream_, hal::WeightDesc{hal::DType::kF32, 1, n}, bytes));
+    } else {
+      SX_ASSIGN_OR_RETURN(t.buffer, device_.alloc(bytes.size()));
+      SX_RETURN_IF_ERROR(stream_.upload(*t.buffer, 0, bytes));
+    }
+    SX_RETURN_IF_ERROR(stream_.sync());  // the upload reads `values`
+    bytes_ += t.buffer->size();
+    return t;
+  }
 
   Result<DeviceTensor> tensor(std::string_view name, bool required, std::int64_t row0 = 0, std::int64_t rows = -1,
                               std::int64_t col0 = 0, std::int64_t cols = -1,
@@ -148,7 +218,8 @@ Result<std::unique_ptr<hal::Buffer>> alloc_zeroed(hal::Device& device, hal::Stre
 // for the largest step (max_batch_tokens tokens, max_logit_rows sequences of blocks_per_seq()
 // blocks).
 struct StepInputs {
-  std::size_t ids = 0, positions = 0, slots = 0, seq_start = 0, seq_ctx = 0, block_table = 0, bytes = 0;
+  std::size_t ids = 0, positions = 0, slots = 0, seq_start = 0, seq_ctx = 0, block_table = 0, state_slot = 0,
+              bytes = 0;
   StepInputs() = default;
   explicit StepInputs(const ModelOptions& o) {
     auto take = [this](std::int64_t n) {
@@ -163,6 +234,7 @@ struct StepInputs {
     seq_start = take(S + 1);
     seq_ctx = take(S);
     block_table = take(S * o.blocks_per_seq());
+    state_slot = take(S);
   }
 };
 
@@ -213,6 +285,41 @@ hal::MoeFfnArgs moe_ffn_args(const model::ModelConfig& c, const parallel::RankPl
   m.expert_begin = rp.experts.begin;
   m.n_local = rp.experts.size();
   return m;
+}
+
+// The rotated dims of an attention head (Qwen3.5 rotates a quarter).
+std::int64_t rot_dim_of(const model::ModelConfig& c) { return c.rot_dim > 0 ? c.rot_dim : c.head_dim; }
+
+// Prefill steps run the delta rule in chunks of this many tokens; decode-only steps token by token.
+constexpr std::int64_t kDeltaChunk = 64;
+
+// A DeltaNet layer's conv and delta rule over a step of T tokens in n_seqs sequences (buffers
+// unset; the whole layer on one rank): the same for the step and for step_ops.
+hal::ConvStateArgs conv_state_args(const model::ModelConfig& c, const ModelOptions& o, std::int64_t T,
+                                   std::int64_t n_seqs) {
+  hal::ConvStateArgs a;
+  a.n_seqs = n_seqs;
+  a.n_tokens = T;
+  a.channels = c.ssm_conv_channels();
+  a.kernel = c.ssm_conv_kernel;
+  a.n_slots = o.state_slots();
+  return a;
+}
+
+hal::DeltaRuleArgs delta_rule_args(const model::ModelConfig& c, const ModelOptions& o, std::int64_t T,
+                                   std::int64_t n_seqs, std::int64_t chunk) {
+  hal::DeltaRuleArgs a;
+  a.n_seqs = n_seqs;
+  a.n_tokens = T;
+  a.n_k_heads = c.ssm_k_heads;
+  a.n_v_heads = c.ssm_v_heads;
+  a.d_k = a.d_v = c.ssm_head_dim;
+  a.n_slots = o.state_slots();
+  a.chunk = chunk;
+  a.tiled = true;  // llama.cpp's GGUF order of V heads
+  a.eps = static_cast<float>(c.rms_eps);
+  a.scale = 1.0f / std::sqrt(static_cast<float>(c.ssm_head_dim));
+  return a;
 }
 
 }  // namespace
@@ -275,18 +382,46 @@ std::vector<hal::Op> Qwen2Shard::step_ops(const model::ModelConfig& c, const par
       ops.emplace_back(hal::RmsNormArgs{{}, {}, {}, {}, T * nq, hd, static_cast<float>(c.rms_eps)});
       ops.emplace_back(hal::RmsNormArgs{{}, {}, {}, {}, T * nkv, hd, static_cast<float>(c.rms_eps)});
     }
-    ops.emplace_back(hal::RopeArgs{{}, {}, T, nq, hd, hd, static_cast<float>(c.rope_theta)});
-    ops.emplace_back(hal::RopeArgs{{}, {}, T, nkv, hd, hd, static_cast<float>(c.rope_theta)});
+    const std::int64_t rot = rot_dim_of(c);
+    ops.emplace_back(hal::RopeArgs{{}, {}, T, nq, hd, rot, static_cast<float>(c.rope_theta)});
+    ops.emplace_back(hal::RopeArgs{{}, {}, T, nkv, hd, rot, static_cast<float>(c.rope_theta)});
     ops.emplace_back(kv_write_args(o, rp, hd, T));
     ops.emplace_back(attention_args(c, o, rp, T, std::min(T, R), o.blocks_per_seq()));
     ops.emplace_back(hal::SiluMulArgs{{}, {}, {}, T, nf, 0, 0, 0});
+    if (c.is_hybrid()) {
+      ops.emplace_back(hal::SigmoidMulArgs{{}, {}, {}, T * nq, hd, 0, 0, 0, false});  // the attention's gate
+      for (const std::int64_t chunk : {kDeltaChunk, std::int64_t{0}}) {
+        ops.emplace_back(conv_state_args(c, o, T, std::min(T, R)));
+        ops.emplace_back(delta_rule_args(c, o, T, std::min(T, R), chunk));
+      }
+      ops.emplace_back(hal::GatedNormArgs{{}, {}, {}, {}, T * c.ssm_v_heads, c.ssm_head_dim, static_cast<float>(c.rms_eps)});
+      if (c.shared_expert_ffn > 0) {
+        ops.emplace_back(hal::SiluMulArgs{{}, {}, {}, T, c.shared_expert_ffn, 0, 0, 0});
+        ops.emplace_back(hal::SigmoidMulArgs{{}, {}, {}, T, H, 0, 0, 0, true});
+        ops.emplace_back(hal::AddArgs{{}, {}, {}, T * H});
+      }
+    }
   }
   for (std::int64_t l = rp.layers.begin; l < rp.layers.end; ++l) {
     const parallel::LayerWeightTypes& w = types.layers[static_cast<std::size_t>(l)];
-    matmul(w.q, T, nq * hd, H);
-    matmul(w.k, T, nkv * hd, H);
-    matmul(w.v, T, nkv * hd, H);
-    matmul(w.o, T, H, nq * hd);
+    if (c.is_recurrent(l)) {
+      matmul(w.qkv, T, c.ssm_conv_channels(), H);
+      matmul(w.z, T, c.ssm_inner(), H);
+      matmul(w.alpha, T, c.ssm_v_heads, H);
+      matmul(w.beta, T, c.ssm_v_heads, H);
+      matmul(w.ssm_out, T, H, c.ssm_inner());
+    } else {
+      matmul(w.q, T, nq * hd, H);  // a hybrid's gate rows are a second matmul of the same shape
+      matmul(w.k, T, nkv * hd, H);
+      matmul(w.v, T, nkv * hd, H);
+      matmul(w.o, T, H, nq * hd);
+    }
+    if (c.shared_expert_ffn > 0) {
+      matmul(w.sh_gate, T, c.shared_expert_ffn, H);
+      matmul(w.sh_up, T, c.shared_expert_ffn, H);
+      matmul(w.sh_down, T, H, c.shared_expert_ffn);
+      matmul(hal::DType::kF32, T, 1, H);  // the shared expert's gate (read as f32)
+    }
     if (c.is_moe()) {
       matmul(w.router, T, c.n_experts, H);
       hal::MoeRouterArgs r;
@@ -331,6 +466,12 @@ struct Qwen2Shard::Impl {
   std::unique_ptr<hal::Buffer> h, xn, q, k, v, attn, delta, gate, up, sel, sel_delta, sel_norm, logits, gathered;
   std::unique_ptr<hal::Buffer> q_raw, k_raw;  // qwen3: q and k before their head norms (q, k after)
   std::unique_ptr<hal::Buffer> router_logits, expert_ids, expert_weights;  // a mixture of experts' routing
+  // A hybrid's workspace: the attention's gate; a DeltaNet layer's q|k|v before and after its conv,
+  // z, alpha, beta and output; a shared expert's FFN, output and gate.
+  std::unique_ptr<hal::Buffer> attn_gate, qkv, conv_out, z, alpha, beta, ssm_o;
+  std::unique_ptr<hal::Buffer> sh_gate, sh_up, sh_out, sh_logit;
+  // Each DeltaNet layer's states: conv [slots][kernel - 1][channels], recurrent [slots][v heads][d][d].
+  std::vector<std::unique_ptr<hal::Buffer>> conv_state, delta_state;
   std::unique_ptr<hal::Buffer> top, top_gathered;  // candidates of a step that selects on the device
   // The per-step integer inputs: written by the host into `staging`, copied into `inputs`.
   StepInputs in;
@@ -401,6 +542,7 @@ Result<std::unique_ptr<Qwen2Shard>> Qwen2Shard::load(const model::TensorSource& 
   const std::int64_t q0 = rp.q_heads.begin * hd, qn = rp.q_heads.size() * hd;
   const std::int64_t kv0 = rp.kv_heads.begin * hd, kvn = rp.kv_heads.size() * hd;
   const std::int64_t f0 = rp.ffn.begin, fn = rp.ffn.size();
+  std::int64_t n_attention = 0, n_recurrent = 0;  // the stage's layers of each kind
   for (std::int64_t l = rp.layers.begin; l < rp.layers.end; ++l) {
     if (options.cancel != nullptr && options.cancel->load(std::memory_order_relaxed)) {
       return cancelled_error("loading {} was cancelled at layer {}", file.path(), l);
@@ -408,16 +550,49 @@ Result<std::unique_ptr<Qwen2Shard>> Qwen2Shard::load(const model::TensorSource& 
     Layer L;
     auto name = [&](LayerTensor t) { return model::layer_tensor_name(l, t); };
     const bool bias = config.qkv_bias;
-    SX_ASSIGN_OR_RETURN(L.attn_norm, up.tensor(name(LayerTensor::kAttnNorm), true));
-    SX_ASSIGN_OR_RETURN(L.q_w, up.tensor(name(LayerTensor::kAttnQ), true, q0, qn));
-    SX_ASSIGN_OR_RETURN(L.k_w, up.tensor(name(LayerTensor::kAttnK), true, kv0, kvn));
-    SX_ASSIGN_OR_RETURN(L.v_w, up.tensor(name(LayerTensor::kAttnV), true, kv0, kvn));
-    SX_ASSIGN_OR_RETURN(L.q_b, up.tensor(name(LayerTensor::kAttnQBias), bias, q0, bias ? qn : -1));
-    SX_ASSIGN_OR_RETURN(L.k_b, up.tensor(name(LayerTensor::kAttnKBias), bias, kv0, bias ? kvn : -1));
-    SX_ASSIGN_OR_RETURN(L.v_b, up.tensor(name(LayerTensor::kAttnVBias), bias, kv0, bias ? kvn : -1));
     const parallel::LayerWeightTypes& lt = types.layers[static_cast<std::size_t>(l)];
-    SX_ASSIGN_OR_RETURN(L.o_w, up.tensor(name(LayerTensor::kAttnOutput), true, 0, H, q0, qn, lt.o));
-    SX_ASSIGN_OR_RETURN(L.ffn_norm, up.tensor(name(LayerTensor::kFfnNorm), true));
+    L.recurrent = config.is_recurrent(l);
+    SX_ASSIGN_OR_RETURN(L.attn_norm, up.tensor(name(LayerTensor::kAttnNorm), true));
+    if (L.recurrent) {
+      // A Gated DeltaNet layer, whole (one rank holds the hybrid for now).
+      L.state_index = n_recurrent++;
+      SX_ASSIGN_OR_RETURN(L.qkv_w, up.tensor(name(LayerTensor::kAttnQkv), true));
+      SX_ASSIGN_OR_RETURN(L.z_w, up.tensor(name(LayerTensor::kAttnGate), true));
+      SX_ASSIGN_OR_RETURN(L.alpha_w, up.tensor(name(LayerTensor::kSsmAlpha), true));
+      SX_ASSIGN_OR_RETURN(L.beta_w, up.tensor(name(LayerTensor::kSsmBeta), true));
+      SX_ASSIGN_OR_RETURN(L.ssm_out_w, up.tensor(name(LayerTensor::kSsmOut), true));
+      SX_ASSIGN_OR_RETURN(L.conv_w, up.f32(name(LayerTensor::kSsmConv1d)));
+      SX_ASSIGN_OR_RETURN(L.ssm_a, up.f32(name(LayerTensor::kSsmA)));
+      SX_ASSIGN_OR_RETURN(L.dt_bias, up.f32(name(LayerTensor::kSsmDt)));
+      SX_ASSIGN_OR_RETURN(L.ssm_norm, up.f32(name(LayerTensor::kSsmNorm)));
+    } else {
+      L.kv_index = n_attention++;
+      if (config.is_hybrid()) {
+        // attn_q holds [query | gate] per head: this rank's heads' query rows, then their gate rows.
+        std::vector<std::pair<std::int64_t, std::int64_t>> query, gate;
+        for (std::int64_t h = rp.q_heads.begin; h < rp.q_heads.end; ++h) {
+          query.emplace_back(2 * h * hd, hd);
+          gate.emplace_back(2 * h * hd + hd, hd);
+        }
+        SX_ASSIGN_OR_RETURN(L.q_w, up.rows_of(name(LayerTensor::kAttnQ), query));
+        SX_ASSIGN_OR_RETURN(L.q_gate, up.rows_of(name(LayerTensor::kAttnQ), gate));
+      } else {
+        SX_ASSIGN_OR_RETURN(L.q_w, up.tensor(name(LayerTensor::kAttnQ), true, q0, qn));
+      }
+      SX_ASSIGN_OR_RETURN(L.k_w, up.tensor(name(LayerTensor::kAttnK), true, kv0, kvn));
+      SX_ASSIGN_OR_RETURN(L.v_w, up.tensor(name(LayerTensor::kAttnV), true, kv0, kvn));
+      SX_ASSIGN_OR_RETURN(L.q_b, up.tensor(name(LayerTensor::kAttnQBias), bias, q0, bias ? qn : -1));
+      SX_ASSIGN_OR_RETURN(L.k_b, up.tensor(name(LayerTensor::kAttnKBias), bias, kv0, bias ? kvn : -1));
+      SX_ASSIGN_OR_RETURN(L.v_b, up.tensor(name(LayerTensor::kAttnVBias), bias, kv0, bias ? kvn : -1));
+      SX_ASSIGN_OR_RETURN(L.o_w, up.tensor(name(LayerTensor::kAttnOutput), true, 0, H, q0, qn, lt.o));
+      if (model::has_qk_norm(config)) {  // head_dim wide, the same for every head: whole on every rank
+        SX_ASSIGN_OR_RETURN(L.q_norm, up.tensor(name(LayerTensor::kAttnQNorm), true));
+        SX_ASSIGN_OR_RETURN(L.k_norm, up.tensor(name(LayerTensor::kAttnKNorm), true));
+      }
+    }
+    SX_ASSIGN_OR_RETURN(L.ffn_norm, up.tensor(name(config.is_hybrid() ? LayerTensor::kPostAttentionNorm
+                                                                      : LayerTensor::kFfnNorm),
+                                              true));
     if (config.is_moe()) {
       // The router whole; the rank's experts (expert parallelism), each whole, stacked.
       const std::int64_t e0 = rp.experts.begin, ne = rp.experts.size(), fe = config.expert_ffn;
@@ -430,9 +605,11 @@ Result<std::unique_ptr<Qwen2Shard>> Qwen2Shard::load(const model::TensorSource& 
       SX_ASSIGN_OR_RETURN(L.up_w, up.tensor(name(LayerTensor::kFfnUp), true, f0, fn));
       SX_ASSIGN_OR_RETURN(L.down_w, up.tensor(name(LayerTensor::kFfnDown), true, 0, H, f0, fn, lt.down));
     }
-    if (model::has_qk_norm(config)) {  // head_dim wide, the same for every head: whole on every rank
-      SX_ASSIGN_OR_RETURN(L.q_norm, up.tensor(name(LayerTensor::kAttnQNorm), true));
-      SX_ASSIGN_OR_RETURN(L.k_norm, up.tensor(name(LayerTensor::kAttnKNorm), true));
+    if (config.shared_expert_ffn > 0) {  // whole on the rank
+      SX_ASSIGN_OR_RETURN(L.sh_gate, up.tensor(name(LayerTensor::kFfnGateShexp), true));
+      SX_ASSIGN_OR_RETURN(L.sh_up, up.tensor(name(LayerTensor::kFfnUpShexp), true));
+      SX_ASSIGN_OR_RETURN(L.sh_down, up.tensor(name(LayerTensor::kFfnDownShexp), true));
+      SX_ASSIGN_OR_RETURN(L.sh_router, up.f32(name(LayerTensor::kFfnGateInpShexp), /*as_row=*/true));
     }
     for (const DeviceTensor* t : {&L.attn_norm, &L.ffn_norm, &L.q_b, &L.k_b, &L.v_b, &L.q_norm, &L.k_norm}) {
       if (t->buffer && t->type != hal::DType::kF32) {
@@ -448,11 +625,20 @@ Result<std::unique_ptr<Qwen2Shard>> Qwen2Shard::load(const model::TensorSource& 
   im.n_slots = options.kv.num_blocks * options.kv.block_size;
   const std::size_t cache_bytes =
       static_cast<std::size_t>(im.n_slots * kvn) * hal::dtype_info(options.kv.dtype).block_bytes;
-  for (std::size_t l = 0; l < im.layers.size(); ++l) {
+  for (std::int64_t l = 0; l < n_attention; ++l) {  // a hybrid's DeltaNet layers keep no KV
     SX_ASSIGN_OR_RETURN(auto kc, alloc_zeroed(device, s, cache_bytes));
     SX_ASSIGN_OR_RETURN(auto vc, alloc_zeroed(device, s, cache_bytes));
     im.k_cache.push_back(std::move(kc));
     im.v_cache.push_back(std::move(vc));
+  }
+  // Their fixed-size states instead, a slot per running sequence.
+  const std::int64_t slots = options.state_slots(), channels = config.ssm_conv_channels();
+  for (std::int64_t l = 0; l < n_recurrent; ++l) {
+    SX_ASSIGN_OR_RETURN(auto cs, alloc_zeroed(device, s, f32_bytes(slots * (config.ssm_conv_kernel - 1) * channels)));
+    SX_ASSIGN_OR_RETURN(auto ds, alloc_zeroed(device, s, f32_bytes(slots * config.ssm_v_heads * config.ssm_head_dim *
+                                                                  config.ssm_head_dim)));
+    im.conv_state.push_back(std::move(cs));
+    im.delta_state.push_back(std::move(ds));
   }
 
   // Workspace for max_batch_tokens.
@@ -468,6 +654,22 @@ Result<std::unique_ptr<Qwen2Shard>> Qwen2Shard::load(const model::TensorSource& 
     SX_ASSIGN_OR_RETURN(im.k_raw, device.alloc(f32_bytes(T * std::max<std::int64_t>(kvn, 1))));
   }
   SX_ASSIGN_OR_RETURN(im.delta, device.alloc(f32_bytes(T * H)));
+  if (config.is_hybrid()) {
+    const std::int64_t inner = config.ssm_inner(), nv = config.ssm_v_heads;
+    SX_ASSIGN_OR_RETURN(im.attn_gate, device.alloc(f32_bytes(T * std::max<std::int64_t>(qn, 1))));
+    SX_ASSIGN_OR_RETURN(im.qkv, device.alloc(f32_bytes(T * channels)));
+    SX_ASSIGN_OR_RETURN(im.conv_out, device.alloc(f32_bytes(T * channels)));
+    SX_ASSIGN_OR_RETURN(im.z, device.alloc(f32_bytes(T * inner)));
+    SX_ASSIGN_OR_RETURN(im.alpha, device.alloc(f32_bytes(T * nv)));
+    SX_ASSIGN_OR_RETURN(im.beta, device.alloc(f32_bytes(T * nv)));
+    SX_ASSIGN_OR_RETURN(im.ssm_o, device.alloc(f32_bytes(T * inner)));
+  }
+  if (config.shared_expert_ffn > 0) {
+    SX_ASSIGN_OR_RETURN(im.sh_gate, device.alloc(f32_bytes(T * config.shared_expert_ffn)));
+    SX_ASSIGN_OR_RETURN(im.sh_up, device.alloc(f32_bytes(T * config.shared_expert_ffn)));
+    SX_ASSIGN_OR_RETURN(im.sh_out, device.alloc(f32_bytes(T * H)));
+    SX_ASSIGN_OR_RETURN(im.sh_logit, device.alloc(f32_bytes(T)));
+  }
   if (config.is_moe()) {
     SX_ASSIGN_OR_RETURN(im.router_logits, device.alloc(f32_bytes(T * config.n_experts)));
     SX_ASSIGN_OR_RETURN(im.expert_ids, device.alloc(i32_bytes(T * config.n_experts_used)));
@@ -538,6 +740,15 @@ Status Qwen2Shard::run_step(const ForwardBatch& batch, int top_k) {
     std::memcpy(staging.data() + offset, values.data(), values.size_bytes());
     SX_RETURN_IF_ERROR(s.copy(*im.inputs, offset, *im.staging, offset, values.size_bytes()));
   }
+  if (c.is_hybrid()) {
+    // Each sequence's state slot (sequence s in slot s when the batch names none).
+    std::vector<std::int32_t> slots = batch.seq_state_slot;
+    if (slots.empty()) {
+      for (std::int64_t q = 0; q < n_seqs; ++q) slots.push_back(static_cast<std::int32_t>(q));
+    }
+    std::memcpy(staging.data() + im.in.state_slot, slots.data(), i32_bytes(n_seqs));
+    SX_RETURN_IF_ERROR(s.copy(*im.inputs, im.in.state_slot, *im.staging, im.in.state_slot, i32_bytes(n_seqs)));
+  }
 
   auto V = [](const std::unique_ptr<hal::Buffer>& b) { return hal::BufView{b.get(), 0}; };
   auto matmul = [&](const DeviceTensor& w, const DeviceTensor* bias, hal::BufView x, hal::BufView y, std::int64_t m,
@@ -570,13 +781,10 @@ Status Qwen2Shard::run_step(const ForwardBatch& batch, int top_k) {
     SX_RETURN_IF_ERROR(im.ctx.world->recv(s, V(im.h), f32_bytes(T * H), im.ctx.rank - tp));
   }
 
-  bool pending_delta = false;  // delta holds an output not yet added to h
-  for (std::size_t li = 0; li < im.layers.size(); ++li) {
-    const Layer& L = im.layers[li];
-    // h += delta (the previous layer's MLP output); xn = norm(h).
-    SX_RETURN_IF_ERROR(s.run(hal::RmsNormArgs{V(im.h), pending_delta ? V(im.delta) : hal::BufView{},
-                                              L.attn_norm.view(), V(im.xn), T, H, eps}));
-    // qwen3: q and k into their raw buffers, then each head normalised into q, k (a row of head_dim each).
+  // A layer's attention (of xn, into delta, before the all-reduce): q, k, v; qwen3 and the hybrids
+  // normalise each head of q and k (q_raw, k_raw -> q, k); rope over the rotated dims; the KV write
+  // and paged attention; a hybrid's sigmoid gate; the row-parallel o (this rank's heads' share).
+  auto run_attention = [&](const Layer& L, std::int64_t T, std::int64_t n_seqs) -> Status {
     SX_RETURN_IF_ERROR(matmul(L.q_w, &L.q_b, V(im.xn), L.q_norm ? V(im.q_raw) : V(im.q), T, nq * hd, H));
     SX_RETURN_IF_ERROR(matmul(L.k_w, &L.k_b, V(im.xn), L.k_norm ? V(im.k_raw) : V(im.k), T, nkv * hd, H));
     if (L.q_norm) {
@@ -585,13 +793,15 @@ Status Qwen2Shard::run_step(const ForwardBatch& batch, int top_k) {
     }
     SX_RETURN_IF_ERROR(matmul(L.v_w, &L.v_b, V(im.xn), V(im.v), T, nkv * hd, H));
     const auto theta = static_cast<float>(c.rope_theta);
-    SX_RETURN_IF_ERROR(s.run(hal::RopeArgs{V(im.q), im.input(im.in.positions), T, nq, hd, hd, theta}));
-    SX_RETURN_IF_ERROR(s.run(hal::RopeArgs{V(im.k), im.input(im.in.positions), T, nkv, hd, hd, theta}));
+    const std::int64_t rot = rot_dim_of(c);
+    SX_RETURN_IF_ERROR(s.run(hal::RopeArgs{V(im.q), im.input(im.in.positions), T, nq, hd, rot, theta}));
+    SX_RETURN_IF_ERROR(s.run(hal::RopeArgs{V(im.k), im.input(im.in.positions), T, nkv, hd, rot, theta}));
+    const auto kv = static_cast<std::size_t>(L.kv_index);
     hal::KvWriteArgs kw = kv_write_args(im.options, rp, hd, T);
     kw.k = V(im.k);
     kw.v = V(im.v);
-    kw.k_cache = V(im.k_cache[li]);
-    kw.v_cache = V(im.v_cache[li]);
+    kw.k_cache = V(im.k_cache[kv]);
+    kw.v_cache = V(im.v_cache[kv]);
     kw.slot_mapping = im.input(im.in.slots);
     SX_RETURN_IF_ERROR(s.run(kw));
     hal::AttentionArgs at = attention_args(c, im.options, rp, T, n_seqs, batch.max_blocks_per_seq);
@@ -603,8 +813,60 @@ Status Qwen2Shard::run_step(const ForwardBatch& batch, int top_k) {
     at.seq_context_len = im.input(im.in.seq_ctx);
     at.block_table = im.input(im.in.block_table);
     SX_RETURN_IF_ERROR(s.run(at));
-    // Row-parallel o: this rank's heads' share of every output; the all-reduce sums the shares.
-    SX_RETURN_IF_ERROR(matmul(L.o_w, nullptr, V(im.attn), V(im.delta), T, H, nq * hd));
+    if (L.q_gate) {
+      SX_RETURN_IF_ERROR(matmul(L.q_gate, nullptr, V(im.xn), V(im.attn_gate), T, nq * hd, H));
+      SX_RETURN_IF_ERROR(s.run(hal::SigmoidMulArgs{V(im.attn), V(im.attn_gate), V(im.attn), T * nq, hd, 0, 0, 0, false}));
+    }
+    return matmul(L.o_w, nullptr, V(im.attn), V(im.delta), T, H, nq * hd);
+  };
+  // A Gated DeltaNet layer (of xn, into delta): q|k|v, z, alpha, beta; the causal conv with each
+  // sequence's conv state; the delta rule on its recurrent state (chunked when a sequence brings
+  // more than one token); the gated norm with z; ssm_out.
+  auto run_deltanet = [&](const Layer& L, std::int64_t T, std::int64_t n_seqs) -> Status {
+    const std::int64_t C = c.ssm_conv_channels(), inner = c.ssm_inner(), nv = c.ssm_v_heads, d = c.ssm_head_dim;
+    SX_RETURN_IF_ERROR(matmul(L.qkv_w, nullptr, V(im.xn), V(im.qkv), T, C, H));
+    SX_RETURN_IF_ERROR(matmul(L.z_w, nullptr, V(im.xn), V(im.z), T, inner, H));
+    SX_RETURN_IF_ERROR(matmul(L.alpha_w, nullptr, V(im.xn), V(im.alpha), T, nv, H));
+    SX_RETURN_IF_ERROR(matmul(L.beta_w, nullptr, V(im.xn), V(im.beta), T, nv, H));
+    const auto st = static_cast<std::size_t>(L.state_index);
+    hal::ConvStateArgs cs = conv_state_args(c, im.options, T, n_seqs);
+    cs.x = V(im.qkv);
+    cs.weight = L.conv_w.view();
+    cs.state = V(im.conv_state[st]);
+    cs.out = V(im.conv_out);
+    cs.seq_token_start = im.input(im.in.seq_start);
+    cs.seq_context_len = im.input(im.in.seq_ctx);
+    cs.seq_slot = im.input(im.in.state_slot);
+    SX_RETURN_IF_ERROR(s.run(cs));
+    hal::DeltaRuleArgs dr = delta_rule_args(c, im.options, T, n_seqs, T > n_seqs ? kDeltaChunk : 0);
+    dr.q = V(im.conv_out);
+    dr.k = dr.q.at(f32_bytes(c.ssm_k_heads * d));
+    dr.v = dr.q.at(f32_bytes(2 * c.ssm_k_heads * d));
+    dr.alpha = V(im.alpha);
+    dr.beta = V(im.beta);
+    dr.a = L.ssm_a.view();
+    dr.dt_bias = L.dt_bias.view();
+    dr.state = V(im.delta_state[st]);
+    dr.out = V(im.ssm_o);
+    dr.seq_token_start = cs.seq_token_start;
+    dr.seq_context_len = cs.seq_context_len;
+    dr.seq_slot = cs.seq_slot;
+    SX_RETURN_IF_ERROR(s.run(dr));
+    SX_RETURN_IF_ERROR(s.run(hal::GatedNormArgs{V(im.ssm_o), V(im.z), L.ssm_norm.view(), V(im.ssm_o), T * nv, d, eps}));
+    return matmul(L.ssm_out_w, nullptr, V(im.ssm_o), V(im.delta), T, H, inner);
+  };
+
+  bool pending_delta = false;  // delta holds an output not yet added to h
+  for (std::size_t li = 0; li < im.layers.size(); ++li) {
+    const Layer& L = im.layers[li];
+    // h += delta (the previous layer's MLP output); xn = norm(h).
+    SX_RETURN_IF_ERROR(s.run(hal::RmsNormArgs{V(im.h), pending_delta ? V(im.delta) : hal::BufView{},
+                                              L.attn_norm.view(), V(im.xn), T, H, eps}));
+    if (L.recurrent) {
+      SX_RETURN_IF_ERROR(run_deltanet(L, T, n_seqs));
+    } else {
+      SX_RETURN_IF_ERROR(run_attention(L, T, n_seqs));
+    }
     SX_RETURN_IF_ERROR(all_reduce(im.delta, T * H));
     // h += attention output; xn = norm(h).
     SX_RETURN_IF_ERROR(s.run(hal::RmsNormArgs{V(im.h), V(im.delta), L.ffn_norm.view(), V(im.xn), T, H, eps}));
@@ -628,6 +890,17 @@ Status Qwen2Shard::run_step(const ForwardBatch& batch, int top_k) {
       m.down = L.down_exps.view();
       m.out = V(im.delta);
       SX_RETURN_IF_ERROR(s.run(m));
+      if (L.sh_gate) {
+        // The shared expert, scaled by the sigmoid of its gate, joins the routed experts' sum.
+        const std::int64_t fs = c.shared_expert_ffn;
+        SX_RETURN_IF_ERROR(matmul(L.sh_gate, nullptr, V(im.xn), V(im.sh_gate), T, fs, H));
+        SX_RETURN_IF_ERROR(matmul(L.sh_up, nullptr, V(im.xn), V(im.sh_up), T, fs, H));
+        SX_RETURN_IF_ERROR(s.run(hal::SiluMulArgs{V(im.sh_gate), V(im.sh_up), V(im.sh_gate), T, fs, 0, 0, 0}));
+        SX_RETURN_IF_ERROR(matmul(L.sh_down, nullptr, V(im.sh_gate), V(im.sh_out), T, H, fs));
+        SX_RETURN_IF_ERROR(matmul(L.sh_router, nullptr, V(im.xn), V(im.sh_logit), T, 1, H));
+        SX_RETURN_IF_ERROR(s.run(hal::SigmoidMulArgs{V(im.sh_out), V(im.sh_logit), V(im.sh_out), T, H, 0, 0, 0, true}));
+        SX_RETURN_IF_ERROR(s.run(hal::AddArgs{V(im.delta), V(im.sh_out), V(im.delta), T * H}));
+      }
     } else {
       SX_RETURN_IF_ERROR(matmul(L.gate_w, nullptr, V(im.xn), V(im.gate), T, nf, H));
       SX_RETURN_IF_ERROR(matmul(L.up_w, nullptr, V(im.xn), V(im.up), T, nf, H));

@@ -229,12 +229,14 @@ struct GatedNormArgs {
 };
 
 // out[r][c] = x[r][c] * sigmoid(gate[r][c]) (gated attention's output gate), rows of n_cols with
-// row strides in elements (0 = n_cols) so that the gate may be read where the query projection
-// interleaves it with the query. out may alias x.
+// row strides in elements (0 = n_cols) so that the gate may be read where a projection interleaves
+// it with something else. With gate_per_row, one gate value per row: gate[r * gate_stride] (0 =
+// 1; a shared expert's gate). out may alias x.
 struct SigmoidMulArgs {
   BufView x, gate, out;  // F32
   std::int64_t n_rows = 0, n_cols = 0;
   std::int64_t x_stride = 0, gate_stride = 0, out_stride = 0;
+  bool gate_per_row = false;
 };
 
 using Op = std::variant<EmbeddingArgs, RmsNormArgs, MatmulArgs, RopeArgs, KvWriteArgs,

@@ -292,12 +292,26 @@ Result<WeightTypes> weight_types_from_source(const model::TensorSource& file, co
   w.layers.resize(static_cast<std::size_t>(config.n_layers));
   for (std::int64_t i = 0; i < config.n_layers; ++i) {
     LayerWeightTypes& l = w.layers[static_cast<std::size_t>(i)];
-    SX_ASSIGN_OR_RETURN(l.q, type_of(model::attn_q_name(i)));
-    SX_ASSIGN_OR_RETURN(l.k, type_of(model::attn_k_name(i)));
-    SX_ASSIGN_OR_RETURN(l.v, type_of(model::attn_v_name(i)));
-    SX_ASSIGN_OR_RETURN(l.o, type_of(model::attn_output_name(i)));
+    using model::LayerTensor;
+    if (config.is_recurrent(i)) {
+      SX_ASSIGN_OR_RETURN(l.qkv, type_of(model::layer_tensor_name(i, LayerTensor::kAttnQkv)));
+      SX_ASSIGN_OR_RETURN(l.z, type_of(model::layer_tensor_name(i, LayerTensor::kAttnGate)));
+      SX_ASSIGN_OR_RETURN(l.alpha, type_of(model::layer_tensor_name(i, LayerTensor::kSsmAlpha)));
+      SX_ASSIGN_OR_RETURN(l.beta, type_of(model::layer_tensor_name(i, LayerTensor::kSsmBeta)));
+      SX_ASSIGN_OR_RETURN(l.ssm_out, type_of(model::layer_tensor_name(i, LayerTensor::kSsmOut)));
+    } else {
+      SX_ASSIGN_OR_RETURN(l.q, type_of(model::attn_q_name(i)));
+      SX_ASSIGN_OR_RETURN(l.k, type_of(model::attn_k_name(i)));
+      SX_ASSIGN_OR_RETURN(l.v, type_of(model::attn_v_name(i)));
+      SX_ASSIGN_OR_RETURN(l.o, type_of(model::attn_output_name(i)));
+    }
+    if (config.shared_expert_ffn > 0) {
+      SX_ASSIGN_OR_RETURN(l.sh_gate, type_of(model::layer_tensor_name(i, LayerTensor::kFfnGateShexp)));
+      SX_ASSIGN_OR_RETURN(l.sh_up, type_of(model::layer_tensor_name(i, LayerTensor::kFfnUpShexp)));
+      SX_ASSIGN_OR_RETURN(l.sh_down, type_of(model::layer_tensor_name(i, LayerTensor::kFfnDownShexp)));
+      SX_ASSIGN_OR_RETURN(l.sh_router, type_of(model::layer_tensor_name(i, LayerTensor::kFfnGateInpShexp)));
+    }
     if (config.is_moe()) {
-      using model::LayerTensor;
       SX_ASSIGN_OR_RETURN(l.router, type_of(model::layer_tensor_name(i, LayerTensor::kFfnGateInp)));
       SX_ASSIGN_OR_RETURN(l.gate, type_of(model::layer_tensor_name(i, LayerTensor::kFfnGateExps)));
       SX_ASSIGN_OR_RETURN(l.up, type_of(model::layer_tensor_name(i, LayerTensor::kFfnUpExps)));

@@ -53,6 +53,13 @@ struct LayerWeightTypes {
   // Dense: the FFN's matrices. Mixture of experts: the stacked experts' (ffn_{gate,up,down}_exps).
   hal::DType gate = hal::DType::kF32, up = hal::DType::kF32, down = hal::DType::kF32;
   hal::DType router = hal::DType::kF32;  // ffn_gate_inp (mixture of experts only)
+  // A hybrid's Gated DeltaNet layer (where q, k, v, o are unused): attn_qkv, attn_gate (z),
+  // ssm_alpha, ssm_beta, ssm_out. Its attention layers' q is attn_q, [query | gate] per head.
+  hal::DType qkv = hal::DType::kF32, z = hal::DType::kF32, alpha = hal::DType::kF32, beta = hal::DType::kF32;
+  hal::DType ssm_out = hal::DType::kF32;
+  // A shared expert (qwen35moe): ffn_{gate,up,down}_shexp and its gate's row ffn_gate_inp_shexp.
+  hal::DType sh_gate = hal::DType::kF32, sh_up = hal::DType::kF32, sh_down = hal::DType::kF32;
+  hal::DType sh_router = hal::DType::kF32;
   bool operator==(const LayerWeightTypes&) const = default;
 };
 

@@ -98,7 +98,8 @@ void gated_norm(ThreadPool& pool, const float* x, const float* z, const float* w
 
 // hal::SigmoidMulArgs with explicit strides.
 void sigmoid_mul(ThreadPool& pool, const float* x, const float* gate, float* out, std::int64_t n_rows,
-                 std::int64_t n_cols, std::int64_t x_stride, std::int64_t gate_stride, std::int64_t out_stride);
+                 std::int64_t n_cols, std::int64_t x_stride, std::int64_t gate_stride, std::int64_t out_stride,
+                 bool gate_per_row);
 
 // Vectorised helpers shared by the ops.
 float dot_f32(const float* a, const float* b, std::int64_t n);

@@ -173,11 +173,17 @@ void gated_norm(ThreadPool& pool, const float* x, const float* z, const float* w
 }
 
 void sigmoid_mul(ThreadPool& pool, const float* x, const float* gate, float* out, std::int64_t n_rows,
-                 std::int64_t n_cols, std::int64_t x_stride, std::int64_t gate_stride, std::int64_t out_stride) {
+                 std::int64_t n_cols, std::int64_t x_stride, std::int64_t gate_stride, std::int64_t out_stride,
+                 bool gate_per_row) {
   pool.parallel_for(n_rows, [&](std::int64_t r) {
     const float* xr = x + r * x_stride;
     const float* gr = gate + r * gate_stride;
     float* o = out + r * out_stride;
+    if (gate_per_row) {
+      const float g = sigmoid(gr[0]);
+      for (std::int64_t c = 0; c < n_cols; ++c) o[c] = xr[c] * g;
+      return;
+    }
     for (std::int64_t c = 0; c < n_cols; ++c) o[c] = xr[c] * sigmoid(gr[c]);
   });
 }

@@ -351,6 +351,16 @@ TEST(SigmoidMul, ReadsTheGateInterleavedWithTheQuery) {
       EXPECT_NEAR(out[r * hd + c], x[r * hd + c] * sigmoid(qg[r * 2 * hd + hd + c]), 1e-6);
     }
   }
+  // One gate per row (a shared expert's): row r scaled by sigmoid(g[r]).
+  const auto g = randoms(T, 62, -3.0f, 3.0f), y = randoms(T * hd, 63);
+  auto bg = d.upload(g), by = d.upload(y);
+  auto bo = *d.device->alloc(T * hd * 4);
+  hal::SigmoidMulArgs per_row{{by.get(), 0}, {bg.get(), 0}, {bo.get(), 0}, T, hd, 0, 0, 0, true};
+  ASSERT_TRUE(d.stream->run(per_row).ok());
+  const auto scaled = d.download<float>(*bo, T * hd);
+  for (std::int64_t r = 0; r < T; ++r) {
+    for (std::int64_t c = 0; c < hd; ++c) EXPECT_NEAR(scaled[r * hd + c], y[r * hd + c] * sigmoid(g[r]), 1e-6);
+  }
 }
 
 }  // namespace

@@ -249,7 +249,8 @@ TEST(ServeMetrics, EverySeriesWithItsValue) {
                           "sextant_requests_failed_total", "sextant_http_rejected_busy_total",
                           "sextant_tool_calls_total", "sextant_tool_call_parse_failures_total",
                           "sextant_http_open_connections", "sextant_http_requests_total",
-                          "sextant_kv_cache_free_blocks", "sextant_replica_state", "vllm:iteration_tokens_total",
+                          "sextant_kv_cache_free_blocks", "sextant_state_slots_free", "sextant_replica_state",
+                          "vllm:iteration_tokens_total",
                           "sextant_step_seconds", "sextant_step_target_seconds",
                           "sextant_step_cost_prefill_seconds_per_token",
                           "sextant_step_cost_attention_seconds_per_row", "sextant_ready"}));

@@ -303,7 +303,7 @@ bool covers(const hal::Op& asked, const hal::Op& ran) {
         } else if constexpr (std::is_same_v<T, hal::GatedNormArgs>) {
           return a.dim == r.dim && a.eps == r.eps && r.n_rows <= a.n_rows;
         } else if constexpr (std::is_same_v<T, hal::SigmoidMulArgs>) {
-          return a.n_cols == r.n_cols && r.n_rows <= a.n_rows;
+          return a.n_cols == r.n_cols && a.gate_per_row == r.gate_per_row && r.n_rows <= a.n_rows;
         } else {
           static_assert(std::is_same_v<T, hal::TopKArgs>);
           return a.n_cols == r.n_cols && a.id_offset == r.id_offset && r.n_rows <= a.n_rows && r.k <= a.k;

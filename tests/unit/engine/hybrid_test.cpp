@@ -1,0 +1,220 @@
+// Hybrid (Qwen3.5: Gated DeltaNet + gated attention) models on the CPU, through Qwen2Model and the
+// engine: a prompt prefilled in one step, in uneven chunks and a token at a time gives the same
+// logits at every position within F32 rounding (the DeltaNet states carry across steps, the
+// chunked and recurrent forms agree); 200 requests, batched, preempted and cancelled at random,
+// each give the ids they give alone and leave every state slot and KV block free; prefix caching
+// is off for them and says so. qwen35 and qwen35moe (routed experts + the gated shared expert).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "backends/registry.h"
+#include "runtime/engine/engine.h"
+#include "runtime/engine/model_loader.h"
+#include "runtime/model/random_model.h"
+
+namespace sx::engine {
+namespace {
+
+struct Hybrid {
+  std::string path;
+  OpenedModel opened;
+  std::unique_ptr<hal::Device> device;
+  std::unique_ptr<Qwen2Model> model;
+  ~Hybrid() { std::filesystem::remove(path); }
+};
+
+// A small random qwen35 / qwen35moe: 8 layers (3 and 7 full attention), 8 / 2 heads of 32, 4 QK /
+// 12 V DeltaNet heads of 16 (V heads tiled over K heads as in llama.cpp's files).
+std::unique_ptr<Hybrid> make_hybrid(bool moe, std::int64_t blocks) {
+  auto h = std::make_unique<Hybrid>();
+  model::RandomModelSpec spec;
+  spec.config = moe ? *model::find_qwen35moe_config("35b-a3b") : *model::find_qwen35_config("27b");
+  model::ModelConfig& c = spec.config;
+  model::set_hybrid_layers(c, 8);
+  c.hidden = 128, c.n_heads = 8, c.n_kv_heads = 2, c.head_dim = 32, c.rot_dim = 8, c.rope_sections = {1, 1, 2, 0};
+  c.ssm_k_heads = 4, c.ssm_v_heads = 12, c.ssm_head_dim = 16;
+  c.vocab = 512, c.context_length = 2048, c.ffn = 192;
+  if (moe) c.n_experts = 16, c.n_experts_used = 4, c.expert_ffn = 32, c.shared_expert_ffn = 48, c.ffn = 32;
+  spec.weight_type = hal::DType::kF32;
+  spec.init_std = 0.1f;
+  spec.seed = moe ? 8 : 7;
+  h->path = (std::filesystem::temp_directory_path() /
+             ("sx_hybrid_" + std::string(moe ? "moe_" : "") + std::to_string(::getpid()) + ".gguf"))
+                .string();
+  EXPECT_TRUE(model::write_random_qwen2_gguf(spec, h->path).ok());
+  auto o = open_model(h->path);
+  EXPECT_TRUE(o.ok()) << o.status().to_string();
+  h->opened = std::move(*o);
+  hal::DeviceOptions d;
+  d.set("threads", 2);
+  h->device = *(*backends::default_registry().find("cpu"))->create_device(0, d);
+  ModelOptions mo;
+  mo.kv.num_blocks = blocks;
+  mo.max_batch_tokens = 256;
+  mo.max_logit_rows = 160;  // every position's logits of a 150-token prompt
+  mo.max_state_slots = 16;
+  auto m = Qwen2Model::load(*h->opened.weights, h->opened.config, *h->device, mo);
+  EXPECT_TRUE(m.ok()) << m.status().to_string();
+  h->model = std::move(*m);
+  return h;
+}
+
+std::vector<std::int32_t> random_prompt(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::int32_t> p(n);
+  for (auto& t : p) t = static_cast<std::int32_t>(rng() % 500);
+  return p;
+}
+
+// The logits of every position of `prompt` when it is fed in pieces of the given sizes.
+std::vector<float> logits_in_pieces(Qwen2Model& m, const std::vector<std::int32_t>& prompt,
+                                    const std::vector<std::int32_t>& pieces) {
+  std::vector<float> all, step;
+  std::int32_t done = 0;
+  for (const std::int32_t n : pieces) {
+    ForwardBatch b = single_sequence_batch(std::span(prompt).subspan(static_cast<std::size_t>(done),
+                                                                     static_cast<std::size_t>(n)),
+                                           done, 16);
+    b.logit_rows.clear();
+    for (std::int32_t i = 0; i < n; ++i) b.logit_rows.push_back(i);
+    b.seq_state_slot = {3};
+    const Status st = m.forward(b, step);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    all.insert(all.end(), step.begin(), step.end());
+    done += n;
+  }
+  return all;
+}
+
+TEST(Hybrid, OneChunkManyChunksAndTokenByTokenGiveTheSameLogits) {
+  for (const bool moe : {false, true}) {
+    SCOPED_TRACE(moe ? "qwen35moe" : "qwen35");
+    auto h = make_hybrid(moe, 64);
+    const auto prompt = random_prompt(150, moe ? 2 : 1);
+    const auto whole = logits_in_pieces(*h->model, prompt, {150});
+    const auto chunks = logits_in_pieces(*h->model, prompt, {37, 64, 1, 48});
+    std::vector<std::int32_t> ones(150, 1);
+    const auto tokens = logits_in_pieces(*h->model, prompt, ones);
+    ASSERT_EQ(whole.size(), 150u * 512u);
+    ASSERT_EQ(chunks.size(), whole.size());
+    ASSERT_EQ(tokens.size(), whole.size());
+    double scale = 0, d_chunks = 0, d_tokens = 0;
+    for (std::size_t i = 0; i < whole.size(); ++i) {
+      scale = std::max(scale, static_cast<double>(std::abs(whole[i])));
+      d_chunks = std::max(d_chunks, static_cast<double>(std::abs(chunks[i] - whole[i])));
+      d_tokens = std::max(d_tokens, static_cast<double>(std::abs(tokens[i] - whole[i])));
+    }
+    std::printf("%s: 150 positions' logits (max |logit| %.3g): chunks of 37, 64, 1, 48 within %.2g, a token at a "
+                "time within %.2g of one step\n",
+                moe ? "qwen35moe" : "qwen35", scale, d_chunks, d_tokens);
+    EXPECT_LT(d_chunks, 1e-4 * std::max(1.0, scale));
+    EXPECT_LT(d_tokens, 1e-4 * std::max(1.0, scale));
+  }
+}
+
+RequestOptions greedy(std::int64_t n) {
+  RequestOptions o;
+  o.sampling.temperature = 0.0f;
+  o.max_tokens = n;
+  o.ignore_eos = true;
+  return o;
+}
+
+struct Outcome {
+  std::vector<std::int32_t> tokens;
+  RequestFinish finish = RequestFinish::kNone;
+};
+
+// Runs the prompts through one engine of max_seqs sequences: request i arrives at step arrive[i]
+// and, when cancel_at[i] >= 0, is cancelled at that step.
+std::vector<Outcome> run(Qwen2Model& m, const tokenizer::Tokenizer& tok,
+                         const std::vector<std::vector<std::int32_t>>& prompts, const std::vector<int>& arrive,
+                         const std::vector<int>& cancel_at, std::int64_t max_seqs, std::int64_t n_new,
+                         EngineStats* stats) {
+  EngineConfig c;
+  c.scheduler.max_num_batched_tokens = 256;
+  c.scheduler.max_num_seqs = max_seqs;
+  c.scheduler.max_model_len = 512;
+  c.prefix_caching = true;  // asked for; a hybrid turns it off
+  auto engine = Engine::create(m, tok, c);
+  EXPECT_TRUE(engine.ok()) << engine.status().to_string();
+  std::vector<Outcome> out(prompts.size());
+  std::map<std::uint64_t, std::size_t> index;
+  std::vector<std::uint64_t> ids(prompts.size());
+  std::size_t submitted = 0;
+  for (int step = 0; submitted < prompts.size() || (*engine)->has_work(); ++step) {
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      if (arrive[i] == step) {
+        auto id = (*engine)->submit(prompts[i], greedy(n_new), [&out, &index](const RequestEvent& e) {
+          Outcome& r = out[index.at(e.id)];
+          r.tokens.insert(r.tokens.end(), e.tokens.begin(), e.tokens.end());
+          if (e.finished) r.finish = e.finish;
+        });
+        EXPECT_TRUE(id.ok()) << id.status().to_string();
+        index[*id] = i;
+        ids[i] = *id;
+        ++submitted;
+      }
+      if (cancel_at[i] == step && arrive[i] <= step) (*engine)->cancel(ids[i]);
+    }
+    EXPECT_TRUE((*engine)->step().ok());
+  }
+  *stats = (*engine)->stats();
+  return out;
+}
+
+TEST(Hybrid, TwoHundredRequestsBatchedPreemptedAndCancelledLeaveEverySlotFree) {
+  for (const bool moe : {false, true}) {
+    SCOPED_TRACE(moe ? "qwen35moe" : "qwen35");
+    // 24 blocks of 16 tokens for up to 16 sequences of up to ~70 tokens: the pool runs out and
+    // the scheduler preempts.
+    auto h = make_hybrid(moe, 25);
+    std::mt19937 rng(moe ? 12 : 11);
+    const std::size_t n = 200;
+    std::vector<std::vector<std::int32_t>> prompts;
+    std::vector<int> arrive(n), cancel_at(n, -1);
+    for (std::size_t i = 0; i < n; ++i) {
+      prompts.push_back(random_prompt(3 + rng() % 60, static_cast<unsigned>(100 + i)));
+      arrive[i] = static_cast<int>(rng() % 150);
+      if (rng() % 4 == 0) cancel_at[i] = arrive[i] + static_cast<int>(rng() % 12);
+    }
+    EngineStats stats;
+    const auto batched = run(*h->model, *h->opened.tokenizer, prompts, arrive, cancel_at, 16, 10, &stats);
+    EXPECT_FALSE(stats.prefix_caching);
+    EXPECT_EQ(stats.state_slots_total, 16);
+    EXPECT_EQ(stats.state_slots_free, 16);
+    EXPECT_EQ(stats.kv_free_blocks, stats.kv_total_blocks);
+    EXPECT_GT(stats.preemptions, 0u);
+    int cancelled = 0, compared = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (batched[i].finish == RequestFinish::kCancelled) {
+        ++cancelled;
+        continue;
+      }
+      EXPECT_EQ(batched[i].finish, RequestFinish::kLength) << i;
+      if (i % 10 != 0) continue;  // every tenth against running alone (the rest as the same code runs)
+      EngineStats alone_stats;
+      const auto alone = run(*h->model, *h->opened.tokenizer, {prompts[i]}, {0}, {-1}, 1, 10, &alone_stats);
+      EXPECT_EQ(batched[i].tokens, alone[0].tokens) << "request " << i;
+      ++compared;
+    }
+    std::printf("%s: 200 requests, %d cancelled, %llu preemptions; %d compared with running alone, equal; state "
+                "slots free %lld of %lld, KV blocks free %lld of %lld\n",
+                moe ? "qwen35moe" : "qwen35", cancelled, static_cast<unsigned long long>(stats.preemptions), compared,
+                static_cast<long long>(stats.state_slots_free), static_cast<long long>(stats.state_slots_total),
+                static_cast<long long>(stats.kv_free_blocks), static_cast<long long>(stats.kv_total_blocks));
+    EXPECT_GT(cancelled, 0);
+  }
+}
+
+}  // namespace
+}  // namespace sx::engine
