@@ -2,6 +2,8 @@
 // lines of templates, compiled once.
 #include "daemon/chat/chat_template.h"
 
+#include <cctype>
+
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -137,6 +139,80 @@ minja::Value strftime_now(const std::shared_ptr<minja::Context>&, minja::Argumen
   return minja::Value(std::string(buf, n));
 }
 
+// How deep minja's recursive-descent parser may go: brackets and block statements nest by
+// recursion, and so do chains of prefix operators (`not not ...`, `- - ...`). The published
+// templates nest a few levels (Qwen3.5's: brackets 6, blocks 7); a template deeper than these
+// would only risk the parser's stack (a fuzzed template of a thousand `{` overflowed it).
+constexpr int kMaxTemplateBrackets = 128, kMaxTemplateBlocks = 64, kMaxPrefixOperators = 64;
+
+// A message naming the first limit `text` passes, or empty. Counted inside tags only ({{ }} and
+// {% %}, outside their string literals): what the text around them holds is not parsed.
+std::string template_nesting_error(std::string_view text) {
+  int brackets = 0, blocks = 0, prefix = 0;
+  auto is_word = [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_'; };
+  auto word_at = [&](std::size_t i) {
+    std::size_t j = i;
+    while (j < text.size() && is_word(text[j])) ++j;
+    return text.substr(i, j - i);
+  };
+  bool in_tag = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    const char next = i + 1 < text.size() ? text[i + 1] : '\0';
+    if (!in_tag) {
+      if (c == '{' && (next == '{' || next == '%')) {
+        in_tag = true;
+        brackets = prefix = 0;
+        if (next == '%') {
+          // Block statements: {% if / for / macro / call / filter / generation %} ... {% end... %}.
+          std::size_t j = i + 2;
+          while (j < text.size() && (text[j] == '-' || text[j] == '+' || std::isspace(static_cast<unsigned char>(text[j])))) {
+            ++j;
+          }
+          const std::string_view word = word_at(j);
+          if (word == "if" || word == "for" || word == "macro" || word == "call" || word == "filter" ||
+              word == "generation") {
+            if (++blocks > kMaxTemplateBlocks) {
+              return fmt::format("block statements nest deeper than {}", kMaxTemplateBlocks);
+            }
+          } else if (word.starts_with("end")) {
+            blocks = std::max(0, blocks - 1);
+          }
+        }
+        ++i;
+      }
+      continue;
+    }
+    if ((c == '}' || c == '%') && next == '}' && brackets == 0) {
+      in_tag = false;
+      ++i;
+      continue;
+    }
+    if (c == '\'' || c == '"') {  // a string literal: skipped whole
+      for (++i; i < text.size() && text[i] != c; ++i) {
+        if (text[i] == '\\') ++i;
+      }
+      prefix = 0;
+      continue;
+    }
+    if (c == '(' || c == '[' || c == '{') {
+      if (++brackets > kMaxTemplateBrackets) return fmt::format("brackets nest deeper than {}", kMaxTemplateBrackets);
+    } else if (c == ')' || c == ']' || c == '}') {
+      brackets = std::max(0, brackets - 1);
+    }
+    // Prefix operators in a row: `not`, unary minus and plus (with only spaces between).
+    if (c == '-' || c == '+' || ((i == 0 || !is_word(text[i - 1])) && word_at(i) == "not")) {
+      if (++prefix > kMaxPrefixOperators) {
+        return fmt::format("more than {} prefix operators follow one another", kMaxPrefixOperators);
+      }
+      if (c == 'n') i += 2;
+    } else if (!std::isspace(static_cast<unsigned char>(c))) {
+      prefix = 0;
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 std::string python_str(const nlohmann::ordered_json& v) {
@@ -154,6 +230,9 @@ ChatTemplate::~ChatTemplate() = default;
 
 Result<std::shared_ptr<const ChatTemplate>> ChatTemplate::parse(std::string_view source, std::string origin) {
   std::string text = normalise_newlines(source);
+  if (const std::string why = template_nesting_error(text); !why.empty()) {
+    return invalid_argument_error("{}: the chat template is refused: {}", origin, why);
+  }
   auto program = std::make_shared<Program>();
   try {
     program->root = minja::Parser::parse(text, minja::Options{.trim_blocks = true, .lstrip_blocks = true,
