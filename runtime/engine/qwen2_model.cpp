@@ -67,10 +67,6 @@ Result<std::unique_ptr<Qwen2Model>> Qwen2Model::load_group(const model::TensorSo
     return invalid_argument_error("a group of {} devices needs their backend for its channels", devices.size());
   }
   SX_RETURN_IF_ERROR(model::check_model_tensors(file, config));
-  if (config.is_hybrid() && devices.size() > 1) {
-    return unimplemented_error("{}: {} (Gated DeltaNet) runs on one device for now; tp {} x pp {} is not built yet",
-                               file.path(), config.architecture, parallel.tp, parallel.pp);
-  }
   SX_ASSIGN_OR_RETURN(parallel::WeightTypes types, parallel::weight_types_from_source(file, config));
   SX_ASSIGN_OR_RETURN(parallel::ShardPlan plan,
                       parallel::plan_shards(config, types,

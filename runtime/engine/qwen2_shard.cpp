@@ -82,9 +82,48 @@ class Uploader {
     return t;
   }
 
+  // The columns of a matrix given as [col0, col0 + cols) ranges, side by side in each row, as one
+  // weight: each range whole blocks of the format.
+  Result<DeviceTensor> cols_of(std::string_view name, const std::vector<std::pair<std::int64_t, std::int64_t>>& ranges) {
+    const model::TensorInfo* info = file_.find_tensor(name);
+    if (info == nullptr) return not_found_error("{}: tensor '{}' is missing", file_.path(), name);
+    SX_RETURN_IF_ERROR(model::require_supported(*info));
+    if (info->dims.size() != 2) return internal_error("{}: '{}' is not a matrix", file_.path(), name);
+    DeviceTensor t;
+    t.type = *info->dtype;
+    const std::int64_t width = info->dims[0], height = info->dims[1], block = hal::dtype_info(t.type).block_elems;
+    std::int64_t total = 0;
+    for (const auto& [col0, cols] : ranges) {
+      if (col0 < 0 || cols < 0 || col0 + cols > width || col0 % block != 0 || cols % block != 0) {
+        return invalid_argument_error("{}: columns [{}, {}) of '{}' ({} wide) do not fall on {} block boundaries",
+                                      file_.path(), col0, col0 + cols, name, width, hal::dtype_name(t.type));
+      }
+      total += cols;
+    }
+    const std::size_t full_row = hal::row_bytes(t.type, width);
+    const std::byte* base = reinterpret_cast<const std::byte*>(info->data.data());
+    std::vector<std::byte> gathered;
+    gathered.reserve(hal::tensor_bytes(t.type, height, total));
+    for (std::int64_t r = 0; r < height; ++r) {
+      const std::byte* row = base + full_row * static_cast<std::size_t>(r);
+      for (const auto& [col0, cols] : ranges) {
+        const std::byte* from = row + hal::row_bytes(t.type, col0);
+        gathered.insert(gathered.end(), from, from + hal::row_bytes(t.type, cols));
+      }
+    }
+    SX_ASSIGN_OR_RETURN(t.buffer, device_.upload_weight(stream_, hal::WeightDesc{t.type, height, total},
+                                                        {gathered.data(), gathered.size()}));
+    SX_RETURN_IF_ERROR(stream_.sync());  // the upload reads `gathered`
+    bytes_ += t.buffer->size();
+    return t;
+  }
+
   // A small tensor the ops read as plain F32 (a conv's taps, decay rates, norms): converted from
-  // F16 / BF16 on the host; `as_row` uploads a vector as a one-row matrix (for matmul).
-  Result<DeviceTensor> f32(std::string_view name, bool as_row = false) {
+  // F16 / BF16 on the host; `rows`, when given, the [row0, row0 + n) ranges of its rows (elements
+  // of a vector) to take, one after another; `as_row` uploads a vector as a one-row matrix (for
+  // matmul).
+  Result<DeviceTensor> f32(std::string_view name, bool as_row = false,
+                           const std::vector<std::pair<std::int64_t, std::int64_t>>& rows = {}) {
     const model::TensorInfo* info = file_.find_tensor(name);
     if (info == nullptr) return not_found_error("{}: tensor '{}' is missing", file_.path(), name);
     SX_RETURN_IF_ERROR(model::require_supported(*info));
@@ -93,13 +132,26 @@ class Uploader {
       return invalid_argument_error("{}: '{}' is {}; it must be f32, f16 or bf16", file_.path(), name,
                                     hal::dtype_name(from));
     }
-    const std::int64_t n = info->n_elements, width = info->dims[0];
-    std::vector<float> values(static_cast<std::size_t>(n));
+    const std::int64_t all = info->n_elements, width = info->dims.size() >= 2 ? info->dims[0] : 1;
+    std::vector<float> whole(static_cast<std::size_t>(all));
     const std::byte* base = reinterpret_cast<const std::byte*>(info->data.data());
-    for (std::int64_t r = 0; r < n / width; ++r) {
-      hal::dequantize_row(from, base + hal::row_bytes(from, width) * static_cast<std::size_t>(r),
-                          values.data() + r * width, width);
+    const std::int64_t row_len = info->dims[0];
+    for (std::int64_t r = 0; r < all / row_len; ++r) {
+      hal::dequantize_row(from, base + hal::row_bytes(from, row_len) * static_cast<std::size_t>(r),
+                          whole.data() + r * row_len, row_len);
     }
+    std::vector<float> values;
+    if (rows.empty()) {
+      values = std::move(whole);
+    } else {
+      for (const auto& [row0, n_rows] : rows) {
+        if (row0 < 0 || n_rows < 0 || (row0 + n_rows) * width > all) {
+          return internal_error("{}: rows [{}, {}) are outside '{}'", file_.path(), row0, row0 + n_rows, name);
+        }
+        values.insert(values.end(), whole.begin() + row0 * width, whole.begin() + (row0 + n_rows) * width);
+      }
+    }
+    const auto n = static_cast<std::int64_t>(values.size());
     const std::span<const std::byte> bytes = std::as_bytes(std::span<const float>(values));
     DeviceTensor t;
     if (as_row) {
@@ -221,7 +273,8 @@ struct StepInputs {
   std::size_t ids = 0, positions = 0, slots = 0, seq_start = 0, seq_ctx = 0, block_table = 0, state_slot = 0,
               bytes = 0;
   StepInputs() = default;
-  explicit StepInputs(const ModelOptions& o) {
+  // `states`: a hybrid's rank, whose steps also name each sequence's state slot.
+  StepInputs(const ModelOptions& o, bool states) {
     auto take = [this](std::int64_t n) {
       const std::size_t at = bytes;
       bytes += (i32_bytes(n) + 255) / 256 * 256;
@@ -234,7 +287,7 @@ struct StepInputs {
     seq_start = take(S + 1);
     seq_ctx = take(S);
     block_table = take(S * o.blocks_per_seq());
-    state_slot = take(S);
+    if (states) state_slot = take(S);
   }
 };
 
@@ -290,29 +343,65 @@ hal::MoeFfnArgs moe_ffn_args(const model::ModelConfig& c, const parallel::RankPl
 // The rotated dims of an attention head (Qwen3.5 rotates a quarter).
 std::int64_t rot_dim_of(const model::ModelConfig& c) { return c.rot_dim > 0 ? c.rot_dim : c.head_dim; }
 
+// A rank's share of a hybrid's DeltaNet layers: K heads [k0, k0 + nk) of nk_all, and in each of
+// the `groups` tiled groups of V heads (V head j reads K head j % nk_all) the nk V heads with them,
+// all of d dims. Locally the V heads stay tiled (group-major), so local V head j reads local K head
+// j % nk.
+struct SsmShare {
+  std::int64_t k0 = 0, nk = 0, nk_all = 0, groups = 1, d = 0;
+  std::int64_t nv() const { return nk * groups; }
+  std::int64_t channels() const { return (2 * nk + nv()) * d; }
+  std::int64_t inner() const { return nv() * d; }
+  using Ranges = std::vector<std::pair<std::int64_t, std::int64_t>>;
+  // The held V heads' [first, count) in units of `per_head` (d for rows of v / z / ssm_out's
+  // columns, 1 for alpha / beta / a / dt), after `offset` units.
+  Ranges v(std::int64_t per_head, std::int64_t offset = 0) const {
+    Ranges r;
+    for (std::int64_t m = 0; m < groups; ++m) r.emplace_back(offset + (m * nk_all + k0) * per_head, nk * per_head);
+    return r;
+  }
+  // The q|k|v channels held (rows of attn_qkv and ssm_conv1d).
+  Ranges channel_ranges() const {
+    Ranges r = {{k0 * d, nk * d}, {(nk_all + k0) * d, nk * d}};
+    for (const auto& range : v(d, 2 * nk_all * d)) r.push_back(range);
+    return r;
+  }
+};
+
+SsmShare ssm_share(const model::ModelConfig& c, const parallel::RankPlan& rp) {
+  SsmShare s;
+  if (!c.is_hybrid()) return s;
+  s.k0 = rp.ssm_k_heads.begin;
+  s.nk = rp.ssm_k_heads.size();
+  s.nk_all = c.ssm_k_heads;
+  s.groups = c.ssm_v_heads / c.ssm_k_heads;
+  s.d = c.ssm_head_dim;
+  return s;
+}
+
 // Prefill steps run the delta rule in chunks of this many tokens; decode-only steps token by token.
 constexpr std::int64_t kDeltaChunk = 64;
 
 // A DeltaNet layer's conv and delta rule over a step of T tokens in n_seqs sequences (buffers
 // unset; the whole layer on one rank): the same for the step and for step_ops.
-hal::ConvStateArgs conv_state_args(const model::ModelConfig& c, const ModelOptions& o, std::int64_t T,
-                                   std::int64_t n_seqs) {
+hal::ConvStateArgs conv_state_args(const model::ModelConfig& c, const SsmShare& share, const ModelOptions& o,
+                                   std::int64_t T, std::int64_t n_seqs) {
   hal::ConvStateArgs a;
   a.n_seqs = n_seqs;
   a.n_tokens = T;
-  a.channels = c.ssm_conv_channels();
+  a.channels = share.channels();
   a.kernel = c.ssm_conv_kernel;
   a.n_slots = o.state_slots();
   return a;
 }
 
-hal::DeltaRuleArgs delta_rule_args(const model::ModelConfig& c, const ModelOptions& o, std::int64_t T,
-                                   std::int64_t n_seqs, std::int64_t chunk) {
+hal::DeltaRuleArgs delta_rule_args(const model::ModelConfig& c, const SsmShare& share, const ModelOptions& o,
+                                   std::int64_t T, std::int64_t n_seqs, std::int64_t chunk) {
   hal::DeltaRuleArgs a;
   a.n_seqs = n_seqs;
   a.n_tokens = T;
-  a.n_k_heads = c.ssm_k_heads;
-  a.n_v_heads = c.ssm_v_heads;
+  a.n_k_heads = share.nk;
+  a.n_v_heads = share.nv();
   a.d_k = a.d_v = c.ssm_head_dim;
   a.n_slots = o.state_slots();
   a.chunk = chunk;
@@ -344,7 +433,7 @@ std::size_t readback_bytes(std::int64_t rows, std::int64_t max_vocab_shard, int 
 
 std::uint64_t Qwen2Shard::step_io_bytes(const ModelOptions& o, const parallel::RankPlan& rp, int tp,
                                         std::int64_t max_vocab_shard) {
-  std::uint64_t bytes = 2 * StepInputs(o).bytes;  // device buffer + upload staging
+  std::uint64_t bytes = 2 * StepInputs(o, rp.ssm_k_heads.size() > 0).bytes;  // device buffer + upload staging
   if (rp.has_lm_head) {
     const std::size_t top = top_k_bytes(o.max_logit_rows, hal::kMaxTopK);
     bytes += top * (tp > 1 ? 1 + static_cast<std::size_t>(tp) : 1);
@@ -389,13 +478,14 @@ std::vector<hal::Op> Qwen2Shard::step_ops(const model::ModelConfig& c, const par
     ops.emplace_back(attention_args(c, o, rp, T, std::min(T, R), o.blocks_per_seq()));
     ops.emplace_back(hal::SiluMulArgs{{}, {}, {}, T, nf, 0, 0, 0});
     if (c.is_hybrid()) {
+      const SsmShare share = ssm_share(c, rp);
       ops.emplace_back(hal::SigmoidMulArgs{{}, {}, {}, T * nq, hd, 0, 0, 0, false});  // the attention's gate
       for (const std::int64_t chunk : {kDeltaChunk, std::int64_t{0}}) {
-        ops.emplace_back(conv_state_args(c, o, T, std::min(T, R)));
-        ops.emplace_back(delta_rule_args(c, o, T, std::min(T, R), chunk));
+        ops.emplace_back(conv_state_args(c, share, o, T, std::min(T, R)));
+        ops.emplace_back(delta_rule_args(c, share, o, T, std::min(T, R), chunk));
       }
-      ops.emplace_back(hal::GatedNormArgs{{}, {}, {}, {}, T * c.ssm_v_heads, c.ssm_head_dim, static_cast<float>(c.rms_eps)});
-      if (c.shared_expert_ffn > 0) {
+      ops.emplace_back(hal::GatedNormArgs{{}, {}, {}, {}, T * share.nv(), share.d, static_cast<float>(c.rms_eps)});
+      if (rp.has_shared_expert) {
         ops.emplace_back(hal::SiluMulArgs{{}, {}, {}, T, c.shared_expert_ffn, 0, 0, 0});
         ops.emplace_back(hal::SigmoidMulArgs{{}, {}, {}, T, H, 0, 0, 0, true});
         ops.emplace_back(hal::AddArgs{{}, {}, {}, T * H});
@@ -405,18 +495,19 @@ std::vector<hal::Op> Qwen2Shard::step_ops(const model::ModelConfig& c, const par
   for (std::int64_t l = rp.layers.begin; l < rp.layers.end; ++l) {
     const parallel::LayerWeightTypes& w = types.layers[static_cast<std::size_t>(l)];
     if (c.is_recurrent(l)) {
-      matmul(w.qkv, T, c.ssm_conv_channels(), H);
-      matmul(w.z, T, c.ssm_inner(), H);
-      matmul(w.alpha, T, c.ssm_v_heads, H);
-      matmul(w.beta, T, c.ssm_v_heads, H);
-      matmul(w.ssm_out, T, H, c.ssm_inner());
+      const SsmShare share = ssm_share(c, rp);
+      matmul(w.qkv, T, share.channels(), H);
+      matmul(w.z, T, share.inner(), H);
+      matmul(w.alpha, T, share.nv(), H);
+      matmul(w.beta, T, share.nv(), H);
+      matmul(w.ssm_out, T, H, share.inner());
     } else {
       matmul(w.q, T, nq * hd, H);  // a hybrid's gate rows are a second matmul of the same shape
       matmul(w.k, T, nkv * hd, H);
       matmul(w.v, T, nkv * hd, H);
       matmul(w.o, T, H, nq * hd);
     }
-    if (c.shared_expert_ffn > 0) {
+    if (rp.has_shared_expert) {
       matmul(w.sh_gate, T, c.shared_expert_ffn, H);
       matmul(w.sh_up, T, c.shared_expert_ffn, H);
       matmul(w.sh_down, T, H, c.shared_expert_ffn);
@@ -543,6 +634,7 @@ Result<std::unique_ptr<Qwen2Shard>> Qwen2Shard::load(const model::TensorSource& 
   const std::int64_t kv0 = rp.kv_heads.begin * hd, kvn = rp.kv_heads.size() * hd;
   const std::int64_t f0 = rp.ffn.begin, fn = rp.ffn.size();
   std::int64_t n_attention = 0, n_recurrent = 0;  // the stage's layers of each kind
+  const SsmShare share = ssm_share(config, rp);
   for (std::int64_t l = rp.layers.begin; l < rp.layers.end; ++l) {
     if (options.cancel != nullptr && options.cancel->load(std::memory_order_relaxed)) {
       return cancelled_error("loading {} was cancelled at layer {}", file.path(), l);
@@ -554,16 +646,17 @@ Result<std::unique_ptr<Qwen2Shard>> Qwen2Shard::load(const model::TensorSource& 
     L.recurrent = config.is_recurrent(l);
     SX_ASSIGN_OR_RETURN(L.attn_norm, up.tensor(name(LayerTensor::kAttnNorm), true));
     if (L.recurrent) {
-      // A Gated DeltaNet layer, whole (one rank holds the hybrid for now).
+      // A Gated DeltaNet layer: this rank's K heads with their V heads (column-parallel projections
+      // and conv channels, row-parallel ssm_out), the norm whole.
       L.state_index = n_recurrent++;
-      SX_ASSIGN_OR_RETURN(L.qkv_w, up.tensor(name(LayerTensor::kAttnQkv), true));
-      SX_ASSIGN_OR_RETURN(L.z_w, up.tensor(name(LayerTensor::kAttnGate), true));
-      SX_ASSIGN_OR_RETURN(L.alpha_w, up.tensor(name(LayerTensor::kSsmAlpha), true));
-      SX_ASSIGN_OR_RETURN(L.beta_w, up.tensor(name(LayerTensor::kSsmBeta), true));
-      SX_ASSIGN_OR_RETURN(L.ssm_out_w, up.tensor(name(LayerTensor::kSsmOut), true));
-      SX_ASSIGN_OR_RETURN(L.conv_w, up.f32(name(LayerTensor::kSsmConv1d)));
-      SX_ASSIGN_OR_RETURN(L.ssm_a, up.f32(name(LayerTensor::kSsmA)));
-      SX_ASSIGN_OR_RETURN(L.dt_bias, up.f32(name(LayerTensor::kSsmDt)));
+      SX_ASSIGN_OR_RETURN(L.qkv_w, up.rows_of(name(LayerTensor::kAttnQkv), share.channel_ranges()));
+      SX_ASSIGN_OR_RETURN(L.z_w, up.rows_of(name(LayerTensor::kAttnGate), share.v(share.d)));
+      SX_ASSIGN_OR_RETURN(L.alpha_w, up.rows_of(name(LayerTensor::kSsmAlpha), share.v(1)));
+      SX_ASSIGN_OR_RETURN(L.beta_w, up.rows_of(name(LayerTensor::kSsmBeta), share.v(1)));
+      SX_ASSIGN_OR_RETURN(L.ssm_out_w, up.cols_of(name(LayerTensor::kSsmOut), share.v(share.d)));
+      SX_ASSIGN_OR_RETURN(L.conv_w, up.f32(name(LayerTensor::kSsmConv1d), false, share.channel_ranges()));
+      SX_ASSIGN_OR_RETURN(L.ssm_a, up.f32(name(LayerTensor::kSsmA), false, share.v(1)));
+      SX_ASSIGN_OR_RETURN(L.dt_bias, up.f32(name(LayerTensor::kSsmDt), false, share.v(1)));
       SX_ASSIGN_OR_RETURN(L.ssm_norm, up.f32(name(LayerTensor::kSsmNorm)));
     } else {
       L.kv_index = n_attention++;
@@ -605,7 +698,7 @@ Result<std::unique_ptr<Qwen2Shard>> Qwen2Shard::load(const model::TensorSource& 
       SX_ASSIGN_OR_RETURN(L.up_w, up.tensor(name(LayerTensor::kFfnUp), true, f0, fn));
       SX_ASSIGN_OR_RETURN(L.down_w, up.tensor(name(LayerTensor::kFfnDown), true, 0, H, f0, fn, lt.down));
     }
-    if (config.shared_expert_ffn > 0) {  // whole on the rank
+    if (rp.has_shared_expert) {  // whole on the stage's tp rank 0
       SX_ASSIGN_OR_RETURN(L.sh_gate, up.tensor(name(LayerTensor::kFfnGateShexp), true));
       SX_ASSIGN_OR_RETURN(L.sh_up, up.tensor(name(LayerTensor::kFfnUpShexp), true));
       SX_ASSIGN_OR_RETURN(L.sh_down, up.tensor(name(LayerTensor::kFfnDownShexp), true));
@@ -632,11 +725,10 @@ Result<std::unique_ptr<Qwen2Shard>> Qwen2Shard::load(const model::TensorSource& 
     im.v_cache.push_back(std::move(vc));
   }
   // Their fixed-size states instead, a slot per running sequence.
-  const std::int64_t slots = options.state_slots(), channels = config.ssm_conv_channels();
+  const std::int64_t slots = options.state_slots(), channels = share.channels();
   for (std::int64_t l = 0; l < n_recurrent; ++l) {
     SX_ASSIGN_OR_RETURN(auto cs, alloc_zeroed(device, s, f32_bytes(slots * (config.ssm_conv_kernel - 1) * channels)));
-    SX_ASSIGN_OR_RETURN(auto ds, alloc_zeroed(device, s, f32_bytes(slots * config.ssm_v_heads * config.ssm_head_dim *
-                                                                  config.ssm_head_dim)));
+    SX_ASSIGN_OR_RETURN(auto ds, alloc_zeroed(device, s, f32_bytes(slots * share.nv() * share.d * share.d)));
     im.conv_state.push_back(std::move(cs));
     im.delta_state.push_back(std::move(ds));
   }
@@ -655,7 +747,7 @@ Result<std::unique_ptr<Qwen2Shard>> Qwen2Shard::load(const model::TensorSource& 
   }
   SX_ASSIGN_OR_RETURN(im.delta, device.alloc(f32_bytes(T * H)));
   if (config.is_hybrid()) {
-    const std::int64_t inner = config.ssm_inner(), nv = config.ssm_v_heads;
+    const std::int64_t inner = std::max<std::int64_t>(share.inner(), 1), nv = std::max<std::int64_t>(share.nv(), 1);
     SX_ASSIGN_OR_RETURN(im.attn_gate, device.alloc(f32_bytes(T * std::max<std::int64_t>(qn, 1))));
     SX_ASSIGN_OR_RETURN(im.qkv, device.alloc(f32_bytes(T * channels)));
     SX_ASSIGN_OR_RETURN(im.conv_out, device.alloc(f32_bytes(T * channels)));
@@ -664,7 +756,7 @@ Result<std::unique_ptr<Qwen2Shard>> Qwen2Shard::load(const model::TensorSource& 
     SX_ASSIGN_OR_RETURN(im.beta, device.alloc(f32_bytes(T * nv)));
     SX_ASSIGN_OR_RETURN(im.ssm_o, device.alloc(f32_bytes(T * inner)));
   }
-  if (config.shared_expert_ffn > 0) {
+  if (rp.has_shared_expert) {
     SX_ASSIGN_OR_RETURN(im.sh_gate, device.alloc(f32_bytes(T * config.shared_expert_ffn)));
     SX_ASSIGN_OR_RETURN(im.sh_up, device.alloc(f32_bytes(T * config.shared_expert_ffn)));
     SX_ASSIGN_OR_RETURN(im.sh_out, device.alloc(f32_bytes(T * H)));
@@ -695,7 +787,7 @@ Result<std::unique_ptr<Qwen2Shard>> Qwen2Shard::load(const model::TensorSource& 
                                                     hal::BufferUsage::kReadback));
     }
   }
-  im.in = StepInputs(options);
+  im.in = StepInputs(options, config.is_hybrid());
   SX_ASSIGN_OR_RETURN(im.staging, device.alloc(im.in.bytes, hal::BufferUsage::kUpload));
   SX_ASSIGN_OR_RETURN(im.inputs, device.alloc(im.in.bytes));
   SX_RETURN_IF_ERROR(s.sync());
@@ -823,13 +915,14 @@ Status Qwen2Shard::run_step(const ForwardBatch& batch, int top_k) {
   // sequence's conv state; the delta rule on its recurrent state (chunked when a sequence brings
   // more than one token); the gated norm with z; ssm_out.
   auto run_deltanet = [&](const Layer& L, std::int64_t T, std::int64_t n_seqs) -> Status {
-    const std::int64_t C = c.ssm_conv_channels(), inner = c.ssm_inner(), nv = c.ssm_v_heads, d = c.ssm_head_dim;
+    const SsmShare share = ssm_share(c, rp);
+    const std::int64_t C = share.channels(), inner = share.inner(), nv = share.nv(), d = share.d;
     SX_RETURN_IF_ERROR(matmul(L.qkv_w, nullptr, V(im.xn), V(im.qkv), T, C, H));
     SX_RETURN_IF_ERROR(matmul(L.z_w, nullptr, V(im.xn), V(im.z), T, inner, H));
     SX_RETURN_IF_ERROR(matmul(L.alpha_w, nullptr, V(im.xn), V(im.alpha), T, nv, H));
     SX_RETURN_IF_ERROR(matmul(L.beta_w, nullptr, V(im.xn), V(im.beta), T, nv, H));
     const auto st = static_cast<std::size_t>(L.state_index);
-    hal::ConvStateArgs cs = conv_state_args(c, im.options, T, n_seqs);
+    hal::ConvStateArgs cs = conv_state_args(c, share, im.options, T, n_seqs);
     cs.x = V(im.qkv);
     cs.weight = L.conv_w.view();
     cs.state = V(im.conv_state[st]);
@@ -838,10 +931,10 @@ Status Qwen2Shard::run_step(const ForwardBatch& batch, int top_k) {
     cs.seq_context_len = im.input(im.in.seq_ctx);
     cs.seq_slot = im.input(im.in.state_slot);
     SX_RETURN_IF_ERROR(s.run(cs));
-    hal::DeltaRuleArgs dr = delta_rule_args(c, im.options, T, n_seqs, T > n_seqs ? kDeltaChunk : 0);
+    hal::DeltaRuleArgs dr = delta_rule_args(c, share, im.options, T, n_seqs, T > n_seqs ? kDeltaChunk : 0);
     dr.q = V(im.conv_out);
-    dr.k = dr.q.at(f32_bytes(c.ssm_k_heads * d));
-    dr.v = dr.q.at(f32_bytes(2 * c.ssm_k_heads * d));
+    dr.k = dr.q.at(f32_bytes(share.nk * d));
+    dr.v = dr.q.at(f32_bytes(2 * share.nk * d));
     dr.alpha = V(im.alpha);
     dr.beta = V(im.beta);
     dr.a = L.ssm_a.view();

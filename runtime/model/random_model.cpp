@@ -502,9 +502,10 @@ Status add_random_qwen2_model(const RandomModelSpec& spec_in, GgufWriter& w) {
 
   for (ExpectedTensor& e : expected_tensors(spec->config)) {
     const std::int64_t row_len = e.dims[0];
-    const hal::DType type = e.dims.size() == 1 ? hal::DType::kF32
-                                               : mixed_weight_type(spec->config, spec->mix, spec->weight_type, e.name,
-                                                                   row_len);
+    // Vectors and a DeltaNet layer's conv taps (rows of 4) stay F32, as llama.cpp's converter keeps them.
+    const bool f32 = e.dims.size() == 1 || e.name.ends_with(".ssm_conv1d.weight");
+    const hal::DType type = f32 ? hal::DType::kF32
+                                : mixed_weight_type(spec->config, spec->mix, spec->weight_type, e.name, row_len);
     std::int64_t n_rows = 1;
     for (std::size_t i = 1; i < e.dims.size(); ++i) n_rows *= e.dims[i];
     std::string name = e.name;

@@ -84,13 +84,19 @@ Status check_inner_dims(const model::ModelConfig& c, const WeightTypes& types) {
   };
   std::vector<Inner> checks = {{"token_embd", types.token_embd, c.hidden}};
   if (!c.tied_embeddings) checks.push_back({"output (LM head)", types.output, c.hidden});
-  for (const LayerWeightTypes& t : types.layers) {
-    checks.insert(checks.end(), {{"q", t.q, c.hidden},
-                                 {"k", t.k, c.hidden},
-                                 {"v", t.v, c.hidden},
-                                 {"o", t.o, c.q_dim()},
-                                 {"gate", t.gate, c.hidden},
-                                 {"up", t.up, c.hidden}});
+  for (std::size_t l = 0; l < types.layers.size(); ++l) {
+    const LayerWeightTypes& t = types.layers[l];
+    if (c.is_recurrent(static_cast<std::int64_t>(l))) {
+      checks.insert(checks.end(), {{"attn_qkv", t.qkv, c.hidden},
+                                   {"attn_gate", t.z, c.hidden},
+                                   {"ssm_alpha", t.alpha, c.hidden},
+                                   {"ssm_beta", t.beta, c.hidden},
+                                   {"ssm_out", t.ssm_out, c.ssm_inner()}});
+    } else {
+      checks.insert(checks.end(), {{"q", t.q, c.hidden}, {"k", t.k, c.hidden}, {"v", t.v, c.hidden},
+                                   {"o", t.o, c.q_dim()}});
+    }
+    checks.insert(checks.end(), {{"gate", t.gate, c.hidden}, {"up", t.up, c.hidden}});
     if (c.is_moe()) checks.insert(checks.end(), {{"router", t.router, c.hidden}, {"down", t.down, c.expert_ffn}});
   }
   for (const Inner& i : checks) {
@@ -140,6 +146,28 @@ Status check_head_units(const model::ModelConfig& c, const WeightTypes& types, i
       tp, upper_name(worst), block_words(worst), unit, unit * c.head_dim, c.head_dim, c.n_heads, units, tp, units);
 }
 
+// A hybrid's DeltaNet K heads per split unit: the fewest whose V heads' columns of ssm_out (split
+// by input columns, ssm_head_dim per V head, in each tiled group of K heads) make whole blocks.
+std::int64_t ssm_head_unit(const model::ModelConfig& c, const WeightTypes& types) {
+  std::int64_t block = 1;
+  for (std::size_t l = 0; l < types.layers.size(); ++l) {
+    if (c.is_recurrent(static_cast<std::int64_t>(l))) block = std::max(block, block_of(types.layers[l].ssm_out));
+  }
+  return block / std::gcd(block, c.ssm_head_dim);
+}
+
+Status check_ssm_head_units(const model::ModelConfig& c, const WeightTypes& types, int tp) {
+  if (!c.is_hybrid()) return ok_status();
+  const std::int64_t unit = ssm_head_unit(c, types);
+  const std::int64_t units = (c.ssm_k_heads + unit - 1) / unit;
+  if (units >= tp && c.ssm_k_heads % unit == 0) return ok_status();
+  return invalid_argument_error(
+      "tp {}: the DeltaNet ssm_out weights are split by input columns at head boundaries in units of {} K heads "
+      "(V heads of {} columns in whole blocks of their format): {} K heads make {} whole units, and every rank "
+      "needs one; use tp <= {} or store ssm_out in a float or Q8_0 format",
+      tp, unit, c.ssm_head_dim, c.ssm_k_heads, c.ssm_k_heads / unit, c.ssm_k_heads / unit);
+}
+
 // The FFN's split unit: the largest block of the down weights.
 std::int64_t ffn_unit(const WeightTypes& types) { return block_of(largest_block_type(types, &LayerWeightTypes::down)); }
 bool ffn_splits(const model::ModelConfig& c, const WeightTypes& types, int tp) {
@@ -180,17 +208,34 @@ WeightTypes requantize_unaligned(const model::ModelConfig& c, const WeightTypes&
 }
 
 // Weight bytes of one layer held by a rank with these ranges (`experts`: a mixture of experts').
-std::uint64_t layer_bytes(const model::ModelConfig& c, const LayerWeightTypes& t, const Range& q_heads,
-                          const Range& kv_heads, const Range& ffn, const Range& experts) {
+std::uint64_t layer_bytes(const model::ModelConfig& c, std::int64_t layer, const LayerWeightTypes& t,
+                          const Range& q_heads, const Range& kv_heads, const Range& ffn, const Range& experts,
+                          const Range& ssm_k_heads, bool shared_expert) {
   const std::int64_t q_rows = q_heads.size() * c.head_dim;
   const std::int64_t kv_rows = kv_heads.size() * c.head_dim;
   std::uint64_t b = 2 * static_cast<std::uint64_t>(c.hidden) * kF32Bytes;  // attn_norm, ffn_norm
-  b += matrix_bytes(t.q, q_rows, c.hidden);
-  b += matrix_bytes(t.k, kv_rows, c.hidden);
-  b += matrix_bytes(t.v, kv_rows, c.hidden);
-  if (c.qkv_bias) b += static_cast<std::uint64_t>(q_rows + 2 * kv_rows) * kF32Bytes;
-  if (model::has_qk_norm(c)) b += 2 * static_cast<std::uint64_t>(c.head_dim) * kF32Bytes;  // q_norm, k_norm
-  b += matrix_bytes(t.o, c.hidden, q_rows);
+  if (c.is_recurrent(layer)) {
+    // A DeltaNet layer's share: its K heads' q and k, their V heads' v, z, alpha, beta, conv taps,
+    // decay and dt, the shared norm, and ssm_out's columns.
+    const std::int64_t d = c.ssm_head_dim, nk = ssm_k_heads.size();
+    const std::int64_t nv = nk * (c.ssm_v_heads / c.ssm_k_heads);
+    b += matrix_bytes(t.qkv, (2 * nk + nv) * d, c.hidden);
+    b += matrix_bytes(t.z, nv * d, c.hidden);
+    b += matrix_bytes(t.alpha, nv, c.hidden) + matrix_bytes(t.beta, nv, c.hidden);
+    b += static_cast<std::uint64_t>((2 * nk + nv) * d * c.ssm_conv_kernel + 2 * nv + d) * kF32Bytes;
+    b += matrix_bytes(t.ssm_out, c.hidden, nv * d);
+  } else {
+    b += matrix_bytes(t.q, q_rows * (c.is_hybrid() ? 2 : 1), c.hidden);  // a hybrid's [query | gate]
+    b += matrix_bytes(t.k, kv_rows, c.hidden);
+    b += matrix_bytes(t.v, kv_rows, c.hidden);
+    if (c.qkv_bias) b += static_cast<std::uint64_t>(q_rows + 2 * kv_rows) * kF32Bytes;
+    if (model::has_qk_norm(c)) b += 2 * static_cast<std::uint64_t>(c.head_dim) * kF32Bytes;  // q_norm, k_norm
+    b += matrix_bytes(t.o, c.hidden, q_rows);
+  }
+  if (shared_expert && c.shared_expert_ffn > 0) {
+    b += matrix_bytes(t.sh_gate, c.shared_expert_ffn, c.hidden) + matrix_bytes(t.sh_up, c.shared_expert_ffn, c.hidden) +
+         matrix_bytes(t.sh_down, c.hidden, c.shared_expert_ffn) + static_cast<std::uint64_t>(c.hidden) * kF32Bytes;
+  }
   if (c.is_moe()) {
     b += matrix_bytes(t.router, c.n_experts, c.hidden);  // every rank routes
     const auto n = static_cast<std::uint64_t>(experts.size());
@@ -262,6 +307,8 @@ WeightTypes uniform_weight_types(const model::ModelConfig& config, hal::DType ty
   w.output = type;
   LayerWeightTypes l;
   l.q = l.k = l.v = l.o = l.gate = l.up = l.down = type;
+  if (config.is_hybrid()) l.qkv = l.z = l.alpha = l.beta = l.ssm_out = type;
+  if (config.shared_expert_ffn > 0) l.sh_gate = l.sh_up = l.sh_down = type;
   // A mixture of experts' router stays F32 in quantised files (llama.cpp keeps ffn_gate_inp F32);
   // a dense model has none (F32, the default, compares equal whatever the file).
   if (config.is_moe() && !hal::dtype_info(type).quantized) l.router = type;
@@ -393,7 +440,9 @@ Result<ShardPlan> plan_shards(const model::ModelConfig& config, const WeightType
     }
   }
   SX_RETURN_IF_ERROR(check_head_units(c, types, tp));
+  SX_RETURN_IF_ERROR(check_ssm_head_units(c, types, tp));
   const std::int64_t hunit = head_unit(c, types);
+  const std::int64_t sunit = c.is_hybrid() ? ssm_head_unit(c, types) : 1;
 
   ShardPlan plan;
   plan.tp = tp;
@@ -406,7 +455,7 @@ Result<ShardPlan> plan_shards(const model::ModelConfig& config, const WeightType
 
   // The tensor-parallel split is the same on every stage.
   struct TpSlice {
-    Range q, kv, ffn, vocab, experts;
+    Range q, kv, ffn, vocab, experts, ssm_k;
     std::vector<std::int64_t> replicated;
   };
   std::vector<TpSlice> slices(static_cast<std::size_t>(tp));
@@ -422,6 +471,10 @@ Result<ShardPlan> plan_shards(const model::ModelConfig& config, const WeightType
       s.ffn = {u.begin * unit, u.end * unit};
     }
     s.vocab = even_part(c.vocab, i, tp);
+    if (c.is_hybrid()) {
+      const Range u = even_part(c.ssm_k_heads / sunit, i, tp);
+      s.ssm_k = {u.begin * sunit, u.end * sunit};
+    }
   }
   for (int i = 0; i < tp; ++i) {
     TpSlice& s = slices[static_cast<std::size_t>(i)];
@@ -451,10 +504,15 @@ Result<ShardPlan> plan_shards(const model::ModelConfig& config, const WeightType
       r.experts = s.experts;
       r.vocab = s.vocab;
       r.layers = layers;
+      r.ssm_k_heads = s.ssm_k;
+      r.has_shared_expert = c.shared_expert_ffn > 0 && i == 0;
       r.has_embedding = stage == 0;
       r.has_lm_head = stage == pp - 1;
+      std::int64_t kv_layers = 0;  // a hybrid's DeltaNet layers keep no KV
       for (std::int64_t l = layers.begin; l < layers.end; ++l) {
-        r.weight_bytes += layer_bytes(c, types.layers[static_cast<std::size_t>(l)], s.q, s.kv, s.ffn, s.experts);
+        r.weight_bytes += layer_bytes(c, l, types.layers[static_cast<std::size_t>(l)], s.q, s.kv, s.ffn, s.experts,
+                                      s.ssm_k, r.has_shared_expert);
+        kv_layers += c.is_recurrent(l) ? 0 : 1;
       }
       if (r.has_embedding) r.weight_bytes += matrix_bytes(types.token_embd, s.vocab.size(), c.hidden);
       if (r.has_lm_head) {
@@ -464,7 +522,7 @@ Result<ShardPlan> plan_shards(const model::ModelConfig& config, const WeightType
               matrix_bytes(c.tied_embeddings ? types.token_embd : types.output, s.vocab.size(), c.hidden);
         }
       }
-      r.kv_bytes_per_token = static_cast<std::uint64_t>(layers.size()) * 2 * static_cast<std::uint64_t>(s.kv.size()) *
+      r.kv_bytes_per_token = static_cast<std::uint64_t>(kv_layers) * 2 * static_cast<std::uint64_t>(s.kv.size()) *
                              static_cast<std::uint64_t>(c.head_dim) * static_cast<std::uint64_t>(kv_info.block_bytes);
       plan.ranks.push_back(std::move(r));
     }
@@ -472,8 +530,9 @@ Result<ShardPlan> plan_shards(const model::ModelConfig& config, const WeightType
 
   // The whole model once: every layer with all heads and FFN rows, one embedding, one LM head.
   const Range all_heads{0, c.n_heads}, all_kv{0, c.n_kv_heads}, all_ffn{0, c.ffn}, all_experts{0, c.n_experts};
-  for (const LayerWeightTypes& t : file_types.layers) {
-    plan.model_weight_bytes += layer_bytes(c, t, all_heads, all_kv, all_ffn, all_experts);
+  for (std::size_t l = 0; l < file_types.layers.size(); ++l) {
+    plan.model_weight_bytes += layer_bytes(c, static_cast<std::int64_t>(l), file_types.layers[l], all_heads, all_kv,
+                                           all_ffn, all_experts, {0, c.ssm_k_heads}, true);
   }
   plan.model_weight_bytes += matrix_bytes(file_types.token_embd, c.vocab, c.hidden);
   plan.model_weight_bytes += static_cast<std::uint64_t>(c.hidden) * kF32Bytes;

@@ -47,6 +47,9 @@
 
 namespace sx::parallel {
 
+// A hybrid's DeltaNet heads are split like query heads: contiguous ranges of K heads in units
+// whose columns of ssm_out (each V head's head_dim, per K head in every tiled group) make whole
+// blocks of its format, counts differing by at most one unit.
 // Storage formats of the 2-D weights (norm weights and biases are always F32).
 struct LayerWeightTypes {
   hal::DType q = hal::DType::kF32, k = hal::DType::kF32, v = hal::DType::kF32, o = hal::DType::kF32;
@@ -111,6 +114,11 @@ struct RankPlan {
   Range ffn;        // FFN rows: rows of gate/up, columns of down (a mixture of experts: every expert's)
   Range experts;    // a mixture of experts: the experts held (expert parallelism; every rank the router)
   Range vocab;      // rows of token_embd / the LM head held (used on the first / last stage)
+  // A hybrid's Gated DeltaNet heads: the K (query/key) heads held, and with each K head g every V
+  // head that reads it (llama.cpp's tiled order: g, g + K, g + 2K, ...). The shared expert of a
+  // hybrid MoE is held whole by each stage's tp rank 0.
+  Range ssm_k_heads;
+  bool has_shared_expert = false;
   Range layers;     // the stage's layers
   bool has_embedding = false;  // first stage
   bool has_lm_head = false;    // last stage: final norm + LM head shard
