@@ -45,12 +45,17 @@ std::string lowercase(std::string_view s) {
   return out;
 }
 
+// Qwen3.5 sizes; Qwen3.6 and 3.8 name the same shapes (27b, 35b-a3b).
+constexpr std::string_view kHybridPrefixes[] = {"qwen3.5-", "qwen3.6-", "qwen3.8-"};
+
 std::string shape_names() {
   std::string out;
   for (std::string_view s : model::qwen2_5_sizes()) out += fmt::format("{}{}{}", out.empty() ? "" : ", ", kQwen25Prefix, s);
   for (std::string_view s : model::qwen3_sizes()) out += fmt::format(", {}{}", kQwen3Prefix, s);
   for (std::string_view s : model::qwen3moe_sizes()) out += fmt::format(", {}{}", kQwen3Prefix, s);
-  return out;
+  for (std::string_view s : model::qwen35_sizes()) out += fmt::format(", qwen3.5-{}", s);
+  for (std::string_view s : model::qwen35moe_sizes()) out += fmt::format(", qwen3.5-{}", s);
+  return out + ", qwen3.6-27b, qwen3.6-35b-a3b, qwen3.8-27b";
 }
 
 Result<model::ModelConfig> shape_config(std::string_view name) {
@@ -62,6 +67,15 @@ Result<model::ModelConfig> shape_config(std::string_view name) {
     const std::string_view size = std::string_view(lower).substr(kQwen3Prefix.size());
     c = model::find_qwen3_config(size);
     if (!c.ok()) c = model::find_qwen3moe_config(size);
+  }
+  for (std::string_view prefix : kHybridPrefixes) {
+    if (!lower.starts_with(prefix)) continue;
+    const std::string_view size = std::string_view(lower).substr(prefix.size());
+    const bool later = prefix != kHybridPrefixes[0];  // 3.6 / 3.8: the 27B and 35B-A3B shapes only
+    if (later && size != "27b" && !(prefix == "qwen3.6-" && size == "35b-a3b")) break;
+    c = model::find_qwen35_config(size);
+    if (!c.ok()) c = model::find_qwen35moe_config(size);
+    if (c.ok() && later) c->name = fmt::format("Qwen{}-{} (shape)", prefix.substr(4, 3), size);
   }
   if (!c.ok()) return invalid_argument_error("--shape: unknown shape '{}' (known: {})", name, shape_names());
   return c;
@@ -212,7 +226,9 @@ int cmd_plan(int argc, char** argv) {
           {{"-m", "--model"}, true, false, "model: GGUF file (its header only) or safetensors directory (headers only)", "PATH"},
           {{"--config"}, true, false, "a Hugging Face config.json (Qwen2ForCausalLM / Qwen3ForCausalLM) instead",
            "FILE"},
-          {{"--shape"}, true, false, "a model shape instead: qwen2.5-0.5b ... qwen2.5-72b, qwen3-0.6b ... qwen3-32b, qwen3-30b-a3b, qwen3-235b-a22b",
+          {{"--shape"}, true, false, "a model shape instead: qwen2.5-0.5b ... qwen2.5-72b, qwen3-0.6b ... qwen3-32b, qwen3-30b-a3b, qwen3-235b-a22b, "
+           "qwen3.5-0.8b ... qwen3.5-27b, qwen3.5-35b-a3b, qwen3.5-122b-a10b, qwen3.5-397b-a17b, qwen3.6-27b, "
+           "qwen3.6-35b-a3b, qwen3.8-27b",
            "NAME"},
           {{"--weights"}, true, false,
            "weight format of --config / --shape: f32, f16, bf16, q8_0, q4_0, q4_k_m (llama.cpp's), awq-int4 "

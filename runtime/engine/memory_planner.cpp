@@ -340,6 +340,15 @@ Workspace rank_workspace(const model::ModelConfig& c, const parallel::ShardPlan&
   }
   const std::uint64_t K = std::max({H, q, f});
   w.scratch = T * K + T * (K / 32) * 4 + 4 * T * K + kMatmulThreadScratchBytes;
+  if (c.is_hybrid()) {
+    const std::uint64_t d = u64(c.ssm_head_dim), nk = u64(r.ssm_k_heads.size());
+    const std::uint64_t nv = nk * u64(c.ssm_v_heads / c.ssm_k_heads), C = (2 * nk + nv) * d;
+    std::uint64_t recurrent = 0;
+    for (std::int64_t l = r.layers.begin; l < r.layers.end; ++l) recurrent += c.is_recurrent(l) ? 1 : 0;
+    w.states = kF32 * S * recurrent * ((u64(c.ssm_conv_kernel) - 1) * C + nv * d * d);
+    w.states += kF32 * T * (2 * C + 2 * nv * d + 2 * nv + q);
+    if (r.has_shared_expert) w.states += kF32 * T * (2 * u64(c.shared_expert_ffn) + H + 1);
+  }
   return w;
 }
 
@@ -437,9 +446,11 @@ std::string format_memory_plan(const MemoryPlan& plan, bool verbose) {
     out += "\nWorkspace per device (GiB): activations + logits + step I/O + matmul scratch (an estimate; see "
            "memory_planner.h)\n";
     for (const DeviceMemory& m : plan.devices) {
-      out += fmt::format("  rank {} {}: {} + {} + {} + {} = {}\n", m.rank, m.name,
+      const std::string states =
+          m.workspace_parts.states > 0 ? fmt::format(" + {} (DeltaNet states)", gib_number(m.workspace_parts.states)) : "";
+      out += fmt::format("  rank {} {}: {} + {} + {} + {}{} = {}\n", m.rank, m.name,
                          gib_number(m.workspace_parts.activations), gib_number(m.workspace_parts.logits),
-                         gib_number(m.workspace_parts.io), gib_number(m.workspace_parts.scratch),
+                         gib_number(m.workspace_parts.io), gib_number(m.workspace_parts.scratch), states,
                          gib_number(m.workspace));
     }
     out += fmt::format("\nKV cache per layer ({}; KV/token summed over the stage's ranks; pool = {} blocks x {} tokens):\n",

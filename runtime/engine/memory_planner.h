@@ -28,6 +28,11 @@
 //                     matmul input, 1.125 T K (int8 activations + one f32 scale per 32) + 4 T K
 //                     (packed activation panels, the F32 GEMM's, the widest) + 32 MiB (per-thread
 //                     packed weight panels: at most 272 KiB a thread in the CPU kernels)
+//       states      = a hybrid (qwen35*) only: its DeltaNet state pool, S slots of every DeltaNet
+//                     layer of the rank (conv and recurrent state of its heads, F32), and the
+//                     layers' activations 4 T (2 C + 2 i + 2 v + q) (C its conv channels, i its V
+//                     heads x d, v its V heads; q the attention's gate), + 4 T (2 s + H + 1) for
+//                     a shared expert of s rows on the rank
 //   overhead_r   = the device's runtime overhead (DeviceBudget::overhead_bytes)
 //   kv budget_r  = usable_r - weights_r - workspace_r - overhead_r
 // Every rank holds the same number of KV blocks (block ids are shared by the ranks), so
@@ -88,7 +93,10 @@ struct Workspace {
   std::uint64_t logits = 0;
   std::uint64_t io = 0;
   std::uint64_t scratch = 0;
-  std::uint64_t total() const { return activations + logits + io + scratch; }
+  // A hybrid's DeltaNet state pool: max_num_seqs slots x the rank's DeltaNet layers x (conv state
+  // (kernel - 1) x its channels + recurrent state of its V heads x d x d), F32.
+  std::uint64_t states = 0;
+  std::uint64_t total() const { return activations + logits + io + scratch + states; }
 };
 
 struct DeviceMemory {

@@ -613,6 +613,29 @@ std::string format_plan(const ShardPlan& plan, const model::ModelConfig& config)
   std::string total_line = line(totals);
   total_line.replace(0, 5, "total");
   out += total_line;
+  if (config.is_hybrid() && !plan.ranks.empty()) {
+    // The DeltaNet layers' split (their heads are no column of the table above).
+    const auto recurrent = std::count(config.recurrent_layers.begin(), config.recurrent_layers.end(), true);
+    const std::int64_t per_k = config.ssm_v_heads / config.ssm_k_heads;
+    std::string ranks;
+    for (int i = 0; i < plan.tp; ++i) {
+      const Range& k = plan.ranks[static_cast<std::size_t>(i)].ssm_k_heads;
+      ranks += fmt::format("{}{}", i == 0 ? "" : ", ", unbreakable(fmt::format("{} + {} V", range_cell(k), k.size() * per_k)));
+    }
+    std::string text = fmt::format(
+        "{} of the {} layers are Gated DeltaNet ({} K heads and {} V heads of {}; V head j reads K head j mod {}), "
+        "split by K heads with their V heads, tp rank by tp rank: {}. Their state, instead of a KV cache: {} "
+        "per sequence over all ranks, whatever its length.",
+        recurrent, config.n_layers, config.ssm_k_heads, config.ssm_v_heads, config.ssm_head_dim, config.ssm_k_heads,
+        ranks,
+        unbreakable(human_bytes(static_cast<std::uint64_t>(recurrent) * kF32Bytes *
+                                static_cast<std::uint64_t>((config.ssm_conv_kernel - 1) * config.ssm_conv_channels() +
+                                                           config.ssm_v_heads * config.ssm_head_dim *
+                                                               config.ssm_head_dim))));
+    if (config.shared_expert_ffn > 0) text += " The shared expert is held whole by each stage's tp rank 0.";
+    out += "\n";
+    append_wrapped(out, "", text, 0);
+  }
 
   // The model held once, and what the ranks hold beyond it.
   std::uint64_t model_kv = 0;  // every rank stores the same bytes per (KV head, layer)

@@ -96,6 +96,14 @@ WeightTypes recipe_weight_types(const model::ModelConfig& c, WeightRecipe r) {
         l.v = k_quant_or_fallback(more, c.hidden);
         l.o = k_quant_or_fallback(DType::kQ4_K, c.q_dim());
         l.down = k_quant_or_fallback(more, c.is_moe() ? c.expert_ffn : c.ffn);  // the router stays F32
+        if (c.is_hybrid()) {  // make-model's mix: the DeltaNet matrices Q4_K, the conv taps F32
+          l.qkv = l.z = l.alpha = l.beta = k_quant_or_fallback(DType::kQ4_K, c.hidden);
+          l.ssm_out = k_quant_or_fallback(DType::kQ4_K, c.ssm_inner());
+        }
+        if (c.shared_expert_ffn > 0) {
+          l.sh_gate = l.sh_up = k_quant_or_fallback(DType::kQ4_K, c.hidden);
+          l.sh_down = k_quant_or_fallback(DType::kQ4_K, c.shared_expert_ffn);
+        }
       }
       return w;
     }

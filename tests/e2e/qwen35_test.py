@@ -103,6 +103,25 @@ def tensor_and_pipeline_parallel_layouts_give_the_same_ids():
 
 
 @case
+def plan_lays_out_the_published_sizes_on_six_devices():
+    """Qwen3.8-27B in BF16 and Q4_K_M and Qwen3.6-35B-A3B in Q4_K_M on 6 x 24 GiB, Qwen3.5-397B-A17B in
+    Q4_K_M on 6 x 80 GiB: a layout each, DeltaNet K heads split in block-aligned units (ssm_out's 128
+    columns per V head: pairs of K heads under Q4_K's 256-column blocks, single heads in BF16)."""
+    cases = [("qwen3.8-27b", "bf16", "6x24GiB", "0-1 (2) + 6 V, 2-4 (3) + 9 V, 5-7 (3) + 9 V"),
+             ("qwen3.8-27b", "q4_k_m", "6x24GiB", "0-1 (2) + 6 V, 2-3 (2) + 6 V, 4-7 (4) + 12 V"),
+             ("qwen3.6-35b-a3b", "q4_k_m", "6x24GiB", "0-1 (2) + 4 V, 2-3 (2) + 4 V, 4-7 (4) + 8 V"),
+             ("qwen3.5-397b-a17b", "q4_k_m", "6x80GiB", "0-1 (2) + 8 V, 2-3 (2) + 8 V, 4-7 (4) + 16 V")]
+    for shape, weights, devices, split in cases:
+        text = run("plan", "--shape", shape, "--weights", weights, "--devices", devices, "--tp", "6").stdout.decode()
+        said = " ".join(text.split())
+        assert "Gated DeltaNet" in said and split in said, (shape, weights, said[:3000])
+        verdict = [line for line in text.splitlines() if line.startswith(("Fits", "Does not fit", "Refused"))]
+        pool = [line for line in text.splitlines() if line.startswith("KV pool:")]
+        assert verdict and pool, text[-1500:]
+        print(f"  plan --shape {shape} --weights {weights} --devices {devices} --tp 6: {verdict[0]} {pool[0]}")
+
+
+@case
 def the_server_answers_with_generates_text_and_frees_every_state_slot():
     for o in oracles():
         path = made(o)
