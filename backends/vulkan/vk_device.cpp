@@ -74,6 +74,18 @@ const std::uint32_t kQuantizeQ8Spv[] =
 const std::uint32_t kKvWriteSpv[] =
 #include "kv_write.spv.inc"
     ;
+const std::uint32_t kSigmoidMulSpv[] =
+#include "sigmoid_mul.spv.inc"
+    ;
+const std::uint32_t kGatedNormSpv[] =
+#include "gated_norm.spv.inc"
+    ;
+const std::uint32_t kConvStateSpv[] =
+#include "conv_state.spv.inc"
+    ;
+const std::uint32_t kDeltaRuleSpv[] =
+#include "delta_rule.spv.inc"
+    ;
 
 // The compute pipelines, one per shader, created with the device.
 enum Shader {
@@ -97,6 +109,10 @@ enum Shader {
   kShaderMoeCombine,
   kShaderQuantizeQ8,
   kShaderKvWrite,
+  kShaderSigmoidMul,
+  kShaderGatedNorm,
+  kShaderConvState,
+  kShaderDeltaRule,
   kShaderCount
 };
 // A pipeline: its SPIR-V, its storage-buffer bindings, its name, and the value of its
@@ -130,7 +146,11 @@ const ShaderSource kShaders[kShaderCount] = {
     {kMoeRouteSpv, 3, "moe_route"},
     {kMoeCombineSpv, 4, "moe_combine"},
     {kQuantizeQ8Spv, 3, "quantize_q8"},
-    {kKvWriteSpv, 6, "kv_write"}};
+    {kKvWriteSpv, 6, "kv_write"},
+    {kSigmoidMulSpv, 3, "sigmoid_mul"},
+    {kGatedNormSpv, 4, "gated_norm"},
+    {kConvStateSpv, 7, "conv_state"},
+    {kDeltaRuleSpv, 12, "delta_rule"}};
 
 constexpr std::int64_t kMaxAttentionHeadDim = 256;  // one invocation per element of a head
 
@@ -371,6 +391,7 @@ struct Pipeline {
 };
 
 constexpr std::uint32_t kPushConstantBytes = 128;
+constexpr std::int64_t kMaxDeltaHeadDimShader = 256;  // delta_rule.comp: an invocation per state column
 constexpr std::uint32_t kWorkgroup = 256;  // local_size_x of the elementwise shaders
 constexpr std::uint32_t kMatmulGroup = 64;  // local_size_x of matmul.comp
 
@@ -651,8 +672,13 @@ void VulkanDevice::destroy(Pipeline& p) {
 Status VulkanDevice::supports(const hal::Op& op) const {
   if (std::holds_alternative<hal::AddArgs>(op) || std::holds_alternative<hal::SiluMulArgs>(op) ||
       std::holds_alternative<hal::RmsNormArgs>(op) || std::holds_alternative<hal::TopKArgs>(op) ||
-      std::holds_alternative<hal::RopeArgs>(op)) {
+      std::holds_alternative<hal::RopeArgs>(op) || std::holds_alternative<hal::SigmoidMulArgs>(op) ||
+      std::holds_alternative<hal::GatedNormArgs>(op) || std::holds_alternative<hal::ConvStateArgs>(op)) {
     return ok_status();
+  }
+  if (const auto* d = std::get_if<hal::DeltaRuleArgs>(&op)) {
+    if (d->d_k <= kMaxDeltaHeadDimShader && d->d_v <= kMaxDeltaHeadDimShader) return ok_status();
+    return unimplemented_error("the Vulkan backend's delta_rule takes heads of at most {}", kMaxDeltaHeadDimShader);
   }
   if (const auto* w = std::get_if<hal::KvWriteArgs>(&op)) {
     if ((w->cache_type == hal::DType::kF32 || w->cache_type == hal::DType::kF16) &&
@@ -828,6 +854,10 @@ class VulkanStream final : public hal::Stream {
   Status run_kv_write(const hal::KvWriteArgs& a);
   Status run_moe_router(const hal::MoeRouterArgs& a);
   Status run_moe_ffn(const hal::MoeFfnArgs& a);
+  Status run_sigmoid_mul(const hal::SigmoidMulArgs& a);
+  Status run_gated_norm(const hal::GatedNormArgs& a);
+  Status run_conv_state(const hal::ConvStateArgs& a);
+  Status run_delta_rule(const hal::DeltaRuleArgs& a);
   // `b` replaced by a device buffer of `bytes` when it is smaller (or null); the one it outgrew stays
   // alive in staged_ until the work recorded on it has completed.
   Status grow(std::unique_ptr<hal::Buffer>& b, std::size_t bytes);
@@ -1580,6 +1610,97 @@ Status VulkanStream::run_attention(const hal::AttentionArgs& a) {
   return dispatch(kShaderAttention, "attention", args, params, static_cast<std::uint64_t>(a.n_tokens * a.n_heads));
 }
 
+// ---- Gated DeltaNet and gated attention (hal::SigmoidMulArgs, GatedNormArgs, ConvStateArgs,
+// DeltaRuleArgs). The batch arrays of the state ops are the engine's, checked before the step
+// (Qwen2Model::validate), as attention's block tables are.
+
+Status VulkanStream::run_sigmoid_mul(const hal::SigmoidMulArgs& a) {
+  const std::int64_t gate_cols = a.gate_per_row ? 1 : a.n_cols;
+  const std::int64_t xs = a.x_stride > 0 ? a.x_stride : a.n_cols, gs = a.gate_stride > 0 ? a.gate_stride : gate_cols,
+                     os = a.out_stride > 0 ? a.out_stride : a.n_cols;
+  if (a.n_rows < 0 || a.n_cols < 0 || xs < a.n_cols || gs < gate_cols || os < a.n_cols ||
+      !fits_u32(a.n_rows * std::max({xs, gs, os}))) {
+    return latch_invalid("sigmoid_mul: {} rows of {} with strides {}, {}, {}", a.n_rows, a.n_cols, xs, gs, os);
+  }
+  if (a.n_rows == 0 || a.n_cols == 0) return ok_status();
+  auto bytes = [&](std::int64_t stride, std::int64_t cols) {
+    return static_cast<std::size_t>((a.n_rows - 1) * stride + cols) * 4;
+  };
+  const Arg args[] = {{a.x, bytes(xs, a.n_cols), "x"}, {a.gate, bytes(gs, gate_cols), "gate"},
+                      {a.out, bytes(os, a.n_cols), "out"}};
+  const std::uint32_t params[] = {u32(a.n_rows), u32(a.n_cols), u32(xs), u32(gs), u32(os), a.gate_per_row ? 1u : 0u};
+  return dispatch(kShaderSigmoidMul, "sigmoid_mul", args, params,
+                  (static_cast<std::uint64_t>(a.n_rows * a.n_cols) + kWorkgroup - 1) / kWorkgroup);
+}
+
+Status VulkanStream::run_gated_norm(const hal::GatedNormArgs& a) {
+  if (a.n_rows < 0 || a.dim <= 0 || !fits_u32(a.n_rows * a.dim)) {
+    return latch_invalid("gated_norm: {} rows of {}", a.n_rows, a.dim);
+  }
+  if (a.n_rows == 0) return ok_status();
+  const auto bytes = static_cast<std::size_t>(a.n_rows * a.dim) * 4;
+  const Arg args[] = {{a.x, bytes, "x"}, {a.z, bytes, "z"}, {a.weight, static_cast<std::size_t>(a.dim) * 4, "weight"},
+                      {a.out, bytes, "out"}};
+  const std::uint32_t params[] = {u32(a.n_rows), u32(a.dim), float_bits(a.eps)};
+  return dispatch(kShaderGatedNorm, "gated_norm", args, params, static_cast<std::uint64_t>(a.n_rows));
+}
+
+Status VulkanStream::run_conv_state(const hal::ConvStateArgs& a) {
+  if (Status st = hal::check_conv_state(a); !st.ok()) return latch(st);
+  const std::int64_t xs = a.x_stride > 0 ? a.x_stride : a.channels;
+  if (!fits_u32(std::max(a.n_tokens, std::int64_t{1}) * xs) || !fits_u32(a.n_slots * a.kernel * a.channels)) {
+    return latch_invalid("conv_state: {} tokens of {} channels, {} slots", a.n_tokens, a.channels, a.n_slots);
+  }
+  if (a.n_seqs == 0) return ok_status();
+  const auto tokens = static_cast<std::size_t>(std::max<std::int64_t>(a.n_tokens, 1));
+  const auto seqs = static_cast<std::size_t>(a.n_seqs);
+  const Arg args[] = {{a.x, ((tokens - 1) * static_cast<std::size_t>(xs) + static_cast<std::size_t>(a.channels)) * 4, "x"},
+                      {a.weight, static_cast<std::size_t>(a.channels * a.kernel) * 4, "weight"},
+                      {a.state, static_cast<std::size_t>(a.n_slots * (a.kernel - 1) * a.channels) * 4, "state"},
+                      {a.out, tokens * static_cast<std::size_t>(a.channels) * 4, "out"},
+                      {a.seq_token_start, (seqs + 1) * 4, "seq_token_start"},
+                      {a.seq_context_len, seqs * 4, "seq_context_len"},
+                      {a.seq_slot, seqs * 4, "seq_slot"}};
+  const std::uint32_t params[] = {u32(a.n_seqs), u32(a.channels), u32(a.kernel), u32(xs)};
+  return dispatch(kShaderConvState, "conv_state", args, params,
+                  (static_cast<std::uint64_t>(a.n_seqs * a.channels) + kWorkgroup - 1) / kWorkgroup);
+}
+
+Status VulkanStream::run_delta_rule(const hal::DeltaRuleArgs& a) {
+  if (Status st = hal::check_delta_rule(a); !st.ok()) return latch(st);
+  if (a.d_k > kMaxDeltaHeadDimShader || a.d_v > kMaxDeltaHeadDimShader) {
+    return latch(unimplemented_error("delta_rule: heads of {} x {}; the shader takes at most {}", a.d_k, a.d_v,
+                                     kMaxDeltaHeadDimShader));
+  }
+  const std::int64_t qkv = a.qkv_stride > 0 ? a.qkv_stride : 2 * a.n_k_heads * a.d_k + a.n_v_heads * a.d_v;
+  const std::int64_t gs = a.gate_stride > 0 ? a.gate_stride : a.n_v_heads;
+  const std::int64_t state = a.n_slots * a.n_v_heads * a.d_k * a.d_v;
+  if (!fits_u32(std::max(a.n_tokens, std::int64_t{1}) * qkv) || !fits_u32(state)) {
+    return latch_invalid("delta_rule: {} tokens of rows of {}, a state pool of {} floats", a.n_tokens, qkv, state);
+  }
+  if (a.n_seqs == 0) return ok_status();
+  const auto last = static_cast<std::size_t>(std::max<std::int64_t>(a.n_tokens, 1) - 1);
+  const auto seqs = static_cast<std::size_t>(a.n_seqs);
+  const std::size_t qk = (last * static_cast<std::size_t>(qkv) + static_cast<std::size_t>(a.n_k_heads * a.d_k)) * 4;
+  const std::size_t gate = (last * static_cast<std::size_t>(gs) + static_cast<std::size_t>(a.n_v_heads)) * 4;
+  const Arg args[] = {{a.q, qk, "q"},
+                      {a.k, qk, "k"},
+                      {a.v, (last * static_cast<std::size_t>(qkv) + static_cast<std::size_t>(a.n_v_heads * a.d_v)) * 4, "v"},
+                      {a.alpha, gate, "alpha"},
+                      {a.beta, gate, "beta"},
+                      {a.a, static_cast<std::size_t>(a.n_v_heads) * 4, "a"},
+                      {a.dt_bias, static_cast<std::size_t>(a.n_v_heads) * 4, "dt_bias"},
+                      {a.state, static_cast<std::size_t>(state) * 4, "state"},
+                      {a.out, (last + 1) * static_cast<std::size_t>(a.n_v_heads * a.d_v) * 4, "out"},
+                      {a.seq_token_start, (seqs + 1) * 4, "seq_token_start"},
+                      {a.seq_context_len, seqs * 4, "seq_context_len"},
+                      {a.seq_slot, seqs * 4, "seq_slot"}};
+  const std::uint32_t params[] = {u32(a.n_seqs),  u32(a.n_k_heads), u32(a.n_v_heads),     u32(a.d_k),
+                                  u32(a.d_v),     u32(qkv),         u32(gs),              a.tiled ? 1u : 0u,
+                                  float_bits(a.eps), float_bits(a.scale)};
+  return dispatch(kShaderDeltaRule, "delta_rule", args, params, static_cast<std::uint64_t>(a.n_seqs * a.n_v_heads));
+}
+
 Status VulkanStream::run(const hal::Op& op) {
   if (!latched_.ok()) return latched_;
   if (const auto* a = std::get_if<hal::AddArgs>(&op)) return run_add(*a);
@@ -1593,6 +1714,10 @@ Status VulkanStream::run(const hal::Op& op) {
   if (const auto* a = std::get_if<hal::KvWriteArgs>(&op)) return run_kv_write(*a);
   if (const auto* a = std::get_if<hal::MoeRouterArgs>(&op)) return run_moe_router(*a);
   if (const auto* a = std::get_if<hal::MoeFfnArgs>(&op)) return run_moe_ffn(*a);
+  if (const auto* a = std::get_if<hal::SigmoidMulArgs>(&op)) return run_sigmoid_mul(*a);
+  if (const auto* a = std::get_if<hal::GatedNormArgs>(&op)) return run_gated_norm(*a);
+  if (const auto* a = std::get_if<hal::ConvStateArgs>(&op)) return run_conv_state(*a);
+  if (const auto* a = std::get_if<hal::DeltaRuleArgs>(&op)) return run_delta_rule(*a);
   return latch(d_.supports(op));
 }
 

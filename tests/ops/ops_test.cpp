@@ -15,6 +15,7 @@
 
 #include "runtime/base/half.h"
 #include "runtime/hal/registry.h"
+#include "tests/cts/deltanet_reference.h"
 #include "tests/cts/targets.h"
 
 namespace sx {
@@ -699,6 +700,94 @@ TEST_P(Ops, MoeFfnEveryFormatAgainstTheDequantisedExperts) {
         }
         EXPECT_LE(worst, is_float ? 1e-5 : 3e-2) << hal::dtype_name(t) << ": experts 0..3 + 3..6";
       }
+    }
+  }
+}
+
+// ---- Gated DeltaNet and gated attention (issue 42) ----
+
+TEST_P(Ops, SigmoidMulWithAnInterleavedGateAndOnePerRow) {
+  const std::int64_t R = 6, C = 40;
+  auto qg = random(R * 2 * C, 3.0f), x = random(R * C), g = random(R, 3.0f);
+  auto bqg = buf(qg), bx = buf(x), bg = buf(g), bo = buf(std::vector<float>(R * C)), bo2 = buf(std::vector<float>(R * C));
+  // The gate read where the query projection interleaves it ([query | gate] rows of 2C).
+  ASSERT_TRUE(stream_->run(hal::SigmoidMulArgs{V(bx), {bqg.get(), C * 4}, V(bo), R, C, 0, 2 * C, 0, false}).ok());
+  ASSERT_TRUE(stream_->run(hal::SigmoidMulArgs{V(bx), V(bg), V(bo2), R, C, 0, 0, 0, true}).ok());
+  auto o = read<float>(*bo, R * C), o2 = read<float>(*bo2, R * C);
+  for (std::int64_t r = 0; r < R; ++r) {
+    for (std::int64_t c = 0; c < C; ++c) {
+      EXPECT_NEAR(o[r * C + c], x[r * C + c] / (1 + std::exp(-qg[r * 2 * C + C + c])), 1e-6);
+      EXPECT_NEAR(o2[r * C + c], x[r * C + c] / (1 + std::exp(-g[r])), 1e-6);
+    }
+  }
+}
+
+TEST_P(Ops, GatedNormInPlace) {
+  const std::int64_t R = 7, D = 96;
+  auto x = random(R * D), z = random(R * D, 2.0f), w = random(D);
+  auto bx = buf(x), bz = buf(z), bw = buf(w);
+  ASSERT_TRUE(stream_->run(hal::GatedNormArgs{V(bx), V(bz), V(bw), V(bx), R, D, 1e-6f}).ok());
+  auto o = read<float>(*bx, R * D);
+  for (std::int64_t r = 0; r < R; ++r) {
+    double ss = 0;
+    for (std::int64_t c = 0; c < D; ++c) ss += static_cast<double>(x[r * D + c]) * x[r * D + c];
+    const double inv = 1 / std::sqrt(ss / D + 1e-6);
+    for (std::int64_t c = 0; c < D; ++c) {
+      const double gate = z[r * D + c];
+      EXPECT_NEAR(o[r * D + c], x[r * D + c] * inv * w[c] * gate / (1 + std::exp(-gate)), 2e-5) << r << "," << c;
+    }
+  }
+}
+
+// Three sequences (continuing, one token, starting in this step) over rows wider than the channels.
+TEST_P(Ops, ConvStateCarriesEachSequencesState) {
+  const std::int64_t channels = 300, kernel = 4, stride = 310, slots = 4, T = 14;
+  const testing::StateBatchRef b{{0, 7, 8, 14}, {12, 10, 6}, {2, 0, 3}};
+  auto x = random(T * stride), w = random(channels * kernel), st = random(slots * (kernel - 1) * channels);
+  auto bx = buf(x), bw = buf(w), bst = buf(st), bo = buf(std::vector<float>(T * channels));
+  auto bs = buf(b.start), bc = buf(b.ctx), bl = buf(b.slot);
+  hal::ConvStateArgs a{V(bx), V(bw), V(bst), V(bo), V(bs), V(bc), V(bl), 3, T, channels, kernel, slots, stride};
+  ASSERT_TRUE(run_and_sync(a).ok());
+  std::vector<double> want_state(st.begin(), st.end()), want;
+  testing::conv_state_reference(x, stride, w, channels, kernel, b, want_state, want);
+  auto o = read<float>(*bo, T * channels), s2 = read<float>(*bst, slots * (kernel - 1) * channels);
+  for (std::size_t i = 0; i < o.size(); ++i) ASSERT_NEAR(o[i], want[i], 1e-5) << i;
+  for (std::size_t i = 0; i < s2.size(); ++i) ASSERT_EQ(s2[i], static_cast<float>(want_state[i])) << i;
+}
+
+// Both forms (a backend may compute the chunked one as the recurrent one), tiled and grouped heads.
+TEST_P(Ops, DeltaRuleMatchesItsDefinition) {
+  for (const bool tiled : {true, false}) {
+    for (const std::int64_t chunk : {0, 64}) {
+      SCOPED_TRACE(::testing::Message() << (tiled ? "tiled" : "grouped") << " chunk " << chunk);
+      testing::DeltaShapeRef sh;
+      sh.n_k = 2, sh.n_v = 6, sh.dk = 32, sh.dv = 24, sh.tiled = tiled;
+      const testing::StateBatchRef b{{0, 1, 91, 110}, {5, 90, 40}, {3, 0, 1}};
+      const std::int64_t T = 110, slots = 4;
+      auto qkv = random(T * sh.qkv()), alpha = random(T * sh.n_v, 1.5f), beta = random(T * sh.n_v, 2.0f);
+      std::vector<float> av(sh.n_v), dt = random(sh.n_v);
+      for (std::int64_t h = 0; h < sh.n_v; ++h) av[h] = -0.1f - 0.3f * static_cast<float>(h);
+      auto state = random(slots * sh.n_v * sh.dk * sh.dv, 0.3f);
+      auto bq = buf(qkv), ba = buf(alpha), bb = buf(beta), bav = buf(av), bdt = buf(dt), bst = buf(state);
+      auto bo = buf(std::vector<float>(T * sh.n_v * sh.dv));
+      auto bs = buf(b.start), bc = buf(b.ctx), bl = buf(b.slot);
+      hal::DeltaRuleArgs a;
+      a.q = V(bq), a.k = {bq.get(), static_cast<std::size_t>(sh.n_k * sh.dk * 4)};
+      a.v = {bq.get(), static_cast<std::size_t>(2 * sh.n_k * sh.dk * 4)};
+      a.alpha = V(ba), a.beta = V(bb), a.a = V(bav), a.dt_bias = V(bdt), a.state = V(bst), a.out = V(bo);
+      a.seq_token_start = V(bs), a.seq_context_len = V(bc), a.seq_slot = V(bl);
+      a.n_seqs = 3, a.n_tokens = T, a.n_k_heads = sh.n_k, a.n_v_heads = sh.n_v, a.d_k = sh.dk, a.d_v = sh.dv;
+      a.n_slots = slots, a.chunk = chunk, a.tiled = tiled, a.eps = 1e-6f;
+      a.scale = 1.0f / std::sqrt(static_cast<float>(sh.dk));
+      ASSERT_TRUE(run_and_sync(a).ok());
+      std::vector<double> want_state(state.begin(), state.end()), want;
+      testing::delta_rule_reference(sh, qkv, alpha, beta, av, dt, b, want_state, want);
+      auto o = read<float>(*bo, T * sh.n_v * sh.dv), s2 = read<float>(*bst, state.size());
+      double d_out = 0, d_state = 0;
+      for (std::size_t i = 0; i < o.size(); ++i) d_out = std::max(d_out, std::abs(o[i] - want[i]));
+      for (std::size_t i = 0; i < s2.size(); ++i) d_state = std::max(d_state, std::abs(s2[i] - want_state[i]));
+      EXPECT_LT(d_out, 1e-4);
+      EXPECT_LT(d_state, 1e-4);
     }
   }
 }

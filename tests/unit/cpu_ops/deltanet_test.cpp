@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_device.h"
+#include "tests/cts/deltanet_reference.h"
 
 namespace sx::cpu {
 namespace {
@@ -60,8 +61,6 @@ double silu(double x) { return x * sigmoid(x); }
 
 // ---- the causal convolution ----
 
-// out and the final history of one sequence's channel c from its inputs `in` (tokens in order)
-// after a history `hist` (kernel - 1 inputs, oldest first).
 struct ConvCase {
   std::int64_t channels = 40, kernel = 4, x_stride = 45;
 };
@@ -84,31 +83,16 @@ TEST(ConvState, MatchesItsDefinitionAndCarriesTheStateAcrossCalls) {
   ASSERT_TRUE(d.stream->run(a).ok());
   const auto out = d.download<float>(*bo, T * c.channels);
   const auto state = d.download<float>(*bst, n_slots * hist * c.channels);
-  for (std::int64_t s = 0; s < S; ++s) {
-    const bool fresh = ctx[s] == start[s + 1] - start[s];
-    for (std::int64_t ch = 0; ch < c.channels; ++ch) {
-      std::vector<double> seq;  // the history then the new inputs
-      for (std::int64_t j = 0; j < hist; ++j) seq.push_back(fresh ? 0.0 : state0[(slot[s] * hist + j) * c.channels + ch]);
-      for (std::int64_t t = start[s]; t < start[s + 1]; ++t) seq.push_back(x[t * c.x_stride + ch]);
-      for (std::int64_t i = 0; i < start[s + 1] - start[s]; ++i) {
-        double acc = 0;
-        for (std::int64_t j = 0; j < c.kernel; ++j) acc += w[ch * c.kernel + j] * seq[i + j];
-        EXPECT_NEAR(out[(start[s] + i) * c.channels + ch], silu(acc), 1e-5) << "seq " << s << " token " << i;
-      }
-      for (std::int64_t j = 0; j < hist; ++j) {
-        EXPECT_EQ(state[(slot[s] * hist + j) * c.channels + ch], seq[seq.size() - hist + j]) << "seq " << s;
-      }
-    }
-  }
+  std::vector<double> want_state(state0.begin(), state0.end()), want_out;
+  testing::conv_state_reference(x, c.x_stride, w, c.channels, c.kernel, {start, ctx, slot}, want_state, want_out);
+  for (std::size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], want_out[i], 1e-5) << i;
+  // The new state holds inputs, copied: exact.
+  for (std::size_t i = 0; i < state.size(); ++i) EXPECT_EQ(state[i], static_cast<float>(want_state[i])) << i;
 }
 
 // ---- the delta rule ----
 
-struct DeltaShape {
-  std::int64_t n_k = 2, n_v = 6, dk = 16, dv = 12;
-  bool tiled = true;
-  std::int64_t qkv() const { return 2 * n_k * dk + n_v * dv; }
-};
+using DeltaShape = testing::DeltaShapeRef;
 
 struct DeltaInputs {
   std::vector<float> qkv, alpha, beta, a, dt_bias;
@@ -124,48 +108,10 @@ DeltaInputs delta_inputs(const DeltaShape& sh, std::int64_t T, unsigned seed) {
   return in;
 }
 
-// The definition in double: each sequence's tokens from its state (zeros when it starts), the
-// outputs and the final states.
 void delta_reference(const DeltaShape& sh, const DeltaInputs& in, const std::vector<std::int32_t>& start,
                      const std::vector<std::int32_t>& ctx, const std::vector<std::int32_t>& slot,
                      std::vector<double>& state, std::vector<double>& out) {
-  const std::int64_t n_seqs = static_cast<std::int64_t>(slot.size());
-  const std::int64_t per_k = sh.n_v / sh.n_k, se = sh.dk * sh.dv;
-  out.assign(static_cast<std::size_t>(start.back() * sh.n_v * sh.dv), 0.0);
-  for (std::int64_t s = 0; s < n_seqs; ++s) {
-    for (std::int64_t h = 0; h < sh.n_v; ++h) {
-      const std::int64_t g = sh.tiled ? h % sh.n_k : h / per_k;
-      double* S = &state[(slot[s] * sh.n_v + h) * se];
-      if (ctx[s] == start[s + 1] - start[s]) std::fill_n(S, se, 0.0);
-      for (std::int64_t t = start[s]; t < start[s + 1]; ++t) {
-        const float* row = &in.qkv[t * sh.qkv()];
-        std::vector<double> q(row + g * sh.dk, row + (g + 1) * sh.dk);
-        std::vector<double> k(row + (sh.n_k + g) * sh.dk, row + (sh.n_k + g + 1) * sh.dk);
-        const float* v = row + 2 * sh.n_k * sh.dk + h * sh.dv;
-        double qq = 0, kk = 0;
-        for (std::int64_t i = 0; i < sh.dk; ++i) qq += q[i] * q[i], kk += k[i] * k[i];
-        for (std::int64_t i = 0; i < sh.dk; ++i) {
-          q[i] = q[i] / std::sqrt(qq + 1e-6) / std::sqrt(static_cast<double>(sh.dk));
-          k[i] = k[i] / std::sqrt(kk + 1e-6);
-        }
-        const double x = in.alpha[t * sh.n_v + h] + in.dt_bias[h];
-        const double decay = std::exp(in.a[h] * std::log1p(std::exp(x)));
-        const double b = sigmoid(in.beta[t * sh.n_v + h]);
-        for (std::int64_t i = 0; i < se; ++i) S[i] *= decay;
-        for (std::int64_t j = 0; j < sh.dv; ++j) {
-          double sk = 0;
-          for (std::int64_t i = 0; i < sh.dk; ++i) sk += S[i * sh.dv + j] * k[i];
-          const double u = b * (v[j] - sk);
-          for (std::int64_t i = 0; i < sh.dk; ++i) S[i * sh.dv + j] += k[i] * u;
-        }
-        for (std::int64_t j = 0; j < sh.dv; ++j) {
-          double o = 0;
-          for (std::int64_t i = 0; i < sh.dk; ++i) o += S[i * sh.dv + j] * q[i];
-          out[(t * sh.n_v + h) * sh.dv + j] = o;
-        }
-      }
-    }
-  }
+  testing::delta_rule_reference(sh, in.qkv, in.alpha, in.beta, in.a, in.dt_bias, {start, ctx, slot}, state, out);
 }
 
 struct DeltaRun {
