@@ -54,6 +54,28 @@ cudaError_t launch_attention(cudaStream_t s, const hal::AttentionArgs& a, const 
                              std::int64_t splits = 1, std::int64_t chunk = 0, float* partials = nullptr);
 cudaError_t launch_top_k(cudaStream_t s, const hal::TopKArgs& a, const float* x, float* values, std::int32_t* ids);
 
+// Gated DeltaNet and gated attention (kernels/deltanet.cu). The state ops' batch arrays are the
+// engine's, checked before the step; d_k, d_v <= 256.
+cudaError_t launch_sigmoid_mul(cudaStream_t s, const hal::SigmoidMulArgs& a, const float* x, const float* gate,
+                               float* out);
+cudaError_t launch_gated_norm(cudaStream_t s, const hal::GatedNormArgs& a, const float* x, const float* z,
+                              const float* weight, float* out);
+struct ConvStatePtrs {
+  const float* x;
+  const float* weight;
+  float* state;
+  float* out;
+  const std::int32_t *seq_token_start, *seq_context_len, *seq_slot;
+};
+cudaError_t launch_conv_state(cudaStream_t s, const hal::ConvStateArgs& a, const ConvStatePtrs& p);
+struct DeltaRulePtrs {
+  const float *q, *k, *v, *alpha, *beta, *a, *dt_bias;
+  float* state;
+  float* out;
+  const std::int32_t *seq_token_start, *seq_context_len, *seq_slot;
+};
+cudaError_t launch_delta_rule(cudaStream_t s, const hal::DeltaRuleArgs& a, const DeltaRulePtrs& p);
+
 // y[m][n] = x[m][:] . W[n][:] (+ bias) for m <= 8, W in any weight format (kernels/dequant.cuh):
 // one warp per output row reads the row once for all m rows of x.
 cudaError_t launch_gemv(cudaStream_t s, const hal::MatmulArgs& a, const std::uint8_t* w, const float* x,

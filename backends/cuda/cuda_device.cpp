@@ -218,11 +218,10 @@ Status CudaDevice::supports(const hal::Op& op) const {
   if (const auto* r = std::get_if<hal::MoeRouterArgs>(&op); r != nullptr && r->k > hal::kMaxTopK) {
     return unimplemented_error("the router selects at most {} experts per token", hal::kMaxTopK);
   }
-  if (std::holds_alternative<hal::ConvStateArgs>(op) || std::holds_alternative<hal::DeltaRuleArgs>(op) ||
-      std::holds_alternative<hal::GatedNormArgs>(op) || std::holds_alternative<hal::SigmoidMulArgs>(op)) {
-    return unimplemented_error("the CUDA backend has no kernel for {} yet", hal::op_name(op));
+  if (const auto* d = std::get_if<hal::DeltaRuleArgs>(&op); d != nullptr && (d->d_k > 256 || d->d_v > 256)) {
+    return unimplemented_error("the CUDA backend's delta_rule takes heads of at most 256");
   }
-  return ok_status();  // add, silu_mul, rmsnorm, rope, top_k, moe_router
+  return ok_status();  // add, silu_mul, rmsnorm, rope, top_k, moe_router, the DeltaNet ops, sigmoid_mul
 }
 
 Result<std::unique_ptr<hal::Buffer>> CudaDevice::alloc(std::size_t bytes, hal::BufferUsage usage) {
@@ -947,6 +946,101 @@ Status CudaStream::run(const hal::Op& op) {
     return ok_status();
   }
   if (const auto* a = std::get_if<hal::MoeFfnArgs>(&op)) return run_moe_ffn(*a);
+  if (const auto* p = std::get_if<hal::SigmoidMulArgs>(&op)) {
+    const hal::SigmoidMulArgs a = *p;
+    const std::int64_t gate_cols = a.gate_per_row ? 1 : a.n_cols;
+    const std::int64_t xs = a.x_stride > 0 ? a.x_stride : a.n_cols, gs = a.gate_stride > 0 ? a.gate_stride : gate_cols,
+                       os = a.out_stride > 0 ? a.out_stride : a.n_cols;
+    if (a.n_rows < 0 || a.n_cols < 0 || xs < a.n_cols || gs < gate_cols || os < a.n_cols) {
+      return latch_invalid("sigmoid_mul: {} rows of {} with strides {}, {}, {}", a.n_rows, a.n_cols, xs, gs, os);
+    }
+    if (a.n_rows == 0 || a.n_cols == 0) return ok_status();
+    auto bytes = [&](std::int64_t stride, std::int64_t cols) { return f32s((a.n_rows - 1) * stride + cols); };
+    SX_ASSIGN_OR_RETURN(std::byte * x, operand(a.x, bytes(xs, a.n_cols), "sigmoid_mul", "x"));
+    SX_ASSIGN_OR_RETURN(std::byte * g, operand(a.gate, bytes(gs, gate_cols), "sigmoid_mul", "gate"));
+    SX_ASSIGN_OR_RETURN(std::byte * o, operand(a.out, bytes(os, a.n_cols), "sigmoid_mul", "out"));
+    const void* addrs[] = {x, g, o};
+    defer(op, addrs, [a, x, g, o](cudaStream_t s) {
+      return launched(kernels::launch_sigmoid_mul(s, a, reinterpret_cast<const float*>(x),
+                                                  reinterpret_cast<const float*>(g), reinterpret_cast<float*>(o)),
+                      "sigmoid_mul");
+    });
+    return ok_status();
+  }
+  if (const auto* p = std::get_if<hal::GatedNormArgs>(&op)) {
+    const hal::GatedNormArgs a = *p;
+    if (a.n_rows < 0 || a.dim <= 0) return latch_invalid("gated_norm: {} rows of {}", a.n_rows, a.dim);
+    if (a.n_rows == 0) return ok_status();
+    const std::size_t bytes = f32s(a.n_rows * a.dim);
+    SX_ASSIGN_OR_RETURN(std::byte * x, operand(a.x, bytes, "gated_norm", "x"));
+    SX_ASSIGN_OR_RETURN(std::byte * z, operand(a.z, bytes, "gated_norm", "z"));
+    SX_ASSIGN_OR_RETURN(std::byte * w, operand(a.weight, f32s(a.dim), "gated_norm", "weight"));
+    SX_ASSIGN_OR_RETURN(std::byte * o, operand(a.out, bytes, "gated_norm", "out"));
+    const void* addrs[] = {x, z, w, o};
+    defer(op, addrs, [a, x, z, w, o](cudaStream_t s) {
+      return launched(kernels::launch_gated_norm(s, a, reinterpret_cast<const float*>(x),
+                                                 reinterpret_cast<const float*>(z), reinterpret_cast<const float*>(w),
+                                                 reinterpret_cast<float*>(o)),
+                      "gated_norm");
+    });
+    return ok_status();
+  }
+  if (const auto* p = std::get_if<hal::ConvStateArgs>(&op)) {
+    const hal::ConvStateArgs a = *p;
+    if (Status st = hal::check_conv_state(a); !st.ok()) return latch(st);
+    if (a.n_seqs == 0) return ok_status();
+    const std::int64_t xs = a.x_stride > 0 ? a.x_stride : a.channels, T = std::max<std::int64_t>(a.n_tokens, 1);
+    SX_ASSIGN_OR_RETURN(std::byte * x, operand(a.x, f32s((T - 1) * xs + a.channels), "conv_state", "x"));
+    SX_ASSIGN_OR_RETURN(std::byte * w, operand(a.weight, f32s(a.channels * a.kernel), "conv_state", "weight"));
+    SX_ASSIGN_OR_RETURN(std::byte * st,
+                        operand(a.state, f32s(a.n_slots * (a.kernel - 1) * a.channels), "conv_state", "state"));
+    SX_ASSIGN_OR_RETURN(std::byte * o, operand(a.out, f32s(T * a.channels), "conv_state", "out"));
+    SX_ASSIGN_OR_RETURN(std::byte * b0, operand(a.seq_token_start, f32s(a.n_seqs + 1), "conv_state", "seq_token_start"));
+    SX_ASSIGN_OR_RETURN(std::byte * b1, operand(a.seq_context_len, f32s(a.n_seqs), "conv_state", "seq_context_len"));
+    SX_ASSIGN_OR_RETURN(std::byte * b2, operand(a.seq_slot, f32s(a.n_seqs), "conv_state", "seq_slot"));
+    const void* addrs[] = {x, w, st, o, b0, b1, b2};
+    const kernels::ConvStatePtrs ptrs{reinterpret_cast<const float*>(x), reinterpret_cast<const float*>(w),
+                                      reinterpret_cast<float*>(st), reinterpret_cast<float*>(o),
+                                      reinterpret_cast<const std::int32_t*>(b0),
+                                      reinterpret_cast<const std::int32_t*>(b1),
+                                      reinterpret_cast<const std::int32_t*>(b2)};
+    defer(op, addrs, [a, ptrs](cudaStream_t s) {
+      return launched(kernels::launch_conv_state(s, a, ptrs), "conv_state");
+    });
+    return ok_status();
+  }
+  if (const auto* p = std::get_if<hal::DeltaRuleArgs>(&op)) {
+    const hal::DeltaRuleArgs a = *p;
+    if (Status st = hal::check_delta_rule(a); !st.ok()) return latch(st);
+    if (a.d_k > 256 || a.d_v > 256) return latch(unimplemented_error("delta_rule: heads of at most 256"));
+    if (a.n_seqs == 0) return ok_status();
+    const std::int64_t qkv = a.qkv_stride > 0 ? a.qkv_stride : 2 * a.n_k_heads * a.d_k + a.n_v_heads * a.d_v;
+    const std::int64_t gs = a.gate_stride > 0 ? a.gate_stride : a.n_v_heads;
+    const std::int64_t last = std::max<std::int64_t>(a.n_tokens, 1) - 1;
+    const char* op_name = "delta_rule";
+    SX_ASSIGN_OR_RETURN(std::byte * q, operand(a.q, f32s(last * qkv + a.n_k_heads * a.d_k), op_name, "q"));
+    SX_ASSIGN_OR_RETURN(std::byte * k, operand(a.k, f32s(last * qkv + a.n_k_heads * a.d_k), op_name, "k"));
+    SX_ASSIGN_OR_RETURN(std::byte * v, operand(a.v, f32s(last * qkv + a.n_v_heads * a.d_v), op_name, "v"));
+    SX_ASSIGN_OR_RETURN(std::byte * al, operand(a.alpha, f32s(last * gs + a.n_v_heads), op_name, "alpha"));
+    SX_ASSIGN_OR_RETURN(std::byte * be, operand(a.beta, f32s(last * gs + a.n_v_heads), op_name, "beta"));
+    SX_ASSIGN_OR_RETURN(std::byte * av, operand(a.a, f32s(a.n_v_heads), op_name, "a"));
+    SX_ASSIGN_OR_RETURN(std::byte * dt, operand(a.dt_bias, f32s(a.n_v_heads), op_name, "dt_bias"));
+    SX_ASSIGN_OR_RETURN(std::byte * st,
+                        operand(a.state, f32s(a.n_slots * a.n_v_heads * a.d_k * a.d_v), op_name, "state"));
+    SX_ASSIGN_OR_RETURN(std::byte * o, operand(a.out, f32s((last + 1) * a.n_v_heads * a.d_v), op_name, "out"));
+    SX_ASSIGN_OR_RETURN(std::byte * b0, operand(a.seq_token_start, f32s(a.n_seqs + 1), op_name, "seq_token_start"));
+    SX_ASSIGN_OR_RETURN(std::byte * b1, operand(a.seq_context_len, f32s(a.n_seqs), op_name, "seq_context_len"));
+    SX_ASSIGN_OR_RETURN(std::byte * b2, operand(a.seq_slot, f32s(a.n_seqs), op_name, "seq_slot"));
+    const void* addrs[] = {q, k, v, al, be, av, dt, st, o, b0, b1, b2};
+    auto f = [](std::byte* b) { return reinterpret_cast<const float*>(b); };
+    auto i32 = [](std::byte* b) { return reinterpret_cast<const std::int32_t*>(b); };
+    const kernels::DeltaRulePtrs ptrs{f(q),  f(k), f(v), f(al), f(be), f(av), f(dt), reinterpret_cast<float*>(st),
+                                      reinterpret_cast<float*>(o), i32(b0), i32(b1), i32(b2)};
+    defer(op, addrs, [a, ptrs](cudaStream_t s) {
+      return launched(kernels::launch_delta_rule(s, a, ptrs), "delta_rule");
+    });
+    return ok_status();
+  }
   return latch(unimplemented_error("the CUDA backend has no kernel for {}", hal::op_name(op)));
 }
 
