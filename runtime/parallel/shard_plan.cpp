@@ -164,7 +164,7 @@ Status check_ssm_head_units(const model::ModelConfig& c, const WeightTypes& type
   return invalid_argument_error(
       "tp {}: the DeltaNet ssm_out weights are split by input columns at head boundaries in units of {} K heads "
       "(V heads of {} columns in whole blocks of their format): {} K heads make {} whole units, and every rank "
-      "needs one; use tp <= {} or store ssm_out in a float or Q8_0 format",
+      "needs one; use tp <= {} or store ssm_out in a float format (any head boundary is a block boundary)",
       tp, unit, c.ssm_head_dim, c.ssm_k_heads, c.ssm_k_heads / unit, c.ssm_k_heads / unit);
 }
 

@@ -195,9 +195,9 @@ class Capability : public ::testing::Test {
   };
 
   // The model on tp x pp devices of `backend`; its file must outlive the result (kept in file_).
-  Loaded load(PickyBackend& backend, int tp, int pp) {
+  Loaded load(PickyBackend& backend, int tp, int pp, const std::string& path = path_) {
     Loaded out;
-    auto file = model::GgufFile::open(path_);
+    auto file = model::GgufFile::open(path);
     EXPECT_TRUE(file.ok()) << file.status().to_string();
     if (!file.ok()) return out;
     file_ = std::move(*file);
@@ -224,6 +224,8 @@ class Capability : public ::testing::Test {
     out.model = Qwen2Model::load(*file_, *config, backend, raw, po, mo);
     return out;
   }
+
+  void expect_every_op_asked_at_load(const std::string& path);
 
   static std::string path_;
   std::unique_ptr<model::GgufFile> file_;
@@ -312,14 +314,16 @@ bool covers(const hal::Op& asked, const hal::Op& ran) {
       ran);
 }
 
-TEST_F(Capability, EveryOpAStepRunsWasAskedAtLoadAndNothingIsAskedAfter) {
+// Loads `path` at TP 1, TP 2 and PP 2 on picky devices, runs a prefill and decode steps, and checks
+// that every op a step ran was put to supports() at load, and nothing after.
+void Capability::expect_every_op_asked_at_load(const std::string& path) {
   struct Layout {
     int tp, pp;
   };
   for (const Layout lay : {Layout{1, 1}, Layout{2, 1}, Layout{1, 2}}) {
-    SCOPED_TRACE(::testing::Message() << "tp " << lay.tp << " pp " << lay.pp);
+    SCOPED_TRACE(::testing::Message() << path << " tp " << lay.tp << " pp " << lay.pp);
     PickyBackend backend(nullptr);
-    Loaded l = load(backend, lay.tp, lay.pp);
+    Loaded l = load(backend, lay.tp, lay.pp, path);
     ASSERT_TRUE(l.model.ok()) << l.model.status().to_string();
     Qwen2Model& m = **l.model;
     std::vector<std::size_t> asked_at_load;
@@ -355,6 +359,25 @@ TEST_F(Capability, EveryOpAStepRunsWasAskedAtLoadAndNothingIsAskedAfter) {
       }
     }
   }
+}
+
+TEST_F(Capability, EveryOpAStepRunsWasAskedAtLoadAndNothingIsAskedAfter) { expect_every_op_asked_at_load(path_); }
+
+// The same for a hybrid MoE (Qwen3.5: DeltaNet and gated attention layers, routed and shared experts).
+TEST_F(Capability, EveryOpOfAHybridStepWasAskedAtLoad) {
+  model::RandomModelSpec spec;
+  spec.config = *model::find_qwen35moe_config("35b-a3b");
+  model::ModelConfig& c = spec.config;
+  model::set_hybrid_layers(c, 4);
+  c.hidden = 128, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 32, c.rot_dim = 8, c.rope_sections = {1, 1, 2, 0};
+  c.ssm_k_heads = 2, c.ssm_v_heads = 4, c.ssm_head_dim = 32, c.vocab = 320, c.context_length = 128;
+  c.n_experts = 4, c.n_experts_used = 2, c.expert_ffn = 32, c.shared_expert_ffn = 32, c.ffn = 32;
+  spec.weight_type = hal::DType::kQ8_0;
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("sx_capability_hybrid_" + std::to_string(::getpid()) + ".gguf")).string();
+  ASSERT_TRUE(model::write_random_qwen2_gguf(spec, path).ok());
+  expect_every_op_asked_at_load(path);
+  std::filesystem::remove(path);
 }
 
 }  // namespace
