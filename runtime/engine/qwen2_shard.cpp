@@ -52,13 +52,19 @@ class Uploader {
 
   std::uint64_t bytes() const { return bytes_; }
 
-  // The rows of a matrix given as [row0, row0 + rows) ranges, one after another, as one weight
-  // (every format: rows are whole).
-  Result<DeviceTensor> rows_of(std::string_view name, const std::vector<std::pair<std::int64_t, std::int64_t>>& ranges) {
+  // A 2-D tensor of the file in a format the loader reads.
+  Result<const model::TensorInfo*> matrix(std::string_view name) const {
     const model::TensorInfo* info = file_.find_tensor(name);
     if (info == nullptr) return not_found_error("{}: tensor '{}' is missing", file_.path(), name);
     SX_RETURN_IF_ERROR(model::require_supported(*info));
     if (info->dims.size() != 2) return internal_error("{}: '{}' is not a matrix", file_.path(), name);
+    return info;
+  }
+
+  // The rows of a matrix given as [row0, row0 + rows) ranges, one after another, as one weight
+  // (every format: rows are whole).
+  Result<DeviceTensor> rows_of(std::string_view name, const std::vector<std::pair<std::int64_t, std::int64_t>>& ranges) {
+    SX_ASSIGN_OR_RETURN(const model::TensorInfo* info, matrix(name));
     DeviceTensor t;
     t.type = *info->dtype;
     const std::int64_t width = info->dims[0], height = info->dims[1];
@@ -85,10 +91,7 @@ class Uploader {
   // The columns of a matrix given as [col0, col0 + cols) ranges, side by side in each row, as one
   // weight: each range whole blocks of the format.
   Result<DeviceTensor> cols_of(std::string_view name, const std::vector<std::pair<std::int64_t, std::int64_t>>& ranges) {
-    const model::TensorInfo* info = file_.find_tensor(name);
-    if (info == nullptr) return not_found_error("{}: tensor '{}' is missing", file_.path(), name);
-    SX_RETURN_IF_ERROR(model::require_supported(*info));
-    if (info->dims.size() != 2) return internal_error("{}: '{}' is not a matrix", file_.path(), name);
+    SX_ASSIGN_OR_RETURN(const model::TensorInfo* info, matrix(name));
     DeviceTensor t;
     t.type = *info->dtype;
     const std::int64_t width = info->dims[0], height = info->dims[1], block = hal::dtype_info(t.type).block_elems;

@@ -200,6 +200,14 @@ def wait_idle(d, timeout=30):
     raise AssertionError(f"not idle after {timeout} s: {st}")
 
 
+def agree(a, b):
+    """How many leading ids two greedy runs share."""
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
 def post(port, path, body, headers=None, timeout=60):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     c.request("POST", path, body=json.dumps(body) if not isinstance(body, (bytes, str)) else body,

@@ -27,6 +27,7 @@ import daemon_harness  # noqa: E402
 
 SEXTANT, ORACLE_DIR = sys.argv[1], sys.argv[2]
 case = daemon_harness.case
+agree = daemon_harness.agree
 TMP = tempfile.mkdtemp(prefix="sx-qwen35-")
 
 
@@ -55,13 +56,6 @@ def greedy(path, o, *flags):
     p = run("generate", "--model", path, "--prompt", o["prompt"], "-n", str(o["n"]), "--temp", "0", "--ignore-eos",
             "--ids", *flags)
     return [int(x) for x in p.stdout.split()]
-
-
-def agree(a, b):
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
 
 
 @case

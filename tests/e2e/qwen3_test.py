@@ -31,6 +31,7 @@ SEXTANT, ORACLE_DIR, MEMORISE = sys.argv[1], sys.argv[2], sys.argv[3]
 TOKENIZER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "qwen2.5-tokenizer",
                          "tokenizer.json")
 case = daemon_harness.case
+agree = daemon_harness.agree
 TMP = tempfile.mkdtemp(prefix="sx-qwen3-")
 
 
@@ -68,13 +69,6 @@ def greedy(path, o, *flags, env=None):
     p = run("generate", "--model", path, "--prompt", o["prompt"], "-n", str(o["n"]), "--temp", "0", "--ignore-eos",
             "--ids", *flags, env=env)
     return [int(x) for x in p.stdout.split()]
-
-
-def agree(a, b):
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
 
 
 @case
