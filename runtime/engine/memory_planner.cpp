@@ -129,6 +129,13 @@ Result<MemoryPlan> core_plan(const model::ModelConfig& config, const parallel::S
       m.kv_budget = m.usable - need;
       // Every rank holds at least one layer and one KV head (the shard planner's rules).
       m.max_blocks = static_cast<std::int64_t>(m.kv_budget / (block * std::max<std::uint64_t>(m.kv_bytes_per_token, 1)));
+      if (m.kv_bytes_per_token == 0) {
+        // No KV on this rank (a hybrid's stage of DeltaNet layers only): it allows what every
+        // sequence at full length needs (plus the null block), so that a model without any
+        // attention layer gets a finite block pool.
+        const std::int64_t per_request = (o.max_model_len + o.block_size - 1) / o.block_size;
+        m.max_blocks = std::min(m.max_blocks, o.max_num_seqs * per_request + 1);
+      }
     } else {
       ++over;
       if (need - m.usable > worst_excess || plan.limiting_rank < 0) {

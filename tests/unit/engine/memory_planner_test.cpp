@@ -539,5 +539,40 @@ TEST(MemoryPlanner, VerboseShowsPerLayerKv) {
   EXPECT_FALSE(contains(format_memory_plan(*p, false), "KV cache per layer"));
 }
 
+
+// A hybrid (Qwen3.8-27B's shape, BF16, TP 6 on 6 x 24 GiB): only its 16 attention layers keep KV,
+// and each rank's workspace holds the DeltaNet state pool, max_num_seqs slots of its share of the 48
+// DeltaNet layers' conv and recurrent states (F32): rank 1 holds K heads 2-4, so 3 K + 9 V heads of
+// 128: conv channels (2 x 3 + 9) x 128 = 1920, state 64 x 48 x 4 x (3 x 1920 + 9 x 128 x 128).
+// A model with no attention layer at all gets a finite pool: what max_num_seqs full-length
+// requests need, plus the null block.
+TEST(MemoryPlanner, HybridStatesAreCountedAndKvOnlyForAttentionLayers) {
+  model::ModelConfig c = *model::find_qwen35_config("27b");
+  parallel::WeightTypes types = bf16(c);
+  auto s = parallel::plan_shards(c, types, {6, 1, DType::kBF16});
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  EXPECT_EQ(s->ranks[1].ssm_k_heads, (parallel::Range{2, 5}));
+  // 16 attention layers x 2 x 1 KV head x 256 x 2 bytes.
+  EXPECT_EQ(s->ranks[0].kv_bytes_per_token, 16u * 2 * 1 * 256 * 2);
+  const Workspace w = rank_workspace(c, *s, 1, options(0.9, 8192));
+  const std::uint64_t slots = 64ull * 48 * 4 * (3 * 1920 + 9 * 128 * 128);
+  EXPECT_GE(w.states, slots);
+  EXPECT_LT(w.states - slots, 4ull * 2048 * (2 * 1920 + 2 * 9 * 128 + 2 * 9 + 4 * 256) + 1);
+  std::vector<DeviceBudget> devices;
+  for (int i = 0; i < 6; ++i) devices.push_back({fmt::format("gpu{}", i), k24GiB, 0});
+  auto p = plan_memory(c, types, *s, devices, options(0.9, 8192));
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_TRUE(p->fits);
+
+  model::set_hybrid_layers(c, 3, 100);  // DeltaNet layers only
+  types = bf16(c);
+  auto s1 = parallel::plan_shards(c, types, {1, 1, DType::kBF16});
+  ASSERT_TRUE(s1.ok()) << s1.status().to_string();
+  EXPECT_EQ(s1->ranks[0].kv_bytes_per_token, 0u);
+  auto q = plan_memory(c, types, *s1, std::vector<DeviceBudget>{{"gpu0", 80 * kGiB, 0}}, options(0.9, 8192));
+  ASSERT_TRUE(q.ok()) << q.status().to_string();
+  EXPECT_EQ(q->num_blocks, 64 * 512 + 1);
+}
+
 }  // namespace
 }  // namespace sx::engine
