@@ -212,6 +212,12 @@ TEST(HfConfig, UnsupportedArchitectureNamesTheSupportedOnes) {
                           "qwen3 (Qwen3ForCausalLM)"}));
   EXPECT_TRUE(fails_with(parse_hf_config(to_json(with(qwen2_5_7b(), "model_type", R"("qwen2_moe")")), "moe.json"),
                          StatusCode::kUnimplemented, {"moe.json", "qwen2_moe", "supported: qwen2"}));
+  // A Qwen3.5 checkpoint: the way to run it (its GGUF) is named.
+  Keys q35 = with(with(qwen2_5_7b(), "model_type", R"("qwen3_5")"), "architectures",
+                  R"(["Qwen3_5ForConditionalGeneration"])");
+  EXPECT_TRUE(fails_with(parse_hf_config(to_json(q35), "q35.json"), StatusCode::kUnimplemented,
+                         {"q35.json", "Qwen3_5ForConditionalGeneration", "runs Qwen3.5 / 3.6 / 3.8 from GGUF files",
+                          "convert_hf_to_gguf.py"}));
   EXPECT_TRUE(fails_with(parse_hf_config(to_json(with(qwen2_5_7b(), "model_type", R"("qwen3")")), "mix.json"),
                          StatusCode::kInvalidArgument, {"mix.json", "'model_type' is 'qwen3'", "Qwen2ForCausalLM"}));
   EXPECT_TRUE(fails_with(parse_hf_config(to_json(without(without(qwen2_5_7b(), "model_type"), "architectures")),
