@@ -94,6 +94,14 @@ std::string display_size(std::string_view size) {
   return upper;
 }
 
+// The size names of a preset table, in its order.
+template <class Preset, std::size_t N>
+std::vector<std::string_view> sizes_of(const Preset (&presets)[N]) {
+  std::vector<std::string_view> v;
+  for (const Preset& p : presets) v.push_back(p.size);
+  return v;
+}
+
 std::string join_sizes(const std::vector<std::string_view>& sizes) {
   std::string known;
   for (std::string_view s : sizes) known += fmt::format("{}{}", known.empty() ? "" : ", ", s);
@@ -224,11 +232,7 @@ Status produce_tensor(const RandomModelSpec& spec, const std::string& name, std:
 }  // namespace
 
 const std::vector<std::string_view>& qwen2_5_sizes() {
-  static const std::vector<std::string_view> kSizes = [] {
-    std::vector<std::string_view> v;
-    for (const Preset& p : kPresets) v.push_back(p.size);
-    return v;
-  }();
+  static const std::vector<std::string_view> kSizes = sizes_of(kPresets);
   return kSizes;
 }
 
@@ -263,11 +267,7 @@ ModelConfig qwen2_5_config(std::string_view size) {
 }
 
 const std::vector<std::string_view>& qwen3_sizes() {
-  static const std::vector<std::string_view> kSizes = [] {
-    std::vector<std::string_view> v;
-    for (const Qwen3Preset& p : kQwen3Presets) v.push_back(p.size);
-    return v;
-  }();
+  static const std::vector<std::string_view> kSizes = sizes_of(kQwen3Presets);
   return kSizes;
 }
 
@@ -304,11 +304,7 @@ Result<ModelConfig> find_qwen3_config(std::string_view size) {
 }
 
 const std::vector<std::string_view>& qwen3moe_sizes() {
-  static const std::vector<std::string_view> kSizes = [] {
-    std::vector<std::string_view> v;
-    for (const Qwen3MoePreset& p : kQwen3MoePresets) v.push_back(p.size);
-    return v;
-  }();
+  static const std::vector<std::string_view> kSizes = sizes_of(kQwen3MoePresets);
   return kSizes;
 }
 
@@ -355,13 +351,6 @@ ModelConfig qwen35_family(std::string architecture, std::string name, std::int64
   c.ssm_conv_kernel = 4;
   set_hybrid_layers(c, n_layers);
   return c;
-}
-
-template <class Preset, std::size_t N>
-std::vector<std::string_view> sizes_of(const Preset (&presets)[N]) {
-  std::vector<std::string_view> v;
-  for (const Preset& p : presets) v.push_back(p.size);
-  return v;
 }
 
 std::string upper_size(std::string_view size) {
