@@ -224,7 +224,7 @@ int cmd_plan(int argc, char** argv) {
       "Exit code: 0 fits, 1 refused, 2 usage error.",
       {
           {{"-m", "--model"}, true, false, "model: GGUF file (its header only) or safetensors directory (headers only)", "PATH"},
-          {{"--config"}, true, false, "a Hugging Face config.json (Qwen2ForCausalLM / Qwen3ForCausalLM) instead",
+          {{"--config"}, true, false, "a Hugging Face config.json (Qwen2, Qwen3, Qwen3-MoE, Qwen3.5 / 3.6 / 3.8) instead",
            "FILE"},
           {{"--shape"}, true, false, "a model shape instead: qwen2.5-0.5b ... qwen2.5-72b, qwen3-0.6b ... qwen3-32b, qwen3-30b-a3b, qwen3-235b-a22b, "
            "qwen3.5-0.8b ... qwen3.5-27b, qwen3.5-35b-a3b, qwen3.5-122b-a10b, qwen3.5-397b-a17b, qwen3.6-27b, "

@@ -48,7 +48,9 @@ std::vector<Args::Spec> model_session_specs() {
 Result<engine::OpenedModel> open_model_arg(const Args& args) {
   auto path = args.get("--model");
   if (!path) return invalid_argument_error("--model FILE is required");
-  return engine::open_model(*path);
+  SX_ASSIGN_OR_RETURN(engine::OpenedModel m, engine::open_model(*path));
+  for (const std::string& w : m.check.warnings) log_warn("{}", w);
+  return m;
 }
 
 Result<ModelSession> open_session(const Args& args, engine::OpenedModel opened, std::int64_t context_tokens) {

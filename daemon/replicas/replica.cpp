@@ -67,6 +67,8 @@ Result<std::unique_ptr<Replica>> Replica::load(const ReplicaOptions& o, std::str
   if (cancelled()) return failed(cancelled_error("shutdown requested after the model check"));
   log_info("serve: {}: phase model check: ok ({}, {} layers, context {})", who, c.model.path, opened->config.n_layers,
            opened->config.context_length);
+  // What the load leaves out or works around (e.g. a Qwen3.5 checkpoint's vision tower).
+  for (const std::string& w : opened->check.warnings) log_warn("serve: {}: {}", who, w);
   phase = "devices";
   SessionOptions so = session_options(c);  // backend "auto": open_session picks and logs why
   so.threads = o.threads;

@@ -101,6 +101,8 @@ Status export_safetensors(const OpenedModel& m, hal::DType dtype, int shards, co
   o.int4 = int4;
   o.dtype = dtype;
   o.shards = shards;
+  // A Qwen3.5 checkpoint as published holds a vision tower and an MTP layer: stand-ins for both.
+  o.skipped_stand_ins = m.config.is_hybrid();
   const tokenizer::TokenizerData& d = m.tokenizer->data();
   SX_ASSIGN_OR_RETURN(o.tokenizer_json, tokenizer::tokenizer_json_from_data(d));
   o.tokenizer_config_json = tokenizer::tokenizer_config_json_from_data(d);

@@ -346,12 +346,14 @@ hal::MoeFfnArgs moe_ffn_args(const model::ModelConfig& c, const parallel::RankPl
 // The rotated dims of an attention head (Qwen3.5 rotates a quarter).
 std::int64_t rot_dim_of(const model::ModelConfig& c) { return c.rot_dim > 0 ? c.rot_dim : c.head_dim; }
 
-// A rank's share of a hybrid's DeltaNet layers: K heads [k0, k0 + nk) of nk_all, and in each of
-// the `groups` tiled groups of V heads (V head j reads K head j % nk_all) the nk V heads with them,
-// all of d dims. Locally the V heads stay tiled (group-major), so local V head j reads local K head
-// j % nk.
+// A rank's share of a hybrid's DeltaNet layers: K heads [k0, k0 + nk) of nk_all with the V heads
+// that read them, all of d dims. Tiled files (GGUF; V head j reads K head j % nk_all): in each of
+// the `groups` groups of nk_all V heads, the nk with them; locally they stay tiled (group-major),
+// so local V head j reads local K head j % nk. Grouped files (Hugging Face; V head j reads K head
+// j / groups): the one run of V heads [k0 * groups, (k0 + nk) * groups), still grouped locally.
 struct SsmShare {
   std::int64_t k0 = 0, nk = 0, nk_all = 0, groups = 1, d = 0;
+  bool grouped = false;
   std::int64_t nv() const { return nk * groups; }
   std::int64_t channels() const { return (2 * nk + nv()) * d; }
   std::int64_t inner() const { return nv() * d; }
@@ -359,6 +361,7 @@ struct SsmShare {
   // The held V heads' [first, count) in units of `per_head` (d for rows of v / z / ssm_out's
   // columns, 1 for alpha / beta / a / dt), after `offset` units.
   Ranges v(std::int64_t per_head, std::int64_t offset = 0) const {
+    if (grouped) return {{offset + k0 * groups * per_head, nk * groups * per_head}};
     Ranges r;
     for (std::int64_t m = 0; m < groups; ++m) r.emplace_back(offset + (m * nk_all + k0) * per_head, nk * per_head);
     return r;
@@ -379,6 +382,7 @@ SsmShare ssm_share(const model::ModelConfig& c, const parallel::RankPlan& rp) {
   s.nk_all = c.ssm_k_heads;
   s.groups = c.ssm_v_heads / c.ssm_k_heads;
   s.d = c.ssm_head_dim;
+  s.grouped = c.ssm_v_grouped;
   return s;
 }
 
@@ -408,7 +412,7 @@ hal::DeltaRuleArgs delta_rule_args(const model::ModelConfig& c, const SsmShare& 
   a.d_k = a.d_v = c.ssm_head_dim;
   a.n_slots = o.state_slots();
   a.chunk = chunk;
-  a.tiled = true;  // llama.cpp's GGUF order of V heads
+  a.tiled = !c.ssm_v_grouped;  // llama.cpp's GGUF order of V heads, or Hugging Face's
   a.eps = static_cast<float>(c.rms_eps);
   a.scale = 1.0f / std::sqrt(static_cast<float>(c.ssm_head_dim));
   return a;

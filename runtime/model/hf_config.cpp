@@ -28,12 +28,18 @@ struct HfArch {
   bool head_dim_key;  // head_dim is a key of its own (may differ from hidden / heads)
   std::string_view architecture;  // ModelConfig::architecture (GGUF general.architecture)
   bool moe = false;               // num_experts, num_experts_per_tok, moe_intermediate_size
+  bool hybrid = false;            // Gated DeltaNet + gated attention (Qwen3.5): keys in text_config
 };
 
 constexpr HfArch kArchs[] = {
     {"qwen2", "Qwen2ForCausalLM", true, false, "qwen2"},
     {"qwen3", "Qwen3ForCausalLM", false, true, "qwen3"},
     {"qwen3_moe", "Qwen3MoeForCausalLM", false, true, "qwen3moe", true},
+    // Qwen3.5 / 3.6 / 3.8: the multimodal checkpoints (text weights only) and text-only ones.
+    {"qwen3_5", "Qwen3_5ForConditionalGeneration", false, true, "qwen35", false, true},
+    {"qwen3_5_text", "Qwen3_5ForCausalLM", false, true, "qwen35", false, true},
+    {"qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration", false, true, "qwen35moe", true, true},
+    {"qwen3_5_moe_text", "Qwen3_5MoeForCausalLM", false, true, "qwen35moe", true, true},
 };
 
 constexpr std::int64_t kMaxSize = std::numeric_limits<std::int32_t>::max();
@@ -50,6 +56,8 @@ class Reader {
     return &*it;
   }
   std::string where(std::string_view key) const { return fmt::format("{}: '{}{}'", file_, prefix_, key); }
+  std::string_view file() const { return file_; }
+  const std::string& prefix() const { return prefix_; }
 
   Status wrong_type(std::string_view key, const json& v, std::string_view expected) const {
     return invalid_argument_error("{} is {} ({}); expected {}", where(key), json_type_name(v), v.dump(), expected);
@@ -104,6 +112,84 @@ class Reader {
   std::string prefix_;
 };
 
+// Qwen3.5's text_config: the Gated DeltaNet sizes (linear_*), which layers are full attention
+// (layer_types, else every full_attention_interval-th), and the partial multimodal rope
+// (rope_parameters, or the older top-level rope_theta / partial_rotary_factor / rope_scaling).
+// The V heads are stored grouped by their K head, as transformers computes them.
+Status read_hybrid(const Reader& t, ModelConfig& c) {
+  SX_ASSIGN_OR_RETURN(c.ssm_k_heads, t.size("linear_num_key_heads"));
+  SX_ASSIGN_OR_RETURN(c.ssm_v_heads, t.size("linear_num_value_heads"));
+  SX_ASSIGN_OR_RETURN(c.ssm_head_dim, t.size("linear_key_head_dim"));
+  SX_ASSIGN_OR_RETURN(const std::int64_t v_dim, t.size("linear_value_head_dim", c.ssm_head_dim));
+  if (v_dim != c.ssm_head_dim) {
+    return unimplemented_error("{} is {} but {} is {}: DeltaNet heads whose keys and values differ in size are not "
+                               "supported", t.where("linear_value_head_dim"), v_dim, t.where("linear_key_head_dim"),
+                               c.ssm_head_dim);
+  }
+  if (c.ssm_v_heads % c.ssm_k_heads != 0) {
+    return invalid_argument_error("{} {} is not a multiple of {} {}", t.where("linear_num_value_heads"), c.ssm_v_heads,
+                                  t.where("linear_num_key_heads"), c.ssm_k_heads);
+  }
+  SX_ASSIGN_OR_RETURN(c.ssm_conv_kernel, t.size("linear_conv_kernel_dim", 4));
+  c.ssm_v_grouped = true;
+  SX_ASSIGN_OR_RETURN(const bool gated, t.boolean("attn_output_gate", true));
+  if (!gated) {
+    return unimplemented_error("{} is false: Qwen3.5's full-attention layers without their output gate are not "
+                               "supported", t.where("attn_output_gate"));
+  }
+  c.recurrent_layers.clear();
+  if (const json* types = t.find("layer_types")) {
+    if (!types->is_array() || static_cast<std::int64_t>(types->size()) != c.n_layers) {
+      return invalid_argument_error("{} must be an array of {} layer types (num_hidden_layers), not {}",
+                                    t.where("layer_types"), c.n_layers, types->dump().substr(0, 80));
+    }
+    for (const json& v : *types) {
+      if (!v.is_string() || (v != "linear_attention" && v != "full_attention")) {
+        return invalid_argument_error("{} holds {}; each must be \"linear_attention\" or \"full_attention\"",
+                                      t.where("layer_types"), v.dump());
+      }
+      c.recurrent_layers.push_back(v == "linear_attention");
+    }
+  } else {
+    SX_ASSIGN_OR_RETURN(const std::int64_t interval, t.size("full_attention_interval", 4));
+    for (std::int64_t i = 0; i < c.n_layers; ++i) c.recurrent_layers.push_back((i + 1) % interval != 0);
+  }
+  // rope_parameters (transformers 5) or the keys it replaced.
+  const json* rp = t.find("rope_parameters");
+  if (rp != nullptr && !rp->is_object()) return t.wrong_type("rope_parameters", *rp, "an object");
+  const Reader rope = rp != nullptr ? Reader(*rp, t.file(), t.prefix() + "rope_parameters.") : t;
+  SX_ASSIGN_OR_RETURN(c.rope_theta, rope.positive("rope_theta", 10000.0));
+  SX_ASSIGN_OR_RETURN(const double factor, rope.positive("partial_rotary_factor", 0.25));
+  const double rot = factor * static_cast<double>(c.head_dim);
+  if (factor > 1 || rot != std::floor(rot) || static_cast<std::int64_t>(rot) % 2 != 0) {
+    return invalid_argument_error("{} {} of head_dim {} is not an even number of rotated dims",
+                                  rope.where("partial_rotary_factor"), factor, c.head_dim);
+  }
+  c.rot_dim = static_cast<std::int64_t>(rot);
+  const json* scaling = rp == nullptr ? t.find("rope_scaling") : nullptr;
+  const json* sections = rp != nullptr ? rope.find("mrope_section")
+                         : scaling != nullptr && scaling->is_object() && scaling->contains("mrope_section")
+                             ? &(*scaling)["mrope_section"]
+                             : nullptr;
+  c.rope_sections = {11, 11, 10, 0};  // transformers' default, as llama.cpp writes it when absent
+  if (sections != nullptr) {
+    if (!sections->is_array() || sections->size() > 4) {
+      return invalid_argument_error("{}: 'mrope_section' is {}; expected up to 4 section sizes", t.file(),
+                                    sections->dump().substr(0, 80));
+    }
+    c.rope_sections.assign(4, 0);
+    for (std::size_t i = 0; i < sections->size(); ++i) {
+      const json& v = (*sections)[i];
+      if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > c.head_dim) {
+        return invalid_argument_error("{}: 'mrope_section' holds {}; expected sizes in 0..{}", t.file(), v.dump(),
+                                      c.head_dim);
+      }
+      c.rope_sections[i] = v.get<std::int64_t>();
+    }
+  }
+  return ok_status();
+}
+
 Result<const HfArch*> find_arch(const Reader& r, std::string_view file) {
   SX_ASSIGN_OR_RETURN(std::string model_type, r.string("model_type"));
   std::string class_name;
@@ -128,14 +214,10 @@ Result<const HfArch*> find_arch(const Reader& r, std::string_view file) {
                             : class_name.empty() ? fmt::format("model_type '{}'", model_type)
                                                  : fmt::format("model_type '{}' ({})", model_type, class_name);
   if ((!model_type.empty() && by_type == nullptr) || (!class_name.empty() && by_class == nullptr)) {
-    // Qwen3.5 / 3.6 / 3.8 run from their GGUF files (qwen35, qwen35moe); their checkpoints not yet.
-    const bool hybrid = model_type.starts_with("qwen3_5") || class_name.starts_with("Qwen3_5");
-    return unimplemented_error("{}: {} is not supported (supported: {}){}", file, shown, supported_hf_architectures(),
-                               hybrid ? "; Sextant runs Qwen3.5 / 3.6 / 3.8 from GGUF files (llama.cpp's "
-                                        "convert_hf_to_gguf.py writes one from this checkpoint)"
-                                      : "");
+    return unimplemented_error("{}: {} is not supported (supported: {})", file, shown, supported_hf_architectures());
   }
-  if (by_type != nullptr && by_class != nullptr && by_type != by_class) {
+  // A multimodal model_type with its text-only class (or the other way round) is the same model.
+  if (by_type != nullptr && by_class != nullptr && by_type->architecture != by_class->architecture) {
     return invalid_argument_error("{}: 'model_type' is '{}' but 'architectures' names {}; they must agree", file,
                                   model_type, class_name);
   }
@@ -165,23 +247,31 @@ Result<HfConfig> parse_hf_config(std::string_view json_text, std::string_view di
   const Reader r(root, file);
   SX_ASSIGN_OR_RETURN(const HfArch* arch, find_arch(r, file));
 
+  // Qwen3.5's multimodal checkpoints keep the language model's keys in text_config.
+  const json* text_config = arch->hybrid ? r.find("text_config") : nullptr;
+  if (text_config != nullptr && !text_config->is_object()) return r.wrong_type("text_config", *text_config, "an object");
+  const Reader t(text_config != nullptr ? *text_config : root, file, text_config != nullptr ? "text_config." : "");
   HfConfig out;
   ModelConfig& c = out.config;
   c.architecture = std::string(arch->architecture);
   SX_ASSIGN_OR_RETURN(c.name, r.string("_name_or_path"));
-  SX_ASSIGN_OR_RETURN(c.n_layers, r.size("num_hidden_layers"));
-  SX_ASSIGN_OR_RETURN(c.hidden, r.size("hidden_size"));
-  SX_ASSIGN_OR_RETURN(c.n_heads, r.size("num_attention_heads"));
-  SX_ASSIGN_OR_RETURN(c.n_kv_heads, r.size("num_key_value_heads", c.n_heads));
-  SX_ASSIGN_OR_RETURN(c.ffn, r.size("intermediate_size"));
-  SX_ASSIGN_OR_RETURN(c.vocab, r.size("vocab_size"));
-  SX_ASSIGN_OR_RETURN(c.context_length, r.size("max_position_embeddings"));
-  SX_ASSIGN_OR_RETURN(c.rope_theta, r.positive("rope_theta", 10000.0));
-  SX_ASSIGN_OR_RETURN(c.rms_eps, r.positive("rms_norm_eps", 1e-6));
-  SX_ASSIGN_OR_RETURN(c.tied_embeddings, r.boolean("tie_word_embeddings", false));
+  SX_ASSIGN_OR_RETURN(c.n_layers, t.size("num_hidden_layers"));
+  SX_ASSIGN_OR_RETURN(c.hidden, t.size("hidden_size"));
+  SX_ASSIGN_OR_RETURN(c.n_heads, t.size("num_attention_heads"));
+  SX_ASSIGN_OR_RETURN(c.n_kv_heads, t.size("num_key_value_heads", c.n_heads));
+  if (!(arch->hybrid && arch->moe) || t.find("intermediate_size") != nullptr) {
+    SX_ASSIGN_OR_RETURN(c.ffn, t.size("intermediate_size"));  // Qwen3.5-MoE has none (every FFN is experts)
+  }
+  SX_ASSIGN_OR_RETURN(c.vocab, t.size("vocab_size"));
+  SX_ASSIGN_OR_RETURN(c.context_length, t.size("max_position_embeddings"));
+  SX_ASSIGN_OR_RETURN(c.rope_theta, t.positive("rope_theta", 10000.0));
+  SX_ASSIGN_OR_RETURN(c.rms_eps, t.positive("rms_norm_eps", 1e-6));
+  // A multimodal checkpoint may say it at the top level.
+  SX_ASSIGN_OR_RETURN(const bool tied_root, r.boolean("tie_word_embeddings", false));
+  SX_ASSIGN_OR_RETURN(c.tied_embeddings, t.boolean("tie_word_embeddings", tied_root));
   c.qkv_bias = arch->qkv_bias;
   if (!arch->qkv_bias) {
-    SX_ASSIGN_OR_RETURN(const bool attention_bias, r.boolean("attention_bias", false));
+    SX_ASSIGN_OR_RETURN(const bool attention_bias, t.boolean("attention_bias", false));
     if (attention_bias) {
       return unimplemented_error("{}: 'attention_bias' is true; {} with q/k/v biases is not supported", file,
                                  arch->class_name);
@@ -192,9 +282,9 @@ Result<HfConfig> parse_hf_config(std::string_view json_text, std::string_view di
     return invalid_argument_error("{}: 'num_attention_heads' {} is not a multiple of 'num_key_value_heads' {}", file,
                                   c.n_heads, c.n_kv_heads);
   }
-  const bool head_dim_given = r.find("head_dim") != nullptr;
+  const bool head_dim_given = t.find("head_dim") != nullptr;
   if (head_dim_given) {
-    SX_ASSIGN_OR_RETURN(c.head_dim, r.size("head_dim"));
+    SX_ASSIGN_OR_RETURN(c.head_dim, t.size("head_dim"));
   }
   if (!head_dim_given || !arch->head_dim_key) {
     if (c.hidden % c.n_heads != 0) {
@@ -213,17 +303,23 @@ Result<HfConfig> parse_hf_config(std::string_view json_text, std::string_view di
   if (c.head_dim % 2 != 0) {
     return invalid_argument_error("{}: the head size is {}, odd; rope needs an even head dimension", file, c.head_dim);
   }
+  if (arch->hybrid) SX_RETURN_IF_ERROR(read_hybrid(t, c));
   if (arch->moe) {
-    SX_ASSIGN_OR_RETURN(c.n_experts, r.size("num_experts"));
-    SX_ASSIGN_OR_RETURN(c.n_experts_used, r.size("num_experts_per_tok"));
-    SX_ASSIGN_OR_RETURN(c.expert_ffn, r.size("moe_intermediate_size"));
-    SX_ASSIGN_OR_RETURN(c.norm_topk_prob, r.boolean("norm_topk_prob", false));  // transformers' default
-    SX_ASSIGN_OR_RETURN(const std::int64_t step, r.size("decoder_sparse_step", 1));
-    const json* dense_layers = r.find("mlp_only_layers");
+    SX_ASSIGN_OR_RETURN(c.n_experts, t.size("num_experts"));
+    SX_ASSIGN_OR_RETURN(c.n_experts_used, t.size("num_experts_per_tok"));
+    SX_ASSIGN_OR_RETURN(c.expert_ffn, t.size("moe_intermediate_size"));
+    // transformers' default for Qwen3-MoE; llama.cpp always renormalises Qwen3.5-MoE's top-k.
+    SX_ASSIGN_OR_RETURN(c.norm_topk_prob, t.boolean("norm_topk_prob", arch->hybrid));
+    SX_ASSIGN_OR_RETURN(const std::int64_t step, t.size("decoder_sparse_step", 1));
+    const json* dense_layers = t.find("mlp_only_layers");
     if (step != 1 || (dense_layers != nullptr && !(dense_layers->is_array() && dense_layers->empty()))) {
       return unimplemented_error("{}: dense layers among the sparse ones (decoder_sparse_step {}, mlp_only_layers "
                                  "{}) are not supported: every layer must be a mixture of experts", file, step,
                                  dense_layers != nullptr ? dense_layers->dump() : "[]");
+    }
+    if (arch->hybrid) {
+      SX_ASSIGN_OR_RETURN(c.shared_expert_ffn, t.size("shared_expert_intermediate_size"));
+      if (c.ffn == 0) c.ffn = c.expert_ffn;  // as for qwen35moe GGUF files, which have no dense FFN width
     }
     if (c.n_experts_used > c.n_experts) {
       return invalid_argument_error("{}: 'num_experts_per_tok' {} is more than 'num_experts' {}", file,
@@ -232,6 +328,13 @@ Result<HfConfig> parse_hf_config(std::string_view json_text, std::string_view di
   }
 
   SX_ASSIGN_OR_RETURN(out.torch_dtype, r.string("torch_dtype"));
+  if (out.torch_dtype.empty()) {
+    SX_ASSIGN_OR_RETURN(out.torch_dtype, r.string("dtype"));  // transformers 5 spells it so
+  }
+  if (out.torch_dtype.empty() && text_config != nullptr) {
+    SX_ASSIGN_OR_RETURN(out.torch_dtype, t.string("dtype"));
+  }
+  if (arch->hybrid) SX_RETURN_IF_ERROR(validate_model_config(c, file));
   if (const json* q = r.find("quantization_config")) {
     if (!q->is_object()) return r.wrong_type("quantization_config", *q, "an object");
     const Reader qr(*q, file, "quantization_config.");

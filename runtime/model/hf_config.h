@@ -1,8 +1,9 @@
 // Model hyper-parameters from a Hugging Face config.json, so a deployment can be planned before any
 // weights are fetched (`sextant plan --config`).
 //
-// Supported: Qwen2ForCausalLM (model_type "qwen2": Qwen2 / Qwen2.5 dense, qkv bias) and
-// Qwen3ForCausalLM ("qwen3": q/k norms, no qkv bias, head_dim its own key). The architecture is
+// Supported: Qwen2ForCausalLM (model_type "qwen2": Qwen2 / Qwen2.5 dense, qkv bias),
+// Qwen3ForCausalLM ("qwen3": q/k norms, no qkv bias, head_dim its own key), Qwen3MoeForCausalLM and
+// the Qwen3.5 classes below. The architecture is
 // taken from "model_type", or from "architectures"[0] when model_type is absent; when both are
 // present they must agree.
 //
@@ -16,7 +17,17 @@
 //   rope_theta <- rope_theta (absent: 10000)   rms_eps <- rms_norm_eps (absent: 1e-6)
 //   tied_embeddings <- tie_word_embeddings (absent: false)
 //   qkv_bias: true for qwen2, false for qwen3; name <- "_name_or_path" when present.
-// The checkpoint's storage format is reported too (HfConfig): torch_dtype and, for a quantized
+// Qwen3_5ForConditionalGeneration / Qwen3_5MoeForConditionalGeneration ("qwen3_5", "qwen3_5_moe";
+// also their text-only ...ForCausalLM, "qwen3_5_text", "qwen3_5_moe_text") read the same keys from
+// text_config when present, plus: ssm_k_heads / ssm_v_heads / ssm_head_dim <- linear_num_key_heads /
+// linear_num_value_heads / linear_key_head_dim (linear_value_head_dim must equal it),
+// ssm_conv_kernel <- linear_conv_kernel_dim (4), recurrent_layers <- layer_types, else every
+// full_attention_interval-th (4) layer is full attention, rope_theta / rot_dim / rope_sections <-
+// rope_parameters.{rope_theta, partial_rotary_factor (0.25) x head_dim, mrope_section} (or the
+// older top-level rope_theta, partial_rotary_factor, rope_scaling.mrope_section),
+// shared_expert_ffn <- shared_expert_intermediate_size (ffn = the experts' width), norm_topk_prob
+// default true, ssm_v_grouped = true; attn_output_gate false is UNIMPLEMENTED; tie_word_embeddings
+// and torch_dtype (or dtype) may sit at the top level. The checkpoint's storage format is reported too (HfConfig): torch_dtype and, for a quantized
 // checkpoint, quantization_config.{quant_method, bits, group_size, checkpoint_format}. rope_scaling is ignored: the
 // context is max_position_embeddings.
 //

@@ -34,7 +34,7 @@ struct SuffixPair {
   std::string_view hf;
   LayerTensor gguf;
 };
-constexpr std::array<SuffixPair, 15> kLayerSuffixes = {{
+constexpr std::array<SuffixPair, 29> kLayerSuffixes = {{
     {"input_layernorm.weight", LayerTensor::kAttnNorm},
     {"self_attn.q_proj.weight", LayerTensor::kAttnQ},
     {"self_attn.q_proj.bias", LayerTensor::kAttnQBias},
@@ -50,7 +50,38 @@ constexpr std::array<SuffixPair, 15> kLayerSuffixes = {{
     {"mlp.up_proj.weight", LayerTensor::kFfnUp},
     {"mlp.down_proj.weight", LayerTensor::kFfnDown},
     {"mlp.gate.weight", LayerTensor::kFfnGateInp},  // Qwen3-MoE's router
+    // Qwen3.5: the norm before the FFN (post_attention_layernorm maps here for a hybrid), the Gated
+    // DeltaNet layers, the shared expert and its gate.
+    {"post_attention_layernorm.weight", LayerTensor::kPostAttentionNorm},
+    {"linear_attn.in_proj_qkv.weight", LayerTensor::kAttnQkv},
+    {"linear_attn.in_proj_z.weight", LayerTensor::kAttnGate},
+    {"linear_attn.in_proj_a.weight", LayerTensor::kSsmAlpha},
+    {"linear_attn.in_proj_b.weight", LayerTensor::kSsmBeta},
+    {"linear_attn.conv1d.weight", LayerTensor::kSsmConv1d},
+    {"linear_attn.dt_bias", LayerTensor::kSsmDt},
+    {"linear_attn.A_log", LayerTensor::kSsmA},
+    {"linear_attn.norm.weight", LayerTensor::kSsmNorm},
+    {"linear_attn.out_proj.weight", LayerTensor::kSsmOut},
+    {"mlp.shared_expert_gate.weight", LayerTensor::kFfnGateInpShexp},
+    {"mlp.shared_expert.gate_proj.weight", LayerTensor::kFfnGateShexp},
+    {"mlp.shared_expert.up_proj.weight", LayerTensor::kFfnUpShexp},
+    {"mlp.shared_expert.down_proj.weight", LayerTensor::kFfnDownShexp},
 }};
+
+// Qwen3.5's multimodal checkpoints keep the language model under this prefix (read as "model."),
+// the vision tower and the multi-token-prediction layers under these (not read).
+constexpr std::string_view kHfLanguageModelPrefix = "model.language_model.";
+constexpr std::string_view kHfVisionPrefix = "model.visual.";
+constexpr std::string_view kHfMtpPrefixes[] = {"mtp.", "model.mtp."};
+
+// Transformers 5's fused experts: "model.layers.L.mlp.experts.gate_up_proj" [experts][2 * ffn][hidden]
+// (each expert's gate rows, then its up rows) and ".down_proj" [experts][hidden][ffn], with or
+// without a ".weight" suffix.
+struct FusedExperts {
+  std::int64_t layer;
+  bool gate_up;  // else down_proj
+};
+std::optional<FusedExperts> parse_fused_experts(std::string_view name);
 
 // Qwen3-MoE's experts: one tensor per expert, "model.layers.L.mlp.experts.E.<kind>", stacked at load
 // into the GGUF layout's 3-D tensor (expert E's matrix after E - 1's).
@@ -117,6 +148,25 @@ std::optional<ExpertName> parse_expert_name(std::string_view name) {
   return std::nullopt;
 }
 
+std::optional<FusedExperts> parse_fused_experts(std::string_view name) {
+  if (!name.starts_with(kHfLayerPrefix)) return std::nullopt;
+  const auto layer = split_layer(name.substr(kHfLayerPrefix.size()));
+  if (!layer || !layer->second.starts_with(kHfExpertsInfix)) return std::nullopt;
+  std::string_view rest = layer->second.substr(kHfExpertsInfix.size());
+  if (rest.ends_with(".weight")) rest.remove_suffix(std::string_view(".weight").size());
+  if (rest == "gate_up_proj") return FusedExperts{layer->first, true};
+  if (rest == "down_proj") return FusedExperts{layer->first, false};
+  return std::nullopt;
+}
+
+// A tensor name as the maps above spell it ("model.language_model.X" -> "model.X").
+std::string normalized_hf_name(std::string_view name) {
+  if (name.starts_with(kHfLanguageModelPrefix)) {
+    return fmt::format("{}{}", kHfLayerPrefix.substr(0, 6), name.substr(kHfLanguageModelPrefix.size()));
+  }
+  return std::string(name);
+}
+
 }  // namespace
 
 std::string hf_expert_name(std::int64_t layer, std::int64_t expert, LayerTensor stacked) {
@@ -126,15 +176,19 @@ std::string hf_expert_name(std::int64_t layer, std::int64_t expert, LayerTensor 
   return {};
 }
 
-std::optional<std::string> hf_to_gguf_name(std::string_view name) {
+std::optional<std::string> hf_to_gguf_name(std::string_view hf_name, bool hybrid) {
+  const std::string name = normalized_hf_name(hf_name);
   for (const GlobalPair& g : kGlobals) {
     if (g.hf == name) return std::string(g.gguf);
   }
   if (!name.starts_with(kHfLayerPrefix)) return std::nullopt;
-  const auto split = split_layer(name.substr(kHfLayerPrefix.size()));
+  const auto split = split_layer(std::string_view(name).substr(kHfLayerPrefix.size()));
   if (!split) return std::nullopt;
   for (const SuffixPair& p : kLayerSuffixes) {
-    if (p.hf == split->second) return layer_tensor_name(split->first, p.gguf);
+    if (p.hf != split->second) continue;
+    // The same HF name: the FFN norm of Qwen2 / Qwen3, the post-attention norm of Qwen3.5.
+    if (p.gguf == LayerTensor::kFfnNorm && hybrid) continue;
+    return layer_tensor_name(split->first, p.gguf);
   }
   return std::nullopt;
 }
@@ -240,9 +294,34 @@ Result<std::unique_ptr<HfModel>> HfModel::open(const std::string& dir) {
   if (int4) SX_RETURN_IF_ERROR(m->check_quantization());
   // A mixture of experts' tensors, per (layer, stacked tensor), by expert id.
   std::map<std::pair<std::int64_t, LayerTensor>, std::vector<const SafetensorsTensor*>> experts;
+  std::map<std::pair<std::int64_t, bool>, const SafetensorsTensor*> fused;  // (layer, gate_up) -> tensor
   const ModelConfig& hc = m->hf_.config;
+  const bool hybrid = hc.is_hybrid();
+  if (int4 && hybrid) {
+    return unimplemented_error("{}: {} checkpoints of {} are not supported; use its BF16 checkpoint or a GGUF file",
+                               dir, m->hf_.quant_method, hc.architecture);
+  }
+  std::int64_t n_vision = 0, n_mtp = 0;
   for (const SafetensorsTensor* t : m->weights_->tensors()) {
-    if (const auto e = parse_expert_name(t->name); e && hc.is_moe() && !int4) {
+    if (t->name.starts_with(kHfVisionPrefix)) {
+      ++n_vision;
+      continue;
+    }
+    if (std::any_of(std::begin(kHfMtpPrefixes), std::end(kHfMtpPrefixes),
+                    [&](std::string_view p) { return t->name.starts_with(p); })) {
+      ++n_mtp;
+      continue;
+    }
+    const std::string hf_name = normalized_hf_name(t->name);
+    if (const auto f = parse_fused_experts(hf_name); f && hc.is_moe() && !int4) {
+      if (f->layer >= hc.n_layers) {
+        return invalid_argument_error("{}: tensor '{}' names layer {}, but config.json has {} layers", dir, t->name,
+                                      f->layer, hc.n_layers);
+      }
+      fused[{f->layer, f->gate_up}] = t;
+      continue;
+    }
+    if (const auto e = parse_expert_name(hf_name); e && hc.is_moe() && !int4) {
       if (e->layer >= hc.n_layers || e->expert >= hc.n_experts) {
         return invalid_argument_error("{}: tensor '{}' names layer {} / expert {}, but config.json has {} layers of {} "
                                       "experts", dir, t->name, e->layer, e->expert, hc.n_layers, hc.n_experts);
@@ -274,7 +353,7 @@ Result<std::unique_ptr<HfModel>> HfModel::open(const std::string& dir) {
       m->tensors_.push_back(std::move(info));
       continue;
     }
-    std::optional<std::string> name = hf_to_gguf_name(t->name);
+    std::optional<std::string> name = hf_to_gguf_name(t->name, hybrid);
     if (!name) {
       m->warnings_.push_back(fmt::format("{}: tensor '{}' in {} is not used by {}", dir, t->name,
                                          fs::path(t->file).filename().string(), m->hf_.config.architecture));
@@ -298,8 +377,9 @@ Result<std::unique_ptr<HfModel>> HfModel::open(const std::string& dir) {
     info.n_elements = t->n_elements;
     info.data = t->data;
     info.file = t->file;
+    if (hybrid) SX_RETURN_IF_ERROR(m->to_gguf_convention(*t, info));
     // The forward keeps 1-D tensors in F32.
-    if (info.dims.size() == 1 && (t->dtype == hal::DType::kF16 || t->dtype == hal::DType::kBF16)) {
+    if (info.dims.size() == 1 && (info.dtype == hal::DType::kF16 || info.dtype == hal::DType::kBF16)) {
       std::vector<std::uint8_t>& wide = m->owned_.emplace_back(static_cast<std::size_t>(t->n_elements) * sizeof(float));
       hal::dequantize_row(*t->dtype, t->data.data(), reinterpret_cast<float*>(wide.data()), t->n_elements);
       info.dtype = hal::DType::kF32;
@@ -310,6 +390,16 @@ Result<std::unique_ptr<HfModel>> HfModel::open(const std::string& dir) {
     m->hf_names_.push_back(t->name);
     m->tensors_.push_back(std::move(info));
   }
+  if (n_vision > 0) {
+    m->warnings_.push_back(fmt::format("{}: the vision tower's {} tensors (model.visual.*) are not loaded: Sextant "
+                                       "serves the language model only (as vLLM's --language-model-only)",
+                                       dir, n_vision));
+  }
+  if (n_mtp > 0) {
+    m->warnings_.push_back(fmt::format("{}: the multi-token-prediction layer's {} tensors (mtp.*) are not loaded "
+                                       "(they serve speculative decoding)", dir, n_mtp));
+  }
+  SX_RETURN_IF_ERROR(m->add_fused_experts(fused));
   // Each layer's experts stacked into one tensor, as GGUF holds them (copied into memory this model
   // owns: the experts' bytes once more while it is open).
   for (const auto& [key, list] : experts) {
@@ -358,6 +448,84 @@ Result<std::unique_ptr<HfModel>> HfModel::open(const std::string& dir) {
   m->tensors_ = std::move(tensors);
   m->hf_names_ = std::move(names);
   return m;
+}
+
+// Qwen3.5's checkpoint conventions turned into GGUF's (llama.cpp's converter does the same, but
+// the V heads stay grouped: ModelConfig::ssm_v_grouped): conv1d [channels][1][kernel] and the
+// shared expert's gate [1][hidden] lose their unit dimension; the (1 + w) RMSNorm weights
+// (not the gated ssm norm) get their 1 added; A_log becomes ssm_a = -exp(A_log).
+Status HfModel::to_gguf_convention(const SafetensorsTensor& t, TensorInfo& info) {
+  const auto layer = parse_layer_tensor_name(info.name);
+  auto is = [&](LayerTensor k) { return layer && layer->suffix == layer_tensor_suffix(k); };
+  if ((is(LayerTensor::kSsmConv1d) && info.dims.size() == 3 && info.dims[1] == 1) ||
+      (is(LayerTensor::kFfnGateInpShexp) && info.dims.size() == 2 && info.dims[1] == 1)) {
+    info.dims.erase(info.dims.begin() + 1);
+  }
+  const bool plus_one = info.name == kOutputNormName || is(LayerTensor::kAttnNorm) ||
+                        is(LayerTensor::kPostAttentionNorm) || is(LayerTensor::kAttnQNorm) ||
+                        is(LayerTensor::kAttnKNorm);
+  const bool a_log = is(LayerTensor::kSsmA);
+  if (!plus_one && !a_log) return ok_status();
+  if (info.dims.size() != 1 || !t.dtype.has_value() || !hal::can_dequantize(*t.dtype)) {
+    return invalid_argument_error("{}: tensor '{}' in {} is {} {}; expected a 1-D float vector", dir_, t.name,
+                                  fs::path(t.file).filename().string(), t.dtype_name, t.shape_string());
+  }
+  std::vector<std::uint8_t>& wide = owned_.emplace_back(static_cast<std::size_t>(t.n_elements) * sizeof(float));
+  float* v = reinterpret_cast<float*>(wide.data());
+  hal::dequantize_row(*t.dtype, t.data.data(), v, t.n_elements);
+  for (std::int64_t i = 0; i < t.n_elements; ++i) v[i] = a_log ? -std::exp(v[i]) : v[i] + 1.0f;
+  info.dtype = hal::DType::kF32;
+  info.type_name = "F32";
+  info.n_bytes = wide.size();
+  info.data = wide;
+  return ok_status();
+}
+
+// Fused experts as GGUF's stacks: down_proj [experts][hidden][ffn] is ffn_down_exps as it is;
+// gate_up_proj [experts][2 * ffn][hidden] is split (copied) into ffn_gate_exps and ffn_up_exps.
+Status HfModel::add_fused_experts(const std::map<std::pair<std::int64_t, bool>, const SafetensorsTensor*>& fused) {
+  const ModelConfig& hc = hf_.config;
+  for (const auto& [key, t] : fused) {
+    const auto [layer, gate_up] = key;
+    const std::int64_t rows = gate_up ? 2 * hc.expert_ffn : hc.hidden, cols = gate_up ? hc.hidden : hc.expert_ffn;
+    if (t->shape != std::vector<std::int64_t>{hc.n_experts, rows, cols} || !t->dtype.has_value()) {
+      return invalid_argument_error("{}: tensor '{}' in {} is {} {}; config.json implies [{}, {}, {}] ({} experts, "
+                                    "{}{} rows of {})",
+                                    dir_, t->name, fs::path(t->file).filename().string(), t->dtype_name,
+                                    t->shape_string(), hc.n_experts, rows, cols, hc.n_experts, gate_up ? "2 x " : "",
+                                    hc.expert_ffn, cols);
+    }
+    auto add = [&](LayerTensor stacked, std::span<const std::uint8_t> bytes) {
+      TensorInfo info;
+      info.name = layer_tensor_name(layer, stacked);
+      info.dims = {cols, gate_up ? hc.expert_ffn : rows, hc.n_experts};
+      info.type_name = t->dtype_name;
+      info.dtype = t->dtype;
+      info.ggml_type = UINT32_MAX;
+      info.n_elements = info.dims[0] * info.dims[1] * info.dims[2];
+      info.n_bytes = bytes.size();
+      info.data = bytes;
+      info.file = t->file;
+      hf_names_.push_back(t->name);
+      tensors_.push_back(std::move(info));
+    };
+    if (!gate_up) {
+      add(LayerTensor::kFfnDownExps, t->data);
+      continue;
+    }
+    const std::size_t half = hal::row_bytes(*t->dtype, cols) * static_cast<std::size_t>(hc.expert_ffn);
+    owned_.emplace_back(half * static_cast<std::size_t>(hc.n_experts));
+    owned_.emplace_back(half * static_cast<std::size_t>(hc.n_experts));
+    std::vector<std::uint8_t>& g = owned_[owned_.size() - 2];
+    std::vector<std::uint8_t>& u = owned_.back();
+    for (std::size_t e = 0; e < static_cast<std::size_t>(hc.n_experts); ++e) {
+      std::memcpy(g.data() + e * half, t->data.data() + 2 * e * half, half);
+      std::memcpy(u.data() + e * half, t->data.data() + (2 * e + 1) * half, half);
+    }
+    add(LayerTensor::kFfnGateExps, g);
+    add(LayerTensor::kFfnUpExps, u);
+  }
+  return ok_status();
 }
 
 Status HfModel::check_quantization() const {

@@ -8,6 +8,17 @@
 // tensors (norm weights, biases) stored as F16 / BF16 are widened to F32 once at open, since the
 // forward keeps them in F32.
 //
+// Qwen3.5 / 3.6 / 3.8 checkpoints (hf_config.h): the language model's tensors under
+// model.language_model. are read as model.*; the vision tower (model.visual.*) and the
+// multi-token-prediction layer (mtp.*) are skipped with a warning each. llama.cpp's converter is
+// done at open where it is cheap: the (1 + w) RMSNorm weights get their 1 (not the gated
+// linear_attn.norm), A_log becomes ssm_a = -exp(A_log), conv1d [channels][1][kernel] and
+// shared_expert_gate [1][hidden] lose their unit dimension. The V heads stay in the checkpoint's
+// grouped order (ModelConfig::ssm_v_grouped), so the large DeltaNet matrices are used in place.
+// Experts come one tensor per expert or fused as transformers 5 stores them
+// (mlp.experts.gate_up_proj [experts][2 * ffn][hidden], split into two copied stacks, and
+// mlp.experts.down_proj, used in place). AWQ / GPTQ checkpoints of these models are UNIMPLEMENTED.
+//
 // AWQ checkpoints (quantization_config.quant_method "awq", 4 bits, group size 128; AutoAWQ's GEMM
 // packing: <proj>.qweight I32 [in, out / 8], <proj>.qzeros I32 [in / 128, out / 8], <proj>.scales
 // F16 [in / 128, out], nibble i of each int32 holding column (0, 2, 4, 6, 1, 3, 5, 7)[i]) are
@@ -34,6 +45,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -51,9 +63,11 @@ inline constexpr std::string_view kHfConfigFile = "config.json";
 inline constexpr std::string_view kHfGenerationConfigFile = "generation_config.json";
 inline constexpr std::string_view kHfTokenizerFile = "tokenizer.json";
 
-// "model.layers.3.self_attn.q_proj.weight" -> "blk.3.attn_q.weight"; nullopt for names Sextant
-// does not use.
-std::optional<std::string> hf_to_gguf_name(std::string_view hf_name);
+// "model.layers.3.self_attn.q_proj.weight" -> "blk.3.attn_q.weight" (also spelt
+// "model.language_model.layers.3...", as Qwen3.5's multimodal checkpoints do); nullopt for names
+// Sextant does not use. `hybrid` (Qwen3.5): post_attention_layernorm is post_attention_norm, not
+// ffn_norm.
+std::optional<std::string> hf_to_gguf_name(std::string_view hf_name, bool hybrid = false);
 // The inverse for every name the architectures use ("token_embd.weight" -> "model.embed_tokens.weight");
 // nullopt for names without an HF spelling.
 std::optional<std::string> gguf_to_hf_name(std::string_view gguf_name);
@@ -97,6 +111,8 @@ class HfModel final : public TensorSource {
  private:
   HfModel() = default;
   Status check_quantization() const;
+  Status to_gguf_convention(const SafetensorsTensor& t, TensorInfo& info);
+  Status add_fused_experts(const std::map<std::pair<std::int64_t, bool>, const SafetensorsTensor*>& fused);
   Result<TensorInfo> repack_int4(const std::string& base, const SafetensorsTensor& qweight, std::string name);
 
   std::string dir_;

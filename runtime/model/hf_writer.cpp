@@ -117,7 +117,119 @@ Int4Tensors quantize_int4(const TensorInfo& t, Int4Checkpoint format) {
 
 }  // namespace
 
+namespace {
+
+// Qwen3.5's config.json: the multimodal class with the language model's keys in text_config (no
+// vision_config: the checkpoint holds no usable vision tower).
+std::string hybrid_config_json(const ModelConfig& c, hal::DType dtype) {
+  ordered_json t;
+  t["attention_bias"] = false;
+  t["attn_output_gate"] = true;
+  t["dtype"] = torch_dtype(dtype);
+  t["full_attention_interval"] = 4;
+  t["head_dim"] = c.head_dim;
+  t["hidden_act"] = "silu";
+  t["hidden_size"] = c.hidden;
+  if (!c.is_moe()) t["intermediate_size"] = c.ffn;
+  ordered_json types = ordered_json::array();
+  for (std::int64_t i = 0; i < c.n_layers; ++i) types.push_back(c.is_recurrent(i) ? "linear_attention" : "full_attention");
+  t["layer_types"] = std::move(types);
+  t["linear_conv_kernel_dim"] = c.ssm_conv_kernel;
+  t["linear_key_head_dim"] = c.ssm_head_dim;
+  t["linear_num_key_heads"] = c.ssm_k_heads;
+  t["linear_num_value_heads"] = c.ssm_v_heads;
+  t["linear_value_head_dim"] = c.ssm_head_dim;
+  t["max_position_embeddings"] = c.context_length;
+  t["model_type"] = c.is_moe() ? "qwen3_5_moe_text" : "qwen3_5_text";
+  if (c.is_moe()) {
+    t["moe_intermediate_size"] = c.expert_ffn;
+    t["norm_topk_prob"] = c.norm_topk_prob;
+    t["num_experts"] = c.n_experts;
+    t["num_experts_per_tok"] = c.n_experts_used;
+    t["shared_expert_intermediate_size"] = c.shared_expert_ffn;
+  }
+  t["num_attention_heads"] = c.n_heads;
+  t["num_hidden_layers"] = c.n_layers;
+  t["num_key_value_heads"] = c.n_kv_heads;
+  t["rms_norm_eps"] = c.rms_eps;
+  ordered_json sections = ordered_json::array();
+  for (std::size_t i = 0; i < std::min<std::size_t>(3, c.rope_sections.size()); ++i) sections.push_back(c.rope_sections[i]);
+  const std::int64_t rot = c.rot_dim > 0 ? c.rot_dim : c.head_dim;
+  t["rope_parameters"] = {{"mrope_interleaved", true},
+                          {"mrope_section", std::move(sections)},
+                          {"partial_rotary_factor", static_cast<double>(rot) / static_cast<double>(c.head_dim)},
+                          {"rope_theta", c.rope_theta},
+                          {"rope_type", "default"}};
+  t["tie_word_embeddings"] = c.tied_embeddings;
+  t["vocab_size"] = c.vocab;
+  ordered_json j;
+  j["architectures"] = {c.is_moe() ? "Qwen3_5MoeForConditionalGeneration" : "Qwen3_5ForConditionalGeneration"};
+  j["model_type"] = c.is_moe() ? "qwen3_5_moe" : "qwen3_5";
+  if (!c.name.empty()) j["_name_or_path"] = c.name;
+  j["text_config"] = std::move(t);
+  j["tie_word_embeddings"] = c.tied_embeddings;
+  j["torch_dtype"] = torch_dtype(dtype);
+  return j.dump(2) + "\n";
+}
+
+// A Qwen3.5 tensor in the checkpoint's conventions (the inverse of HfModel's): V heads from
+// llama.cpp's tiled order to Hugging Face's grouped one, norms as w - 1 of the (1 + w) RMSNorm,
+// ssm_a as A_log = log(-a), conv1d [channels][1][kernel], the shared expert's gate [1][hidden].
+// `t` is read through F32; the result is F32 in `values` with its row-major `shape`.
+Status hybrid_tensor(const TensorInfo& t, const ModelConfig& c, std::vector<float>& values,
+                     std::vector<std::int64_t>& shape, std::string_view where) {
+  if (!t.dtype.has_value() || !hal::can_dequantize(*t.dtype)) {
+    return invalid_argument_error("{}: tensor '{}' has type {}, which cannot be converted", where, t.name, t.type_name);
+  }
+  const std::int64_t cols = t.dims.empty() ? 1 : t.dims[0], rows = t.n_elements / cols;
+  values.resize(static_cast<std::size_t>(t.n_elements));
+  hal::convert_rows(*t.dtype, t.data.data(), hal::DType::kF32, reinterpret_cast<std::uint8_t*>(values.data()), rows,
+                    cols);
+  shape.assign(t.dims.rbegin(), t.dims.rend());
+  const auto layer = parse_layer_tensor_name(t.name);
+  auto is = [&](LayerTensor k) { return layer && layer->suffix == layer_tensor_suffix(k); };
+  const std::int64_t nk = c.ssm_k_heads, groups = c.ssm_v_heads / std::max<std::int64_t>(1, c.ssm_k_heads);
+  // Tiled V head m * nk + g (K head g) becomes grouped V head g * groups + m: runs of `unit` rows
+  // (from row `first`) or, along_columns, of `unit` columns of every row.
+  auto regroup = [&](std::int64_t first, std::int64_t unit, bool along_columns) {
+    const std::vector<float> src = values;
+    const std::size_t run = static_cast<std::size_t>(along_columns ? unit : unit * cols);
+    for (std::int64_t r = 0; r < (along_columns ? rows : 1); ++r) {
+      for (std::int64_t m = 0; m < groups; ++m) {
+        for (std::int64_t g = 0; g < nk; ++g) {
+          const std::int64_t from = m * nk + g, to = g * groups + m;
+          const std::int64_t base = along_columns ? r * cols : first * cols;
+          std::copy_n(src.begin() + base + from * static_cast<std::int64_t>(run), run,
+                      values.begin() + base + to * static_cast<std::int64_t>(run));
+        }
+      }
+    }
+  };
+  const std::int64_t d = c.ssm_head_dim, qk = 2 * nk * d;
+  if (is(LayerTensor::kAttnQkv) || is(LayerTensor::kSsmConv1d)) regroup(qk, d, false);
+  if (is(LayerTensor::kAttnGate)) regroup(0, d, false);
+  if (is(LayerTensor::kSsmAlpha) || is(LayerTensor::kSsmBeta)) regroup(0, 1, false);
+  if (is(LayerTensor::kSsmA) || is(LayerTensor::kSsmDt)) regroup(0, 1, true);  // 1-D: one row
+  if (is(LayerTensor::kSsmOut)) regroup(0, d, true);
+  if (t.name == kOutputNormName || is(LayerTensor::kAttnNorm) || is(LayerTensor::kPostAttentionNorm) ||
+      is(LayerTensor::kAttnQNorm) || is(LayerTensor::kAttnKNorm)) {
+    for (float& v : values) v -= 1.0f;
+  }
+  if (is(LayerTensor::kSsmA)) {
+    for (float& v : values) {
+      if (!(v < 0)) return invalid_argument_error("{}: tensor '{}' holds {}; ssm_a = -exp(A_log) is negative", where, t.name, v);
+      v = std::log(-v);
+    }
+  }
+  if (is(LayerTensor::kSsmConv1d)) shape = {c.ssm_conv_channels(), 1, c.ssm_conv_kernel};
+  if (is(LayerTensor::kFfnGateInpShexp)) shape = {1, c.hidden};
+  return ok_status();
+}
+
+}  // namespace
+
 std::string hf_config_json(const ModelConfig& c, hal::DType dtype, Int4Checkpoint int4) {
+  if (c.is_hybrid()) return hybrid_config_json(c, dtype);
   ordered_json j;
   const bool qwen3 = c.architecture == "qwen3" || c.architecture == "qwen3moe";
   j["architectures"] = {c.is_moe() ? "Qwen3MoeForCausalLM" : qwen3 ? "Qwen3ForCausalLM" : "Qwen2ForCausalLM"};
@@ -165,8 +277,9 @@ Status write_hf_model(const TensorSource& src, const ModelConfig& c, const HfWri
     return invalid_argument_error("{}: only {} models can be written as safetensors, not '{}'", dir,
                                   supported_architectures(), c.architecture);
   }
-  if (c.is_moe() && o.int4 != Int4Checkpoint::kNone) {
-    return unimplemented_error("{}: AWQ / GPTQ checkpoints of a mixture of experts are not written", dir);
+  if ((c.is_moe() || c.is_hybrid()) && o.int4 != Int4Checkpoint::kNone) {
+    return unimplemented_error("{}: AWQ / GPTQ checkpoints of a mixture of experts or a Qwen3.5 model are not written",
+                               dir);
   }
   if (o.dtype != hal::DType::kF32 && o.dtype != hal::DType::kF16 && o.dtype != hal::DType::kBF16) {
     return invalid_argument_error("safetensors weights must be f32, f16 or bf16, not {}", hal::dtype_name(o.dtype));
@@ -239,8 +352,52 @@ Status write_hf_model(const TensorSource& src, const ModelConfig& c, const HfWri
     bool any = false;
     while (next < last && (!any || written < target || s == n - 1)) {
       const TensorInfo& t = *tensors[next];
-      const std::string hf = gguf_to_hf_name(t.name).value_or(t.name);
-      if (int4_matrix(t)) {
+      std::string hf = gguf_to_hf_name(t.name).value_or(t.name);
+      if (c.is_hybrid() && hf.starts_with("model.")) hf = fmt::format("model.language_model.{}", hf.substr(6));
+      const auto layer = parse_layer_tensor_name(t.name);
+      auto is = [&](LayerTensor k) { return layer && layer->suffix == layer_tensor_suffix(k); };
+      if (c.is_hybrid() && t.dims.size() == 3) {
+        // Transformers 5's fused experts: gate_up_proj [experts][2 * ffn][hidden] (each expert's gate
+        // rows, then its up rows; written with the gate stack, the up stack skipped) and down_proj.
+        const std::string base = fmt::format("model.language_model.layers.{}.mlp.experts.", layer ? layer->layer : 0);
+        const std::int64_t experts = t.dims[2];
+        if (is(LayerTensor::kFfnGateExps)) {
+          const TensorInfo* up = src.find_tensor(layer_tensor_name(layer->layer, LayerTensor::kFfnUpExps));
+          if (up == nullptr || up->dims != t.dims) {
+            return not_found_error("{}: tensor {} is missing or unlike {}", src.path(),
+                                   src.tensor_label(layer_tensor_name(layer->layer, LayerTensor::kFfnUpExps)), t.name);
+          }
+          SX_ASSIGN_OR_RETURN(std::vector<std::uint8_t> g, convert(t, o.dtype, src.path()));
+          SX_ASSIGN_OR_RETURN(std::vector<std::uint8_t> u, convert(*up, o.dtype, src.path()));
+          const std::size_t half = g.size() / static_cast<std::size_t>(experts);
+          std::vector<std::uint8_t> bytes(2 * g.size());
+          for (std::size_t e = 0; e < static_cast<std::size_t>(experts); ++e) {
+            std::memcpy(bytes.data() + 2 * e * half, g.data() + e * half, half);
+            std::memcpy(bytes.data() + (2 * e + 1) * half, u.data() + e * half, half);
+          }
+          written += bytes.size();
+          SX_RETURN_IF_ERROR(w.add_tensor(base + "gate_up_proj", o.dtype, {experts, 2 * t.dims[1], t.dims[0]}, bytes));
+          weight_map[base + "gate_up_proj"] = shard_name(s);
+        } else if (is(LayerTensor::kFfnDownExps)) {
+          SX_ASSIGN_OR_RETURN(std::vector<std::uint8_t> bytes, convert(t, o.dtype, src.path()));
+          written += bytes.size();
+          SX_RETURN_IF_ERROR(w.add_tensor(base + "down_proj", o.dtype, {experts, t.dims[1], t.dims[0]}, bytes));
+          weight_map[base + "down_proj"] = shard_name(s);
+        }
+      } else if (c.is_hybrid()) {
+        std::vector<float> values;
+        std::vector<std::int64_t> shape;
+        SX_RETURN_IF_ERROR(hybrid_tensor(t, c, values, shape, src.path()));
+        TensorInfo f32 = t;
+        f32.dtype = hal::DType::kF32;
+        f32.type_name = "F32";
+        f32.data = std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(values.data()),
+                                                 values.size() * sizeof(float));
+        SX_ASSIGN_OR_RETURN(std::vector<std::uint8_t> bytes, convert(f32, o.dtype, src.path()));
+        written += bytes.size();
+        SX_RETURN_IF_ERROR(w.add_tensor(hf, o.dtype, std::move(shape), bytes));
+        weight_map[hf] = shard_name(s);
+      } else if (int4_matrix(t)) {
         const Int4Tensors a = quantize_int4(t, o.int4);
         const std::string base = hf.substr(0, hf.size() - std::string_view(".weight").size());
         const std::int64_t in = t.dims[0], out = t.dims[1];
@@ -256,7 +413,6 @@ Status write_hf_model(const TensorSource& src, const ModelConfig& c, const HfWri
         written += a.qweight.size() + a.qzeros.size() + a.scales.size() + a.g_idx.size();
       } else if (t.dims.size() == 3) {
         // Stacked experts (Qwen3-MoE): one tensor per expert, as transformers names them.
-        const auto layer = parse_layer_tensor_name(t.name);
         const std::int64_t experts = t.dims[2];
         const std::uint64_t per = t.n_bytes / static_cast<std::uint64_t>(experts);
         LayerTensor stacked = LayerTensor::kFfnGateExps;
@@ -284,6 +440,15 @@ Status write_hf_model(const TensorSource& src, const ModelConfig& c, const HfWri
       }
       any = true;
       ++next;
+    }
+    if (s == n - 1 && o.skipped_stand_ins) {
+      // Small stand-ins for what a Qwen3.5 checkpoint holds beyond the language model.
+      const std::vector<std::uint8_t> zeros(hal::row_bytes(o.dtype, 16) * 4, 0);
+      for (const char* name : {"model.visual.patch_embed.proj.weight", "model.visual.blocks.0.attn.qkv.weight",
+                               "mtp.fc.weight"}) {
+        SX_RETURN_IF_ERROR(w.add_tensor(name, o.dtype, {4, 16}, zeros));
+        weight_map[name] = shard_name(s);
+      }
     }
     SX_RETURN_IF_ERROR(w.write((fs::path(dir) / shard_name(s)).string()));
   }

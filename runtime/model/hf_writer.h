@@ -6,8 +6,14 @@
 // F32 when the source holds another format, so an F32 source written as F32 keeps every bit.
 //
 // Memory: one shard's tensors at a time. Errors: INVALID_ARGUMENT for options out of range (shards
-// outside 1..tensor count, a dtype other than F32/F16/BF16), the config's architecture not qwen2;
+// outside 1..tensor count, a dtype other than F32/F16/BF16), an architecture Sextant does not run;
 // NOT_FOUND for a tensor the config needs that the source lacks; I/O errors name the path.
+//
+// Qwen3.5 (qwen35, qwen35moe) is written as its Hugging Face checkpoints are: config.json of
+// Qwen3_5(Moe)ForConditionalGeneration with the keys in text_config; tensors under
+// model.language_model.; llama.cpp's converter undone (V heads regrouped by K head, norms as
+// w - 1, ssm_a as A_log, conv1d [channels][1][kernel], the shared expert's gate [1][hidden]);
+// experts fused as transformers 5 stores them (mlp.experts.gate_up_proj, mlp.experts.down_proj).
 // Threading: not thread-safe with respect to `dir`.
 #pragma once
 
@@ -39,6 +45,9 @@ struct HfWriteOptions {
   //          (sym = true, desc_act = false: scale = max |w| / 7.5 in fp16, zero 8,
   //          q = clamp(round(w / scale) + 8, 0, 15)), g_idx = input / 128.
   Int4Checkpoint int4 = Int4Checkpoint::kNone;
+  // Adds small zero tensors under model.visual.* and mtp.* (a Qwen3.5 checkpoint's vision tower
+  // and multi-token-prediction layer, which the loader skips), to test that skipping.
+  bool skipped_stand_ins = false;
 };
 
 // config.json text for a Qwen2 config (torch_dtype from `dtype`; for a 4-bit checkpoint, its

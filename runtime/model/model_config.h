@@ -64,6 +64,11 @@ struct ModelConfig {
   // rope_sections (multimodal RoPE; text feeds every section the same position).
   std::vector<bool> recurrent_layers;
   std::int64_t ssm_k_heads = 0, ssm_v_heads = 0, ssm_head_dim = 0, ssm_conv_kernel = 0;
+  // How the file orders the V heads (rows of attn_qkv's values, attn_gate, ssm_alpha / ssm_beta,
+  // ssm_a, ssm_dt, ssm_conv1d's value channels, columns of ssm_out): false, tiled as llama.cpp's
+  // GGUF files (V head j reads K head j % ssm_k_heads); true, grouped by K head as Hugging Face
+  // checkpoints (V head j reads K head j / (ssm_v_heads / ssm_k_heads)).
+  bool ssm_v_grouped = false;
   std::int64_t rot_dim = 0;
   std::vector<std::int64_t> rope_sections;
   // Multi-token-prediction layers after the n_layers of the trunk (GGUF nextn_predict_layers,

@@ -147,7 +147,8 @@ Status check_head_units(const model::ModelConfig& c, const WeightTypes& types, i
 }
 
 // A hybrid's DeltaNet K heads per split unit: the fewest whose V heads' columns of ssm_out (split
-// by input columns, ssm_head_dim per V head, in each tiled group of K heads) make whole blocks.
+// by input columns, ssm_head_dim per V head, in each tiled group of K heads, or in one run of
+// grouped ones) make whole blocks.
 std::int64_t ssm_head_unit(const model::ModelConfig& c, const WeightTypes& types) {
   std::int64_t block = 1;
   for (std::size_t l = 0; l < types.layers.size(); ++l) {
@@ -623,11 +624,11 @@ std::string format_plan(const ShardPlan& plan, const model::ModelConfig& config)
       ranks += fmt::format("{}{}", i == 0 ? "" : ", ", unbreakable(fmt::format("{} + {} V", range_cell(k), k.size() * per_k)));
     }
     std::string text = fmt::format(
-        "{} of the {} layers are Gated DeltaNet ({} K heads and {} V heads of {}; V head j reads K head j mod {}), "
+        "{} of the {} layers are Gated DeltaNet ({} K heads and {} V heads of {}; V head j reads K head j {} {}), "
         "split by K heads with their V heads, tp rank by tp rank: {}. Their state, instead of a KV cache: {} "
         "per sequence over all ranks, whatever its length.",
-        recurrent, config.n_layers, config.ssm_k_heads, config.ssm_v_heads, config.ssm_head_dim, config.ssm_k_heads,
-        ranks,
+        recurrent, config.n_layers, config.ssm_k_heads, config.ssm_v_heads, config.ssm_head_dim,
+        config.ssm_v_grouped ? "div" : "mod", config.ssm_v_grouped ? per_k : config.ssm_k_heads, ranks,
         unbreakable(human_bytes(static_cast<std::uint64_t>(recurrent) * kF32Bytes *
                                 static_cast<std::uint64_t>((config.ssm_conv_kernel - 1) * config.ssm_conv_channels() +
                                                            config.ssm_v_heads * config.ssm_head_dim *

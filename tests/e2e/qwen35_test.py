@@ -107,6 +107,38 @@ def tensor_and_pipeline_parallel_layouts_give_the_same_ids():
 
 
 @case
+def the_hugging_face_checkpoint_gives_llama_cpps_ids():
+    """The same weights as a Hugging Face checkpoint (`make-model --format safetensors --from`: what
+    Qwen/Qwen3.5-* publish, i.e. llama.cpp's converter undone: V heads grouped by K head, (1 + w) norms
+    stored as w, A_log, fused experts, keys in text_config, 3 shards, a vision tower and an MTP layer
+    that are skipped and logged) gives llama.cpp's ids read from the GGUF, at tp 1, tp 6 and tp 3 x pp 2
+    on CPU ranks (the grouped V heads split in one run per rank) and at tp 6 on lavapipe."""
+    vulkan = dict(os.environ, SEXTANT_VULKAN_DEVICES="0,0,0,0,0,0")
+    for o in oracles():
+        hf = os.path.join(TMP, o["name"] + "-hf")
+        run("make-model", "--format", "safetensors", "--type", "f32", "--shards", "3", "--from", made(o), "--out", hf)
+        config = json.load(open(os.path.join(hf, "config.json")))
+        assert config["architectures"][0] in ("Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration")
+        want = o["llama_cpp"]["f32_kv"]
+        layouts = [("cpu", 1, 1), ("cpu", 6, 1), ("cpu", 3, 2), ("vulkan", 6, 1)]
+        for backend, tp, pp in layouts:
+            p = subprocess.run([SEXTANT, "generate", "--model", hf, "--backend", backend, "--prompt", o["prompt"],
+                                "-n", str(o["n"]), "--temp", "0", "--ignore-eos", "--ids", "--tp", str(tp), "--pp",
+                                str(pp)] + (["-t", "2"] if backend == "cpu" else []), capture_output=True, env=vulkan,
+                               timeout=600)
+            err = p.stderr.decode(errors="replace")
+            if backend == "vulkan" and p.returncode != 0 and ("no Vulkan" in err or "Vulkan loader" in err):
+                print(f"  Vulkan skipped: {err.strip().splitlines()[-1][:200]}")
+                continue
+            assert p.returncode == 0, err[-800:]
+            ids = [int(x) for x in p.stdout.split()]
+            assert ids == want, (o["name"], backend, tp, pp, agree(ids, want))
+            assert "vision tower's 2 tensors (model.visual.*) are not loaded" in err, err[-800:]
+        print(f"  {o['name']} as {config['architectures'][0]} (3 shards): llama.cpp's {o['n']} ids at "
+              + ", ".join(f"{b} tp {t} x pp {p}" for b, t, p in layouts) + "; the vision tower skipped, logged")
+
+
+@case
 def plan_lays_out_the_published_sizes_on_six_devices():
     """Qwen3.8-27B in BF16 and Q4_K_M and Qwen3.6-35B-A3B in Q4_K_M on 6 x 24 GiB, Qwen3.5-397B-A17B in
     Q4_K_M on 6 x 80 GiB: a layout each, DeltaNet K heads split in block-aligned units (ssm_out's 128

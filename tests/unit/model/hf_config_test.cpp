@@ -157,6 +157,130 @@ TEST(HfConfig, Qwen3HeadDimNeedNotBeHiddenOverHeads) {
   EXPECT_EQ(d->head_dim, 64);
 }
 
+// Qwen/Qwen3.5-27B/config.json's shape: the multimodal class, the language model's keys in
+// text_config (rope_parameters, layer_types), the vision tower's in vision_config (not read).
+std::string qwen3_5_27b(const Keys& text_changes = {}) {
+  std::string types;
+  for (int i = 0; i < 64; ++i) types += fmt::format("{}\"{}\"", i ? ", " : "", i % 4 == 3 ? "full_attention" : "linear_attention");
+  Keys text = {{"attention_bias", "false"},
+               {"attn_output_gate", "true"},
+               {"dtype", R"("bfloat16")"},
+               {"eos_token_id", "248044"},
+               {"full_attention_interval", "4"},
+               {"head_dim", "256"},
+               {"hidden_act", R"("silu")"},
+               {"hidden_size", "5120"},
+               {"intermediate_size", "17408"},
+               {"layer_types", "[" + types + "]"},
+               {"linear_conv_kernel_dim", "4"},
+               {"linear_key_head_dim", "128"},
+               {"linear_num_key_heads", "16"},
+               {"linear_num_value_heads", "48"},
+               {"linear_value_head_dim", "128"},
+               {"max_position_embeddings", "262144"},
+               {"mlp_only_layers", "[]"},
+               {"model_type", R"("qwen3_5_text")"},
+               {"mtp_num_hidden_layers", "1"},
+               {"num_attention_heads", "24"},
+               {"num_hidden_layers", "64"},
+               {"num_key_value_heads", "4"},
+               {"rms_norm_eps", "1e-06"},
+               {"rope_parameters", R"({"mrope_interleaved": true, "mrope_section": [11, 11, 10], "rope_type": "default", )"
+                                   R"("rope_theta": 10000000, "partial_rotary_factor": 0.25})"},
+               {"vocab_size", "248320"}};
+  for (const auto& [k, v] : text_changes) text = v.empty() ? without(text, k) : with(text, k, v);
+  return to_json({{"architectures", R"(["Qwen3_5ForConditionalGeneration"])"},
+                  {"image_token_id", "248056"},
+                  {"model_type", R"("qwen3_5")"},
+                  {"text_config", to_json(text)},
+                  {"tie_word_embeddings", "false"},
+                  {"transformers_version", R"("4.57.0.dev0")"},
+                  {"vision_config", R"({"depth": 27, "hidden_size": 1152, "model_type": "qwen3_5"})"}});
+}
+
+ModelConfig grouped(ModelConfig c) {
+  c.name.clear();
+  c.ssm_v_grouped = true;  // Hugging Face's order of V heads
+  return c;
+}
+
+TEST(HfConfig, Qwen3_5_27bMatchesThePreset) {
+  auto c = parse_hf_config(qwen3_5_27b(), "q35.json");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  auto preset = find_qwen35_config("27b");
+  ASSERT_TRUE(preset.ok());
+  EXPECT_EQ(c->config, grouped(*preset));
+  EXPECT_EQ(c->config.architecture, "qwen35");
+  EXPECT_EQ(c->config.rot_dim, 64);
+  EXPECT_EQ(c->config.rope_sections, (std::vector<std::int64_t>{11, 11, 10, 0}));
+  EXPECT_EQ(c->config.rope_theta, 1e7);
+  EXPECT_TRUE(c->config.is_recurrent(0));
+  EXPECT_FALSE(c->config.is_recurrent(3));
+  EXPECT_EQ(c->torch_dtype, "bfloat16");
+  // The text-only class with the keys at the top level, the pattern from full_attention_interval and
+  // the rope keys as transformers 4 spelt them.
+  Keys flat = {{"architectures", R"(["Qwen3_5ForCausalLM"])"}, {"model_type", R"("qwen3_5_text")"},
+               {"head_dim", "256"}, {"hidden_size", "5120"}, {"intermediate_size", "17408"},
+               {"linear_key_head_dim", "128"}, {"linear_num_key_heads", "16"}, {"linear_num_value_heads", "48"},
+               {"max_position_embeddings", "262144"}, {"num_attention_heads", "24"}, {"num_hidden_layers", "64"},
+               {"num_key_value_heads", "4"}, {"rope_theta", "10000000"}, {"partial_rotary_factor", "0.25"},
+               {"rope_scaling", R"({"type": "mrope", "mrope_section": [11, 11, 10]})"}, {"vocab_size", "248320"}};
+  auto f = parse_hf_config(to_json(flat), "flat.json");
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  EXPECT_EQ(f->config, grouped(*preset));
+}
+
+TEST(HfConfig, Qwen3_5Moe35bA3bMatchesThePreset) {
+  const std::string text = qwen3_5_27b({{"hidden_size", "2048"}, {"num_hidden_layers", "40"},
+                                        {"num_attention_heads", "16"}, {"num_key_value_heads", "2"},
+                                        {"linear_num_value_heads", "32"}, {"intermediate_size", ""},
+                                        {"layer_types", ""}, {"model_type", R"("qwen3_5_moe_text")"},
+                                        {"num_experts", "256"}, {"num_experts_per_tok", "8"},
+                                        {"moe_intermediate_size", "512"}, {"shared_expert_intermediate_size", "512"},
+                                        {"norm_topk_prob", "true"}});
+  std::string moe = text;
+  moe.replace(moe.find("Qwen3_5ForConditionalGeneration"), 31, "Qwen3_5MoeForConditionalGeneration");
+  moe.replace(moe.find(R"("qwen3_5")"), 9, R"("qwen3_5_moe")");
+  auto c = parse_hf_config(moe, "moe.json");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  auto preset = find_qwen35moe_config("35b-a3b");
+  ASSERT_TRUE(preset.ok());
+  EXPECT_EQ(c->config, grouped(*preset));
+  EXPECT_EQ(c->config.shared_expert_ffn, 512);
+  EXPECT_EQ(c->config.ffn, 512);  // no dense width: the experts' (as qwen35moe GGUF files)
+}
+
+TEST(HfConfig, Qwen3_5ErrorsNameTheKey) {
+  const std::pair<Keys, std::vector<std::string>> cases[] = {
+      {{{"layer_types", R"(["linear_attention"])"}}, {"'text_config.layer_types'", "64 layer types"}},
+      {{{"layer_types", "[" + [] {
+           std::string t;
+           for (int i = 0; i < 63; ++i) t += R"("linear_attention", )";
+           return t;
+         }() + R"("mamba"])"}},
+       {"'text_config.layer_types'", "\"mamba\""}},
+      {{{"linear_value_head_dim", "64"}}, {"'text_config.linear_value_head_dim'", "not supported"}},
+      {{{"linear_num_value_heads", "40"}}, {"'text_config.linear_num_value_heads' 40", "multiple"}},
+      {{{"linear_num_key_heads", ""}}, {"'text_config.linear_num_key_heads'", "missing"}},
+      {{{"attn_output_gate", "false"}}, {"'text_config.attn_output_gate'", "output gate"}},
+      {{{"rope_parameters", R"({"rope_theta": 1e7, "partial_rotary_factor": 0.3})"}},
+       {"'text_config.rope_parameters.partial_rotary_factor'", "even"}},
+      {{{"rope_parameters", R"({"mrope_section": [11, 11, "10"]})"}}, {"mrope_section", "\"10\""}},
+      {{{"rope_parameters", "7"}}, {"'text_config.rope_parameters'", "an object"}},
+  };
+  for (const auto& [changes, words] : cases) {
+    auto r = parse_hf_config(qwen3_5_27b(changes), "q35.json");
+    ASSERT_FALSE(r.ok()) << changes.front().first;
+    for (const std::string& w : words) {
+      EXPECT_NE(r.status().to_string().find(w), std::string::npos) << r.status().to_string() << " lacks " << w;
+    }
+  }
+  std::string broken = qwen3_5_27b();
+  broken.replace(broken.find(R"("text_config": {)"), 16, R"("text_config": 5, "x": {)");
+  EXPECT_TRUE(fails_with(parse_hf_config(broken, "b.json"), StatusCode::kInvalidArgument,
+                         {"b.json", "'text_config'", "an object"}));
+}
+
 TEST(HfConfig, AwqCheckpointReportsItsQuantization) {
   // Qwen/Qwen2.5-72B-Instruct-AWQ's quantization_config, on the 72B shape.
   Keys k = qwen2_5_7b();
@@ -212,12 +336,10 @@ TEST(HfConfig, UnsupportedArchitectureNamesTheSupportedOnes) {
                           "qwen3 (Qwen3ForCausalLM)"}));
   EXPECT_TRUE(fails_with(parse_hf_config(to_json(with(qwen2_5_7b(), "model_type", R"("qwen2_moe")")), "moe.json"),
                          StatusCode::kUnimplemented, {"moe.json", "qwen2_moe", "supported: qwen2"}));
-  // A Qwen3.5 checkpoint: the way to run it (its GGUF) is named.
-  Keys q35 = with(with(qwen2_5_7b(), "model_type", R"("qwen3_5")"), "architectures",
-                  R"(["Qwen3_5ForConditionalGeneration"])");
-  EXPECT_TRUE(fails_with(parse_hf_config(to_json(q35), "q35.json"), StatusCode::kUnimplemented,
-                         {"q35.json", "Qwen3_5ForConditionalGeneration", "runs Qwen3.5 / 3.6 / 3.8 from GGUF files",
-                          "convert_hf_to_gguf.py"}));
+  Keys next = with(with(qwen2_5_7b(), "model_type", R"("qwen3_next")"), "architectures",
+                   R"(["Qwen3NextForCausalLM"])");
+  EXPECT_TRUE(fails_with(parse_hf_config(to_json(next), "next.json"), StatusCode::kUnimplemented,
+                         {"next.json", "Qwen3NextForCausalLM", "qwen3_5 (Qwen3_5ForConditionalGeneration)"}));
   EXPECT_TRUE(fails_with(parse_hf_config(to_json(with(qwen2_5_7b(), "model_type", R"("qwen3")")), "mix.json"),
                          StatusCode::kInvalidArgument, {"mix.json", "'model_type' is 'qwen3'", "Qwen2ForCausalLM"}));
   EXPECT_TRUE(fails_with(parse_hf_config(to_json(without(without(qwen2_5_7b(), "model_type"), "architectures")),

@@ -90,6 +90,19 @@ TEST(HfNames, MapBothWays) {
   EXPECT_EQ(hf_to_gguf_name("model.layers.3.mlp.down_proj.weight"), "blk.3.ffn_down.weight");
   EXPECT_EQ(hf_to_gguf_name("model.embed_tokens.weight"), "token_embd.weight");
   EXPECT_EQ(hf_to_gguf_name("lm_head.weight"), "output.weight");
+  // Qwen3.5: every tensor but the stacked experts (fused in the checkpoint) has a name both ways;
+  // post_attention_layernorm is the post-attention norm, not ffn_norm.
+  const ModelConfig q35 = find_qwen35moe_config("35b-a3b").value();
+  for (const ExpectedTensor& e : expected_tensors(q35)) {
+    if (e.dims.size() == 3) continue;
+    const auto hf = gguf_to_hf_name(e.name);
+    ASSERT_TRUE(hf.has_value()) << e.name;
+    EXPECT_EQ(hf_to_gguf_name(*hf, true), e.name);
+    if (hf->starts_with("model.")) EXPECT_EQ(hf_to_gguf_name("model.language_model." + hf->substr(6), true), e.name);
+  }
+  EXPECT_EQ(hf_to_gguf_name("model.language_model.layers.2.linear_attn.A_log", true), "blk.2.ssm_a");
+  EXPECT_EQ(hf_to_gguf_name("model.layers.2.post_attention_layernorm.weight", true), "blk.2.post_attention_norm.weight");
+  EXPECT_EQ(hf_to_gguf_name("model.layers.2.post_attention_layernorm.weight"), "blk.2.ffn_norm.weight");
   for (const char* bad : {"model.layers.01.mlp.up_proj.weight", "model.layers..mlp.up_proj.weight",
                           "model.layers.3.rotary_emb.inv_freq", "model.layers.-1.mlp.up_proj.weight",
                           "model.layers.99999999999.mlp.up_proj.weight", "embed_tokens.weight", ""}) {
@@ -151,6 +164,84 @@ TEST(HfModel, WrittenDirectoryHoldsTheGgufTensors) {
     const ModelCheck check = check_model(**m, (*m)->config());
     EXPECT_TRUE(check.ok()) << messages(check);
     EXPECT_TRUE((*m)->warnings().empty());
+  }
+}
+
+// A Qwen3.5-MoE checkpoint as Hugging Face publishes them (write_hf_model undoes llama.cpp's
+// converter: grouped V heads, (1 + w) norms stored as w, A_log, conv1d [channels][1][kernel], fused
+// experts, the language model under model.language_model., a vision tower and an MTP layer) reads
+// back as the GGUF's tensors, the V heads left grouped (ssm_v_grouped) and said so.
+TEST(HfModel, Qwen3_5CheckpointReadsAsTheGgufTensors) {
+  TempDir dir;
+  RandomModelSpec spec;
+  spec.config = find_qwen35moe_config("35b-a3b").value();
+  ModelConfig& c = spec.config;
+  c.hidden = 64, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 16, c.rot_dim = 4, c.vocab = 300;
+  c.ssm_k_heads = 2, c.ssm_v_heads = 6, c.ssm_head_dim = 8;
+  c.n_experts = 4, c.n_experts_used = 2, c.expert_ffn = 16, c.ffn = 16, c.shared_expert_ffn = 16;
+  set_hybrid_layers(c, 4);
+  spec.seed = 35;
+  spec.init_std = 0.3f;
+  const std::string path = dir.file("q35.gguf");
+  ASSERT_TRUE(write_random_qwen2_gguf(spec, path).ok());
+  Source src;
+  src.gguf = std::move(GgufFile::open(path)).value();
+  src.config = model_config_from_gguf(*src.gguf).value();
+  HfWriteOptions o;
+  o.shards = 2;
+  o.skipped_stand_ins = true;
+  const std::string out = dir.file("hf");
+  ASSERT_TRUE(write_hf_model(*src.gguf, src.config, o, out).ok());
+  auto m = HfModel::open(out);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  ModelConfig want = src.config;
+  want.ssm_v_grouped = true;
+  EXPECT_EQ((*m)->config(), want);
+  const ModelCheck check = check_model(**m, (*m)->config());
+  EXPECT_TRUE(check.ok()) << messages(check);
+  ASSERT_EQ((*m)->warnings().size(), 2u);
+  EXPECT_NE((*m)->warnings()[0].find("vision tower's 2 tensors (model.visual.*) are not loaded"), std::string::npos);
+  EXPECT_NE((*m)->warnings()[1].find("multi-token-prediction layer's 1 tensors (mtp.*)"), std::string::npos);
+  EXPECT_EQ((*m)->tensors().size(), src.gguf->tensors().size());
+  // Row (or, for ssm_out, column) r of the grouped tensor: tiled V head m * k + g is grouped head
+  // g * (v / k) + m; `first` rows (q and k channels) and `unit` rows per head.
+  const std::int64_t k = c.ssm_k_heads, per = c.ssm_v_heads / c.ssm_k_heads, d = c.ssm_head_dim;
+  auto tiled_of = [&](std::int64_t i, std::int64_t first, std::int64_t unit) {
+    if (i < first) return i;
+    const std::int64_t head = (i - first) / unit, g = head / per, mm = head % per;
+    return first + (mm * k + g) * unit + (i - first) % unit;
+  };
+  auto f32 = [](const TensorInfo& t) {
+    std::vector<float> v(static_cast<std::size_t>(t.n_elements));
+    hal::dequantize_row(*t.dtype, t.data.data(), v.data(), t.n_elements);
+    return v;
+  };
+  for (const TensorInfo& t : src.gguf->tensors()) {
+    SCOPED_TRACE(t.name);
+    const TensorInfo* h = (*m)->find_tensor(t.name);
+    ASSERT_NE(h, nullptr);
+    EXPECT_EQ(h->dims, t.dims);
+    const std::vector<float> g = f32(t), r = f32(*h);
+    ASSERT_EQ(g.size(), r.size());
+    const std::string_view suffix = parse_layer_tensor_name(t.name) ? parse_layer_tensor_name(t.name)->suffix : "";
+    auto is = [&](LayerTensor l) { return suffix == layer_tensor_suffix(l); };
+    const std::int64_t cols = t.dims[0], rows = static_cast<std::int64_t>(g.size()) / cols;
+    std::int64_t first = 0, unit = 0;  // unit 0: not regrouped
+    bool by_column = false;
+    if (is(LayerTensor::kAttnQkv) || is(LayerTensor::kSsmConv1d)) first = 2 * k * d, unit = d;
+    if (is(LayerTensor::kAttnGate)) unit = d;
+    if (is(LayerTensor::kSsmAlpha) || is(LayerTensor::kSsmBeta)) unit = 1;
+    if (is(LayerTensor::kSsmA) || is(LayerTensor::kSsmDt)) unit = 1, by_column = true;
+    if (is(LayerTensor::kSsmOut)) unit = d, by_column = true;
+    for (std::int64_t row = 0; row < rows; ++row) {
+      for (std::int64_t col = 0; col < cols; ++col) {
+        const std::int64_t src_row = unit > 0 && !by_column ? tiled_of(row, first, unit) : row;
+        const std::int64_t src_col = unit > 0 && by_column ? tiled_of(col, 0, unit) : col;
+        const float want_v = g[static_cast<std::size_t>(src_row * cols + src_col)];
+        const float got = r[static_cast<std::size_t>(row * cols + col)];
+        ASSERT_NEAR(got, want_v, 2e-6f * std::fabs(want_v)) << row << ", " << col;
+      }
+    }
   }
 }
 
