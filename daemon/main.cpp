@@ -19,6 +19,9 @@ constexpr const char* kUsage =
     "  inspect      show a model's format, config, tokenizer and tensors, and whether it can be served\n"
     "  convert      convert a safetensors directory or GGUF file to GGUF (f16, bf16, q8_0, q4_k, ...)\n"
     "  plan         show what every rank of a TP x PP group holds (heads, FFN rows, bytes)\n"
+    "  pull         fetch a model from the Hugging Face Hub or ModelScope, resumable and verified\n"
+    "  ls           list the models in the Hugging Face cache\n"
+    "  rm           remove models from the Hugging Face cache\n"
     "  doctor       check the machine, GPUs, links, NCCL, model and deployment before serving\n"
     "  logs         the starts serve kept: list, --show N, --diff (what changed between the last two)\n"
     "  ctl          send a command (status, plan, drain, ...) to a running daemon's admin socket\n"
@@ -46,6 +49,9 @@ int main(int argc, char** argv) {
   if (cmd == "doctor") return sx::daemon::cmd_doctor(sub_argc, sub_argv);
   if (cmd == "logs") return sx::daemon::cmd_logs(sub_argc, sub_argv);
   if (cmd == "ctl") return sx::daemon::cmd_ctl(sub_argc, sub_argv);
+  if (cmd == "pull") return sx::daemon::cmd_pull(sub_argc, sub_argv);
+  if (cmd == "ls") return sx::daemon::cmd_ls(sub_argc, sub_argv);
+  if (cmd == "rm") return sx::daemon::cmd_rm(sub_argc, sub_argv);
   std::fprintf(stderr, "sextant: unknown command '%.*s'\n\n%s", static_cast<int>(cmd.size()), cmd.data(), kUsage);
   return 2;
 }

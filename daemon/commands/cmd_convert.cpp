@@ -24,7 +24,8 @@ Status convert(const Args& args) {
   const auto type = hal::dtype_from_name(type_name);
   if (!type) return invalid_argument_error("--type '{}' is not a weight format", type_name);
   SX_ASSIGN_OR_RETURN(std::int64_t shards, args.get_int("--shards", 1, 1, 99999));
-  SX_ASSIGN_OR_RETURN(engine::OpenedModel m, engine::open_model(in));
+  SX_ASSIGN_OR_RETURN(const std::string path, resolve_model_path(in, false));  // ORG/NAME: its cached snapshot
+  SX_ASSIGN_OR_RETURN(engine::OpenedModel m, engine::open_model(path));
   for (const std::string& w : m.check.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   if (format == "gguf") {
     if (args.has("--shards")) return invalid_argument_error("--shards goes with --format safetensors");

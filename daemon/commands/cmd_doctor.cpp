@@ -240,11 +240,17 @@ void check_nccl(Report& r, hal::Backend* b, int tp) {
 }
 
 // The model: open_model's integrity checks, SHA-256 of its files, its format and chat template.
-std::optional<engine::OpenedModel> check_model(Report& r, const std::string& path, bool checksums) {
-  if (path.empty()) {
+std::optional<engine::OpenedModel> check_model(Report& r, const std::string& given, bool checksums) {
+  if (given.empty()) {
     r.add("model", "skip", "no model given (--model PATH or model.path in --config)");
     return std::nullopt;
   }
+  auto resolved = resolve_model_path(given, false);  // ORG/NAME: its cached snapshot
+  if (!resolved.ok()) {
+    r.fail("model", resolved.status());
+    return std::nullopt;
+  }
+  const std::string& path = *resolved;
   auto opened = engine::open_model(path);
   if (!opened.ok()) {
     r.fail("model", opened.status());

@@ -43,9 +43,11 @@ std::string token_text(const tokenizer::Tokenizer& tok, std::optional<std::int32
 }
 
 int inspect(const Args& args) {
-  const std::string path = args.positional()[0];
   const bool as_json = args.has("--json");
-  auto opened = engine::open_model_unchecked(path);
+  // ORG/NAME: its cached snapshot (a model not in the cache is reported like any open failure).
+  auto resolved = resolve_model_path(args.positional()[0], false);
+  const std::string path = resolved.ok() ? *resolved : args.positional()[0];
+  auto opened = resolved.ok() ? engine::open_model_unchecked(path) : Result<engine::OpenedModel>(resolved.status());
   if (!opened.ok()) {
     if (as_json) {
       ordered_json j{{"path", path}, {"servable", false}, {"errors", {opened.status().message()}}, {"warnings", ordered_json::array()}};

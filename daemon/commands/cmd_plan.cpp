@@ -390,7 +390,9 @@ int cmd_plan(int argc, char** argv) {
     m.note = fmt::format("weights: {}{}", parallel::recipe_description(*r),
                          args.has("--weights") ? "" : " (the checkpoint's own format; --weights to change)");
   } else {
-    auto loaded = load_model(*args.get("--model"));
+    auto resolved = resolve_model_path(*args.get("--model"), false);  // ORG/NAME: its cached snapshot
+    if (!resolved.ok()) return plan_failure(resolved.status());
+    auto loaded = load_model(*resolved);
     if (!loaded.ok()) return plan_failure(loaded.status());
     m = *std::move(loaded);
   }

@@ -6,6 +6,7 @@
 #include "daemon/config/serve_flags.h"
 #include "daemon/config/yaml_io.h"
 #include "daemon/serve/app.h"
+#include "runtime/hub/hub_cache.h"
 #include "runtime/base/log.h"
 
 namespace sx::daemon {
@@ -30,6 +31,18 @@ int cmd_serve(int argc, char** argv) {
   }
   set_log_level(inv->config.log.level);
   set_log_json(inv->config.log.format == config::LogFormat::kJson);
+  if (config::ModelSection& m = inv->config.model; hub::is_model_ref(m.path)) {
+    // A model named by its repository: its cached snapshot (pulled first with --pull), served
+    // under the repository's name, resolved once before any replica starts.
+    if (m.served_model_name.empty()) m.served_model_name = config::effective_served_model_name(m);
+    auto path = resolve_model_path(m.path, m.pull == "missing");
+    if (!path.ok()) {
+      std::fprintf(stderr, "sextant serve: failed in phase config: %s\n", path.status().to_string().c_str());
+      return 1;
+    }
+    log_info("serve: model {} is {}", m.path, *path);
+    m.path = *path;
+  }
   return serve::run_daemon(inv->config, std::vector<std::string>(argv, argv + argc));
 }
 

@@ -9,6 +9,7 @@
 #include "runtime/engine/memory_planner.h"
 #include "runtime/kv/kv_cache_manager.h"
 #include "runtime/parallel/shard_plan.h"
+#include "daemon/commands/commands.h"
 #include "runtime/base/log.h"
 
 namespace sx::daemon {
@@ -48,7 +49,8 @@ std::vector<Args::Spec> model_session_specs() {
 Result<engine::OpenedModel> open_model_arg(const Args& args) {
   auto path = args.get("--model");
   if (!path) return invalid_argument_error("--model FILE is required");
-  SX_ASSIGN_OR_RETURN(engine::OpenedModel m, engine::open_model(*path));
+  SX_ASSIGN_OR_RETURN(const std::string resolved, resolve_model_path(*path, false));
+  SX_ASSIGN_OR_RETURN(engine::OpenedModel m, engine::open_model(resolved));
   for (const std::string& w : m.check.warnings) log_warn("{}", w);
   return m;
 }

@@ -350,6 +350,7 @@ std::vector<Field> build_fields() {
   std::vector<Field> v;
   // model
   v.push_back(string_field("model.path", SX_AT(model.path), /*allow_empty=*/true));
+  v.push_back(string_choice_field("model.pull", SX_AT(model.pull), {"never", "missing"}));
   v.push_back(string_choice_field("model.backend", SX_AT(model.backend),
                                   {std::begin(kBackendChoices), std::end(kBackendChoices)}));
   v.push_back(int_list_field("model.devices", SX_AT(model.devices), 0, 1023,

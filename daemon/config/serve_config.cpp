@@ -8,6 +8,7 @@
 #include <set>
 
 #include "daemon/config/fields.h"
+#include "runtime/hub/hub_cache.h"
 #include "daemon/config/replica_spec.h"
 
 namespace sx::daemon::config {
@@ -27,6 +28,8 @@ std::string default_admin_socket_path() {
 
 std::string effective_served_model_name(const ModelSection& model) {
   if (!model.served_model_name.empty()) return model.served_model_name;
+  // A model reference is its own name, as vLLM serves a Hub id ("Qwen/Qwen3-8B").
+  if (hub::is_model_ref(model.path)) return hub::parse_model_ref(model.path)->text;
   std::string_view name = model.path;
   while (name.size() > 1 && name.back() == '/') name.remove_suffix(1);
   if (const auto slash = name.rfind('/'); slash != std::string_view::npos && name.size() > 1) {

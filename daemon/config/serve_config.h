@@ -54,6 +54,9 @@ struct ModelSection {
   std::string replicas = "1";          // engines serving the model: "N", "per-device" or device groups (replica_spec.h)
   std::string served_model_name;       // the `model` id clients send; empty = file stem of path
   std::string chat_template;           // a Jinja chat template file instead of the model's own ("" = the model's)
+  // path may name a model in the Hugging Face cache (ORG/NAME[:QUANT]): "never" loads only what is
+  // cached, "missing" pulls it first when it is not (daemon/commands/commands.h resolve_model_path).
+  std::string pull = "never";
   bool operator==(const ModelSection&) const = default;
 };
 

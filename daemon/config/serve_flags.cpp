@@ -13,7 +13,10 @@ namespace sx::daemon::config {
 namespace {
 
 constexpr FlagBinding kServeFlags[] = {
-    {"--model", "-m", "model.path", true, "", false, "PATH", "model to serve: a GGUF file or a Hugging Face safetensors directory"},
+    {"--model", "-m", "model.path", true, "", false, "PATH",
+     "model to serve: a GGUF file, a Hugging Face safetensors directory, or ORG/NAME[:QUANT] in the Hugging Face cache"},
+    {"--pull", "", "model.pull", false, "missing", false, "",
+     "pull an ORG/NAME --model that is not in the cache before loading (model.pull: missing)"},
     {"--backend", "", "model.backend", true, "", false, "NAME", "cpu (default), vulkan, cuda or auto"},
     {"--tp", "", "model.tp", true, "", false, "N", "tensor-parallel ranks (default 1)"},
     {"--pp", "", "model.pp", true, "", false, "N", "pipeline stages (default 1)"},

@@ -10,6 +10,7 @@
 
 #include "backends/registry.h"
 #include "daemon/config/replica_spec.h"
+#include "daemon/commands/commands.h"
 #include "runtime/base/log.h"
 #include "runtime/engine/model_loader.h"
 #include "runtime/hal/topology_text.h"
@@ -62,7 +63,11 @@ Result<std::unique_ptr<Replica>> Replica::load(const ReplicaOptions& o, std::str
     return s;
   };
   auto cancelled = [&] { return o.cancel != nullptr && o.cancel->load(std::memory_order_relaxed); };
-  auto opened = engine::open_model(c.model.path);
+  // A model reference (ORG/NAME) loads its cached snapshot, pulled first when model.pull says so.
+  auto path = resolve_model_path(c.model.path, c.model.pull == "missing");
+  if (!path.ok()) return failed(path.status());
+  if (*path != c.model.path) log_info("serve: {}: model {} is {}", who, c.model.path, *path);
+  auto opened = engine::open_model(*path);
   if (!opened.ok()) return failed(opened.status());
   if (cancelled()) return failed(cancelled_error("shutdown requested after the model check"));
   log_info("serve: {}: phase model check: ok ({}, {} layers, context {})", who, c.model.path, opened->config.n_layers,

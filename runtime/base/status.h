@@ -87,6 +87,7 @@ SX_DEFINE_STATUS_HELPER(failed_precondition_error, kFailedPrecondition)
 SX_DEFINE_STATUS_HELPER(aborted_error, kAborted)
 SX_DEFINE_STATUS_HELPER(deadline_exceeded_error, kDeadlineExceeded)
 SX_DEFINE_STATUS_HELPER(cancelled_error, kCancelled)
+SX_DEFINE_STATUS_HELPER(permission_denied_error, kPermissionDenied)
 #undef SX_DEFINE_STATUS_HELPER
 
 // Aborts with a message: for programmer errors only (broken invariants), never for input.

@@ -23,7 +23,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   auto hf = sx::model::parse_hf_config(text, "fuzz-config.json");
   if (!hf.ok()) return 0;
   const sx::model::ModelConfig& c = hf->config;
-  FUZZ_CHECK(c.architecture == "qwen2" || c.architecture == "qwen3");
+  FUZZ_CHECK(c.architecture == "qwen2" || c.architecture == "qwen3" || c.architecture == "qwen3moe" ||
+             c.architecture == "qwen35" || c.architecture == "qwen35moe");
+  // A Qwen3.5 config passed validate_model_config: its DeltaNet sizes and layer pattern agree.
+  if (c.is_hybrid()) {
+    FUZZ_CHECK(c.ssm_v_grouped && c.ssm_v_heads % c.ssm_k_heads == 0);
+    FUZZ_CHECK(static_cast<std::int64_t>(c.recurrent_layers.size()) == c.n_layers);
+    FUZZ_CHECK(c.rot_dim >= 0 && c.rot_dim <= c.head_dim && c.rot_dim % 2 == 0);
+  }
   constexpr std::int64_t kMax = 2147483647;
   for (std::int64_t v : {c.n_layers, c.hidden, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn, c.vocab,
                          c.context_length}) {

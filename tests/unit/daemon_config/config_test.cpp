@@ -342,7 +342,7 @@ extra: 1
 )");
   EXPECT_EQ(message,
             "sextant.yaml:2:7: model.tp: expected a positive integer, got \"zero\"\n"
-            "sextant.yaml:3:3: model.colour: unknown key (model has: path, backend, devices, threads, tp, pp, requantize_unaligned, placement, topology, "
+            "sextant.yaml:3:3: model.colour: unknown key (model has: path, pull, backend, devices, threads, tp, pp, requantize_unaligned, placement, topology, "
             "replicas, served_model_name, chat_template)\n"
             "sextant.yaml:5:15: engine.block_size: expected one of 8, 16, 32, got \"7\"\n"
             "sextant.yaml:8:9: http.port: expected a port number from 0 (any free port) to 65535, got \"-1\"\n"
@@ -440,7 +440,7 @@ TEST(ToYaml, PrintsEveryKeyReadably) {
   for (const Field& f : fields()) {
     EXPECT_NE(yaml.find(fmt::format("\n  {}: ", f.key())), std::string::npos) << f.path;
   }
-  EXPECT_NE(yaml.find("\nmodel:\n  path: \"/m/qwen.gguf\"\n  backend: cpu\n  devices: []\n"), std::string::npos)
+  EXPECT_NE(yaml.find("\nmodel:\n  path: \"/m/qwen.gguf\"\n  pull: never\n  backend: cpu\n  devices: []\n"), std::string::npos)
       << yaml;
   EXPECT_NE(yaml.find("  served_model_name: \"\"  # empty: the file stem of model.path (\"qwen\")\n"),
             std::string::npos)

@@ -98,7 +98,9 @@ TEST(HfNames, MapBothWays) {
     const auto hf = gguf_to_hf_name(e.name);
     ASSERT_TRUE(hf.has_value()) << e.name;
     EXPECT_EQ(hf_to_gguf_name(*hf, true), e.name);
-    if (hf->starts_with("model.")) EXPECT_EQ(hf_to_gguf_name("model.language_model." + hf->substr(6), true), e.name);
+    if (hf->starts_with("model.")) {
+      EXPECT_EQ(hf_to_gguf_name("model.language_model." + hf->substr(6), true), e.name);
+    }
   }
   EXPECT_EQ(hf_to_gguf_name("model.language_model.layers.2.linear_attn.A_log", true), "blk.2.ssm_a");
   EXPECT_EQ(hf_to_gguf_name("model.layers.2.post_attention_layernorm.weight", true), "blk.2.post_attention_norm.weight");

@@ -1,0 +1,60 @@
+// `sextant pull`: a model from the Hugging Face Hub or ModelScope into the shared cache (or a plain
+// folder), every file resumable and verified before it gets its name (hub_client.h), a few at a
+// time, and a SHA256SUMS file beside them so `doctor` and the start-up checks verify it later.
+//
+// Which files (select_files): --include globs when given; else for REPO:QUANT the GGUF file(s) of
+// that quantisation (every part of a split -0000i-of-0000N file, or an error naming the missing
+// part); else a safetensors repository's model.safetensors.index.json with every shard it names
+// (an error names a shard the repository lacks), or its model.safetensors, with the config,
+// generation config and tokenizer files; else a GGUF repository's only GGUF file (several: an
+// error listing them and asking for :QUANT).
+//
+// Errors: those of hub_client.h and hub_cache.h, INVALID_ARGUMENT for a selection that matches
+// nothing (naming what the repository holds). Threading: pull_model runs its downloads on
+// `parallel` threads of its own and returns when all are done or one failed (the others stop at
+// their next chunk; their .partial files are kept).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "runtime/base/status.h"
+#include "runtime/hub/hub_cache.h"
+#include "runtime/hub/hub_client.h"
+
+namespace sx::hub {
+
+// `index_json` is called (once) for model.safetensors.index.json's text when the listing has one.
+Result<std::vector<RemoteFile>> select_files(const RepoListing& listing, const ModelRef& ref,
+                                             const std::vector<std::string>& includes,
+                                             const std::function<Result<std::string>()>& index_json);
+// fnmatch-style: '*' (not across '/'), '**' (across), '?'.
+bool glob_match(std::string_view pattern, std::string_view path);
+
+struct PullOptions {
+  ModelRef ref;
+  std::string revision;               // empty: "main" (Hugging Face) or "master" (ModelScope)
+  std::vector<std::string> includes;  // globs; empty: select_files' choice
+  std::string local_dir;              // empty: the cache
+  std::string cache;                  // empty: hub_cache_dir()
+  int parallel = 3;
+  HubOptions hub;                     // endpoint, token, retries, cancel flag, notes
+  // Progress: bytes done and total over the files to fetch, files done and total; called often.
+  std::function<void(std::uint64_t done, std::uint64_t total, int files_done, int files_total)> progress;
+};
+
+struct PullResult {
+  std::string path;       // what `serve --model` loads (model_path_in_snapshot)
+  std::string dir;        // the snapshot (or local) directory
+  std::string commit;
+  int files = 0, files_fetched = 0;
+  std::uint64_t bytes = 0, bytes_fetched = 0;  // of the selection; body bytes received
+  int resumes = 0, checksum_failures = 0;
+};
+
+Result<PullResult> pull_model(const PullOptions& options);
+
+}  // namespace sx::hub
