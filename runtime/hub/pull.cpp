@@ -306,10 +306,11 @@ Result<PullResult> pull_model(const PullOptions& o) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   for (std::thread& t : threads) t.join();
-  if (!failure.ok()) return failure;
   if (o.hub.cancel != nullptr && o.hub.cancel->load()) {
-    return cancelled_error("pull {}: interrupted; the same command resumes it", o.ref.text);
+    return cancelled_error("pull {}: interrupted with {} of {} bytes fetched, kept in .partial files; the same command resumes",
+                           o.ref.text, done.load(), total);
   }
+  if (!failure.ok()) return failure;
 
   // The snapshot: a relative link per file to its blob, and the ref.
   if (!local) {

@@ -7,7 +7,8 @@ here) serving repositories made from the bundled model: a sharded safetensors re
     verified, and `serve --model test-org/memorise` serves the bundled answer under that name;
   * a connection dropped mid-shard several times resumes (the bytes served for it are counted);
   * a corrupt shard is caught by its SHA-256, fetched again, then fails naming it, nothing renamed;
-  * a pull killed with SIGKILL and run again completes from its .partial files (a Range request);
+  * a pull killed with SIGKILL, or stopped with Ctrl-C, and run again completes from its .partial
+    files (a Range request);
   * 429 with Retry-After is waited out; a gated repository is refused without a token, naming
     HF_TOKEN, and pulled with one;
   * a missing shard is refused: by pull (from the index) and by serve (a cache that lost one);
@@ -220,6 +221,34 @@ def a_killed_pull_completes_on_the_next_run():
     assert served <= total + len(kept) * 65536 + 65536, (served, total)
     print(f"  killed with {len(kept)} partial file(s) ({sum(kept.values())} bytes kept); the next pull resumed "
           f"{len(resumed)} with Range ({resumed[0]['range']}); {served} bytes served for {total} bytes of files")
+
+
+@case
+def ctrl_c_keeps_the_partial_files_for_the_next_pull():
+    home = fresh_home("sigint")
+    MIRROR.control({"throttle": {"bytes_per_second": 400_000}})
+    p = subprocess.Popen([SEXTANT, "pull", "test-org/memorise"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env=env(home))
+    blobs = os.path.join(repo_dir(home, "test-org/memorise"), "blobs")
+    deadline = time.time() + 30
+    while time.time() < deadline and not any(os.path.getsize(x) > 100_000
+                                              for x in glob.glob(os.path.join(blobs, "*.partial"))):
+        time.sleep(0.05)
+    t0 = time.time()
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=30)
+    took = time.time() - t0
+    err = err.decode(errors="replace")
+    kept = glob.glob(os.path.join(blobs, "*.partial"))
+    assert p.returncode == 1 and "interrupted" in err and kept, (p.returncode, err[-1500:], kept)
+    assert took < 5, took
+    MIRROR.control({"throttle": None})
+    pull(home, "test-org/memorise")
+    snap, _ = snapshot(home, "test-org/memorise")
+    for rel, src in source_files("test-org/memorise").items():
+        assert open(os.path.join(snap, rel), "rb").read() == open(src, "rb").read(), rel
+    print(f"  Ctrl-C: exit 1 in {took:.2f} s, {len(kept)} .partial file(s) kept ("
+          f"{[ln for ln in err.splitlines() if 'interrupted' in ln][-1][:150]}); the next pull completed")
 
 
 @case
