@@ -192,21 +192,26 @@ def a_corrupt_shard_is_caught_retried_and_named():
           f"{[ln for ln in err.splitlines() if 'corrupt' in ln][-1][:220]}")
 
 
-@case
-def a_killed_pull_completes_on_the_next_run():
-    home = fresh_home("killed")
+def a_pull_under_way(home, partial_bytes):
+    """`sextant pull test-org/memorise` from a throttled hub, once a .partial file holds `partial_bytes`:
+    the process (stdout and stderr piped) and the blobs folder."""
     MIRROR.control({"throttle": {"bytes_per_second": 400_000}})
-    p = subprocess.Popen([SEXTANT, "pull", "test-org/memorise"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    p = subprocess.Popen([SEXTANT, "pull", "test-org/memorise"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          env=env(home))
     blobs = os.path.join(repo_dir(home, "test-org/memorise"), "blobs")
     deadline = time.time() + 30
-    while time.time() < deadline:
-        partials = glob.glob(os.path.join(blobs, "*.partial"))
-        if any(os.path.getsize(x) > 200_000 for x in partials):
-            break
+    while time.time() < deadline and not any(os.path.getsize(x) > partial_bytes
+                                              for x in glob.glob(os.path.join(blobs, "*.partial"))):
         time.sleep(0.05)
+    return p, blobs
+
+
+@case
+def a_killed_pull_completes_on_the_next_run():
+    home = fresh_home("killed")
+    p, blobs = a_pull_under_way(home, 200_000)
     p.send_signal(signal.SIGKILL)
-    p.wait()
+    p.communicate()
     kept = {x: os.path.getsize(x) for x in glob.glob(os.path.join(blobs, "*.partial"))}
     assert kept and max(kept.values()) > 200_000, kept
     MIRROR.control({"throttle": None})
@@ -226,14 +231,7 @@ def a_killed_pull_completes_on_the_next_run():
 @case
 def ctrl_c_keeps_the_partial_files_for_the_next_pull():
     home = fresh_home("sigint")
-    MIRROR.control({"throttle": {"bytes_per_second": 400_000}})
-    p = subprocess.Popen([SEXTANT, "pull", "test-org/memorise"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         env=env(home))
-    blobs = os.path.join(repo_dir(home, "test-org/memorise"), "blobs")
-    deadline = time.time() + 30
-    while time.time() < deadline and not any(os.path.getsize(x) > 100_000
-                                              for x in glob.glob(os.path.join(blobs, "*.partial"))):
-        time.sleep(0.05)
+    p, blobs = a_pull_under_way(home, 100_000)
     t0 = time.time()
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=30)
