@@ -12,6 +12,7 @@ here) serving repositories made from the bundled model: a sharded safetensors re
   * 429 with Retry-After is waited out; a gated repository is refused without a token, naming
     HF_TOKEN, and pulled with one;
   * a missing shard is refused: by pull (from the index) and by serve (a cache that lost one);
+  * serve --model of a model not in the cache: refused naming `sextant pull`, pulled with --pull;
   * GGUF quantisations (one file; a split file's every part; no quant: an error listing them);
   * huggingface_hub.snapshot_download's cache is served with no request to the hub, and its
     snapshot_download makes no download after a `sextant pull`;
@@ -113,6 +114,18 @@ def greedy(home, model, n=24):
     return [int(x) for x in p.stdout.split()]
 
 
+def served_text(home, model, *flags, n=32):
+    """`serve --model MODEL`'s greedy completion of the bundled prompt, asked for under that name."""
+    d = daemon_harness.Daemon(SEXTANT, model, *flags, env=env(home))
+    try:
+        st, body = daemon_harness.post(d.port, "/v1/completions", {"model": model, "prompt": REF["prompt_text"],
+                                                                     "max_tokens": n, "temperature": 0})
+        assert st == 200, body
+        return json.loads(body)["choices"][0]["text"]
+    finally:
+        d.stop()
+
+
 def resolve_gets(stats, name=None):
     return [r for r in stats["requests"] if r["method"] == "GET" and "/resolve/" in r["path"]
             and (name is None or r["path"].endswith("/" + name))]
@@ -136,17 +149,8 @@ def a_clean_pull_lays_out_the_cache_and_serves_the_bundled_answer():
     line = [ln for ln in ls.splitlines() if ln.startswith("test-org/memorise ")]
     assert line and " verified " in line[0] and "main" in line[0], ls
     # serve names it by its repository and gives the bundled answer.
-    d = daemon_harness.Daemon(SEXTANT, "test-org/memorise", env=env(home))
-    try:
-        n = 32
-        st, body = daemon_harness.post(d.port, "/v1/completions", {"model": "test-org/memorise",
-                                                                     "prompt": REF["prompt_text"], "max_tokens": n,
-                                                                     "temperature": 0})
-        assert st == 200, body
-        got = json.loads(body)["choices"][0]["text"]
-        assert REF["continuation_text"].startswith(got) and len(got) > 20, (got, REF["continuation_text"][:200])
-    finally:
-        d.stop()
+    got = served_text(home, "test-org/memorise")
+    assert REF["continuation_text"].startswith(got) and len(got) > 20, (got, REF["continuation_text"][:200])
     rc, _, err = pull(home, "test-org/memorise", "--revision", commit)  # all cached: nothing fetched
     assert "0 fetched" in _, _
     print(f"  pulled {len(want)} files at {commit[:12]}; `ls`: {line[0].split()[-2]}; serve --model test-org/memorise "
@@ -298,6 +302,21 @@ def a_missing_shard_is_refused_naming_it():
 
 
 @case
+def serve_pulls_a_missing_model_only_when_asked():
+    home = fresh_home("serve-pull")
+    p = subprocess.run([SEXTANT, "serve", "--model", "test-org/memorise", "--port", "0"], capture_output=True,
+                       env=env(home), timeout=60)
+    said = p.stderr.decode(errors="replace")
+    assert p.returncode != 0 and "sextant pull test-org/memorise" in said, said[-1500:]
+    assert not MIRROR.stats()["requests"], "serve without --pull asked the hub"
+    got = served_text(home, "test-org/memorise", "--pull")
+    assert REF["continuation_text"].startswith(got) and len(got) > 20, (got, REF["continuation_text"][:200])
+    assert len(resolve_gets(MIRROR.stats())) == 9, len(resolve_gets(MIRROR.stats()))
+    print(f"  serve --model test-org/memorise with an empty cache: refused ({said.strip().splitlines()[-1][-110:]}); "
+          f"with --pull: pulled, then served the bundled text")
+
+
+@case
 def gguf_quantisations_and_split_files():
     home = fresh_home("gguf")
     pull(home, "test-org/memorise-GGUF:Q8_0")
@@ -323,8 +342,8 @@ def huggingface_hubs_cache_is_shared_both_ways():
     p = subprocess.run([VENV_PYTHON, "-c", code, "test-org/memorise"], capture_output=True, env=env(home), timeout=120)
     assert p.returncode == 0, p.stderr.decode(errors="replace")[-2000:]
     MIRROR.control({"reset": True})
-    ids = greedy(home, "test-org/memorise")
-    assert ids == REF["continuation_ids"][: len(ids)], ids
+    got = served_text(home, "test-org/memorise")
+    assert REF["continuation_text"].startswith(got) and len(got) > 20, (got, REF["continuation_text"][:200])
     assert not MIRROR.stats()["requests"], MIRROR.stats()["requests"][:3]
     # The other way: sextant's pull, then snapshot_download downloads nothing.
     home = fresh_home("interop2")
@@ -335,7 +354,7 @@ def huggingface_hubs_cache_is_shared_both_ways():
     snap, _ = snapshot(home, "test-org/memorise")
     assert p.stdout.decode().strip() == snap, (p.stdout, snap)
     assert not resolve_gets(MIRROR.stats()), resolve_gets(MIRROR.stats())[:3]
-    print("  huggingface_hub's cache: generate --model test-org/memorise made no request to the hub; after sextant "
+    print("  huggingface_hub's cache: serve --model test-org/memorise gave the bundled text with no request to the hub; after sextant "
           "pull, snapshot_download downloaded nothing (same snapshot)")
 
 
