@@ -26,12 +26,6 @@ bool valid_part(std::string_view s) {
   });
 }
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 bool is_hex(std::string_view s, std::size_t n) {
   return s.size() == n && std::all_of(s.begin(), s.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
 }
@@ -59,6 +53,12 @@ std::vector<std::string> files_below(const fs::path& dir) {
 }
 
 }  // namespace
+
+std::string ascii_lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
 
 std::string_view source_name(HubSource s) { return s == HubSource::kModelScope ? "ModelScope" : "Hugging Face"; }
 
@@ -122,7 +122,7 @@ std::string repo_folder_name(std::string_view repo) {
 }
 
 bool gguf_matches_quant(std::string_view path, std::string_view quant) {
-  const std::string p = lower(path), q = lower(quant);
+  const std::string p = ascii_lower(path), q = ascii_lower(quant);
   if (!p.ends_with(".gguf") || q.empty()) return false;
   auto separator = [](char c) { return c == '.' || c == '-' || c == '_' || c == '/'; };
   for (std::size_t at = p.find(q); at != std::string::npos; at = p.find(q, at + 1)) {

@@ -44,6 +44,8 @@ Result<ModelRef> parse_model_ref(std::string_view text);
 bool is_model_ref(const std::string& text);
 
 std::string hub_cache_dir();
+// ASCII lowercase (hub file names, quant names and hex digests compare case-insensitively).
+std::string ascii_lower(std::string_view s);
 // "models--Qwen--Qwen3-8B"
 std::string repo_folder_name(std::string_view repo);
 

@@ -316,11 +316,6 @@ Result<std::string> git_blob_id(const std::string& path, std::uint64_t size) {
   return hex;
 }
 
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 }  // namespace
 
 Result<RepoListing> parse_repo_listing(HubSource source, std::string_view text, std::string_view repo,
@@ -352,7 +347,7 @@ Result<RepoListing> parse_repo_listing(HubSource source, std::string_view text, 
         RemoteFile r;
         r.path = f.at("Path").get<std::string>();
         r.size = f.at("Size").get<std::uint64_t>();
-        r.sha256 = lower(f.value("Sha256", ""));
+        r.sha256 = ascii_lower(f.value("Sha256", ""));
         if (f.contains("Revision") && f["Revision"].is_string()) out.commit = f["Revision"].get<std::string>();
         out.files.push_back(std::move(r));
       }
@@ -363,8 +358,8 @@ Result<RepoListing> parse_repo_listing(HubSource source, std::string_view text, 
         r.path = sib.at("rfilename").get<std::string>();
         if (!sib.contains("size")) return bad(fmt::format("no size for '{}'", r.path));
         r.size = sib.at("size").get<std::uint64_t>();
-        r.blob_id = lower(sib.value("blobId", ""));
-        if (sib.contains("lfs") && sib["lfs"].is_object()) r.sha256 = lower(sib["lfs"].value("sha256", ""));
+        r.blob_id = ascii_lower(sib.value("blobId", ""));
+        if (sib.contains("lfs") && sib["lfs"].is_object()) r.sha256 = ascii_lower(sib["lfs"].value("sha256", ""));
         out.files.push_back(std::move(r));
       }
       if (out.commit.size() != 40 ||

@@ -28,12 +28,6 @@ constexpr std::string_view kCompanions[] = {
     "special_tokens_map.json", "vocab.json",          "merges.txt",           "added_tokens.json",
     "chat_template.jinja",  "chat_template.json",     "preprocessor_config.json"};
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 std::string write_atomically(const fs::path& path, const std::string& text) {
   const fs::path tmp = path.string() + ".partial";
   {
@@ -100,7 +94,7 @@ Result<std::vector<RemoteFile>> select_files(const RepoListing& listing, const M
   }
   std::vector<const RemoteFile*> ggufs;
   for (const RemoteFile& f : listing.files) {
-    if (lower(f.path).ends_with(".gguf")) ggufs.push_back(&f);
+    if (ascii_lower(f.path).ends_with(".gguf")) ggufs.push_back(&f);
   }
   if (!ref.quant.empty()) {
     std::map<std::string, std::vector<const RemoteFile*>> by_split;  // file stem without -0000i-of-0000N
