@@ -125,8 +125,8 @@ Status make_model(const Args& args) {
   if (type_name == "q4_k_m" || type_name == "Q4_K_M") {
     spec.mix = model::WeightMix::kQ4_K_M;
     type = hal::DType::kQ4_K;
-  } else if (type && *type == hal::DType::kQ6_K) {
-    spec.mix = model::WeightMix::kQ6_K;
+  } else if (type && (*type == hal::DType::kQ6_K || *type == hal::DType::kQ5_K)) {
+    spec.mix = *type == hal::DType::kQ6_K ? model::WeightMix::kQ6_K : model::WeightMix::kQ5_K;
   } else if (!type || !hal::can_quantize(*type)) {
     return invalid_argument_error(
         "--type must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k or q4_k_m, got '{}'", type_name);
@@ -205,8 +205,8 @@ int cmd_make_model(int argc, char** argv) {
                  "4b, 8b, 14b, 32b; with --arch qwen3moe: 30b-a3b (default), 235b-a22b; qwen35: 0.8b (default), 2b, 4b, 9b, "
                  "27b (also Qwen3.6 / 3.8-27B); qwen35moe: 35b-a3b (default; also Qwen3.6-35B-A3B), 122b-a10b, "
                  "397b-a17b", "SIZE"},
-                {{"--type"}, true, false, "2-D weight format: f32, f16 (default), bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k; q6_k (Q8_0 where "
-                 "rows are not whole 256-blocks) or q4_k_m (llama.cpp's mix); safetensors: f32, f16, bf16 (default)", "TYPE"},
+                {{"--type"}, true, false, "2-D weight format: f32, f16 (default), bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k; q5_k, q6_k "
+                 "(Q5_1, Q8_0 where rows are not whole 256-blocks, as llama.cpp falls back) or q4_k_m (llama.cpp's mix); safetensors: f32, f16, bf16 (default)", "TYPE"},
                 {{"--tokenizer"}, true, false, "Hugging Face tokenizer.json to embed (default: a synthetic one)", "FILE"},
                 {{"--layers"}, true, false, "override the layer count", "N"},
                 {{"--hidden"}, true, false, "override the hidden size (default heads x head-dim)", "N"},

@@ -180,12 +180,14 @@ bool more_bits(std::int64_t layer, std::int64_t n_layers) {
 // llama.cpp's fallback for a K-quant whose rows are not whole 256-blocks.
 hal::DType k_quant_or_fallback(hal::DType t, std::int64_t row_len) {
   if (row_len % hal::kQK_K == 0) return t;
-  return t == hal::DType::kQ6_K ? hal::DType::kQ8_0 : hal::DType::kQ5_0;
+  if (t == hal::DType::kQ6_K) return hal::DType::kQ8_0;
+  return t == hal::DType::kQ5_K ? hal::DType::kQ5_1 : hal::DType::kQ5_0;
 }
 
 std::uint32_t file_type_of(const RandomModelSpec& spec) {
   if (spec.mix == WeightMix::kQ4_K_M) return 15;  // LLAMA_FTYPE_MOSTLY_Q4_K_M
   if (spec.mix == WeightMix::kQ6_K) return 18;    // LLAMA_FTYPE_MOSTLY_Q6_K
+  if (spec.mix == WeightMix::kQ5_K) return 16;    // LLAMA_FTYPE_MOSTLY_Q5_K_S
   switch (spec.weight_type) {
     case hal::DType::kQ4_0: return 2;   // LLAMA_FTYPE_MOSTLY_Q4_0
     case hal::DType::kQ4_1: return 3;   // LLAMA_FTYPE_MOSTLY_Q4_1
@@ -465,6 +467,7 @@ hal::DType mixed_weight_type(const ModelConfig& c, WeightMix mix, hal::DType uni
                              std::int64_t row_len) {
   switch (mix) {
     case WeightMix::kUniform: return uniform;
+    case WeightMix::kQ5_K: return k_quant_or_fallback(hal::DType::kQ5_K, row_len);
     case WeightMix::kQ6_K: return k_quant_or_fallback(hal::DType::kQ6_K, row_len);
     case WeightMix::kQ4_K_M: break;
   }

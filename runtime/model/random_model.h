@@ -13,6 +13,8 @@
 //            embedding when tied) and for attn_v / ffn_down of the layers with more bits
 //            (i < n/8 || i >= 7n/8 || (i - n/8) % 3 == 2); a tensor whose row length (inner dim) is
 //            not whole 256-blocks falls back as llama.cpp does: Q4_K -> Q5_0, Q6_K -> Q8_0.
+//   kQ5_K    llama.cpp's Q5_K_S without its Q6_K head: Q5_K everywhere, Q5_1 where rows are not
+//            whole 256-blocks (llama.cpp's fallback for Q5_K).
 //   kQ6_K    llama.cpp's Q6_K: Q6_K everywhere, Q8_0 where rows are not whole 256-blocks.
 // The same rules as parallel::recipe_weight_types (q4_k_m), so `sextant plan` sizes these files.
 //
@@ -34,7 +36,7 @@
 
 namespace sx::model {
 
-enum class WeightMix { kUniform, kQ4_K_M, kQ6_K };
+enum class WeightMix { kUniform, kQ4_K_M, kQ5_K, kQ6_K };
 
 struct RandomModelSpec {
   ModelConfig config;

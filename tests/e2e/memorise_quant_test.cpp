@@ -1,10 +1,10 @@
-// The bundled model (models/memorise) requantised from its F32 file into llama.cpp's Q4_K_M and Q6_K
-// mixes (model::mixed_weight_type, the rules of `sextant make-model --type q4_k_m / q6_k`) must keep
-// the F32 greedy continuation for at least 100 tokens; prints how many it keeps.
+// The bundled model (models/memorise) requantised from its F32 file into llama.cpp's Q4_K_M, Q5_K
+// and Q6_K mixes (model::mixed_weight_type, the rules of `sextant make-model --type q4_k_m / q5_k /
+// q6_k`) must keep the F32 greedy continuation for at least 100 tokens; prints how many it keeps.
 //
 // Note: this model's rows are 224 (hidden) and 608 (ffn) wide, not whole 256-blocks, so both mixes
 // take llama.cpp's fallbacks here: Q4_K_M becomes Q5_0 (most matrices) + Q8_0 (the tied LM head and
-// the attn_v / ffn_down of the layers with more bits), Q6_K becomes Q8_0. The K-quant kernels are
+// the attn_v / ffn_down of the layers with more bits), Q5_K becomes Q5_1, Q6_K becomes Q8_0. The K-quant kernels are
 // covered by tests/unit/cpu_kernels and the Qwen2.5-0.5B-shaped random models.
 #include <gtest/gtest.h>
 
@@ -40,7 +40,7 @@ std::map<std::string, int> requantise(model::WeightMix mix, const std::string& o
   const model::GgufFile* f = opened->gguf();
   model::GgufWriter w;
   for (const auto& [key, value] : f->metadata()) w.set(key, value);
-  w.set_uint32("general.file_type", mix == model::WeightMix::kQ4_K_M ? 15 : 18);
+  w.set_uint32("general.file_type", mix == model::WeightMix::kQ4_K_M ? 15 : mix == model::WeightMix::kQ5_K ? 16 : 18);
   for (const model::TensorInfo& t : f->tensors()) {
     std::vector<std::uint8_t> bytes(t.data.begin(), t.data.end());
     hal::DType type = *t.dtype;
@@ -60,7 +60,8 @@ std::map<std::string, int> requantise(model::WeightMix mix, const std::string& o
 
 TEST(MemoriseQuant, RequantisedMixesKeepTheGreedyText) {
   const std::string dir = testing::TempDir();
-  for (auto [mix, name] : {std::pair{model::WeightMix::kQ4_K_M, "q4_k_m"}, std::pair{model::WeightMix::kQ6_K, "q6_k"}}) {
+  for (auto [mix, name] : {std::pair{model::WeightMix::kQ4_K_M, "q4_k_m"}, std::pair{model::WeightMix::kQ5_K, "q5_k"},
+                           std::pair{model::WeightMix::kQ6_K, "q6_k"}}) {
     const std::string path = dir + "/memorise-" + name + ".gguf";
     const auto counts = requantise(mix, path);
     std::string desc;
