@@ -64,7 +64,7 @@ constexpr int kWStepBytes = 32;  // one k-pair of 16 rows
 #endif
 
 // Interleaves rows [row0, row0 + 16) x blocks [b0, b0 + nb) of a W whose blocks hold Q8_0 values
-// (plain Q8_0, Q4_0, Q5_0, kQ5_0R8: layouts.h blocks_as_q8_0, 16 blocks of a row at a time) into
+// (plain Q8_0, Q4_0, Q5_0, kQ5_0R8, kQ4_0R8: layouts.h blocks_as_q8_0, 16 blocks of a row at a time) into
 // nb BlockQ8_0x16 (the layout kQ8_0R16 weights already have); rows at or past n are zero.
 void interleave_panel(hal::DType t, const void* w, std::int64_t k, std::int64_t row0, std::int64_t n,
                       std::int64_t b0, std::int64_t nb, BlockQ8_0x16* dst) {
@@ -96,6 +96,7 @@ void pack_x_panel(const std::int8_t* xq, const float* xd, std::int64_t m, std::i
   const std::int64_t nb = k / kB;
   for (int t = 0; t < kMR; ++t) {
     if (t0 + t >= m) {  // padding tokens: zero values, scales (and sums)
+      if (m - t0 < 5) break;  // only kernel_6 (5 or 6 tokens) reads past the panel's tokens
       for (std::int64_t p = 0; p < k / kXK; ++p) pairs[p * kMR + t] = 0;
       for (std::int64_t b = 0; b < nb; ++b) scales[b * kMR + t] = 0.0f;
       if constexpr (kVnni) {
