@@ -147,19 +147,19 @@ void pack_w_panel_dequant(const std::byte* w, std::size_t row_bytes, std::int64_
   }
 }
 
-// kQ5_0R8 (the CPU device's layout of Q5_0): each row's blocks [pc, pc + kc) dequantised straight
-// from its group of 8 (the same values as Q5_0's dequantisation).
-void pack_w_panel_q5_0_r8(const std::byte* w, std::size_t row_bytes, std::int64_t row0, std::int64_t n,
-                          std::int64_t pc, std::int64_t kc, float* dst) {
+// kQ5_0R8 / kQ4_0R8 (the CPU device's layouts of Q5_0 / Q4_0): each row's blocks [pc, pc + kc)
+// dequantised straight from its group of 8 (the same values as the file format's dequantisation).
+template <typename Block, void (*DequantizeLane)(const Block*, int, std::int64_t, float*)>
+void pack_w_panel_r8(const std::byte* w, std::size_t row_bytes, std::int64_t row0, std::int64_t n,
+                     std::int64_t pc, std::int64_t kc, float* dst) {
+  static_assert(kQ5_0R8Rows == 8 && kQ4_0R8Rows == 8);
   thread_local std::vector<float> tmp;
   tmp.resize(static_cast<std::size_t>(kc));
   for (int r = 0; r < kNR; ++r) {
     const std::int64_t row = row0 + r;
     if (row < n) {
-      const auto* group = reinterpret_cast<const BlockQ5_0x8*>(
-          w + static_cast<std::size_t>(row / kQ5_0R8Rows * kQ5_0R8Rows) * row_bytes);
-      dequantize_lane_q5_0_r8(group + pc / hal::kQK, static_cast<int>(row % kQ5_0R8Rows), kc / hal::kQK,
-                                   tmp.data());
+      const auto* group = reinterpret_cast<const Block*>(w + static_cast<std::size_t>(row / 8 * 8) * row_bytes);
+      DequantizeLane(group + pc / hal::kQK, static_cast<int>(row % 8), kc / hal::kQK, tmp.data());
       for (std::int64_t i = 0; i < kc; ++i) dst[i * kNR + r] = tmp[static_cast<std::size_t>(i)];
     } else {
       for (std::int64_t i = 0; i < kc; ++i) dst[i * kNR + r] = 0.0f;
@@ -178,7 +178,8 @@ PackFn pack_fn(hal::DType t) {
     case hal::DType::kQ4_0: return &pack_w_panel_dequant<hal::DType::kQ4_0>;
     case hal::DType::kQ4_1: return &pack_w_panel_dequant<hal::DType::kQ4_1>;
     case hal::DType::kQ5_0: return &pack_w_panel_dequant<hal::DType::kQ5_0>;
-    case kQ5_0R8: return &pack_w_panel_q5_0_r8;
+    case kQ5_0R8: return &pack_w_panel_r8<BlockQ5_0x8, &dequantize_lane_q5_0_r8>;
+    case kQ4_0R8: return &pack_w_panel_r8<BlockQ4_0x8, &dequantize_lane_q4_0_r8>;
     case hal::DType::kQ5_1: return &pack_w_panel_dequant<hal::DType::kQ5_1>;
     case hal::DType::kQ2_K: return &pack_w_panel_dequant<hal::DType::kQ2_K>;
     case hal::DType::kQ3_K: return &pack_w_panel_dequant<hal::DType::kQ3_K>;
@@ -191,9 +192,37 @@ PackFn pack_fn(hal::DType t) {
   }
 }
 
-// Packs tokens [t0, t0 + kMR) of x (rows of k) into dst[k][6]; tokens at or past m are zero.
+// Packs tokens [t0, t0 + kMR) of x (rows of k) into dst[k][kMR]; tokens at or past m are zero.
 void pack_x_panel(const float* x, std::int64_t m, std::int64_t k, std::int64_t t0, float* dst) {
   const std::int64_t valid = std::min<std::int64_t>(kMR, m - t0);
+#if SX_GEMM_AVX2
+  if (valid == kMR) {
+    // Four k at a time: 4 x 4 transposes of each group of 4 tokens (a scalar scatter of x took ~10%
+    // of the 896 x 4864 projection at m = 512, whose x is 5.4x its W).
+    constexpr int kGroups = kMR / 4;  // the tokens past them (2 of AVX2's 6) one at a time
+    std::int64_t i = 0;
+    for (; i + 4 <= k; i += 4) {
+      for (int t = 4 * kGroups; t < kMR; ++t) {
+        for (int e = 0; e < 4; ++e) dst[(i + e) * kMR + t] = x[(t0 + t) * k + i + e];
+      }
+      for (int g = 0; g < kGroups; ++g) {
+        const float* src = x + (t0 + 4 * g) * k + i;
+        __m128 r0 = _mm_loadu_ps(src), r1 = _mm_loadu_ps(src + k), r2 = _mm_loadu_ps(src + 2 * k);
+        __m128 r3 = _mm_loadu_ps(src + 3 * k);
+        _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+        float* d = dst + i * kMR + 4 * g;
+        _mm_storeu_ps(d, r0);
+        _mm_storeu_ps(d + kMR, r1);
+        _mm_storeu_ps(d + 2 * kMR, r2);
+        _mm_storeu_ps(d + 3 * kMR, r3);
+      }
+    }
+    for (; i < k; ++i) {
+      for (std::int64_t t = 0; t < kMR; ++t) dst[i * kMR + t] = x[(t0 + t) * k + i];
+    }
+    return;
+  }
+#endif
   for (std::int64_t t = 0; t < kMR; ++t) {
     if (t < valid) {
       const float* src = x + (t0 + t) * k;

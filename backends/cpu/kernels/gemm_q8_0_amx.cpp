@@ -1,8 +1,8 @@
 // The "amx" kernel level (isa.h): the avx512-bf16 kernels, with the int8 GEMM of weights that hold
-// Q8_0 values (kQ8_0R16, Q8_0, Q4_0, Q5_0, kQ5_0R8; layouts.h converts_to_q8_0) on Intel AMX tiles
-// from kAmxMinM tokens up: prefill, and the mixed steps of paced scheduling (issue 24), where a few
-// decodes and a prefill chunk share one step and its cost per token decides how much of a long
-// prompt fits beside the streams. Compiled once, with the avx512-bf16 flags plus AMX-TILE/INT8.
+// Q8_0 values (kQ8_0R16, Q8_0, Q4_0, Q5_0, kQ5_0R8, kQ4_0R8; layouts.h converts_to_q8_0) on Intel
+// AMX tiles from kAmxMinM tokens up: prefill, and the mixed steps of paced scheduling (issue 24),
+// where a few decodes and a prefill chunk share one step and its cost per token decides how much of
+// a long prompt fits beside the streams. Compiled once, with the avx512-bf16 flags plus AMX-TILE/INT8.
 //
 // Arithmetic (the same bits as every other level, matmul.h): per block of 32, one tdpbssd gives the
 // exact int32 dots of 16 x rows with 16 W rows (C[m][n] += sum_e A[m][4q + e] * B[q][4n + e], A the
@@ -97,8 +97,8 @@ void pack_panel_r16(const BlockQ8_0x16* w, std::int64_t nb, PackedBlock* dst) {
   }
 }
 
-// The same from rows of a format whose blocks hold Q8_0 values (plain Q8_0, Q4_0, Q5_0, kQ5_0R8),
-// rows [row0, row0 + 16) (those at or past n: zero).
+// The same from rows of a format whose blocks hold Q8_0 values (plain Q8_0, Q4_0, Q5_0, kQ5_0R8,
+// kQ4_0R8), rows [row0, row0 + 16) (those at or past n: zero).
 void pack_panel_rows(hal::DType t, const void* w, std::int64_t k, std::int64_t n, std::int64_t row0, std::int64_t b0,
                      std::int64_t nb, PackedBlock* dst) {
   for_panel_blocks_as_q8_0(t, w, k, n, row0, b0, nb, [&](int r, std::int64_t b, const BlockQ8_0& blk) {

@@ -7,11 +7,15 @@
 //               in int32 and scaled once: y += d_w * d_x * sum_s sc_s * dot_s - dmin_w * d_x *
 //               sum_s m_s * xsum_s (Q4_K; Q6_K subtracts 32 * sum_s sc_s * xsum_s instead).
 //   Q5_0        x quantised per 32 (quantize_activations_q8, as the Q8_0 path): per block the
-//               exact int32 dot of (q - 16) and x, scaled by d_w * d_x.
+//               exact int32 dot of (q - 16) and x, scaled by d_w * d_x; in the CPU device's layout
+//               kQ5_0R8 (and Q4_0's kQ4_0R8) 8 rows at once, one per lane (dot_r8).
 //   Q4_0, Q4_1, Q5_1  the same per 32; the mins of Q4_1 / Q5_1 (w = d q + m) join as m * d_x * sum(x).
 //   Q5_K        as Q4_K (x per 256) with the fifth bits.
 //   Q2_K, Q3_K  x per 256 too, their scales per 16 applied in int32 (dot_q23_k).
-//   AWQ int4    x per 32, the zero of each group of 128 as scale * zero * sum_b d_x * sum(x_b).
+//   AWQ int4    x per 32, its blocks' even elements first (the nibble order), the zero of each
+//               group of 128 as scale * zero * sum_b d_x * sum(x_b).
+// With VNNI (AVX-512 VNNI, AVX-VNNI) the int8 dots are vpdpbusd, else vpmaddubsw + vpmaddwd: the
+// same exact integers, so every vector level computes the same bits.
 // Activation quantisation error per element is at most amax(block of x) / 254 (block = 256 for
 // Q4_K / Q6_K, 32 for Q5_0); every other step is exact integer arithmetic or F32 rounding.
 // Every other format (and every format without AVX2): the row is dequantised to F32 with
@@ -270,6 +274,33 @@ float dot_q6_k(const BlockQ6_K* w, const ActQ8K* a, std::int64_t nsb) {
   return hsum256(acc);
 }
 
+// a + the exact int32 dot products of each 4-byte group of u (unsigned) and s (signed), one per
+// lane: vpdpbusd where the level has VNNI, else vpmaddubsw + vpmaddwd (the same lanes; no
+// saturation while u <= 31).
+inline __m256i dot_u8s8_add(__m256i a, __m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpbusd_epi32(a, u, s);
+#elif defined(__AVXVNNI__)
+  return _mm256_dpbusd_avx_epi32(a, u, s);
+#else
+  return _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#endif
+}
+
+// The 32 nibbles of 16 bytes as bytes 0..15: low nibbles in bytes 0-15, high nibbles in 16-31.
+inline __m256i nibbles32(const void* p) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i qs = _mm256_broadcastsi128_si256(_mm_loadu_si128(static_cast<const __m128i*>(p)));
+  return _mm256_and_si256(_mm256_srlv_epi64(qs, _mm256_setr_epi64x(0, 0, 4, 4)), m4);
+}
+
+// Four fp16 values times f, as floats.
+inline __m128 halves_times(const std::uint16_t (&v)[4], float f) {
+  std::uint64_t packed;
+  std::memcpy(&packed, v, 8);
+  return _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(packed))), _mm_set1_ps(f));
+}
+
 // Dots of R Q5_0 rows (nb blocks each) with one token quantised per 32 (xq values, xd scales,
 // xcorr = -16 * the sum of each block's xq). The 5-bit q (0..31) is the unsigned operand of
 // vpmaddubsw as it is (pairs stay below 2 * 31 * 127, no saturation), and the -16 offset joins
@@ -334,42 +365,77 @@ __m256i q5_r8_high(__m256i qh, __m256i bit4) {
   }
 }
 
-// Sum over v in [V0, V0 + 4) of vpmaddubsw(q_v, x_v) for one BlockQ5_0x8: q_v (elements 4v .. 4v + 3
-// of each of the 8 rows, one row per 4-byte lane) against x_v (the token's elements 4v .. 4v + 3 in
-// every lane). Each vpmaddubsw pair is below 2 * 31 * 127 in magnitude, so four of them add up in
-// int16 without overflow.
-template <int V0>
-__m256i dot_q5_0_r8_half(const BlockQ5_0x8& wb, __m256i qh, const std::int8_t* x) {
+// The values q_v of one 8-row interleaved block (kQ5_0R8, kQ4_0R8: layouts.h), v = 0..7: elements
+// 4v .. 4v + 3 of each of the 8 rows, one row per 4-byte lane (vector i of qs holds v = 2i in its
+// low nibbles and v = 2i + 1 in its high ones), with Q5_0's fifth bits.
+template <typename Block>
+inline void r8_values(const Block& wb, __m256i (&q)[8]) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
-  const __m256i bit4 = _mm256_set1_epi8(0x10);
+  for (int i = 0; i < 4; ++i) {
+    const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs + 32 * i));
+    q[2 * i] = _mm256_and_si256(qs, m4);
+    q[2 * i + 1] = _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4);
+  }
+  if constexpr (std::is_same_v<Block, BlockQ5_0x8>) {
+    const __m256i bit4 = _mm256_set1_epi8(0x10);
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qh));
+    q[0] = _mm256_or_si256(q[0], q5_r8_high<0>(qh, bit4));
+    q[1] = _mm256_or_si256(q[1], q5_r8_high<1>(qh, bit4));
+    q[2] = _mm256_or_si256(q[2], q5_r8_high<2>(qh, bit4));
+    q[3] = _mm256_or_si256(q[3], q5_r8_high<3>(qh, bit4));
+    q[4] = _mm256_or_si256(q[4], q5_r8_high<4>(qh, bit4));
+    q[5] = _mm256_or_si256(q[5], q5_r8_high<5>(qh, bit4));
+    q[6] = _mm256_or_si256(q[6], q5_r8_high<6>(qh, bit4));
+    q[7] = _mm256_or_si256(q[7], q5_r8_high<7>(qh, bit4));
+  }
+}
+
+// corr + the exact int32 dot of each row's 32 values with the token's block x (xv(v): its elements
+// 4v .. 4v + 3 in every lane), one row per lane: vpdpbusd in two chains where the level has VNNI,
+// else vpmaddubsw pairs (below 2 * 31 * 127 each, so four add up in int16) and vpmaddwd. The same
+// integers either way.
+template <typename Block>
+inline __m256i r8_block_dot(const Block& wb, const std::int8_t* x, __m256i corr) {
+  __m256i q[8];
+  r8_values(wb, q);
   auto xv = [&](int v) {
     std::int32_t xi;
     std::memcpy(&xi, x + 4 * v, 4);
     return _mm256_set1_epi32(xi);
   };
-  const __m256i qs0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs + 32 * (V0 / 2)));
-  const __m256i qs1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs + 32 * (V0 / 2 + 1)));
-  const __m256i q0 = _mm256_or_si256(_mm256_and_si256(qs0, m4), q5_r8_high<V0>(qh, bit4));
-  const __m256i q1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qs0, 4), m4), q5_r8_high<V0 + 1>(qh, bit4));
-  const __m256i q2 = _mm256_or_si256(_mm256_and_si256(qs1, m4), q5_r8_high<V0 + 2>(qh, bit4));
-  const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qs1, 4), m4), q5_r8_high<V0 + 3>(qh, bit4));
-  const __m256i s01 = _mm256_add_epi16(_mm256_maddubs_epi16(q0, xv(V0)), _mm256_maddubs_epi16(q1, xv(V0 + 1)));
-  const __m256i s23 = _mm256_add_epi16(_mm256_maddubs_epi16(q2, xv(V0 + 2)), _mm256_maddubs_epi16(q3, xv(V0 + 3)));
-  return _mm256_add_epi16(s01, s23);
+#if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
+  __m256i even = corr, odd = _mm256_setzero_si256();
+  for (int v = 0; v < 8; v += 2) {
+    even = dot_u8s8_add(even, q[v], xv(v));
+    odd = dot_u8s8_add(odd, q[v + 1], xv(v + 1));
+  }
+  return _mm256_add_epi32(even, odd);
+#else
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i half[2];
+  for (int h = 0; h < 2; ++h) {
+    const int v = 4 * h;
+    const __m256i s01 = _mm256_add_epi16(_mm256_maddubs_epi16(q[v], xv(v)), _mm256_maddubs_epi16(q[v + 1], xv(v + 1)));
+    const __m256i s23 =
+        _mm256_add_epi16(_mm256_maddubs_epi16(q[v + 2], xv(v + 2)), _mm256_maddubs_epi16(q[v + 3], xv(v + 3)));
+    half[h] = _mm256_madd_epi16(_mm256_add_epi16(s01, s23), ones);
+  }
+  return _mm256_add_epi32(_mm256_add_epi32(half[0], half[1]), corr);
+#endif
 }
 
-// One token against G groups of 8 kQ5_0R8 rows (nb blocks each) in lockstep, G streams through W:
-// out[g][r] = dot of row r of group g. The same arithmetic as dot_q5_0 per row and block (exact
-// int32 dot of q and x plus xcorr, then one FMA by d_w * d_x), with the 8 rows in the 8 lanes, so
-// no horizontal sums. Each stream prefetches kQ5R8PrefetchBlocks blocks ahead: in the one-thread
-// Q4_K_M decode profile this kernel's share against the unchanged Q8_0 LM head fell from
-// 1.38-1.43 to 1.32-1.37 with 2-4 blocks (6 interleaved runs each); 8 blocks was worse than none.
-constexpr int kQ5R8PrefetchBlocks = 4;
+// One token against G groups of 8 interleaved rows (kQ5_0R8 or kQ4_0R8, nb blocks each) in
+// lockstep, G streams through W: out[g][r] = dot of row r of group g. The same arithmetic as
+// dot_q5_0 per row and block (exact int32 dot of q and x plus xcorr: -16 or -8 times the block's
+// sum of x, then one FMA by d_w * d_x), with the 8 rows in the 8 lanes, so no horizontal sums.
+// Each stream prefetches kR8PrefetchBlocks blocks ahead: in the one-thread Q4_K_M decode profile
+// this kernel's share against the unchanged Q8_0 LM head fell from 1.38-1.43 to 1.32-1.37 with 2-4
+// blocks (6 interleaved runs each); 8 blocks was worse than none.
+constexpr int kR8PrefetchBlocks = 4;
 
-template <int G>
-void dot_q5_0_r8(const BlockQ5_0x8* const (&w)[G], const std::int8_t* xq, const float* xd,
-                 const std::int32_t* xcorr, std::int64_t nb, float (&out)[G][kQ5_0R8Rows]) {
-  const __m256i ones = _mm256_set1_epi16(1);
+template <typename Block, int G>
+void dot_r8(const Block* const (&w)[G], const std::int8_t* xq, const float* xd, const std::int32_t* xcorr,
+            std::int64_t nb, float (&out)[G][8]) {
   __m256 acc[G];
   for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
   for (std::int64_t b = 0; b < nb; ++b) {
@@ -377,12 +443,9 @@ void dot_q5_0_r8(const BlockQ5_0x8* const (&w)[G], const std::int8_t* xq, const 
     const __m256i corr = _mm256_set1_epi32(xcorr[b]);
     const __m256 dx = _mm256_set1_ps(xd[b]);
     for (int g = 0; g < G; ++g) {
-      const BlockQ5_0x8& wb = w[g][b];
-      prefetch_block<sizeof(BlockQ5_0x8)>(&wb + kQ5R8PrefetchBlocks);
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qh));
-      const __m256i lo = _mm256_madd_epi16(dot_q5_0_r8_half<0>(wb, qh, x), ones);
-      const __m256i hi = _mm256_madd_epi16(dot_q5_0_r8_half<4>(wb, qh, x), ones);
-      const __m256i p = _mm256_add_epi32(_mm256_add_epi32(lo, hi), corr);
+      const Block& wb = w[g][b];
+      prefetch_block<sizeof(Block)>(&wb + kR8PrefetchBlocks);
+      const __m256i p = r8_block_dot(wb, x, corr);
       const __m256 scale =
           _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.d))), dx);
       acc[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[g]);
@@ -393,89 +456,124 @@ void dot_q5_0_r8(const BlockQ5_0x8* const (&w)[G], const std::int8_t* xq, const 
 
 // Q4_0, Q4_1 and Q5_1: dots of R rows (nb blocks each) with one token quantised per 32 (xq, xd;
 // xsum = the sum of each block's xq), as dot_q5_0 does Q5_0: the unsigned 4- or 5-bit q against x
-// (vpmaddubsw, then vpmaddwd by ones: the exact int32 dot), then per block
+// (the exact int32 dot per lane, dot_u8s8_add), then per block
 // acc += (dot - 8 * xsum) * d_w * d_x for Q4_0 (w = d (q - 8)), and for Q4_1 / Q5_1 (w = d q + m)
-// acc += dot * d_w * d_x and macc += m_w * d_x * xsum.
+// acc += dot * d_w * d_x and macc += m_w * d_x * xsum. The R rows' d_w * d_x (and m_w * d_x) come
+// from one F16C conversion per block; the fifth bits of Q5_1 from an AVX-512 byte mask where there
+// is one. (Per lane and block the same operations as the one-row-at-a-time kernel before issue 44,
+// so the same bits, at ~1.5x its speed from cache.)
 template <hal::DType T, int R>
 void dot_q4_q5(const std::byte* const (&w)[R], const std::int8_t* xq, const float* xd, const std::int32_t* xsum,
                std::int64_t nb, float (&out)[R]) {
+  static_assert(R <= 4);
   using Block = std::conditional_t<T == hal::DType::kQ4_0, hal::BlockQ4_0,
                                    std::conditional_t<T == hal::DType::kQ4_1, hal::BlockQ4_1, hal::BlockQ5_1>>;
   constexpr bool kMin = T != hal::DType::kQ4_0;
   constexpr bool kFive = T == hal::DType::kQ5_1;
-  const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  const __m256i nib_shift = _mm256_setr_epi64x(0, 0, 4, 4);  // low nibbles, then high nibbles
+  const __m256i bit4 = _mm256_set1_epi8(0x10);
+#if !(defined(__AVX512BW__) && defined(__AVX512VL__))
   // The fifth bits (Q5_1), as dot_q5_0 spreads them.
   const __m256i spread = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202,
                                             0x0303030303030303);
   const __m256i bit_mask = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
   const __m256i all = _mm256_set1_epi64x(-1);
-  const __m256i bit4 = _mm256_set1_epi8(0x10);
+#endif
   __m256 acc[R];
-  float macc[R] = {};
+  __m128 macc = _mm_setzero_ps();  // lane r: row r's sum of m_w * d_x * xsum
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (std::int64_t b = 0; b < nb; ++b) {
     const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(xq + 32 * b));
     const __m256i corr = _mm256_zextsi128_si256(_mm_cvtsi32_si128(kMin ? 0 : -8 * xsum[b]));
     const float dx = xd[b];
+    std::uint16_t dw[4] = {}, mw[4] = {};
     for (int r = 0; r < R; ++r) {
       const Block& wb = reinterpret_cast<const Block*>(w[r])[b];
-      _mm_prefetch(reinterpret_cast<const char*>(&wb) + kGemvPrefetchBytes, _MM_HINT_T0);
-      const __m256i qs = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.qs)));
-      __m256i q = _mm256_and_si256(_mm256_srlv_epi64(qs, nib_shift), m4);
+      dw[r] = wb.d;
+      if constexpr (kMin) mw[r] = wb.m;
+    }
+    alignas(16) float scale[4];
+    _mm_store_ps(scale, halves_times(dw, dx));
+    for (int r = 0; r < R; ++r) {
+      const Block& wb = reinterpret_cast<const Block*>(w[r])[b];
+      if (b % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(&wb) + kGemvPrefetchBytes, _MM_HINT_T0);
+      __m256i q = nibbles32(wb.qs);
       if constexpr (kFive) {
         std::uint32_t qh;
         std::memcpy(&qh, wb.qh, 4);
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+        q = _mm256_mask_add_epi8(q, static_cast<__mmask32>(qh), q, bit4);  // q < 16: + 16 sets bit 4
+#else
         const __m256i bits = _mm256_cmpeq_epi8(
             _mm256_or_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), spread), bit_mask), all);
         q = _mm256_or_si256(q, _mm256_and_si256(bits, bit4));
+#endif
       }
-      const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(q, x), ones), corr);
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(f16(wb.d) * dx), acc[r]);
-      if constexpr (kMin) macc[r] = std::fma(f16(wb.m) * dx, static_cast<float>(xsum[b]), macc[r]);
+      const __m256i p = dot_u8s8_add(corr, q, x);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(scale[r]), acc[r]);
     }
+    if constexpr (kMin) macc = _mm_fmadd_ps(halves_times(mw, dx), _mm_set1_ps(static_cast<float>(xsum[b])), macc);
   }
-  for (int r = 0; r < R; ++r) out[r] = hsum256(acc[r]) + macc[r];
+  alignas(16) float m[4];
+  _mm_store_ps(m, macc);
+  for (int r = 0; r < R; ++r) out[r] = hsum256(acc[r]) + m[r];
 }
 
 // AWQ / GPTQ int4 (kAwqInt4: groups of 128, byte j holding elements 2j (low nibble) and 2j + 1,
-// then the fp16 scale and zero; w = scale * (q - zero)): R rows against one token quantised per 32,
-// per block of 32 the exact int32 dot of q and x, then per group
-// y += scale * sum_b d_x,b * dot_b - scale * zero * sum_b d_x,b * xsum_b.
+// then the fp16 scale and zero; w = scale * (q - zero)): R rows against one token quantised per 32
+// whose blocks are stored with their even elements first, then their odd ones (permute_awq_x), so
+// that a block's 16 bytes of nibbles meet x as they lie (nibbles32, as Q4_0). Per block of 32 the
+// exact int32 dot of q and x, then per group
+// y += scale * sum_b d_x,b * dot_b - scale * zero * zx_g, zx_g = sum_b d_x,b * xsum_b (the same
+// for every row: awq_group_sums).
 template <int R>
-void dot_awq(const std::byte* const (&w)[R], const std::int8_t* xq, const float* xd, const std::int32_t* xsum,
+void dot_awq(const std::byte* const (&w)[R], const std::int8_t* xq, const float* xd, const float* zx,
              std::int64_t ngroups, float (&out)[R]) {
   constexpr int kBlocks = hal::kAwqInt4Group / hal::kQK;
-  const __m256i ones = _mm256_set1_epi16(1);
-  const __m128i m4 = _mm_set1_epi8(0x0F);
   __m256 acc[R];
   float zacc[R] = {};
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (std::int64_t g = 0; g < ngroups; ++g) {
+    const std::uint8_t* blk[R];
+    float scale[R];
     for (int r = 0; r < R; ++r) {
-      const auto* blk = reinterpret_cast<const std::uint8_t*>(w[r]) + g * hal::kAwqInt4BlockBytes;
-      _mm_prefetch(reinterpret_cast<const char*>(blk) + kGemvPrefetchBytes, _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(blk) + kGemvPrefetchBytes + 64, _MM_HINT_T0);
+      blk[r] = reinterpret_cast<const std::uint8_t*>(w[r]) + g * hal::kAwqInt4BlockBytes;
       std::uint16_t sh, zh;
-      std::memcpy(&sh, blk + hal::kAwqInt4Group / 2, 2);
-      std::memcpy(&zh, blk + hal::kAwqInt4Group / 2 + 2, 2);
-      const float scale = f16(sh), zero = f16(zh);
-      float zsum = 0.0f;
-      for (int b = 0; b < kBlocks; ++b) {
-        const std::int64_t xb = g * kBlocks + b;
-        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * b));
-        const __m128i lo = _mm_and_si128(bytes, m4), hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), m4);
-        const __m256i q = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
-        const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(xq + 32 * xb));
-        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), ones);
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(scale * xd[xb]), acc[r]);
-        zsum = std::fma(xd[xb], static_cast<float>(xsum[xb]), zsum);
+      std::memcpy(&sh, blk[r] + hal::kAwqInt4Group / 2, 2);
+      std::memcpy(&zh, blk[r] + hal::kAwqInt4Group / 2 + 2, 2);
+      scale[r] = f16(sh);
+      zacc[r] = std::fma(scale[r] * f16(zh), zx[g], zacc[r]);
+    }
+    for (int b = 0; b < kBlocks; ++b) {
+      const std::int64_t xb = g * kBlocks + b;
+      const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(xq + 32 * xb));
+      const __m256 dx = _mm256_set1_ps(xd[xb]);
+      for (int r = 0; r < R; ++r) {
+        if (b % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(blk[r] + 16 * b) + kGemvPrefetchBytes, _MM_HINT_T0);
+        const __m256i p = dot_u8s8_add(_mm256_setzero_si256(), nibbles32(blk[r] + 16 * b), x);
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(_mm256_set1_ps(scale[r]), dx), acc[r]);
       }
-      zacc[r] = std::fma(scale * zero, zsum, zacc[r]);
     }
   }
   for (int r = 0; r < R; ++r) out[r] = hsum256(acc[r]) - zacc[r];
+}
+
+// x quantised per 32 for dot_awq: each block's values reordered to its even elements, then its
+// odd ones (in place); zx[g] = sum over the group's 4 blocks of d_x * sum(x values), in block order.
+void permute_awq_x(std::int8_t* q, const float* d, const std::int32_t* sum, std::int64_t blocks, float* zx) {
+  constexpr int kBlocks = hal::kAwqInt4Group / hal::kQK;
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    std::int8_t tmp[hal::kQK];
+    for (int j = 0; j < hal::kQK / 2; ++j) {
+      tmp[j] = q[b * hal::kQK + 2 * j];
+      tmp[hal::kQK / 2 + j] = q[b * hal::kQK + 2 * j + 1];
+    }
+    std::memcpy(q + b * hal::kQK, tmp, hal::kQK);
+  }
+  for (std::int64_t g = 0; g < blocks / kBlocks; ++g) {
+    float z = 0.0f;
+    for (int b = 0; b < kBlocks; ++b) z = std::fma(d[g * kBlocks + b], static_cast<float>(sum[g * kBlocks + b]), z);
+    zx[g] = z;
+  }
 }
 
 float dot_f32(const float* w, const float* x, std::int64_t k) {
@@ -559,7 +657,7 @@ void gemv_row_streams(ThreadPool& pool, const MatmulProblem& p, Dot&& dot) {
 bool has_quant_gemv_kernel(hal::DType t) {
 #if SX_GEMV_QUANT_AVX2
   return t == hal::DType::kQ2_K || t == hal::DType::kQ3_K || t == hal::DType::kQ4_K || t == hal::DType::kQ6_K ||
-         t == hal::DType::kQ5_0 || t == kQ5_0R8 ||
+         t == hal::DType::kQ5_0 || t == kQ5_0R8 || t == kQ4_0R8 ||
          t == hal::DType::kQ4_0 || t == hal::DType::kQ4_1 || t == hal::DType::kQ5_1 || t == hal::DType::kQ5_K ||
          t == hal::DType::kAwqInt4;
 #else
@@ -603,10 +701,18 @@ void gemv_quant(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
   if (t == hal::DType::kQ4_0 || t == hal::DType::kQ4_1 || t == hal::DType::kQ5_1 || t == hal::DType::kAwqInt4) {
     const std::int64_t nb = p.k / hal::kQK;
     const XBlocks32 x = quantize_x_blocks32(scratch, p, 1);
+    const std::int64_t ngroups = p.k / hal::kAwqInt4Group;
+    float* zx = nullptr;  // AWQ: per token and group, sum_b d_x * xsum_b
+    if (t == hal::DType::kAwqInt4) {
+      zx = static_cast<float*>(scratch.get(kSlotPackedX, static_cast<std::size_t>(p.m * ngroups) * sizeof(float)));
+      for (std::int64_t tk = 0; tk < p.m; ++tk) {
+        permute_awq_x(x.q + tk * p.k, x.d + tk * nb, x.sum + tk * nb, nb, zx + tk * ngroups);
+      }
+    }
     auto rows_of = [&]<hal::DType T>() {
       gemv_row_streams(pool, p, [&]<int R>(const std::byte* const (&wr)[R], std::int64_t tk, float (&v)[R]) {
         if constexpr (T == hal::DType::kAwqInt4) {
-          dot_awq<R>(wr, x.q + tk * p.k, x.d + tk * nb, x.sum + tk * nb, p.k / hal::kAwqInt4Group, v);
+          dot_awq<R>(wr, x.q + tk * p.k, x.d + tk * nb, zx + tk * ngroups, ngroups, v);
         } else {
           dot_q4_q5<T, R>(wr, x.q + tk * p.k, x.d + tk * nb, x.sum + tk * nb, nb, v);
         }
@@ -623,22 +729,20 @@ void gemv_quant(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
     }
     return;
   }
-  if (t == hal::DType::kQ5_0 || t == kQ5_0R8) {
+  if (t == kQ5_0R8 || t == kQ4_0R8) {
     const std::int64_t nb = p.k / hal::kQK;
-    const XBlocks32 x = quantize_x_blocks32(scratch, p, -16);  // the -16 of (q - 16), per block
-    const std::int8_t* xq = x.q;
-    const float* xd = x.d;
-    const std::int32_t* xcorr = x.sum;
-    if (t == kQ5_0R8) {
-      constexpr int kRows = kQ5_0R8Rows;
-      const auto* w = static_cast<const BlockQ5_0x8*>(p.w);
+    // The -16 of (q - 16) or the -8 of (q - 8), per block.
+    const XBlocks32 x = quantize_x_blocks32(scratch, p, t == kQ5_0R8 ? -16 : -8);
+    auto groups_of = [&]<typename Block>() {
+      constexpr int kRows = 8;
+      const auto* w = static_cast<const Block*>(p.w);
       for_row_chunks(pool, ceil_div(p.n, kRows), [&](std::int64_t g0, std::int64_t g1) {
         for_row_streams(g0, g1, [&]<int G>(const std::int64_t (&groups)[G]) {
-          const BlockQ5_0x8* wg[G];
+          const Block* wg[G];
           for (int i = 0; i < G; ++i) wg[i] = w + groups[i] * nb;
           for (std::int64_t tk = 0; tk < p.m; ++tk) {
             float v[G][kRows];
-            dot_q5_0_r8<G>(wg, xq + tk * p.k, xd + tk * nb, xcorr + tk * nb, nb, v);
+            dot_r8<Block, G>(wg, x.q + tk * p.k, x.d + tk * nb, x.sum + tk * nb, nb, v);
             for (int i = 0; i < G; ++i) {
               for (int r = 0; r < kRows && groups[i] * kRows + r < p.n; ++r) {
                 const std::int64_t row = groups[i] * kRows + r;
@@ -648,12 +752,21 @@ void gemv_quant(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
           }
         });
       });
-      return;
+    };
+    if (t == kQ5_0R8) {
+      groups_of.template operator()<BlockQ5_0x8>();
+    } else {
+      groups_of.template operator()<BlockQ4_0x8>();
     }
+    return;
+  }
+  if (t == hal::DType::kQ5_0) {
+    const std::int64_t nb = p.k / hal::kQK;
+    const XBlocks32 x = quantize_x_blocks32(scratch, p, -16);  // the -16 of (q - 16), per block
     gemv_row_streams(pool, p, [&]<int R>(const std::byte* const (&wr)[R], std::int64_t tk, float (&v)[R]) {
       const BlockQ5_0* rows[R];
       for (int i = 0; i < R; ++i) rows[i] = reinterpret_cast<const BlockQ5_0*>(wr[i]);
-      dot_q5_0<R>(rows, xq + tk * p.k, xd + tk * nb, xcorr + tk * nb, nb, v);
+      dot_q5_0<R>(rows, x.q + tk * p.k, x.d + tk * nb, x.sum + tk * nb, nb, v);
     });
     return;
   }

@@ -17,7 +17,7 @@ namespace sx::cpu {
 
 struct KernelTable {
   const char* level;        // "avx2", ...
-  bool vector_interleaved;  // the kQ8_0R16 / kQ5_0R8 layouts have vector kernels here
+  bool vector_interleaved;  // the kQ8_0R16 / kQ5_0R8 / kQ4_0R8 layouts have vector kernels here
   void (*matmul)(ThreadPool&, Scratch&, const MatmulProblem&, MatmulPath);
   void (*quantize_activations_q8)(const float* x, std::int64_t k, std::int8_t* qs, float* d);
   std::int64_t (*run_q8_microkernel_in_l1)(std::int64_t calls);

@@ -14,12 +14,14 @@ namespace sx::cpu {
 hal::DType layout_source(hal::DType t) {
   if (t == kQ8_0R16) return hal::DType::kQ8_0;
   if (t == kQ5_0R8) return hal::DType::kQ5_0;
+  if (t == kQ4_0R8) return hal::DType::kQ4_0;
   return t;
 }
 
 int interleaved_rows(hal::DType t) {
   if (t == kQ8_0R16) return kQ8_0R16Rows;
   if (t == kQ5_0R8) return kQ5_0R8Rows;
+  if (t == kQ4_0R8) return kQ4_0R8Rows;
   return 1;
 }
 
@@ -27,6 +29,7 @@ hal::DType weight_layout(hal::DType format) {
   if (!vector_interleaved()) return format;
   if (format == hal::DType::kQ8_0) return kQ8_0R16;
   if (format == hal::DType::kQ5_0) return kQ5_0R8;
+  if (format == hal::DType::kQ4_0) return kQ4_0R8;
   return format;
 }
 
@@ -41,6 +44,7 @@ std::size_t tensor_bytes(hal::DType t, std::int64_t rows, std::int64_t cols) {
 std::string_view type_name(hal::DType t) {
   if (t == kQ8_0R16) return "q8_0_r16";  // Q8_0, 16 rows interleaved
   if (t == kQ5_0R8) return "q5_0_r8";  // Q5_0, 8 rows interleaved
+  if (t == kQ4_0R8) return "q4_0_r8";  // Q4_0, 8 rows interleaved
   return hal::dtype_name(t);
 }
 
@@ -49,6 +53,8 @@ void repack_rows(hal::DType layout, const void* src, std::int64_t rows, std::int
     repack_q8_0_r16(static_cast<const hal::BlockQ8_0*>(src), rows, k, static_cast<BlockQ8_0x16*>(dst));
   } else if (layout == kQ5_0R8) {
     repack_q5_0_r8(static_cast<const hal::BlockQ5_0*>(src), rows, k, static_cast<BlockQ5_0x8*>(dst));
+  } else if (layout == kQ4_0R8) {
+    repack_q4_0_r8(static_cast<const hal::BlockQ4_0*>(src), rows, k, static_cast<BlockQ4_0x8*>(dst));
   } else {
     fatal("repack_rows", std::string(type_name(layout)) + " is not an interleaved layout");
   }
@@ -59,6 +65,8 @@ void unpack_row(hal::DType layout, const void* src, std::int64_t k, std::int64_t
     unpack_row_q8_0_r16(static_cast<const BlockQ8_0x16*>(src), k, row, static_cast<hal::BlockQ8_0*>(dst));
   } else if (layout == kQ5_0R8) {
     unpack_row_q5_0_r8(static_cast<const BlockQ5_0x8*>(src), k, row, static_cast<hal::BlockQ5_0*>(dst));
+  } else if (layout == kQ4_0R8) {
+    unpack_row_q4_0_r8(static_cast<const BlockQ4_0x8*>(src), k, row, static_cast<hal::BlockQ4_0*>(dst));
   } else {
     fatal("unpack_row", std::string(type_name(layout)) + " is not an interleaved layout");
   }
@@ -111,6 +119,29 @@ void unpack_row_q8_0_r16(const BlockQ8_0x16* src, std::int64_t k, std::int64_t r
 }
 
 
+namespace {
+
+// The low 4 bits of a block's 32 values q into lane r of an 8-row interleaved qs (kQ5_0R8,
+// kQ4_0R8: layouts.h), and back (q 0..15).
+void put_lane_nibbles(const int (&q)[hal::kQK], int r, std::uint8_t* qs) {
+  for (int i = 0; i < 4; ++i) {
+    for (int e = 0; e < 4; ++e) {
+      qs[32 * i + 4 * r + e] = static_cast<std::uint8_t>((q[8 * i + e] & 0x0F) | (q[8 * i + 4 + e] & 0x0F) << 4);
+    }
+  }
+}
+void lane_nibbles(const std::uint8_t* qs, int lane, int (&q)[hal::kQK]) {
+  for (int i = 0; i < 4; ++i) {
+    for (int e = 0; e < 4; ++e) {
+      const int byte = qs[32 * i + 4 * lane + e];
+      q[8 * i + e] = byte & 0x0F;
+      q[8 * i + 4 + e] = byte >> 4;
+    }
+  }
+}
+
+}  // namespace
+
 // Q5_0 <-> kQ5_0R8 (layout in layouts.h), through each block's 32 values.
 void repack_q5_0_r8(const hal::BlockQ5_0* src, std::int64_t rows, std::int64_t k, BlockQ5_0x8* dst) {
   const std::int64_t nb = k / hal::kQK;
@@ -126,11 +157,7 @@ void repack_q5_0_r8(const hal::BlockQ5_0* src, std::int64_t rows, std::int64_t k
         int q[hal::kQK];
         for (int j = 0; j < hal::kQK / 2; ++j) hal::unpack_q5_pair(in.qs, qh, j, q[j], q[j + hal::kQK / 2]);
         out.d[r] = in.d;
-        for (int i = 0; i < 4; ++i) {
-          for (int e = 0; e < 4; ++e) {
-            out.qs[32 * i + 4 * r + e] = static_cast<std::uint8_t>((q[8 * i + e] & 0x0F) | (q[8 * i + 4 + e] & 0x0F) << 4);
-          }
-        }
+        put_lane_nibbles(q, r, out.qs);
         for (int v = 0; v < 8; ++v) {
           for (int e = 0; e < 4; ++e) out.qh[4 * r + e] |= static_cast<std::uint8_t>(((q[4 * v + e] >> 4) & 1) << v);
         }
@@ -143,13 +170,7 @@ namespace {
 
 // The 32 five-bit values (0..31) of row `lane` of a BlockQ5_0x8 (layout in layouts.h).
 void lane_values_q5_0_r8(const BlockQ5_0x8& in, int lane, int (&q)[hal::kQK]) {
-  for (int i = 0; i < 4; ++i) {
-    for (int e = 0; e < 4; ++e) {
-      const int byte = in.qs[32 * i + 4 * lane + e];
-      q[8 * i + e] = byte & 0x0F;
-      q[8 * i + 4 + e] = byte >> 4;
-    }
-  }
+  lane_nibbles(in.qs, lane, q);
   for (int v = 0; v < 8; ++v) {
     for (int e = 0; e < 4; ++e) q[4 * v + e] |= ((in.qh[4 * lane + e] >> v) & 1) << 4;
   }
@@ -158,7 +179,8 @@ void lane_values_q5_0_r8(const BlockQ5_0x8& in, int lane, int (&q)[hal::kQK]) {
 }  // namespace
 
 bool converts_to_q8_0(hal::DType t) {
-  return t == hal::DType::kQ8_0 || t == hal::DType::kQ4_0 || t == hal::DType::kQ5_0 || t == kQ5_0R8;
+  return t == hal::DType::kQ8_0 || t == hal::DType::kQ4_0 || t == hal::DType::kQ5_0 || t == kQ5_0R8 ||
+         t == kQ4_0R8;
 }
 
 bool requantizes_to_q8_0(hal::DType t) {
@@ -218,6 +240,13 @@ void blocks_as_q8_0(hal::DType t, const void* tensor, std::int64_t k, std::int64
       lane_values_q5_0_r8(in, lane, q);
       out.d = in.d[lane];
       for (int j = 0; j < hal::kQK; ++j) out.qs[j] = static_cast<std::int8_t>(q[j] - 16);
+    } else if (t == kQ4_0R8) {
+      const BlockQ4_0x8& in = static_cast<const BlockQ4_0x8*>(tensor)[(row / kQ4_0R8Rows) * nb_row + b0 + b];
+      const int lane = static_cast<int>(row % kQ4_0R8Rows);
+      int q[hal::kQK];
+      lane_nibbles(in.qs, lane, q);
+      out.d = in.d[lane];
+      for (int j = 0; j < hal::kQK; ++j) out.qs[j] = static_cast<std::int8_t>(q[j] - 8);
     } else {
       fatal("blocks_as_q8_0", std::string(type_name(t)) + " does not hold Q8_0 values");
     }
@@ -248,6 +277,50 @@ void unpack_row_q5_0_r8(const BlockQ5_0x8* src, std::int64_t k, std::int64_t row
     std::uint32_t qh = 0;
     for (int j = 0; j < hal::kQK / 2; ++j) hal::pack_q5_pair(q[j], q[j + hal::kQK / 2], j, out.qs, qh);
     std::memcpy(out.qh, &qh, 4);
+  }
+}
+
+// Q4_0 <-> kQ4_0R8 (layout in layouts.h), through each block's 32 values.
+void repack_q4_0_r8(const hal::BlockQ4_0* src, std::int64_t rows, std::int64_t k, BlockQ4_0x8* dst) {
+  const std::int64_t nb = k / hal::kQK;
+  const std::int64_t groups = (rows + kQ4_0R8Rows - 1) / kQ4_0R8Rows;
+  for (std::int64_t g = 0; g < groups; ++g) {
+    for (std::int64_t b = 0; b < nb; ++b) {
+      BlockQ4_0x8& out = dst[g * nb + b];
+      out = BlockQ4_0x8{};
+      for (int r = 0; r < kQ4_0R8Rows && g * kQ4_0R8Rows + r < rows; ++r) {
+        const hal::BlockQ4_0& in = src[(g * kQ4_0R8Rows + r) * nb + b];
+        int q[hal::kQK];
+        for (int j = 0; j < hal::kQK / 2; ++j) {
+          q[j] = in.qs[j] & 0x0F;
+          q[j + hal::kQK / 2] = in.qs[j] >> 4;
+        }
+        out.d[r] = in.d;
+        put_lane_nibbles(q, r, out.qs);
+      }
+    }
+  }
+}
+
+void unpack_row_q4_0_r8(const BlockQ4_0x8* src, std::int64_t k, std::int64_t row, hal::BlockQ4_0* dst) {
+  const std::int64_t nb = k / hal::kQK;
+  const std::int64_t g = row / kQ4_0R8Rows;
+  const int r = static_cast<int>(row % kQ4_0R8Rows);
+  for (std::int64_t b = 0; b < nb; ++b) {
+    int q[hal::kQK];
+    lane_nibbles(src[g * nb + b].qs, r, q);
+    dst[b].d = src[g * nb + b].d[r];
+    for (int j = 0; j < hal::kQK / 2; ++j) dst[b].qs[j] = static_cast<std::uint8_t>(q[j] | q[j + hal::kQK / 2] << 4);
+  }
+}
+
+// y = (q - 8) * d, as dequantize_row_q4_0.
+void dequantize_lane_q4_0_r8(const BlockQ4_0x8* src, int lane, std::int64_t nb, float* y) {
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const float d = sx::f16_to_f32(src[b].d[lane]);
+    int q[hal::kQK];
+    lane_nibbles(src[b].qs, lane, q);
+    for (int j = 0; j < hal::kQK; ++j) y[b * hal::kQK + j] = static_cast<float>(q[j] - 8) * d;
   }
 }
 

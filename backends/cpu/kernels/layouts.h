@@ -1,10 +1,10 @@
-// The CPU backend's weight layouts: Q8_0 and Q5_0 matrices with their rows interleaved in groups,
+// The CPU backend's weight layouts: Q8_0, Q5_0 and Q4_0 matrices with their rows interleaved in groups,
 // so that the SIMD kernels stream one contiguous run per group of rows (CpuDevice::upload_weight
 // repacks a weight into them where those kernels are built). They hold the same values and bytes
 // as the file's blocks, and the last group is padded with zero rows.
 //
 // Inside backends/cpu a kernel's weight type is a hal::DType: a file format as is, or one of the
-// two layout values below, which lie past hal's formats (hal::DType's underlying type is uint8_t,
+// three layout values below, which lie past hal's formats (hal::DType's underlying type is uint8_t,
 // so they are valid values of it) and never leave this backend. hal::dtype_info does not know
 // them: CPU code asks layout_source / row_bytes / tensor_bytes / type_name here instead.
 // Pure functions; thread-safe.
@@ -22,6 +22,7 @@ namespace sx::cpu {
 
 inline constexpr hal::DType kQ8_0R16 = static_cast<hal::DType>(0x80);  // Q8_0, 16 rows interleaved
 inline constexpr hal::DType kQ5_0R8 = static_cast<hal::DType>(0x81);   // Q5_0, 8 rows interleaved
+inline constexpr hal::DType kQ4_0R8 = static_cast<hal::DType>(0x82);   // Q4_0, 8 rows interleaved
 
 // Q8_0 with 16 rows interleaved (kQ8_0R16): rows [16g, 16g + 16) x block b of a [rows][k] tensor is
 // BlockQ8_0x16 number g * (k / 32) + b, arranged so that each k-pair of the 16 rows is in 32
@@ -49,12 +50,23 @@ struct BlockQ5_0x8 {
 };
 static_assert(sizeof(BlockQ5_0x8) == kQ5_0R8Rows * sizeof(hal::BlockQ5_0));
 
-// The file format a type holds (Q8_0 for kQ8_0R16, Q5_0 for kQ5_0R8, t itself otherwise) and the
-// rows per group (1 for a file format).
+// Q4_0 with 8 rows interleaved (kQ4_0R8, issue 44): kQ5_0R8 without the fifth bits. Rows
+// [8g, 8g + 8) x block b is BlockQ4_0x8 number g * (k / 32) + b: the 8 scales, then the 4-bit
+// values q (0..15, w = d * (q - 8)) arranged as kQ5_0R8's qs: qs[32i + 4r + e] holds q_r(8i + e) in
+// the low nibble and q_r(8i + 4 + e) in the high one, so a 32-byte vector's lane r is row r's.
+inline constexpr int kQ4_0R8Rows = 8;
+struct BlockQ4_0x8 {
+  std::uint16_t d[kQ4_0R8Rows];
+  std::uint8_t qs[kQ4_0R8Rows * hal::kQK / 2];
+};
+static_assert(sizeof(BlockQ4_0x8) == kQ4_0R8Rows * sizeof(hal::BlockQ4_0));
+
+// The file format a type holds (Q8_0 for kQ8_0R16, Q5_0 for kQ5_0R8, Q4_0 for kQ4_0R8, t itself
+// otherwise) and the rows per group (1 for a file format).
 hal::DType layout_source(hal::DType t);
 int interleaved_rows(hal::DType t);
-// The layout CpuDevice keeps a weight of file format `format` in: kQ8_0R16 / kQ5_0R8 for Q8_0 /
-// Q5_0 where the vector kernels for them are built (AVX2 + FMA + F16C), else `format`.
+// The layout CpuDevice keeps a weight of file format `format` in: kQ8_0R16 / kQ5_0R8 / kQ4_0R8 for
+// Q8_0 / Q5_0 / Q4_0 where the vector kernels for them are built (AVX2 + FMA + F16C), else `format`.
 hal::DType weight_layout(hal::DType format);
 // hal's row_bytes / tensor_bytes / dtype_name for every CPU weight type: a row of a layout is its
 // share of its group, and a layout's tensor has its rows rounded up to a whole group.
@@ -64,7 +76,7 @@ std::string_view type_name(hal::DType t);
 
 // [rows][k] of layout_source(layout) -> layout (dst holds tensor_bytes(layout, rows, k)), and row
 // `row` of such a tensor back to its source blocks (dst holds hal::row_bytes(source, k)). layout is
-// kQ8_0R16 or kQ5_0R8; k is a multiple of 32.
+// kQ8_0R16, kQ5_0R8 or kQ4_0R8; k is a multiple of 32.
 void repack_rows(hal::DType layout, const void* src, std::int64_t rows, std::int64_t k, void* dst);
 void unpack_row(hal::DType layout, const void* src, std::int64_t k, std::int64_t row, void* dst);
 // Row `row` of a [rows][k] tensor of type t as F32: hal::dequantize_row on the row, or, for a
@@ -78,9 +90,13 @@ void unpack_row_q5_0_r8(const BlockQ5_0x8* src, std::int64_t k, std::int64_t row
 // Row `lane` (0..7) of nb consecutive BlockQ5_0x8 blocks, dequantised straight from the layout:
 // bit-identical to unpack_row_q5_0_r8 followed by dequantize_row_q5_0.
 void dequantize_lane_q5_0_r8(const BlockQ5_0x8* src, int lane, std::int64_t nb, float* y);
+void repack_q4_0_r8(const hal::BlockQ4_0* src, std::int64_t rows, std::int64_t k, BlockQ4_0x8* dst);
+void unpack_row_q4_0_r8(const BlockQ4_0x8* src, std::int64_t k, std::int64_t row, hal::BlockQ4_0* dst);
+// The same for kQ4_0R8: bit-identical to unpack_row_q4_0_r8 followed by dequantize_row_q4_0.
+void dequantize_lane_q4_0_r8(const BlockQ4_0x8* src, int lane, std::int64_t nb, float* y);
 
 // Formats whose blocks hold exactly Q8_0 values (same fp16 scale, int8 q - 8 for Q4_0, q - 16 for
-// Q5_0), so the Q8_0 int8 GEMM runs them: kQ8_0, kQ4_0, kQ5_0, kQ5_0R8.
+// Q5_0), so the Q8_0 int8 GEMM runs them: kQ8_0, kQ4_0, kQ5_0, kQ5_0R8, kQ4_0R8.
 bool converts_to_q8_0(hal::DType t);
 // The K-quants (Q2_K .. Q6_K): their 32-element sub-blocks carry a scale and a min of their own, so
 // no Q8_0 block holds them exactly; the int8 GEMM takes them re-quantised, each 32 dequantised

@@ -38,15 +38,16 @@ class Scratch {
 };
 
 // True where the kernels in use (kernel_table.h) have vector code for the interleaved layouts
-// (kQ8_0R16, kQ5_0R8: AVX2 + FMA + F16C and up); elsewhere they work through scalar code only, so the
-// CPU device keeps Q8_0 and Q5_0 weights as they are.
+// (kQ8_0R16, kQ5_0R8, kQ4_0R8: AVX2 + FMA + F16C and up); elsewhere they work through scalar code
+// only, so the CPU device keeps Q8_0, Q5_0 and Q4_0 weights as they are.
 bool vector_interleaved();
 
 // Supported formats: F32, F16, BF16, Q8_0 and kQ8_0R16 (k a multiple of 32 for the last two), and
 // every other GGML block format (Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K; k a multiple
-// of the block), Q5_0 also as kQ5_0R8. Small m (kGemv) runs int8 kernels for Q4_K, Q6_K, Q5_0 and
-// kQ5_0R8 (gemv_quant.cpp has their error bound: activation quantisation per 256 / 32 elements) and
-// dequantises rows to F32 for the others; large m packs W panels dequantised to F32 (kGemmF32).
+// of the block), Q5_0 and Q4_0 also as kQ5_0R8 / kQ4_0R8. Small m (kGemv) runs int8 kernels for
+// the block formats where the level has vector code (gemv_quant.cpp has their error bound:
+// activation quantisation per 256 / 32 elements) and dequantises rows to F32 elsewhere; large m
+// packs W panels dequantised to F32 (kGemmF32) or takes the int8 GEMM.
 // Inputs are validated by the caller (shapes, k % 32 == 0 for Q8_0, non-null pointers); x rows,
 // y rows and W rows need no particular alignment.
 //

@@ -31,6 +31,8 @@ TEST(CpuLayouts, ValuesLiePastHalsFormatsAndNameTheirSource) {
   EXPECT_EQ(type_name(DType::kQ4_K), "q4_k");
   EXPECT_EQ(weight_layout(DType::kQ8_0), vector_interleaved() ? kQ8_0R16 : DType::kQ8_0);
   EXPECT_EQ(weight_layout(DType::kQ5_0), vector_interleaved() ? kQ5_0R8 : DType::kQ5_0);
+  EXPECT_EQ(weight_layout(DType::kQ4_0), vector_interleaved() ? kQ4_0R8 : DType::kQ4_0);
+  EXPECT_EQ(type_name(kQ4_0R8), "q4_0_r8");
   EXPECT_EQ(weight_layout(DType::kQ4_K), DType::kQ4_K);
 }
 
@@ -109,6 +111,59 @@ TEST(CpuLayouts, Q5_0R8RepackRoundTrip) {
     dequantize_row(DType::kQ5_0, row.data(), want_f.data(), k);
     dequantize_lane_q5_0_r8(&packed[static_cast<std::size_t>((i / 8) * nb)], static_cast<int>(i % 8), nb, got_f.data());
     ASSERT_EQ(std::memcmp(want_f.data(), got_f.data(), want_f.size() * sizeof(float)), 0) << "row " << i;
+  }
+}
+
+// kQ4_0R8 holds the same scales and 4-bit values as Q4_0, 8 rows interleaved as layouts.h
+// documents (kQ5_0R8's nibbles); padding rows are zero; the Q8_0 values the int8 GEMM reads from it
+// are Q4_0's, and its dequantisation is Q4_0's to the bit.
+TEST(CpuLayouts, Q4_0R8RepackRoundTrip) {
+  const std::int64_t rows = 21, k = 96, nb = k / kQK;
+  EXPECT_EQ(cpu::tensor_bytes(kQ4_0R8, rows, k), 24u * nb * sizeof(hal::BlockQ4_0));  // 21 -> 24 rows
+  EXPECT_EQ(layout_source(kQ4_0R8), DType::kQ4_0);
+  EXPECT_EQ(interleaved_rows(kQ4_0R8), kQ4_0R8Rows);
+  EXPECT_TRUE(converts_to_q8_0(kQ4_0R8));
+  std::mt19937 rng(11);
+  std::vector<hal::BlockQ4_0> plain(static_cast<std::size_t>(rows * nb));
+  for (hal::BlockQ4_0& b : plain) {
+    b.d = static_cast<std::uint16_t>(rng());
+    for (std::uint8_t& q : b.qs) q = static_cast<std::uint8_t>(rng());
+  }
+  std::vector<BlockQ4_0x8> packed(cpu::tensor_bytes(kQ4_0R8, rows, k) / sizeof(BlockQ4_0x8));
+  repack_rows(kQ4_0R8, plain.data(), rows, k, packed.data());
+  const std::int64_t r = 17, b = 2;
+  const hal::BlockQ4_0& src = plain[static_cast<std::size_t>(r * nb + b)];
+  const BlockQ4_0x8& g = packed[static_cast<std::size_t>((r / 8) * nb + b)];
+  const int lane = static_cast<int>(r % 8);
+  EXPECT_EQ(g.d[lane], src.d);
+  for (int j = 0; j < kQK; ++j) {
+    const int want = j < 16 ? src.qs[j] & 15 : src.qs[j - 16] >> 4;
+    const int i = j / 8, e = j % 4;
+    const int nibble = j % 8 < 4 ? g.qs[32 * i + 4 * lane + e] & 15 : g.qs[32 * i + 4 * lane + e] >> 4;
+    ASSERT_EQ(nibble, want) << "element " << j;
+  }
+  std::vector<hal::BlockQ4_0> row(static_cast<std::size_t>(nb));
+  std::vector<BlockQ8_0> as_q8(static_cast<std::size_t>(nb));
+  std::vector<float> want_f(static_cast<std::size_t>(k)), got_f(static_cast<std::size_t>(k));
+  for (std::int64_t i = 0; i < 24; ++i) {
+    unpack_row(kQ4_0R8, packed.data(), k, i, row.data());
+    for (std::int64_t j = 0; j < nb; ++j) {
+      const hal::BlockQ4_0 want = i < rows ? plain[static_cast<std::size_t>(i * nb + j)] : hal::BlockQ4_0{};
+      ASSERT_EQ(std::memcmp(&row[static_cast<std::size_t>(j)], &want, sizeof(hal::BlockQ4_0)), 0) << i << " " << j;
+    }
+    dequantize_row(DType::kQ4_0, row.data(), want_f.data(), k);
+    dequantize_lane_q4_0_r8(&packed[static_cast<std::size_t>((i / 8) * nb)], static_cast<int>(i % 8), nb, got_f.data());
+    ASSERT_EQ(std::memcmp(want_f.data(), got_f.data(), want_f.size() * sizeof(float)), 0) << "row " << i;
+    if (i >= rows) continue;
+    blocks_as_q8_0(kQ4_0R8, packed.data(), k, i, 0, nb, as_q8.data());
+    for (std::int64_t j = 0; j < nb; ++j) {
+      const hal::BlockQ4_0& in = plain[static_cast<std::size_t>(i * nb + j)];
+      ASSERT_EQ(as_q8[static_cast<std::size_t>(j)].d, in.d);
+      for (int c = 0; c < kQK; ++c) {
+        const int q = c < 16 ? in.qs[c] & 15 : in.qs[c - 16] >> 4;
+        ASSERT_EQ(as_q8[static_cast<std::size_t>(j)].qs[c], q - 8) << i << " " << j << " " << c;
+      }
+    }
   }
 }
 

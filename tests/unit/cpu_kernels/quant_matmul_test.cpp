@@ -3,8 +3,8 @@
 // values and random bytes (every scale, min and quant pattern, finite fp16 scales), on the GEMV
 // (int8 kernels for every block format) and GEMM paths (the K-quants' int8 GEMM re-quantising
 // their weights to Q8_0 blocks, bounded as such), several thread
-// counts, odd m, n and k. Q5_0 also as kQ5_0R8, the CPU device's interleaved layout of it (the
-// reference dequantises the plain rows the layout was made from).
+// counts, odd m, n and k. Q5_0 and Q4_0 also as kQ5_0R8 / kQ4_0R8, the CPU device's interleaved
+// layouts of them (the reference dequantises the plain rows the layout was made from).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -52,7 +52,7 @@ int act_block(DType t, MatmulPath path) {
   if (t == DType::kQ2_K || t == DType::kQ3_K || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K) {
     return 256;
   }
-  if (t == DType::kQ5_0 || t == sx::cpu::kQ5_0R8 || t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_1 ||
+  if (t == DType::kQ5_0 || t == sx::cpu::kQ5_0R8 || t == sx::cpu::kQ4_0R8 || t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_1 ||
       t == DType::kAwqInt4) {
     return 32;
   }
@@ -155,7 +155,8 @@ struct Case {
 };
 
 const DType kBlockTypes[] = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K,  DType::kQ3_K,
-                             DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kAwqInt4, sx::cpu::kQ5_0R8};
+                             DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kAwqInt4, sx::cpu::kQ5_0R8,
+                             sx::cpu::kQ4_0R8};
 
 TEST(CpuQuantMatmul, EveryFormatPathAndShape) {
   Scratch scratch;
@@ -189,15 +190,17 @@ TEST(CpuQuantMatmul, EveryFormatPathAndShape) {
 }
 
 // Real 0.5B decode shapes on the int8 kernels, many rows per thread (the row chunking; for
-// kQ5_0R8 the 4 lockstep group streams and the groups left over: 1001 rows are 126 groups, the
-// last one partial, in tasks of 16 groups, the last of 14: 3 lockstep steps and 2 groups alone).
+// kQ5_0R8 / kQ4_0R8 the 4 lockstep group streams and the groups left over: 1001 rows are 126
+// groups, the last one partial, in tasks of 16 groups, the last of 14: 3 lockstep steps, then the
+// 2 groups left over in lockstep).
 TEST(CpuQuantMatmul, DecodeShapes) {
   Scratch scratch;
   ThreadPool pool(2);
   for (auto [t, n, k] : {std::tuple{DType::kQ4_K, 896, 4864}, std::tuple{DType::kQ6_K, 896, 4864},
                          std::tuple{DType::kQ5_0, 4864, 896}, std::tuple{DType::kQ4_K, 1000, 1024},
                          std::tuple{sx::cpu::kQ5_0R8, 4864, 896}, std::tuple{sx::cpu::kQ5_0R8, 1001, 4864},
-                         std::tuple{DType::kQ4_0, 4864, 896}, std::tuple{DType::kQ4_1, 1001, 1024},
+                         std::tuple{DType::kQ4_0, 4864, 896}, std::tuple{sx::cpu::kQ4_0R8, 4864, 896},
+                         std::tuple{sx::cpu::kQ4_0R8, 1001, 4864}, std::tuple{DType::kQ4_1, 1001, 1024},
                          std::tuple{DType::kQ5_1, 896, 4864}, std::tuple{DType::kQ5_K, 896, 4864},
                          std::tuple{DType::kAwqInt4, 1001, 896}, std::tuple{DType::kQ2_K, 896, 4864},
                          std::tuple{DType::kQ3_K, 1001, 1024}}) {
