@@ -143,7 +143,7 @@ int cmd_bench(int argc, char** argv) {
       // token against the fastest round (the machine undisturbed).
       ThreadPool pool(threads > 0 ? static_cast<int>(threads) : hardware_threads());
       const double weights = static_cast<double>(model.weight_bytes_per_token());
-      std::vector<double> rates, fastest, bw_median, bw_best, frac_typical, frac_quiet, frac_strict;
+      std::vector<double> rates, fastest, bw_median, bw_best, bw_within, frac_typical, frac_quiet, frac_strict;
       for (std::int64_t r = 0; r < reps; ++r) {
         SX_RETURN_IF_ERROR(prefill());
         auto pos = static_cast<std::int32_t>(prompt.size());
@@ -167,6 +167,7 @@ int cmd_bench(int argc, char** argv) {
         fastest.push_back(1.0 / min_step);
         bw_median.push_back(bw.median);
         bw_best.push_back(bw.best);
+        bw_within.push_back(bw.median > 0 ? (bw.best - bw.slowest) / bw.median : 0.0);
         frac_typical.push_back(rates.back() * weights / bw.median);
         frac_quiet.push_back(fastest.back() * weights / bw.best);
         frac_strict.push_back(rates.back() * weights / bw.best);
@@ -183,6 +184,26 @@ int cmd_bench(int argc, char** argv) {
       std::printf("memory bandwidth (streaming read, %d threads, after each run): median round %.2f GB/s, "
                   "fastest round %.2f GB/s\n",
                   pool.size(), bw_typical / 1e9, bw_quiet / 1e9);
+      // The probe's own spread: how far its rounds lie apart within one probe, and how far the
+      // median round moved from one run to the next. Past kMaxSpread the machine moved more during
+      // the measurement than the fractions below can tell apart.
+      constexpr double kMaxSpread = 0.15;
+      const Spread across = spread_of(bw_median);
+      const double moved = across.median > 0 ? (across.max - across.min) / across.median : 0.0;
+      const double within = spread_of(bw_within).median;
+      std::printf("bandwidth probe spread: rounds within a probe %.0f%% apart (fastest - slowest over median, median "
+                  "of %lld probes); the median round moved %.0f%% across runs (min %.2f, max %.2f GB/s)\n",
+                  100 * within, static_cast<long long>(reps), 100 * moved, across.min / 1e9, across.max / 1e9);
+      if (reps < 2) {
+        std::printf("bandwidth spread: one run, so no spread across runs: rerun with -r 3 or more to judge the "
+                    "fractions below\n");
+      } else if (moved > kMaxSpread) {
+        std::printf("bandwidth spread: %.0f%% across runs, beyond %.0f%%: the machine moved too much to judge the "
+                    "fractions below closer than that; rerun with more repetitions (-r) on a quieter machine\n",
+                    100 * moved, 100 * kMaxSpread);
+      } else {
+        std::printf("bandwidth spread: within %.0f%% across runs: steady enough to judge\n", 100 * kMaxSpread);
+      }
       std::printf("bytes per decode token: %.1f MB of weights (+ %.2f MB of KV cache at the mean context)\n",
                   weights / 1e6, kv / 1e6);
       std::printf("decode bound: %.2f tokens/s at the median round; decode reaches %.2f of the memory-bandwidth "

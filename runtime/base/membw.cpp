@@ -102,6 +102,8 @@ ReadBandwidth measure_read_bandwidth_rounds(ThreadPool& pool, std::size_t bytes,
   std::sort(rates.begin(), rates.end());
   out.best = rates.back();
   out.median = rates[rates.size() / 2];
+  out.slowest = rates.front();
+  out.rounds = static_cast<int>(rates.size());
   return out;
 }
 

@@ -27,12 +27,16 @@ inline constexpr std::size_t kMembwDefaultBytes = std::size_t{1} << 30;
 
 double measure_read_bandwidth(ThreadPool& pool, std::size_t bytes = kMembwDefaultBytes, int reps = 3);
 
-// The same measurement, with the median round next to the fastest (bytes/s; both 0 if no round
+// The same measurement, with the median and slowest rounds next to the fastest (bytes/s; all 0 if no round
 // could be timed). The median is the machine as a longer kernel run meets it, time-slicing and
 // other tenants' memory traffic included; the fastest is the machine undisturbed.
+// slowest is the slowest round: (best - slowest) / median is the probe's own spread, how much the
+// machine moved under it.
 struct ReadBandwidth {
   double best = 0.0;
   double median = 0.0;
+  double slowest = 0.0;
+  int rounds = 0;
 };
 ReadBandwidth measure_read_bandwidth_rounds(ThreadPool& pool, std::size_t bytes = kMembwDefaultBytes, int reps = 3);
 

@@ -1,0 +1,230 @@
+// Decode microbenchmark (issue 44): where each weight format's decode time goes on each ISA level.
+//
+// For every ISA level this machine runs (kernels_for), every weight format in the layout the CPU
+// device keeps it in at that level, the two shapes of a Qwen2.5-0.5B FFN (up 4864x896, down
+// 896x4864; the 256-blocks of the K-quants only fit down) and m = 1, 4, 16 tokens, one case:
+//   GB_s        bytes of W per second, each call reading the next of several copies of W whose
+//               total is far beyond the last-level cache (decode: W comes from DRAM), mean of calls
+//   bw_GB_s     the streaming read bandwidth measured right after the case's calls, same threads
+//               (median round), and bw_spread: (fastest round - slowest) / median of that probe
+//   bw_frac     GB_s / bw_GB_s: how close the kernel comes to the memory bound
+//   cache_GB_s  the same kernel on one copy of W that stays in the cache (no DRAM wait): its
+//               arithmetic ceiling, and cache_frac = cache_GB_s / bw_GB_s
+// and a label: "memory" where the kernel runs at least 1.25x faster from cache than DRAM allows
+// (so DRAM is what holds it), "compute" where it does not (its instructions are the limit, by the
+// factor 1 / cache_frac), then the matmul path taken.
+//
+// SX_BENCH_THREADS=N sets the thread count (default: all hardware threads). Filter with
+// --benchmark_filter, e.g. 'decode/avx512-vnni/q8_0' or '/m1$'.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <sys/mman.h>
+
+#include "backends/cpu/kernels/isa.h"
+#include "backends/cpu/kernels/kernel_table.h"
+#include "backends/cpu/kernels/matmul.h"
+#include "runtime/base/membw.h"
+#include "runtime/base/thread_pool.h"
+#include "runtime/hal/dtype.h"
+
+namespace {
+
+using sx::hal::DType;
+
+constexpr std::size_t kColdBytes = std::size_t{512} << 20;   // W copies: far beyond any L3 we meet
+constexpr std::size_t kProbeBytes = std::size_t{256} << 20;  // bandwidth probe after each case
+
+int bench_threads() {
+  static const int n = [] {
+    const char* v = std::getenv("SX_BENCH_THREADS");
+    const int t = v != nullptr ? std::atoi(v) : 0;
+    return t > 0 ? t : sx::hardware_threads();
+  }();
+  return n;
+}
+
+sx::ThreadPool& pool() {
+  static sx::ThreadPool p(bench_threads());
+  return p;
+}
+
+// `copies` copies of one W end to end, 2 MiB aligned with huge pages asked for, as the CPU
+// device allocates weights.
+struct Weights {
+  struct Free {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
+  std::unique_ptr<std::byte, Free> data;
+  std::size_t bytes = 0;
+  int copies = 1;
+  const void* copy(std::int64_t i) const { return data.get() + bytes * static_cast<std::size_t>(i % copies); }
+};
+
+// Random W of format `format` in layout `layout` ([n][k], values ~ N(0, 0.05)).
+Weights make_weights(DType format, DType layout, std::int64_t n, std::int64_t k) {
+  Weights w;
+  w.bytes = sx::cpu::tensor_bytes(layout, n, k);
+  w.copies = static_cast<int>(std::max<std::size_t>(2, (kColdBytes + w.bytes - 1) / w.bytes));
+  constexpr std::size_t kHuge = std::size_t{2} << 20;
+  const std::size_t total = (w.bytes * static_cast<std::size_t>(w.copies) + kHuge - 1) / kHuge * kHuge;
+  w.data.reset(static_cast<std::byte*>(std::aligned_alloc(kHuge, total)));
+  if (!w.data) std::abort();
+  madvise(w.data.get(), total, MADV_HUGEPAGE);
+  std::mt19937 rng(1);
+  const std::size_t rb = sx::hal::row_bytes(format, k);
+  std::vector<std::byte> rows(rb * static_cast<std::size_t>(n));
+  if (format == DType::kAwqInt4) {
+    // Nibbles uniform, scale ~0.01, zero 8 (no quantiser for this format: checkpoints bring it).
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (std::int64_t j = 0; j < n; ++j) {
+      for (std::int64_t g = 0; g < k / sx::hal::kAwqInt4Group; ++g) {
+        std::byte* b = rows.data() + rb * static_cast<std::size_t>(j) + g * sx::hal::kAwqInt4BlockBytes;
+        for (int i = 0; i < sx::hal::kAwqInt4Group / 2; ++i) b[i] = static_cast<std::byte>(byte(rng));
+        const std::uint16_t scale = 0x211F, zero = 0x4800;  // fp16 0.01, 8
+        std::memcpy(b + sx::hal::kAwqInt4Group / 2, &scale, 2);
+        std::memcpy(b + sx::hal::kAwqInt4Group / 2 + 2, &zero, 2);
+      }
+    }
+  } else {
+    std::normal_distribution<float> nd(0.0f, 0.05f);
+    std::vector<float> row(static_cast<std::size_t>(k));
+    for (std::int64_t j = 0; j < n; ++j) {
+      for (float& v : row) v = nd(rng);
+      sx::hal::quantize_row(format, row.data(), rows.data() + rb * static_cast<std::size_t>(j), k);
+    }
+  }
+  if (layout != format) {
+    sx::cpu::repack_rows(layout, rows.data(), n, k, w.data.get());
+  } else {
+    std::memcpy(w.data.get(), rows.data(), rows.size());
+  }
+  for (int c = 1; c < w.copies; ++c) std::memcpy(w.data.get() + w.bytes * c, w.data.get(), w.bytes);
+  return w;
+}
+
+const char* path_name(sx::cpu::MatmulPath p) {
+  switch (p) {
+    case sx::cpu::MatmulPath::kGemv: return "gemv";
+    case sx::cpu::MatmulPath::kGemmF32: return "gemm_f32";
+    case sx::cpu::MatmulPath::kGemmQ8: return "gemm_q8";
+    default: return "auto";
+  }
+}
+
+double seconds(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void run_case(benchmark::State& state, const sx::cpu::KernelTable& kt, DType format, DType layout, std::int64_t n,
+              std::int64_t k, std::int64_t m) {
+  sx::ThreadPool& tp = pool();
+  const Weights w = make_weights(format, layout, n, k);
+  std::mt19937 rng(2);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(static_cast<std::size_t>(m * k));
+  for (float& v : x) v = nd(rng);
+  std::vector<float> y(static_cast<std::size_t>(m * n));
+  sx::cpu::Scratch scratch;
+  sx::cpu::MatmulProblem p;
+  p.w_type = layout;
+  p.x = x.data();
+  p.y = y.data();
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  auto call = [&](std::int64_t copy) {
+    p.w = w.copy(copy);
+    kt.matmul(tp, scratch, p, sx::cpu::MatmulPath::kAuto);
+    benchmark::DoNotOptimize(y.data());
+  };
+  // Warm-up: scratch, page tables of every copy.
+  for (int c = 0; c < w.copies; ++c) call(c);
+  std::int64_t i = 0;
+  double total = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    call(++i);
+    total += seconds(t0);
+  }
+  const sx::ReadBandwidth bw = sx::measure_read_bandwidth_rounds(tp, kProbeBytes, 3);
+  // The same calls on one copy, in cache: best of a few batches (the machine may be shared).
+  double cache_best = 1e30;
+  const int per_batch = std::max(4, static_cast<int>(2e6 / static_cast<double>(w.bytes)));
+  call(0);
+  for (int batch = 0; batch < 12; ++batch) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int c = 0; c < per_batch; ++c) call(0);
+    cache_best = std::min(cache_best, seconds(t0) / per_batch);
+  }
+  const double bytes = static_cast<double>(w.bytes);
+  const double rate = bytes * static_cast<double>(state.iterations()) / total;
+  const double cache_rate = bytes / cache_best;
+  state.counters["GB_s"] = rate / 1e9;
+  state.counters["bw_GB_s"] = bw.median / 1e9;
+  state.counters["bw_spread"] = bw.median > 0 ? (bw.best - bw.slowest) / bw.median : 0;
+  state.counters["bw_frac"] = bw.median > 0 ? rate / bw.median : 0;
+  state.counters["cache_GB_s"] = cache_rate / 1e9;
+  state.counters["cache_frac"] = bw.median > 0 ? cache_rate / bw.median : 0;
+  const bool memory = cache_rate >= 1.25 * bw.median;
+  state.SetLabel(std::string(memory ? "memory" : "compute") + " " + path_name(sx::cpu::select_matmul_path(p)));
+}
+
+// The layout the CPU device keeps `format` in when `kt` is the level in use (layouts.h weight_layout).
+DType layout_at(const sx::cpu::KernelTable& kt, DType format) {
+  if (!kt.vector_interleaved) return format;
+  if (format == DType::kQ8_0) return sx::cpu::kQ8_0R16;
+  if (format == DType::kQ5_0) return sx::cpu::kQ5_0R8;
+  if (format == DType::kQ4_0) return sx::cpu::kQ4_0R8;
+  return format;
+}
+
+void register_all() {
+  const DType formats[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ4_0,
+                           DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K,
+                           DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kAwqInt4};
+  const struct {
+    const char* name;
+    std::int64_t n, k;
+  } shapes[] = {{"up_4864x896", 4864, 896}, {"down_896x4864", 896, 4864}};
+  for (std::string_view level : sx::cpu::isa_levels()) {
+    const sx::cpu::KernelTable* kt = sx::cpu::kernels_for(level);
+    if (kt == nullptr) continue;
+    for (DType f : formats) {
+      for (const auto& s : shapes) {
+        if (s.k % sx::hal::dtype_info(f).block_elems != 0) continue;
+        for (std::int64_t m : {1, 4, 16}) {
+          const DType layout = layout_at(*kt, f);
+          const std::string name = "decode/" + std::string(level) + "/" + std::string(sx::hal::dtype_name(f)) + "/" +
+                                   s.name + "/m" + std::to_string(m);
+          benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
+            run_case(st, *kt, f, layout, s.n, s.k, m);
+          })->UseRealTime()->MinTime(0.2);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  const sx::cpu::CpuFeatures& f = sx::cpu::detected_features();
+  std::printf("cpu: %s; %d threads; %s\n", f.model.empty() ? "unknown" : f.model.c_str(), bench_threads(),
+              sx::cpu::cpu_isa_line().c_str());
+  register_all();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
