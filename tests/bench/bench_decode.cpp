@@ -29,17 +29,17 @@
 #include <string>
 #include <vector>
 
-#include <sys/mman.h>
-
 #include "backends/cpu/kernels/isa.h"
 #include "backends/cpu/kernels/kernel_table.h"
 #include "backends/cpu/kernels/matmul.h"
 #include "runtime/base/membw.h"
 #include "runtime/base/thread_pool.h"
 #include "runtime/hal/dtype.h"
+#include "tests/bench/bench_weights.h"
 
 namespace {
 
+using sx::bench::Weights;
 using sx::hal::DType;
 
 constexpr std::size_t kColdBytes = std::size_t{512} << 20;   // W copies: far beyond any L3 we meet
@@ -59,28 +59,12 @@ sx::ThreadPool& pool() {
   return p;
 }
 
-// `copies` copies of one W end to end, 2 MiB aligned with huge pages asked for, as the CPU
-// device allocates weights.
-struct Weights {
-  struct Free {
-    void operator()(std::byte* p) const { std::free(p); }
-  };
-  std::unique_ptr<std::byte, Free> data;
-  std::size_t bytes = 0;
-  int copies = 1;
-  const void* copy(std::int64_t i) const { return data.get() + bytes * static_cast<std::size_t>(i % copies); }
-};
-
 // Random W of format `format` in layout `layout` ([n][k], values ~ N(0, 0.05)).
 Weights make_weights(DType format, DType layout, std::int64_t n, std::int64_t k) {
   Weights w;
   w.bytes = sx::cpu::tensor_bytes(layout, n, k);
   w.copies = static_cast<int>(std::max<std::size_t>(2, (kColdBytes + w.bytes - 1) / w.bytes));
-  constexpr std::size_t kHuge = std::size_t{2} << 20;
-  const std::size_t total = (w.bytes * static_cast<std::size_t>(w.copies) + kHuge - 1) / kHuge * kHuge;
-  w.data.reset(static_cast<std::byte*>(std::aligned_alloc(kHuge, total)));
-  if (!w.data) std::abort();
-  madvise(w.data.get(), total, MADV_HUGEPAGE);
+  w.allocate(w.bytes * static_cast<std::size_t>(w.copies));
   std::mt19937 rng(1);
   const std::size_t rb = sx::hal::row_bytes(format, k);
   std::vector<std::byte> rows(rb * static_cast<std::size_t>(n));

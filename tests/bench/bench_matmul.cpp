@@ -29,9 +29,9 @@
 #include <string>
 #include <vector>
 
-#include <sys/mman.h>
 
 #include "backends/cpu/kernels/matmul.h"
+#include "tests/bench/bench_weights.h"
 #include "runtime/base/membw.h"
 #include "runtime/base/thread_pool.h"
 #include "runtime/hal/dtype.h"
@@ -42,6 +42,7 @@
 
 namespace {
 
+using sx::bench::Weights;
 using sx::hal::DType;
 
 constexpr std::size_t kColdBytes = std::size_t{384} << 20;  // > 8x the 32 MiB L3 of the dev box
@@ -93,26 +94,6 @@ sx::ThreadPool& pool_for(int threads) {
   if (!p) p = std::make_unique<sx::ThreadPool>(threads);
   return *p;
 }
-
-// Weights for one shape/format: `copies` identical copies laid end to end, in memory like the CPU
-// device's weight buffers (2 MiB-aligned, transparent huge pages asked for with madvise): how W is
-// paged changes how the hardware prefetchers follow the streams.
-struct Weights {
-  struct Free {
-    void operator()(std::byte* p) const { std::free(p); }
-  };
-  std::unique_ptr<std::byte, Free> data;
-  std::size_t bytes = 0;
-  int copies = 1;
-  void allocate(std::size_t total) {
-    constexpr std::size_t kHuge = std::size_t{2} << 20;
-    const std::size_t rounded = (total + kHuge - 1) / kHuge * kHuge;
-    data.reset(static_cast<std::byte*>(std::aligned_alloc(kHuge, rounded)));
-    if (!data) std::abort();
-    madvise(data.get(), rounded, MADV_HUGEPAGE);  // a hint, as in CpuDevice::alloc
-  }
-  const void* copy(int i) const { return data.get() + bytes * static_cast<std::size_t>(i % copies); }
-};
 
 const Weights& weights(DType t, std::int64_t n, std::int64_t k, bool cold) {
   static std::map<std::string, std::unique_ptr<Weights>> cache;
