@@ -242,11 +242,14 @@ void blocks_as_q8_0(hal::DType t, const void* tensor, std::int64_t k, std::int64
       for (int j = 0; j < hal::kQK; ++j) out.qs[j] = static_cast<std::int8_t>(q[j] - 16);
     } else if (t == kQ4_0R8) {
       const BlockQ4_0x8& in = static_cast<const BlockQ4_0x8*>(tensor)[(row / kQ4_0R8Rows) * nb_row + b0 + b];
-      const int lane = static_cast<int>(row % kQ4_0R8Rows);
-      int q[hal::kQK];
-      lane_nibbles(in.qs, lane, q);
-      out.d = in.d[lane];
-      for (int j = 0; j < hal::kQK; ++j) out.qs[j] = static_cast<std::int8_t>(q[j] - 8);
+      const std::uint8_t* qs = in.qs + 4 * (row % kQ4_0R8Rows);
+      out.d = in.d[row % kQ4_0R8Rows];
+      for (int i = 0; i < 4; ++i) {  // lane_nibbles, straight to q - 8 (the int8 GEMM's panels)
+        for (int e = 0; e < 4; ++e) {
+          out.qs[8 * i + e] = static_cast<std::int8_t>((qs[32 * i + e] & 0x0F) - 8);
+          out.qs[8 * i + 4 + e] = static_cast<std::int8_t>((qs[32 * i + e] >> 4) - 8);
+        }
+      }
     } else {
       fatal("blocks_as_q8_0", std::string(type_name(t)) + " does not hold Q8_0 values");
     }
