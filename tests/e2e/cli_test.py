@@ -3,6 +3,7 @@
 errors for bad input. Usage: cli_test.py SEXTANT_BINARY MODELS_DIR. Prints "N passed, N failed"."""
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -69,6 +70,26 @@ def generate_with_tensor_and_pipeline_parallelism():
     assert p.returncode != 0 and "only 2 layers" in p.stderr.decode(), p.stderr
     p = run("bench", "--model", model("f16"), "--tp", "3", "--pp", "2", "-p", "32", "-n", "8", "-r", "1")
     assert b"6 devices (tp 3 x pp 2)" in p.stdout, p.stdout
+    # One run has no spread across runs to judge the bound with (issue 44): bench says so.
+    assert b"bandwidth spread: one run, so no spread across runs" in p.stdout, p.stdout
+
+
+@case
+def bench_reports_the_bandwidth_probes_spread():
+    # Three runs: the probe's spread within a probe and across runs, and a verdict on whether the
+    # fractions of the bound can be judged (steady within 15%, or not), consistent with the figures.
+    p = run("bench", "--model", model("f32"), "-p", "8", "-n", "8", "-r", "3")
+    out = p.stdout.decode()
+    m = re.search(r"rounds within a probe (\d+)% apart .*; the median round moved (\d+)% across runs "
+                  r"\(min ([\d.]+), max ([\d.]+) GB/s\)", out)
+    assert m, out
+    moved, lo, hi = int(m.group(2)), float(m.group(3)), float(m.group(4))
+    assert 0 < lo <= hi, out
+    beyond = f"bandwidth spread: {moved}% across runs, beyond 15%" in out
+    steady = "bandwidth spread: within 15% across runs: steady enough to judge" in out
+    assert beyond != steady, out  # exactly one verdict
+    if moved != 15:  # (printed rounded: 15 may lie either side)
+        assert beyond == (moved > 15), out
 
 
 @case
