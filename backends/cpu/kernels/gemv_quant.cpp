@@ -287,7 +287,7 @@ inline __m256i dot_u8s8_add(__m256i a, __m256i u, __m256i s) {
 #endif
 }
 
-// The 32 nibbles of 16 bytes as bytes 0..15: low nibbles in bytes 0-15, high nibbles in 16-31.
+// The 32 nibbles of 16 bytes as 32 bytes: the low nibbles in bytes 0-15, the high ones in 16-31.
 inline __m256i nibbles32(const void* p) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   const __m256i qs = _mm256_broadcastsi128_si256(_mm_loadu_si128(static_cast<const __m128i*>(p)));
