@@ -23,9 +23,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -39,6 +36,7 @@
 
 namespace {
 
+using sx::bench::path_name;
 using sx::bench::Weights;
 using sx::hal::DType;
 
@@ -59,65 +57,17 @@ sx::ThreadPool& pool() {
   return p;
 }
 
-// Random W of format `format` in layout `layout` ([n][k], values ~ N(0, 0.05)).
-Weights make_weights(DType format, DType layout, std::int64_t n, std::int64_t k) {
-  Weights w;
-  w.bytes = sx::cpu::tensor_bytes(layout, n, k);
-  w.copies = static_cast<int>(std::max<std::size_t>(2, (kColdBytes + w.bytes - 1) / w.bytes));
-  w.allocate(w.bytes * static_cast<std::size_t>(w.copies));
-  std::mt19937 rng(1);
-  const std::size_t rb = sx::hal::row_bytes(format, k);
-  std::vector<std::byte> rows(rb * static_cast<std::size_t>(n));
-  if (format == DType::kAwqInt4) {
-    // Nibbles uniform, scale ~0.01, zero 8 (no quantiser for this format: checkpoints bring it).
-    std::uniform_int_distribution<int> byte(0, 255);
-    for (std::int64_t j = 0; j < n; ++j) {
-      for (std::int64_t g = 0; g < k / sx::hal::kAwqInt4Group; ++g) {
-        std::byte* b = rows.data() + rb * static_cast<std::size_t>(j) + g * sx::hal::kAwqInt4BlockBytes;
-        for (int i = 0; i < sx::hal::kAwqInt4Group / 2; ++i) b[i] = static_cast<std::byte>(byte(rng));
-        const std::uint16_t scale = 0x211F, zero = 0x4800;  // fp16 0.01, 8
-        std::memcpy(b + sx::hal::kAwqInt4Group / 2, &scale, 2);
-        std::memcpy(b + sx::hal::kAwqInt4Group / 2 + 2, &zero, 2);
-      }
-    }
-  } else {
-    std::normal_distribution<float> nd(0.0f, 0.05f);
-    std::vector<float> row(static_cast<std::size_t>(k));
-    for (std::int64_t j = 0; j < n; ++j) {
-      for (float& v : row) v = nd(rng);
-      sx::hal::quantize_row(format, row.data(), rows.data() + rb * static_cast<std::size_t>(j), k);
-    }
-  }
-  if (layout != format) {
-    sx::cpu::repack_rows(layout, rows.data(), n, k, w.data.get());
-  } else {
-    std::memcpy(w.data.get(), rows.data(), rows.size());
-  }
-  for (int c = 1; c < w.copies; ++c) std::memcpy(w.data.get() + w.bytes * c, w.data.get(), w.bytes);
-  return w;
-}
-
-const char* path_name(sx::cpu::MatmulPath p) {
-  switch (p) {
-    case sx::cpu::MatmulPath::kGemv: return "gemv";
-    case sx::cpu::MatmulPath::kGemmF32: return "gemm_f32";
-    case sx::cpu::MatmulPath::kGemmQ8: return "gemm_q8";
-    default: return "auto";
-  }
-}
-
 double seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void run_case(benchmark::State& state, const sx::cpu::KernelTable& kt, DType format, DType layout, std::int64_t n,
-              std::int64_t k, std::int64_t m) {
+void run_case(benchmark::State& state, const sx::cpu::KernelTable& kt, DType layout, std::int64_t n, std::int64_t k,
+              std::int64_t m) {
   sx::ThreadPool& tp = pool();
-  const Weights w = make_weights(format, layout, n, k);
-  std::mt19937 rng(2);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> x(static_cast<std::size_t>(m * k));
-  for (float& v : x) v = nd(rng);
+  const std::size_t w_bytes = sx::cpu::tensor_bytes(layout, n, k);
+  const int copies = static_cast<int>(std::max<std::size_t>(2, (kColdBytes + w_bytes - 1) / w_bytes));
+  const Weights w = sx::bench::make_weights(layout, n, k, copies);
+  const std::vector<float> x = sx::bench::random_x(m, k);
   std::vector<float> y(static_cast<std::size_t>(m * n));
   sx::cpu::Scratch scratch;
   sx::cpu::MatmulProblem p;
@@ -192,7 +142,7 @@ void register_all() {
           const std::string name = "decode/" + std::string(level) + "/" + std::string(sx::hal::dtype_name(f)) + "/" +
                                    s.name + "/m" + std::to_string(m);
           benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
-            run_case(st, *kt, f, layout, s.n, s.k, m);
+            run_case(st, *kt, layout, s.n, s.k, m);
           })->UseRealTime()->MinTime(0.2);
         }
       }

@@ -25,16 +25,15 @@
 #include <ctime>
 #include <map>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
 
 #include "backends/cpu/kernels/matmul.h"
-#include "tests/bench/bench_weights.h"
 #include "runtime/base/membw.h"
 #include "runtime/base/thread_pool.h"
 #include "runtime/hal/dtype.h"
+#include "tests/bench/bench_weights.h"
 
 #if defined(__FMA__) || defined(__AVX2__)
 #include <immintrin.h>
@@ -42,6 +41,8 @@
 
 namespace {
 
+using sx::bench::path_name;
+using sx::bench::random_x;
 using sx::bench::Weights;
 using sx::hal::DType;
 
@@ -103,36 +104,10 @@ const Weights& weights(DType t, std::int64_t n, std::int64_t k, bool cold) {
   if (cache.size() > 1) {  // keep memory bounded: drop the other shapes
     for (auto it = cache.begin(); it != cache.end();) it = it->first == key ? std::next(it) : cache.erase(it);
   }
-  w = std::make_unique<Weights>();
-  w->bytes = sx::cpu::tensor_bytes(t, n, k);
-  w->copies = cold ? static_cast<int>(std::max<std::size_t>(1, (kColdBytes + w->bytes - 1) / w->bytes)) : 1;
-  w->allocate(w->bytes * static_cast<std::size_t>(w->copies));
-  std::mt19937 rng(1);
-  std::normal_distribution<float> nd(0.0f, 0.05f);
-  std::vector<float> row(static_cast<std::size_t>(k));
-  // The interleaved layouts (the CPU device's for Q8_0 and Q5_0 weights) are made from plain rows.
-  const DType plain = sx::cpu::layout_source(t);
-  const std::size_t rb = sx::hal::row_bytes(plain, k);
-  std::vector<std::byte> rows(rb * static_cast<std::size_t>(n));
-  for (std::int64_t j = 0; j < n; ++j) {
-    for (float& v : row) v = nd(rng);
-    sx::hal::quantize_row(plain, row.data(), rows.data() + rb * static_cast<std::size_t>(j), k);
-  }
-  if (plain != t) {
-    sx::cpu::repack_rows(t, rows.data(), n, k, w->data.get());
-  } else {
-    std::memcpy(w->data.get(), rows.data(), rows.size());
-  }
-  for (int c = 1; c < w->copies; ++c) std::memcpy(w->data.get() + w->bytes * c, w->data.get(), w->bytes);
+  const std::size_t bytes = sx::cpu::tensor_bytes(t, n, k);
+  const int copies = cold ? static_cast<int>(std::max<std::size_t>(1, (kColdBytes + bytes - 1) / bytes)) : 1;
+  w = std::make_unique<Weights>(sx::bench::make_weights(t, n, k, copies));
   return *w;
-}
-
-std::vector<float> random_x(std::int64_t m, std::int64_t k) {
-  std::mt19937 rng(2);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> x(static_cast<std::size_t>(m * k));
-  for (float& v : x) v = nd(rng);
-  return x;
 }
 
 // The int8 GEMM microkernel with its panels in L1, `calls` calls timed: flop/s (0 where it is
@@ -330,19 +305,6 @@ void run_prefill_model(benchmark::State& state, DType t, std::int64_t m, int thr
   const double layer_c = layer_cpu / threads, head_c = head_cpu / threads;  // best iteration
   state.counters["GFLOP_s_cpu"] = flops / layer_c / 1e9;
   state.counters["prefill_tok_s_cpu"] = static_cast<double>(m) / (kLayers * layer_c + head_c);
-}
-
-const char* path_name(sx::cpu::MatmulPath p) {
-  switch (p) {
-    case sx::cpu::MatmulPath::kGemv:
-      return "gemv";
-    case sx::cpu::MatmulPath::kGemmF32:
-      return "gemm_f32";
-    case sx::cpu::MatmulPath::kGemmQ8:
-      return "gemm_q8";
-    default:
-      return "auto";
-  }
 }
 
 void register_all() {
