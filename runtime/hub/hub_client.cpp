@@ -82,9 +82,7 @@ std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) {
   auto* sink = static_cast<Sink*>(user);
   std::string_view line(data, size * n);
   if (line.size() > 12) {
-    std::string key(line.substr(0, 12));
-    for (char& c : key) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (key == "retry-after:") {
+    if (ascii_lower(line.substr(0, 12)) == "retry-after:") {
       std::string v(line.substr(12));
       sink->response->retry_after = std::atof(v.c_str());
     }
