@@ -524,7 +524,7 @@ void dot_q4_q5(const std::byte* const (&w)[R], const std::int8_t* xq, const floa
 // that a block's 16 bytes of nibbles meet x as they lie (nibbles32, as Q4_0). Per block of 32 the
 // exact int32 dot of q and x, then per group
 // y += scale * sum_b d_x,b * dot_b - scale * zero * zx_g, zx_g = sum_b d_x,b * xsum_b (the same
-// for every row: awq_group_sums).
+// for every row: permute_awq_x computes it).
 template <int R>
 void dot_awq(const std::byte* const (&w)[R], const std::int8_t* xq, const float* xd, const float* zx,
              std::int64_t ngroups, float (&out)[R]) {
