@@ -147,19 +147,20 @@ void pack_w_panel_dequant(const std::byte* w, std::size_t row_bytes, std::int64_
   }
 }
 
-// kQ5_0R8 / kQ4_0R8 (the CPU device's layouts of Q5_0 / Q4_0): each row's blocks [pc, pc + kc)
-// dequantised straight from its group of 8 (the same values as the file format's dequantisation).
-template <typename Block, void (*DequantizeLane)(const Block*, int, std::int64_t, float*)>
+// kQ5_0R8 / kQ4_0R8 / kQ4_KR8 / kQ5_KR8 (the CPU device's layouts of Q5_0 / Q4_0 / Q4_K / Q5_K):
+// each row's elements [pc, pc + kc) (whole blocks of kElems) dequantised straight from its group
+// of 8 (the same values as the file format's dequantisation).
+template <typename Block, void (*DequantizeLane)(const Block*, int, std::int64_t, float*), int kElems = hal::kQK>
 void pack_w_panel_r8(const std::byte* w, std::size_t row_bytes, std::int64_t row0, std::int64_t n,
                      std::int64_t pc, std::int64_t kc, float* dst) {
-  static_assert(kQ5_0R8Rows == 8 && kQ4_0R8Rows == 8);
+  static_assert(kQ5_0R8Rows == 8 && kQ4_0R8Rows == 8 && kQ4_KR8Rows == 8);
   thread_local std::vector<float> tmp;
   tmp.resize(static_cast<std::size_t>(kc));
   for (int r = 0; r < kNR; ++r) {
     const std::int64_t row = row0 + r;
     if (row < n) {
       const auto* group = reinterpret_cast<const Block*>(w + static_cast<std::size_t>(row / 8 * 8) * row_bytes);
-      DequantizeLane(group + pc / hal::kQK, static_cast<int>(row % 8), kc / hal::kQK, tmp.data());
+      DequantizeLane(group + pc / kElems, static_cast<int>(row % 8), kc / kElems, tmp.data());
       for (std::int64_t i = 0; i < kc; ++i) dst[i * kNR + r] = tmp[static_cast<std::size_t>(i)];
     } else {
       for (std::int64_t i = 0; i < kc; ++i) dst[i * kNR + r] = 0.0f;
@@ -180,6 +181,8 @@ PackFn pack_fn(hal::DType t) {
     case hal::DType::kQ5_0: return &pack_w_panel_dequant<hal::DType::kQ5_0>;
     case kQ5_0R8: return &pack_w_panel_r8<BlockQ5_0x8, &dequantize_lane_q5_0_r8>;
     case kQ4_0R8: return &pack_w_panel_r8<BlockQ4_0x8, &dequantize_lane_q4_0_r8>;
+    case kQ4_KR8: return &pack_w_panel_r8<BlockQ4_Kx8, &dequantize_lane_q4_k_r8, hal::kQK_K>;
+    case kQ5_KR8: return &pack_w_panel_r8<BlockQ5_Kx8, &dequantize_lane_q5_k_r8, hal::kQK_K>;
     case hal::DType::kQ5_1: return &pack_w_panel_dequant<hal::DType::kQ5_1>;
     case hal::DType::kQ2_K: return &pack_w_panel_dequant<hal::DType::kQ2_K>;
     case hal::DType::kQ3_K: return &pack_w_panel_dequant<hal::DType::kQ3_K>;

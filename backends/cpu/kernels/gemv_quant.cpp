@@ -365,39 +365,37 @@ __m256i q5_r8_high(__m256i qh, __m256i bit4) {
   }
 }
 
-// The values q_v of one 8-row interleaved block (kQ5_0R8, kQ4_0R8: layouts.h), v = 0..7: elements
-// 4v .. 4v + 3 of each of the 8 rows, one row per 4-byte lane (vector i of qs holds v = 2i in its
-// low nibbles and v = 2i + 1 in its high ones), with Q5_0's fifth bits.
-template <typename Block>
-inline void r8_values(const Block& wb, __m256i (&q)[8]) {
+// The values q_v of one 8-row interleaved block of 32 (kQ5_0R8, kQ4_0R8, and each sub-block of
+// kQ4_KR8 / kQ5_KR8: layouts.h), v = 0..7: elements 4v .. 4v + 3 of each of the 8 rows, one row per
+// 4-byte lane (vector i of qs holds v = 2i in its low nibbles and v = 2i + 1 in its high ones), with
+// the fifth bits of qh where kFive.
+template <bool kFive>
+inline void r8_values(const std::uint8_t* qs, [[maybe_unused]] const std::uint8_t* qh, __m256i (&q)[8]) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (int i = 0; i < 4; ++i) {
-    const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs + 32 * i));
-    q[2 * i] = _mm256_and_si256(qs, m4);
-    q[2 * i + 1] = _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4);
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * i));
+    q[2 * i] = _mm256_and_si256(v, m4);
+    q[2 * i + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
   }
-  if constexpr (std::is_same_v<Block, BlockQ5_0x8>) {
+  if constexpr (kFive) {
     const __m256i bit4 = _mm256_set1_epi8(0x10);
-    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qh));
-    q[0] = _mm256_or_si256(q[0], q5_r8_high<0>(qh, bit4));
-    q[1] = _mm256_or_si256(q[1], q5_r8_high<1>(qh, bit4));
-    q[2] = _mm256_or_si256(q[2], q5_r8_high<2>(qh, bit4));
-    q[3] = _mm256_or_si256(q[3], q5_r8_high<3>(qh, bit4));
-    q[4] = _mm256_or_si256(q[4], q5_r8_high<4>(qh, bit4));
-    q[5] = _mm256_or_si256(q[5], q5_r8_high<5>(qh, bit4));
-    q[6] = _mm256_or_si256(q[6], q5_r8_high<6>(qh, bit4));
-    q[7] = _mm256_or_si256(q[7], q5_r8_high<7>(qh, bit4));
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
+    q[0] = _mm256_or_si256(q[0], q5_r8_high<0>(h, bit4));
+    q[1] = _mm256_or_si256(q[1], q5_r8_high<1>(h, bit4));
+    q[2] = _mm256_or_si256(q[2], q5_r8_high<2>(h, bit4));
+    q[3] = _mm256_or_si256(q[3], q5_r8_high<3>(h, bit4));
+    q[4] = _mm256_or_si256(q[4], q5_r8_high<4>(h, bit4));
+    q[5] = _mm256_or_si256(q[5], q5_r8_high<5>(h, bit4));
+    q[6] = _mm256_or_si256(q[6], q5_r8_high<6>(h, bit4));
+    q[7] = _mm256_or_si256(q[7], q5_r8_high<7>(h, bit4));
   }
 }
 
-// corr + the exact int32 dot of each row's 32 values with the token's block x (xv(v): its elements
-// 4v .. 4v + 3 in every lane), one row per lane: vpdpbusd in two chains where the level has VNNI,
-// else vpmaddubsw pairs (below 2 * 31 * 127 each, so four add up in int16) and vpmaddwd. The same
-// integers either way.
-template <typename Block>
-inline __m256i r8_block_dot(const Block& wb, const std::int8_t* x, __m256i corr) {
-  __m256i q[8];
-  r8_values(wb, q);
+// corr + the exact int32 dot of each row's 32 values q (r8_values) with the token's 32 values x
+// (xv(v): its elements 4v .. 4v + 3 in every lane), one row per lane: vpdpbusd in two chains where
+// the level has VNNI, else vpmaddubsw pairs (below 2 * 31 * 127 each, so four add up in int16) and
+// vpmaddwd. The same integers either way.
+inline __m256i r8_dot(const __m256i (&q)[8], const std::int8_t* x, __m256i corr) {
   auto xv = [&](int v) {
     std::int32_t xi;
     std::memcpy(&xi, x + 4 * v, 4);
@@ -422,6 +420,17 @@ inline __m256i r8_block_dot(const Block& wb, const std::int8_t* x, __m256i corr)
   }
   return _mm256_add_epi32(_mm256_add_epi32(half[0], half[1]), corr);
 #endif
+}
+
+template <typename Block>
+inline __m256i r8_block_dot(const Block& wb, const std::int8_t* x, __m256i corr) {
+  __m256i q[8];
+  if constexpr (std::is_same_v<Block, BlockQ5_0x8>) {
+    r8_values<true>(wb.qs, wb.qh, q);
+  } else {
+    r8_values<false>(wb.qs, nullptr, q);
+  }
+  return r8_dot(q, x, corr);
 }
 
 // One token against G groups of 8 interleaved rows (kQ5_0R8 or kQ4_0R8, nb blocks each) in
@@ -449,6 +458,82 @@ void dot_r8(const Block* const (&w)[G], const std::int8_t* xq, const float* xd, 
       const __m256 scale =
           _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.d))), dx);
       acc[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[g]);
+    }
+  }
+  for (int g = 0; g < G; ++g) _mm256_storeu_ps(out[g], acc[g]);
+}
+
+// The activations' per-32 sums that the mins of Q4_K / Q5_K multiply, paired as vpmaddwd wants
+// them: with B_s the sum of x over sub-block s of super-block i (bsums 2s + 2s + 1),
+// out[4i + j] holds int16 B_s | B_s' << 16 for (s, s') = (0, 2), (1, 3), (4, 6), (5, 7).
+void k_min_pairs(const ActQ8K* a, std::int64_t nsb, std::int32_t* out) {
+  constexpr int kPairs[4][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}};
+  for (std::int64_t i = 0; i < nsb; ++i) {
+    for (int j = 0; j < 4; ++j) {
+      const int lo = a[i].bsums[2 * kPairs[j][0]] + a[i].bsums[2 * kPairs[j][0] + 1];
+      const int hi = a[i].bsums[2 * kPairs[j][1]] + a[i].bsums[2 * kPairs[j][1] + 1];
+      out[4 * i + j] = static_cast<std::int32_t>(static_cast<std::uint16_t>(lo) |
+                                                 static_cast<std::uint32_t>(static_cast<std::uint16_t>(hi)) << 16);
+    }
+  }
+}
+
+// One token (a: nsb super-blocks, pairs: k_min_pairs) against G groups of 8 interleaved Q4_K or
+// Q5_K rows (kQ4_KR8 / kQ5_KR8) in lockstep, one row per lane: per super-block, the 8 sub-blocks'
+// exact int32 dots (r8_dot) times their 6-bit scales, summed in int32, and the mins' integer sum
+// sum_s m_s * B_s (vpmaddwd: m < 64, |B_s| <= 32 * 127), then
+//   acc += d_w * d_x * sum_s sc_s dot_s - dmin_w * d_x * sum_s m_s B_s
+// in F32 per row: the same integers as dot_q4_k, a different F32 summation order. The scales are
+// decoded for the 8 rows at once, the dword arithmetic of hal::q4k_scale_min on scales[j].
+template <typename Block, int G>
+void dot_k_r8(const Block* const (&w)[G], const ActQ8K* a, const std::int32_t* pairs, std::int64_t nsb,
+              float (&out)[G][8]) {
+  constexpr bool kFive = std::is_same_v<Block, BlockQ5_Kx8>;
+  const __m256i low6 = _mm256_set1_epi32(0x3f3f3f3f), low4 = _mm256_set1_epi32(0x0f0f0f0f);
+  const __m256i bits45 = _mm256_set1_epi32(0x30303030), even_bytes = _mm256_set1_epi32(0x00ff00ff);
+  // Byte j of each dword, zero-extended to the dword (vpshufb indexes within 16-byte halves).
+  __m256i pick[4];
+  for (int j = 0; j < 4; ++j) {
+    const int c = static_cast<int>(0x80808000u | static_cast<unsigned>(j));
+    pick[j] = _mm256_setr_epi32(c, c + 4, c + 8, c + 12, c, c + 4, c + 8, c + 12);
+  }
+  __m256 acc[G];
+  for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
+  for (std::int64_t i = 0; i < nsb; ++i) {
+    const std::int8_t* x = a[i].qs;
+    const __m256 dx = _mm256_set1_ps(a[i].d);
+    const std::int32_t* bp = pairs + 4 * i;
+    for (int g = 0; g < G; ++g) {
+      const Block& wb = w[g][i];
+      prefetch_block<sizeof(Block)>(&wb + 1);
+      const auto* sp = reinterpret_cast<const __m256i*>(wb.scales);
+      const __m256i s0 = _mm256_loadu_si256(sp), s1 = _mm256_loadu_si256(sp + 1), s2 = _mm256_loadu_si256(sp + 2);
+      const __m256i sc[2] = {
+          _mm256_and_si256(s0, low6),
+          _mm256_or_si256(_mm256_and_si256(s2, low4), _mm256_and_si256(_mm256_srli_epi32(s0, 2), bits45))};
+      const __m256i m_lo = _mm256_and_si256(s1, low6);
+      const __m256i m_hi =
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(s2, 4), low4), _mm256_and_si256(_mm256_srli_epi32(s1, 2), bits45));
+      const __m256i mins = _mm256_add_epi32(
+          _mm256_add_epi32(_mm256_madd_epi16(_mm256_and_si256(m_lo, even_bytes), _mm256_set1_epi32(bp[0])),
+                           _mm256_madd_epi16(_mm256_and_si256(_mm256_srli_epi32(m_lo, 8), even_bytes), _mm256_set1_epi32(bp[1]))),
+          _mm256_add_epi32(_mm256_madd_epi16(_mm256_and_si256(m_hi, even_bytes), _mm256_set1_epi32(bp[2])),
+                           _mm256_madd_epi16(_mm256_and_si256(_mm256_srli_epi32(m_hi, 8), even_bytes), _mm256_set1_epi32(bp[3]))));
+      __m256i sumi = _mm256_setzero_si256();
+      for (int sb = 0; sb < 8; ++sb) {
+        __m256i q[8];
+        if constexpr (kFive) {
+          r8_values<true>(wb.qs + 128 * sb, wb.qh + 32 * sb, q);
+        } else {
+          r8_values<false>(wb.qs + 128 * sb, nullptr, q);
+        }
+        const __m256i dot = r8_dot(q, x + 32 * sb, _mm256_setzero_si256());
+        sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(dot, _mm256_shuffle_epi8(sc[sb / 4], pick[sb % 4])));
+      }
+      const __m256 dw = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.d))), dx);
+      const __m256 mw = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.dmin))), dx);
+      acc[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), dw, acc[g]);
+      acc[g] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), mw, acc[g]);
     }
   }
   for (int g = 0; g < G; ++g) _mm256_storeu_ps(out[g], acc[g]);
@@ -650,6 +735,31 @@ void gemv_row_streams(ThreadPool& pool, const MatmulProblem& p, Dot&& dot) {
     });
   });
 }
+
+// The same for a layout of 8-row groups (Block: one group's block; nb blocks per row):
+// dot(const Block* const (&groups)[G], t, float (&out)[G][8]) gives the 8 rows of each of G
+// lockstep group streams; the padding rows of the last group are dropped.
+template <typename Block, typename Dot>
+void gemv_group_streams(ThreadPool& pool, const MatmulProblem& p, std::int64_t nb, Dot&& dot) {
+  constexpr int kRows = 8;
+  const auto* w = static_cast<const Block*>(p.w);
+  for_row_chunks(pool, ceil_div(p.n, kRows), [&](std::int64_t g0, std::int64_t g1) {
+    for_row_streams(g0, g1, [&]<int G>(const std::int64_t (&groups)[G]) {
+      const Block* wg[G];
+      for (int i = 0; i < G; ++i) wg[i] = w + groups[i] * nb;
+      for (std::int64_t tk = 0; tk < p.m; ++tk) {
+        float v[G][kRows];
+        dot(wg, tk, v);
+        for (int i = 0; i < G; ++i) {
+          for (int r = 0; r < kRows && groups[i] * kRows + r < p.n; ++r) {
+            const std::int64_t row = groups[i] * kRows + r;
+            p.y[tk * p.n + row] = v[i][r] + (p.bias != nullptr ? p.bias[row] : 0.0f);
+          }
+        }
+      }
+    });
+  });
+}
 #endif
 
 }  // namespace
@@ -657,7 +767,7 @@ void gemv_row_streams(ThreadPool& pool, const MatmulProblem& p, Dot&& dot) {
 bool has_quant_gemv_kernel(hal::DType t) {
 #if SX_GEMV_QUANT_AVX2
   return t == hal::DType::kQ2_K || t == hal::DType::kQ3_K || t == hal::DType::kQ4_K || t == hal::DType::kQ6_K ||
-         t == hal::DType::kQ5_0 || t == kQ5_0R8 || t == kQ4_0R8 ||
+         t == hal::DType::kQ5_0 || t == kQ5_0R8 || t == kQ4_0R8 || t == kQ4_KR8 || t == kQ5_KR8 ||
          t == hal::DType::kQ4_0 || t == hal::DType::kQ4_1 || t == hal::DType::kQ5_1 || t == hal::DType::kQ5_K ||
          t == hal::DType::kAwqInt4;
 #else
@@ -729,28 +839,35 @@ void gemv_quant(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
     }
     return;
   }
+  if (t == kQ4_KR8 || t == kQ5_KR8) {
+    const std::int64_t nsb = p.k / kQK_K;
+    auto* act = static_cast<ActQ8K*>(scratch.get(
+        kSlotActs, static_cast<std::size_t>(p.m * nsb) * sizeof(ActQ8K)));
+    auto* pairs = static_cast<std::int32_t*>(
+        scratch.get(kSlotPackedX, static_cast<std::size_t>(p.m * nsb) * 4 * sizeof(std::int32_t)));
+    for (std::int64_t tk = 0; tk < p.m; ++tk) {
+      quantize_act_q8k(p.x + tk * p.k, p.k, act + tk * nsb);
+      k_min_pairs(act + tk * nsb, nsb, pairs + tk * nsb * 4);
+    }
+    auto groups_of = [&]<typename Block>() {
+      gemv_group_streams<Block>(pool, p, nsb, [&]<int G>(const Block* const (&wg)[G], std::int64_t tk, float (&v)[G][8]) {
+        dot_k_r8<Block, G>(wg, act + tk * nsb, pairs + tk * nsb * 4, nsb, v);
+      });
+    };
+    if (t == kQ4_KR8) {
+      groups_of.template operator()<BlockQ4_Kx8>();
+    } else {
+      groups_of.template operator()<BlockQ5_Kx8>();
+    }
+    return;
+  }
   if (t == kQ5_0R8 || t == kQ4_0R8) {
     const std::int64_t nb = p.k / hal::kQK;
     // The -16 of (q - 16) or the -8 of (q - 8), per block.
     const XBlocks32 x = quantize_x_blocks32(scratch, p, t == kQ5_0R8 ? -16 : -8);
     auto groups_of = [&]<typename Block>() {
-      constexpr int kRows = 8;
-      const auto* w = static_cast<const Block*>(p.w);
-      for_row_chunks(pool, ceil_div(p.n, kRows), [&](std::int64_t g0, std::int64_t g1) {
-        for_row_streams(g0, g1, [&]<int G>(const std::int64_t (&groups)[G]) {
-          const Block* wg[G];
-          for (int i = 0; i < G; ++i) wg[i] = w + groups[i] * nb;
-          for (std::int64_t tk = 0; tk < p.m; ++tk) {
-            float v[G][kRows];
-            dot_r8<Block, G>(wg, x.q + tk * p.k, x.d + tk * nb, x.sum + tk * nb, nb, v);
-            for (int i = 0; i < G; ++i) {
-              for (int r = 0; r < kRows && groups[i] * kRows + r < p.n; ++r) {
-                const std::int64_t row = groups[i] * kRows + r;
-                p.y[tk * p.n + row] = v[i][r] + (p.bias != nullptr ? p.bias[row] : 0.0f);
-              }
-            }
-          }
-        });
+      gemv_group_streams<Block>(pool, p, nb, [&]<int G>(const Block* const (&wg)[G], std::int64_t tk, float (&v)[G][8]) {
+        dot_r8<Block, G>(wg, x.q + tk * p.k, x.d + tk * nb, x.sum + tk * nb, nb, v);
       });
     };
     if (t == kQ5_0R8) {

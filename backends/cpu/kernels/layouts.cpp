@@ -1,7 +1,9 @@
 // The CPU weight layouts (layouts.h): repacking, unpacking and dequantising them.
 #include "backends/cpu/kernels/layouts.h"
 
+#include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,8 @@ hal::DType layout_source(hal::DType t) {
   if (t == kQ8_0R16) return hal::DType::kQ8_0;
   if (t == kQ5_0R8) return hal::DType::kQ5_0;
   if (t == kQ4_0R8) return hal::DType::kQ4_0;
+  if (t == kQ4_KR8) return hal::DType::kQ4_K;
+  if (t == kQ5_KR8) return hal::DType::kQ5_K;
   return t;
 }
 
@@ -22,6 +26,7 @@ int interleaved_rows(hal::DType t) {
   if (t == kQ8_0R16) return kQ8_0R16Rows;
   if (t == kQ5_0R8) return kQ5_0R8Rows;
   if (t == kQ4_0R8) return kQ4_0R8Rows;
+  if (t == kQ4_KR8 || t == kQ5_KR8) return kQ4_KR8Rows;
   return 1;
 }
 
@@ -30,6 +35,8 @@ hal::DType weight_layout(hal::DType format) {
   if (format == hal::DType::kQ8_0) return kQ8_0R16;
   if (format == hal::DType::kQ5_0) return kQ5_0R8;
   if (format == hal::DType::kQ4_0) return kQ4_0R8;
+  if (format == hal::DType::kQ4_K) return kQ4_KR8;
+  if (format == hal::DType::kQ5_K) return kQ5_KR8;
   return format;
 }
 
@@ -45,6 +52,8 @@ std::string_view type_name(hal::DType t) {
   if (t == kQ8_0R16) return "q8_0_r16";  // Q8_0, 16 rows interleaved
   if (t == kQ5_0R8) return "q5_0_r8";  // Q5_0, 8 rows interleaved
   if (t == kQ4_0R8) return "q4_0_r8";  // Q4_0, 8 rows interleaved
+  if (t == kQ4_KR8) return "q4_k_r8";  // Q4_K, 8 rows interleaved
+  if (t == kQ5_KR8) return "q5_k_r8";  // Q5_K, 8 rows interleaved
   return hal::dtype_name(t);
 }
 
@@ -55,6 +64,10 @@ void repack_rows(hal::DType layout, const void* src, std::int64_t rows, std::int
     repack_q5_0_r8(static_cast<const hal::BlockQ5_0*>(src), rows, k, static_cast<BlockQ5_0x8*>(dst));
   } else if (layout == kQ4_0R8) {
     repack_q4_0_r8(static_cast<const hal::BlockQ4_0*>(src), rows, k, static_cast<BlockQ4_0x8*>(dst));
+  } else if (layout == kQ4_KR8) {
+    repack_k_r8(static_cast<const hal::BlockQ4_K*>(src), rows, k, dst);
+  } else if (layout == kQ5_KR8) {
+    repack_k_r8(static_cast<const hal::BlockQ5_K*>(src), rows, k, dst);
   } else {
     fatal("repack_rows", std::string(type_name(layout)) + " is not an interleaved layout");
   }
@@ -67,6 +80,10 @@ void unpack_row(hal::DType layout, const void* src, std::int64_t k, std::int64_t
     unpack_row_q5_0_r8(static_cast<const BlockQ5_0x8*>(src), k, row, static_cast<hal::BlockQ5_0*>(dst));
   } else if (layout == kQ4_0R8) {
     unpack_row_q4_0_r8(static_cast<const BlockQ4_0x8*>(src), k, row, static_cast<hal::BlockQ4_0*>(dst));
+  } else if (layout == kQ4_KR8) {
+    unpack_row_k_r8(src, k, row, static_cast<hal::BlockQ4_K*>(dst));
+  } else if (layout == kQ5_KR8) {
+    unpack_row_k_r8(src, k, row, static_cast<hal::BlockQ5_K*>(dst));
   } else {
     fatal("unpack_row", std::string(type_name(layout)) + " is not an interleaved layout");
   }
@@ -176,7 +193,143 @@ void lane_values_q5_0_r8(const BlockQ5_0x8& in, int lane, int (&q)[hal::kQK]) {
   }
 }
 
+// The 256 values of a Q4_K / Q5_K super-block (0..15 / 0..31) in element order, and back into its
+// qs (and qh).
+template <typename Block>
+void k_values(const Block& in, int (&q)[hal::kQK_K]) {
+  for (int c = 0; c < 4; ++c) {
+    for (int l = 0; l < 32; ++l) {
+      q[64 * c + l] = in.qs[32 * c + l] & 0x0F;
+      q[64 * c + 32 + l] = in.qs[32 * c + l] >> 4;
+      if constexpr (std::is_same_v<Block, hal::BlockQ5_K>) {
+        q[64 * c + l] |= ((in.qh[l] >> (2 * c)) & 1) << 4;
+        q[64 * c + 32 + l] |= ((in.qh[l] >> (2 * c + 1)) & 1) << 4;
+      }
+    }
+  }
+}
+template <typename Block>
+void put_k_values(const int (&q)[hal::kQK_K], Block& out) {
+  for (int c = 0; c < 4; ++c) {
+    for (int l = 0; l < 32; ++l) {
+      out.qs[32 * c + l] = static_cast<std::uint8_t>((q[64 * c + l] & 0x0F) | (q[64 * c + 32 + l] & 0x0F) << 4);
+      if constexpr (std::is_same_v<Block, hal::BlockQ5_K>) {
+        if (c == 0) out.qh[l] = 0;
+        out.qh[l] |= static_cast<std::uint8_t>(((q[64 * c + l] >> 4) & 1) << (2 * c) |
+                                               ((q[64 * c + 32 + l] >> 4) & 1) << (2 * c + 1));
+      }
+    }
+  }
+}
+
+// The 8-row K block type of a K-quant block type.
+template <typename Block>
+using KBlockx8 = std::conditional_t<std::is_same_v<Block, hal::BlockQ5_K>, BlockQ5_Kx8, BlockQ4_Kx8>;
+
+// Row `lane` of a BlockQ4_Kx8 / BlockQ5_Kx8 as its Q4_K / Q5_K super-block, and back.
+template <typename Block>
+void gather_k_r8_lane(const KBlockx8<Block>& in, int lane, Block& out) {
+  out.d = in.d[lane];
+  out.dmin = in.dmin[lane];
+  for (int j = 0; j < 3; ++j) std::memcpy(out.scales + 4 * j, &in.scales[j][lane], 4);
+  int q[hal::kQK_K];
+  for (int s = 0; s < 8; ++s) {
+    int sub[hal::kQK];
+    lane_nibbles(in.qs + 128 * s, lane, sub);
+    if constexpr (std::is_same_v<Block, hal::BlockQ5_K>) {
+      for (int v = 0; v < 8; ++v) {
+        for (int e = 0; e < 4; ++e) sub[4 * v + e] |= ((in.qh[32 * s + 4 * lane + e] >> v) & 1) << 4;
+      }
+    }
+    std::copy(sub, sub + hal::kQK, q + 32 * s);
+  }
+  put_k_values(q, out);
+}
+template <typename Block>
+void scatter_k_r8_lane(const Block& in, int lane, KBlockx8<Block>& out) {
+  out.d[lane] = in.d;
+  out.dmin[lane] = in.dmin;
+  for (int j = 0; j < 3; ++j) std::memcpy(&out.scales[j][lane], in.scales + 4 * j, 4);
+  int q[hal::kQK_K];
+  k_values(in, q);
+  for (int s = 0; s < 8; ++s) {
+    int sub[hal::kQK];
+    std::copy(q + 32 * s, q + 32 * s + 32, sub);
+    put_lane_nibbles(sub, lane, out.qs + 128 * s);
+    if constexpr (std::is_same_v<Block, hal::BlockQ5_K>) {
+      for (int v = 0; v < 8; ++v) {
+        for (int e = 0; e < 4; ++e) {
+          out.qh[32 * s + 4 * lane + e] |= static_cast<std::uint8_t>(((sub[4 * v + e] >> 4) & 1) << v);
+        }
+      }
+    }
+  }
+}
+
+// Row `lane` of one BlockQ4_Kx8 / BlockQ5_Kx8 as 256 floats, straight from the layout with
+// hal::dequantize_row_q4_k's (q5_k's) arithmetic, y = (d * sc) * q - dmin * m, so the same bits.
+template <typename Block8>
+void dequantize_k_r8_lane(const Block8& in, int lane, float* y) {
+  std::uint8_t scales[12];
+  for (int j = 0; j < 3; ++j) std::memcpy(scales + 4 * j, &in.scales[j][lane], 4);
+  const float d = f16_to_f32(in.d[lane]), min = f16_to_f32(in.dmin[lane]);
+  for (int s = 0; s < 8; ++s) {
+    std::uint8_t sc, m;
+    hal::q4k_scale_min(s, scales, &sc, &m);
+    const float d1 = d * static_cast<float>(sc), m1 = min * static_cast<float>(m);
+    const std::uint8_t* qs = in.qs + 128 * s + 4 * lane;
+    for (int i = 0; i < 4; ++i) {
+      for (int e = 0; e < 4; ++e) {
+        int lo = qs[32 * i + e] & 0x0F, hi = qs[32 * i + e] >> 4;
+        if constexpr (std::is_same_v<Block8, BlockQ5_Kx8>) {
+          const int h = in.qh[32 * s + 4 * lane + e];
+          lo += ((h >> (2 * i)) & 1) << 4;
+          hi += ((h >> (2 * i + 1)) & 1) << 4;
+        }
+        y[32 * s + 8 * i + e] = d1 * static_cast<float>(lo) - m1;
+        y[32 * s + 8 * i + 4 + e] = d1 * static_cast<float>(hi) - m1;
+      }
+    }
+  }
+}
+
 }  // namespace
+
+template <typename Block>
+void repack_k_r8(const Block* src, std::int64_t rows, std::int64_t k, void* dst) {
+  const std::int64_t nsb = k / hal::kQK_K;
+  const std::int64_t groups = (rows + kQ4_KR8Rows - 1) / kQ4_KR8Rows;
+  auto* out = static_cast<KBlockx8<Block>*>(dst);
+  for (std::int64_t g = 0; g < groups; ++g) {
+    for (std::int64_t b = 0; b < nsb; ++b) {
+      KBlockx8<Block>& o = out[g * nsb + b];
+      o = KBlockx8<Block>{};
+      for (int r = 0; r < kQ4_KR8Rows && g * kQ4_KR8Rows + r < rows; ++r) {
+        scatter_k_r8_lane(src[(g * kQ4_KR8Rows + r) * nsb + b], r, o);
+      }
+    }
+  }
+}
+
+template <typename Block>
+void unpack_row_k_r8(const void* src, std::int64_t k, std::int64_t row, Block* dst) {
+  const std::int64_t nsb = k / hal::kQK_K;
+  const auto* in = static_cast<const KBlockx8<Block>*>(src) + (row / kQ4_KR8Rows) * nsb;
+  for (std::int64_t b = 0; b < nsb; ++b) gather_k_r8_lane(in[b], static_cast<int>(row % kQ4_KR8Rows), dst[b]);
+}
+
+void dequantize_lane_q4_k_r8(const BlockQ4_Kx8* src, int lane, std::int64_t nsb, float* y) {
+  for (std::int64_t b = 0; b < nsb; ++b) dequantize_k_r8_lane(src[b], lane, y + b * hal::kQK_K);
+}
+
+void dequantize_lane_q5_k_r8(const BlockQ5_Kx8* src, int lane, std::int64_t nsb, float* y) {
+  for (std::int64_t b = 0; b < nsb; ++b) dequantize_k_r8_lane(src[b], lane, y + b * hal::kQK_K);
+}
+
+template void repack_k_r8(const hal::BlockQ4_K*, std::int64_t, std::int64_t, void*);
+template void repack_k_r8(const hal::BlockQ5_K*, std::int64_t, std::int64_t, void*);
+template void unpack_row_k_r8(const void*, std::int64_t, std::int64_t, hal::BlockQ4_K*);
+template void unpack_row_k_r8(const void*, std::int64_t, std::int64_t, hal::BlockQ5_K*);
 
 bool converts_to_q8_0(hal::DType t) {
   return t == hal::DType::kQ8_0 || t == hal::DType::kQ4_0 || t == hal::DType::kQ5_0 || t == kQ5_0R8 ||
@@ -185,7 +338,7 @@ bool converts_to_q8_0(hal::DType t) {
 
 bool requantizes_to_q8_0(hal::DType t) {
   return t == hal::DType::kQ2_K || t == hal::DType::kQ3_K || t == hal::DType::kQ4_K || t == hal::DType::kQ5_K ||
-         t == hal::DType::kQ6_K;
+         t == hal::DType::kQ6_K || t == kQ4_KR8 || t == kQ5_KR8;
 }
 
 void blocks_as_q8_0(hal::DType t, const void* tensor, std::int64_t k, std::int64_t row, std::int64_t b0,
@@ -193,15 +346,26 @@ void blocks_as_q8_0(hal::DType t, const void* tensor, std::int64_t k, std::int64
   const std::int64_t nb_row = k / hal::kQK;
   if (requantizes_to_q8_0(t)) {  // super-blocks of 256 dequantised and re-quantised once each
     constexpr std::int64_t kPer = hal::kQK_K / hal::kQK;
-    const auto* base = static_cast<const std::byte*>(tensor) + static_cast<std::size_t>(row) * hal::row_bytes(t, k);
-    const std::size_t sb_bytes = hal::row_bytes(t, hal::kQK_K);
+    const hal::DType source = layout_source(t);
+    const std::size_t sb_bytes = hal::row_bytes(source, hal::kQK_K);
+    const auto* base = static_cast<const std::byte*>(tensor) + static_cast<std::size_t>(row) * hal::row_bytes(source, k);
     alignas(64) float w[hal::kQK_K], d[kPer];
     alignas(64) std::int8_t q[hal::kQK_K];
     std::int64_t held = -1;
     for (std::int64_t b = 0; b < nb; ++b) {
       const std::int64_t sb = (b0 + b) / kPer, j = (b0 + b) % kPer;
       if (sb != held) {
-        hal::dequantize_row(t, base + static_cast<std::size_t>(sb) * sb_bytes, w, hal::kQK_K);
+        if (t == kQ4_KR8 || t == kQ5_KR8) {  // the row's super-block, straight from its group
+          const std::int64_t at = (row / kQ4_KR8Rows) * (k / hal::kQK_K) + sb;
+          const int lane = static_cast<int>(row % kQ4_KR8Rows);
+          if (t == kQ4_KR8) {
+            dequantize_k_r8_lane(static_cast<const BlockQ4_Kx8*>(tensor)[at], lane, w);
+          } else {
+            dequantize_k_r8_lane(static_cast<const BlockQ5_Kx8*>(tensor)[at], lane, w);
+          }
+        } else {
+          hal::dequantize_row(t, base + static_cast<std::size_t>(sb) * sb_bytes, w, hal::kQK_K);
+        }
         quantize_activations_q8(w, hal::kQK_K, q, d);  // the activations' quantiser: vectorised
         held = sb;
       }

@@ -23,6 +23,8 @@ namespace sx::cpu {
 inline constexpr hal::DType kQ8_0R16 = static_cast<hal::DType>(0x80);  // Q8_0, 16 rows interleaved
 inline constexpr hal::DType kQ5_0R8 = static_cast<hal::DType>(0x81);   // Q5_0, 8 rows interleaved
 inline constexpr hal::DType kQ4_0R8 = static_cast<hal::DType>(0x82);   // Q4_0, 8 rows interleaved
+inline constexpr hal::DType kQ4_KR8 = static_cast<hal::DType>(0x83);   // Q4_K, 8 rows interleaved
+inline constexpr hal::DType kQ5_KR8 = static_cast<hal::DType>(0x84);   // Q5_K, 8 rows interleaved
 
 // Q8_0 with 16 rows interleaved (kQ8_0R16): rows [16g, 16g + 16) x block b of a [rows][k] tensor is
 // BlockQ8_0x16 number g * (k / 32) + b, arranged so that each k-pair of the 16 rows is in 32
@@ -61,12 +63,41 @@ struct BlockQ4_0x8 {
 };
 static_assert(sizeof(BlockQ4_0x8) == kQ4_0R8Rows * sizeof(hal::BlockQ4_0));
 
-// The file format a type holds (Q8_0 for kQ8_0R16, Q5_0 for kQ5_0R8, Q4_0 for kQ4_0R8, t itself
-// otherwise) and the rows per group (1 for a file format).
+// Q4_K and Q5_K with 8 rows interleaved (kQ4_KR8, kQ5_KR8, issue 44), so that their GEMV takes 8
+// rows per vector as the Q4_0 one does (one row per 4-byte lane, no horizontal sums) instead of one
+// row and its per-sub-block scale shuffles at a time. Rows [8g, 8g + 8) x super-block b of a
+// [rows][k] tensor is block number g * (k / 256) + b. It holds the 8 rows' super-blocks' bytes:
+//   d[r], dmin[r]    row r's fp16 scales;
+//   scales[j][r]     bytes 4j .. 4j + 3 of row r's 12 packed 6-bit scales and mins (hal::q4k_scale_min),
+//                    so that one 32-byte load of scales[j] is the same dword of all 8 rows;
+//   qs[128s + ...]   sub-block s (elements 32s .. 32s + 31) as a BlockQ4_0x8's qs: with q_r(j) the
+//                    4 low bits of element 32s + j of row r, qs[128s + 32i + 4r + e] holds
+//                    q_r(8i + e) in its low nibble and q_r(8i + 4 + e) in its high one;
+//   qh[32s + ...]    (Q5_K) sub-block s's fifth bits as a BlockQ5_0x8's qh: qh[32s + 4r + e], bit v,
+//                    is bit 4 of element 32s + 4v + e of row r.
+inline constexpr int kQ4_KR8Rows = 8;
+struct BlockQ4_Kx8 {
+  std::uint16_t d[kQ4_KR8Rows];
+  std::uint16_t dmin[kQ4_KR8Rows];
+  std::uint32_t scales[3][kQ4_KR8Rows];
+  std::uint8_t qs[kQ4_KR8Rows * hal::kQK_K / 2];
+};
+static_assert(sizeof(BlockQ4_Kx8) == kQ4_KR8Rows * sizeof(hal::BlockQ4_K));
+struct BlockQ5_Kx8 {
+  std::uint16_t d[kQ4_KR8Rows];
+  std::uint16_t dmin[kQ4_KR8Rows];
+  std::uint32_t scales[3][kQ4_KR8Rows];
+  std::uint8_t qh[kQ4_KR8Rows * hal::kQK_K / 8];
+  std::uint8_t qs[kQ4_KR8Rows * hal::kQK_K / 2];
+};
+static_assert(sizeof(BlockQ5_Kx8) == kQ4_KR8Rows * sizeof(hal::BlockQ5_K));
+
+// The file format a type holds (Q8_0 for kQ8_0R16, Q5_0 for kQ5_0R8, Q4_0 for kQ4_0R8, Q4_K / Q5_K
+// for kQ4_KR8 / kQ5_KR8, t itself otherwise) and the rows per group (1 for a file format).
 hal::DType layout_source(hal::DType t);
 int interleaved_rows(hal::DType t);
-// The layout CpuDevice keeps a weight of file format `format` in: kQ8_0R16 / kQ5_0R8 / kQ4_0R8 for
-// Q8_0 / Q5_0 / Q4_0 where the vector kernels for them are built (AVX2 + FMA + F16C), else `format`.
+// The layout CpuDevice keeps a weight of file format `format` in: kQ8_0R16 / kQ5_0R8 / kQ4_0R8 /
+// kQ4_KR8 / kQ5_KR8 for Q8_0 / Q5_0 / Q4_0 / Q4_K / Q5_K where the vector kernels for them are built (AVX2 + FMA + F16C), else `format`.
 hal::DType weight_layout(hal::DType format);
 // hal's row_bytes / tensor_bytes / dtype_name for every CPU weight type: a row of a layout is its
 // share of its group, and a layout's tensor has its rows rounded up to a whole group.
@@ -76,7 +107,7 @@ std::string_view type_name(hal::DType t);
 
 // [rows][k] of layout_source(layout) -> layout (dst holds tensor_bytes(layout, rows, k)), and row
 // `row` of such a tensor back to its source blocks (dst holds hal::row_bytes(source, k)). layout is
-// kQ8_0R16, kQ5_0R8 or kQ4_0R8; k is a multiple of 32.
+// kQ8_0R16, kQ5_0R8, kQ4_0R8 (k a multiple of 32), kQ4_KR8 or kQ5_KR8 (k a multiple of 256).
 void repack_rows(hal::DType layout, const void* src, std::int64_t rows, std::int64_t k, void* dst);
 void unpack_row(hal::DType layout, const void* src, std::int64_t k, std::int64_t row, void* dst);
 // Row `row` of a [rows][k] tensor of type t as F32: hal::dequantize_row on the row, or, for a
@@ -95,10 +126,20 @@ void unpack_row_q4_0_r8(const BlockQ4_0x8* src, std::int64_t k, std::int64_t row
 // The same for kQ4_0R8: bit-identical to unpack_row_q4_0_r8 followed by dequantize_row_q4_0.
 void dequantize_lane_q4_0_r8(const BlockQ4_0x8* src, int lane, std::int64_t nb, float* y);
 
+// Q4_K / Q5_K <-> kQ4_KR8 / kQ5_KR8 (Block = hal::BlockQ4_K or hal::BlockQ5_K).
+template <typename Block>
+void repack_k_r8(const Block* src, std::int64_t rows, std::int64_t k, void* dst);
+template <typename Block>
+void unpack_row_k_r8(const void* src, std::int64_t k, std::int64_t row, Block* dst);
+// Row `lane` (0..7) of nsb consecutive BlockQ4_Kx8 / BlockQ5_Kx8 blocks, dequantised: bit-identical
+// to unpack_row_k_r8 followed by hal's dequantisation of the row.
+void dequantize_lane_q4_k_r8(const BlockQ4_Kx8* src, int lane, std::int64_t nsb, float* y);
+void dequantize_lane_q5_k_r8(const BlockQ5_Kx8* src, int lane, std::int64_t nsb, float* y);
+
 // Formats whose blocks hold exactly Q8_0 values (same fp16 scale, int8 q - 8 for Q4_0, q - 16 for
 // Q5_0), so the Q8_0 int8 GEMM runs them: kQ8_0, kQ4_0, kQ5_0, kQ5_0R8, kQ4_0R8.
 bool converts_to_q8_0(hal::DType t);
-// The K-quants (Q2_K .. Q6_K): their 32-element sub-blocks carry a scale and a min of their own, so
+// The K-quants (Q2_K .. Q6_K, kQ4_KR8, kQ5_KR8): their 32-element sub-blocks carry a scale and a min of their own, so
 // no Q8_0 block holds them exactly; the int8 GEMM takes them re-quantised, each 32 dequantised
 // weights rounded as activations are (quantize_activations_q8: d = max|w| / 127, then d to fp16),
 // an error of at most half a step, ~1/254 of the block's largest |w|, beside the 8-bit

@@ -6,9 +6,11 @@
 
 #include <cstring>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/kernels/matmul.h"
+#include "runtime/base/half.h"
 #include "runtime/hal/dtype.h"
 #include "runtime/hal/quant.h"
 
@@ -33,7 +35,11 @@ TEST(CpuLayouts, ValuesLiePastHalsFormatsAndNameTheirSource) {
   EXPECT_EQ(weight_layout(DType::kQ5_0), vector_interleaved() ? kQ5_0R8 : DType::kQ5_0);
   EXPECT_EQ(weight_layout(DType::kQ4_0), vector_interleaved() ? kQ4_0R8 : DType::kQ4_0);
   EXPECT_EQ(type_name(kQ4_0R8), "q4_0_r8");
-  EXPECT_EQ(weight_layout(DType::kQ4_K), DType::kQ4_K);
+  EXPECT_EQ(weight_layout(DType::kQ4_K), vector_interleaved() ? kQ4_KR8 : DType::kQ4_K);
+  EXPECT_EQ(weight_layout(DType::kQ5_K), vector_interleaved() ? kQ5_KR8 : DType::kQ5_K);
+  EXPECT_EQ(weight_layout(DType::kQ6_K), DType::kQ6_K);
+  EXPECT_EQ(type_name(kQ4_KR8), "q4_k_r8");
+  EXPECT_EQ(type_name(kQ5_KR8), "q5_k_r8");
 }
 
 // kQ8_0R16 holds the same blocks as Q8_0, 16 rows interleaved; padding rows are zero.
@@ -166,6 +172,72 @@ TEST(CpuLayouts, Q4_0R8RepackRoundTrip) {
     }
   }
 }
+
+// kQ4_KR8 / kQ5_KR8 hold the same scales, mins and 4- or 5-bit values as Q4_K / Q5_K, 8 rows
+// interleaved as layouts.h documents; padding rows are zero; the row a layout gives back is the
+// file's to the byte, and the Q8_0 blocks the int8 GEMM reads from it are the plain format's.
+template <typename Block, typename Block8>
+void check_k_r8(DType layout, DType source, std::uint32_t seed) {
+  const std::int64_t rows = 13, k = 512, nsb = k / hal::kQK_K;
+  EXPECT_EQ(cpu::tensor_bytes(layout, rows, k), 16u * nsb * sizeof(Block));  // 13 -> 16 rows
+  EXPECT_EQ(layout_source(layout), source);
+  EXPECT_EQ(interleaved_rows(layout), 8);
+  EXPECT_TRUE(requantizes_to_q8_0(layout));
+  std::mt19937 rng(seed);
+  std::vector<Block> plain(static_cast<std::size_t>(rows * nsb));
+  for (Block& b : plain) {
+    auto* bytes = reinterpret_cast<std::uint8_t*>(&b);
+    for (std::size_t i = 0; i < sizeof(Block); ++i) bytes[i] = static_cast<std::uint8_t>(rng());
+    b.d = f32_to_f16(0.01f);
+    b.dmin = f32_to_f16(0.002f);
+  }
+  std::vector<Block8> packed(cpu::tensor_bytes(layout, rows, k) / sizeof(Block8));
+  repack_rows(layout, plain.data(), rows, k, packed.data());
+  // Documented positions: row 10, super-block 1, every element.
+  const std::int64_t r = 10, b = 1;
+  const Block& src = plain[static_cast<std::size_t>(r * nsb + b)];
+  const Block8& g = packed[static_cast<std::size_t>((r / 8) * nsb + b)];
+  const int lane = static_cast<int>(r % 8);
+  EXPECT_EQ(g.d[lane], src.d);
+  EXPECT_EQ(g.dmin[lane], src.dmin);
+  for (int j = 0; j < 3; ++j) EXPECT_EQ(std::memcmp(&g.scales[j][lane], src.scales + 4 * j, 4), 0);
+  for (int e = 0; e < hal::kQK_K; ++e) {
+    const int c = e / 64, l = e % 32;
+    const int want = e % 64 < 32 ? src.qs[32 * c + l] & 15 : src.qs[32 * c + l] >> 4;
+    const int s = e / 32, j = e % 32, i = j / 8, el = j % 4;
+    const std::uint8_t byte = g.qs[128 * s + 32 * i + 4 * lane + el];
+    ASSERT_EQ(j % 8 < 4 ? byte & 15 : byte >> 4, want) << "element " << e;
+    if constexpr (std::is_same_v<Block, hal::BlockQ5_K>) {
+      const int want_hi = (src.qh[l] >> (2 * c + (e % 64 < 32 ? 0 : 1))) & 1;
+      ASSERT_EQ((g.qh[32 * s + 4 * lane + el] >> (j / 4)) & 1, want_hi) << "fifth bit of element " << e;
+    }
+  }
+  std::vector<Block> row(static_cast<std::size_t>(nsb));
+  std::vector<BlockQ8_0> as_q8(static_cast<std::size_t>(k / kQK)), want_q8(static_cast<std::size_t>(k / kQK));
+  for (std::int64_t i = 0; i < 16; ++i) {
+    unpack_row(layout, packed.data(), k, i, row.data());
+    for (std::int64_t j = 0; j < nsb; ++j) {
+      const Block want = i < rows ? plain[static_cast<std::size_t>(i * nsb + j)] : Block{};
+      ASSERT_EQ(std::memcmp(&row[static_cast<std::size_t>(j)], &want, sizeof(Block)), 0) << i << " " << j;
+    }
+    // Straight from the layout: the same floats as the plain row's dequantisation.
+    std::vector<float> want_f(static_cast<std::size_t>(k)), got_f(static_cast<std::size_t>(k));
+    dequantize_row(source, row.data(), want_f.data(), k);
+    if constexpr (std::is_same_v<Block, hal::BlockQ5_K>) {
+      dequantize_lane_q5_k_r8(&packed[static_cast<std::size_t>((i / 8) * nsb)], static_cast<int>(i % 8), nsb, got_f.data());
+    } else {
+      dequantize_lane_q4_k_r8(&packed[static_cast<std::size_t>((i / 8) * nsb)], static_cast<int>(i % 8), nsb, got_f.data());
+    }
+    ASSERT_EQ(std::memcmp(want_f.data(), got_f.data(), want_f.size() * sizeof(float)), 0) << "row " << i;
+    if (i >= rows) continue;
+    blocks_as_q8_0(layout, packed.data(), k, i, 1, k / kQK - 1, as_q8.data());
+    blocks_as_q8_0(source, plain.data(), k, i, 1, k / kQK - 1, want_q8.data());
+    ASSERT_EQ(std::memcmp(as_q8.data(), want_q8.data(), (k / kQK - 1) * sizeof(BlockQ8_0)), 0) << "row " << i;
+  }
+}
+
+TEST(CpuLayouts, Q4_KR8RepackRoundTrip) { check_k_r8<hal::BlockQ4_K, BlockQ4_Kx8>(kQ4_KR8, DType::kQ4_K, 3); }
+TEST(CpuLayouts, Q5_KR8RepackRoundTrip) { check_k_r8<hal::BlockQ5_K, BlockQ5_Kx8>(kQ5_KR8, DType::kQ5_K, 4); }
 
 }  // namespace
 }  // namespace sx::cpu

@@ -49,7 +49,8 @@ int act_block(DType t, MatmulPath path) {
   // where the kernels in use have it.
   if (path == MatmulPath::kGemmQ8) return sx::cpu::gemm_q8_reads(t) && sx::cpu::vector_interleaved() ? 32 : 0;
   if (path != MatmulPath::kGemv) return 0;
-  if (t == DType::kQ2_K || t == DType::kQ3_K || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K) {
+  if (t == DType::kQ2_K || t == DType::kQ3_K || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K ||
+      t == sx::cpu::kQ4_KR8 || t == sx::cpu::kQ5_KR8) {
     return 256;
   }
   if (t == DType::kQ5_0 || t == sx::cpu::kQ5_0R8 || t == sx::cpu::kQ4_0R8 || t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_1 ||
@@ -156,7 +157,7 @@ struct Case {
 
 const DType kBlockTypes[] = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K,  DType::kQ3_K,
                              DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kAwqInt4, sx::cpu::kQ5_0R8,
-                             sx::cpu::kQ4_0R8};
+                             sx::cpu::kQ4_0R8, sx::cpu::kQ4_KR8, sx::cpu::kQ5_KR8};
 
 TEST(CpuQuantMatmul, EveryFormatPathAndShape) {
   Scratch scratch;
@@ -190,7 +191,7 @@ TEST(CpuQuantMatmul, EveryFormatPathAndShape) {
 }
 
 // Real 0.5B decode shapes on the int8 kernels, many rows per thread (the row chunking; for
-// kQ5_0R8 / kQ4_0R8 the 4 lockstep group streams and the groups left over: 1001 rows are 126
+// kQ5_0R8 / kQ4_0R8 / kQ4_KR8 / kQ5_KR8 the 4 lockstep group streams and the groups left over: 1001 rows are 126
 // groups, the last one partial, in tasks of 16 groups, the last of 14: 3 lockstep steps, then the
 // 2 groups left over in lockstep).
 TEST(CpuQuantMatmul, DecodeShapes) {
@@ -203,7 +204,9 @@ TEST(CpuQuantMatmul, DecodeShapes) {
                          std::tuple{sx::cpu::kQ4_0R8, 1001, 4864}, std::tuple{DType::kQ4_1, 1001, 1024},
                          std::tuple{DType::kQ5_1, 896, 4864}, std::tuple{DType::kQ5_K, 896, 4864},
                          std::tuple{DType::kAwqInt4, 1001, 896}, std::tuple{DType::kQ2_K, 896, 4864},
-                         std::tuple{DType::kQ3_K, 1001, 1024}}) {
+                         std::tuple{DType::kQ3_K, 1001, 1024}, std::tuple{sx::cpu::kQ4_KR8, 4864, 896 + 128},
+                         std::tuple{sx::cpu::kQ4_KR8, 1001, 4864}, std::tuple{sx::cpu::kQ5_KR8, 896, 4864},
+                         std::tuple{sx::cpu::kQ5_KR8, 1001, 1024}}) {
     for (bool random_bytes : {false, true}) {
       if (!random_bytes && !hal::can_quantize(t)) continue;  // Q2_K, Q3_K, AWQ: random bytes only
       Case c(t, 1, n, k, random_bytes, 99);
