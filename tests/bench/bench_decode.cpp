@@ -120,6 +120,8 @@ DType layout_at(const sx::cpu::KernelTable& kt, DType format) {
   if (format == DType::kQ8_0) return sx::cpu::kQ8_0R16;
   if (format == DType::kQ5_0) return sx::cpu::kQ5_0R8;
   if (format == DType::kQ4_0) return sx::cpu::kQ4_0R8;
+  if (format == DType::kQ4_1) return sx::cpu::kQ4_1R8;
+  if (format == DType::kQ5_1) return sx::cpu::kQ5_1R8;
   if (format == DType::kQ4_K) return sx::cpu::kQ4_KR8;
   if (format == DType::kQ5_K) return sx::cpu::kQ5_KR8;
   return format;

@@ -147,7 +147,7 @@ void pack_w_panel_dequant(const std::byte* w, std::size_t row_bytes, std::int64_
   }
 }
 
-// kQ5_0R8 / kQ4_0R8 / kQ4_KR8 / kQ5_KR8 (the CPU device's layouts of Q5_0 / Q4_0 / Q4_K / Q5_K):
+// The CPU device's 8-row layouts (kQ5_0R8, kQ4_0R8, kQ4_1R8, kQ5_1R8, kQ4_KR8, kQ5_KR8):
 // each row's elements [pc, pc + kc) (whole blocks of kElems) dequantised straight from its group
 // of 8 (the same values as the file format's dequantisation).
 template <typename Block, void (*DequantizeLane)(const Block*, int, std::int64_t, float*), int kElems = hal::kQK>
@@ -181,6 +181,8 @@ PackFn pack_fn(hal::DType t) {
     case hal::DType::kQ5_0: return &pack_w_panel_dequant<hal::DType::kQ5_0>;
     case kQ5_0R8: return &pack_w_panel_r8<BlockQ5_0x8, &dequantize_lane_q5_0_r8>;
     case kQ4_0R8: return &pack_w_panel_r8<BlockQ4_0x8, &dequantize_lane_q4_0_r8>;
+    case kQ4_1R8: return &pack_w_panel_r8<BlockQ4_1x8, &dequantize_lane_q4_1_r8>;
+    case kQ5_1R8: return &pack_w_panel_r8<BlockQ5_1x8, &dequantize_lane_q5_1_r8>;
     case kQ4_KR8: return &pack_w_panel_r8<BlockQ4_Kx8, &dequantize_lane_q4_k_r8, hal::kQK_K>;
     case kQ5_KR8: return &pack_w_panel_r8<BlockQ5_Kx8, &dequantize_lane_q5_k_r8, hal::kQK_K>;
     case hal::DType::kQ5_1: return &pack_w_panel_dequant<hal::DType::kQ5_1>;

@@ -425,7 +425,7 @@ inline __m256i r8_dot(const __m256i (&q)[8], const std::int8_t* x, __m256i corr)
 template <typename Block>
 inline __m256i r8_block_dot(const Block& wb, const std::int8_t* x, __m256i corr) {
   __m256i q[8];
-  if constexpr (std::is_same_v<Block, BlockQ5_0x8>) {
+  if constexpr (requires { wb.qh; }) {  // BlockQ5_0x8, BlockQ5_1x8
     r8_values<true>(wb.qs, wb.qh, q);
   } else {
     r8_values<false>(wb.qs, nullptr, q);
@@ -433,10 +433,12 @@ inline __m256i r8_block_dot(const Block& wb, const std::int8_t* x, __m256i corr)
   return r8_dot(q, x, corr);
 }
 
-// One token against G groups of 8 interleaved rows (kQ5_0R8 or kQ4_0R8, nb blocks each) in
-// lockstep, G streams through W: out[g][r] = dot of row r of group g. The same arithmetic as
-// dot_q5_0 per row and block (exact int32 dot of q and x plus xcorr: -16 or -8 times the block's
-// sum of x, then one FMA by d_w * d_x), with the 8 rows in the 8 lanes, so no horizontal sums.
+// One token against G groups of 8 interleaved rows (kQ5_0R8, kQ4_0R8, kQ5_1R8 or kQ4_1R8, nb
+// blocks each) in lockstep, G streams through W: out[g][r] = dot of row r of group g. The same
+// arithmetic as dot_q5_0 per row and block (exact int32 dot of q and x plus xcorr: -16 or -8 times
+// the block's sum of x, then one FMA by d_w * d_x), with the 8 rows in the 8 lanes, so no
+// horizontal sums. The formats with a min (w = d q + m: Q4_1, Q5_1) take xcorr as the plain sum of
+// x and add m_w * d_x * xsum in a second FMA instead.
 // Each stream prefetches kR8PrefetchBlocks blocks ahead: in the one-thread Q4_K_M decode profile
 // this kernel's share against the unchanged Q8_0 LM head fell from 1.38-1.43 to 1.32-1.37 with 2-4
 // blocks (6 interleaved runs each); 8 blocks was worse than none.
@@ -445,12 +447,14 @@ constexpr int kR8PrefetchBlocks = 4;
 template <typename Block, int G>
 void dot_r8(const Block* const (&w)[G], const std::int8_t* xq, const float* xd, const std::int32_t* xcorr,
             std::int64_t nb, float (&out)[G][8]) {
+  constexpr bool kMins = requires(const Block& blk) { blk.m; };
   __m256 acc[G];
   for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
   for (std::int64_t b = 0; b < nb; ++b) {
     const std::int8_t* x = xq + 32 * b;
-    const __m256i corr = _mm256_set1_epi32(xcorr[b]);
+    const __m256i corr = kMins ? _mm256_setzero_si256() : _mm256_set1_epi32(xcorr[b]);
     const __m256 dx = _mm256_set1_ps(xd[b]);
+    [[maybe_unused]] const __m256 mx = _mm256_set1_ps(xd[b] * static_cast<float>(xcorr[b]));
     for (int g = 0; g < G; ++g) {
       const Block& wb = w[g][b];
       prefetch_block<sizeof(Block)>(&wb + kR8PrefetchBlocks);
@@ -458,6 +462,9 @@ void dot_r8(const Block* const (&w)[G], const std::int8_t* xq, const float* xd, 
       const __m256 scale =
           _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.d))), dx);
       acc[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[g]);
+      if constexpr (kMins) {
+        acc[g] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.m))), mx, acc[g]);
+      }
     }
   }
   for (int g = 0; g < G; ++g) _mm256_storeu_ps(out[g], acc[g]);
@@ -768,6 +775,7 @@ bool has_quant_gemv_kernel(hal::DType t) {
 #if SX_GEMV_QUANT_AVX2
   return t == hal::DType::kQ2_K || t == hal::DType::kQ3_K || t == hal::DType::kQ4_K || t == hal::DType::kQ6_K ||
          t == hal::DType::kQ5_0 || t == kQ5_0R8 || t == kQ4_0R8 || t == kQ4_KR8 || t == kQ5_KR8 ||
+         t == kQ4_1R8 || t == kQ5_1R8 ||
          t == hal::DType::kQ4_0 || t == hal::DType::kQ4_1 || t == hal::DType::kQ5_1 || t == hal::DType::kQ5_K ||
          t == hal::DType::kAwqInt4;
 #else
@@ -861,10 +869,10 @@ void gemv_quant(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
     }
     return;
   }
-  if (t == kQ5_0R8 || t == kQ4_0R8) {
+  if (t == kQ5_0R8 || t == kQ4_0R8 || t == kQ5_1R8 || t == kQ4_1R8) {
     const std::int64_t nb = p.k / hal::kQK;
-    // The -16 of (q - 16) or the -8 of (q - 8), per block.
-    const XBlocks32 x = quantize_x_blocks32(scratch, p, t == kQ5_0R8 ? -16 : -8);
+    // The -16 of (q - 16) or the -8 of (q - 8), per block; the plain sum for the mins of Q4_1 / Q5_1.
+    const XBlocks32 x = quantize_x_blocks32(scratch, p, t == kQ5_0R8 ? -16 : t == kQ4_0R8 ? -8 : 1);
     auto groups_of = [&]<typename Block>() {
       gemv_group_streams<Block>(pool, p, nb, [&]<int G>(const Block* const (&wg)[G], std::int64_t tk, float (&v)[G][8]) {
         dot_r8<Block, G>(wg, x.q + tk * p.k, x.d + tk * nb, x.sum + tk * nb, nb, v);
@@ -872,8 +880,12 @@ void gemv_quant(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
     };
     if (t == kQ5_0R8) {
       groups_of.template operator()<BlockQ5_0x8>();
-    } else {
+    } else if (t == kQ4_0R8) {
       groups_of.template operator()<BlockQ4_0x8>();
+    } else if (t == kQ5_1R8) {
+      groups_of.template operator()<BlockQ5_1x8>();
+    } else {
+      groups_of.template operator()<BlockQ4_1x8>();
     }
     return;
   }

@@ -17,6 +17,8 @@ hal::DType layout_source(hal::DType t) {
   if (t == kQ8_0R16) return hal::DType::kQ8_0;
   if (t == kQ5_0R8) return hal::DType::kQ5_0;
   if (t == kQ4_0R8) return hal::DType::kQ4_0;
+  if (t == kQ4_1R8) return hal::DType::kQ4_1;
+  if (t == kQ5_1R8) return hal::DType::kQ5_1;
   if (t == kQ4_KR8) return hal::DType::kQ4_K;
   if (t == kQ5_KR8) return hal::DType::kQ5_K;
   return t;
@@ -26,7 +28,7 @@ int interleaved_rows(hal::DType t) {
   if (t == kQ8_0R16) return kQ8_0R16Rows;
   if (t == kQ5_0R8) return kQ5_0R8Rows;
   if (t == kQ4_0R8) return kQ4_0R8Rows;
-  if (t == kQ4_KR8 || t == kQ5_KR8) return kQ4_KR8Rows;
+  if (t == kQ4_1R8 || t == kQ5_1R8 || t == kQ4_KR8 || t == kQ5_KR8) return 8;
   return 1;
 }
 
@@ -35,6 +37,8 @@ hal::DType weight_layout(hal::DType format) {
   if (format == hal::DType::kQ8_0) return kQ8_0R16;
   if (format == hal::DType::kQ5_0) return kQ5_0R8;
   if (format == hal::DType::kQ4_0) return kQ4_0R8;
+  if (format == hal::DType::kQ4_1) return kQ4_1R8;
+  if (format == hal::DType::kQ5_1) return kQ5_1R8;
   if (format == hal::DType::kQ4_K) return kQ4_KR8;
   if (format == hal::DType::kQ5_K) return kQ5_KR8;
   return format;
@@ -52,6 +56,8 @@ std::string_view type_name(hal::DType t) {
   if (t == kQ8_0R16) return "q8_0_r16";  // Q8_0, 16 rows interleaved
   if (t == kQ5_0R8) return "q5_0_r8";  // Q5_0, 8 rows interleaved
   if (t == kQ4_0R8) return "q4_0_r8";  // Q4_0, 8 rows interleaved
+  if (t == kQ4_1R8) return "q4_1_r8";  // Q4_1, 8 rows interleaved
+  if (t == kQ5_1R8) return "q5_1_r8";  // Q5_1, 8 rows interleaved
   if (t == kQ4_KR8) return "q4_k_r8";  // Q4_K, 8 rows interleaved
   if (t == kQ5_KR8) return "q5_k_r8";  // Q5_K, 8 rows interleaved
   return hal::dtype_name(t);
@@ -64,6 +70,10 @@ void repack_rows(hal::DType layout, const void* src, std::int64_t rows, std::int
     repack_q5_0_r8(static_cast<const hal::BlockQ5_0*>(src), rows, k, static_cast<BlockQ5_0x8*>(dst));
   } else if (layout == kQ4_0R8) {
     repack_q4_0_r8(static_cast<const hal::BlockQ4_0*>(src), rows, k, static_cast<BlockQ4_0x8*>(dst));
+  } else if (layout == kQ4_1R8) {
+    repack_1_r8(static_cast<const hal::BlockQ4_1*>(src), rows, k, dst);
+  } else if (layout == kQ5_1R8) {
+    repack_1_r8(static_cast<const hal::BlockQ5_1*>(src), rows, k, dst);
   } else if (layout == kQ4_KR8) {
     repack_k_r8(static_cast<const hal::BlockQ4_K*>(src), rows, k, dst);
   } else if (layout == kQ5_KR8) {
@@ -80,6 +90,10 @@ void unpack_row(hal::DType layout, const void* src, std::int64_t k, std::int64_t
     unpack_row_q5_0_r8(static_cast<const BlockQ5_0x8*>(src), k, row, static_cast<hal::BlockQ5_0*>(dst));
   } else if (layout == kQ4_0R8) {
     unpack_row_q4_0_r8(static_cast<const BlockQ4_0x8*>(src), k, row, static_cast<hal::BlockQ4_0*>(dst));
+  } else if (layout == kQ4_1R8) {
+    unpack_row_1_r8(src, k, row, static_cast<hal::BlockQ4_1*>(dst));
+  } else if (layout == kQ5_1R8) {
+    unpack_row_1_r8(src, k, row, static_cast<hal::BlockQ5_1*>(dst));
   } else if (layout == kQ4_KR8) {
     unpack_row_k_r8(src, k, row, static_cast<hal::BlockQ4_K*>(dst));
   } else if (layout == kQ5_KR8) {
@@ -185,11 +199,51 @@ void repack_q5_0_r8(const hal::BlockQ5_0* src, std::int64_t rows, std::int64_t k
 
 namespace {
 
-// The 32 five-bit values (0..31) of row `lane` of a BlockQ5_0x8 (layout in layouts.h).
-void lane_values_q5_0_r8(const BlockQ5_0x8& in, int lane, int (&q)[hal::kQK]) {
+// The 32 values of row `lane` of an 8-row block of 32 (layout in layouts.h): 4-bit, or 5-bit
+// (0..31) where the block has fifth bits (BlockQ5_0x8, BlockQ5_1x8).
+template <typename Block8>
+void lane_values_r8(const Block8& in, int lane, int (&q)[hal::kQK]) {
   lane_nibbles(in.qs, lane, q);
-  for (int v = 0; v < 8; ++v) {
-    for (int e = 0; e < 4; ++e) q[4 * v + e] |= ((in.qh[4 * lane + e] >> v) & 1) << 4;
+  if constexpr (requires { in.qh; }) {
+    for (int v = 0; v < 8; ++v) {
+      for (int e = 0; e < 4; ++e) q[4 * v + e] |= ((in.qh[4 * lane + e] >> v) & 1) << 4;
+    }
+  }
+}
+// The 32 values of a plain Q4_1 / Q5_1 block, and back into its qs (and qh).
+template <typename Block>
+void block_values(const Block& in, int (&q)[hal::kQK]) {
+  if constexpr (requires { in.qh; }) {
+    std::uint32_t qh;
+    std::memcpy(&qh, in.qh, 4);
+    for (int j = 0; j < hal::kQK / 2; ++j) hal::unpack_q5_pair(in.qs, qh, j, q[j], q[j + hal::kQK / 2]);
+  } else {
+    for (int j = 0; j < hal::kQK / 2; ++j) {
+      q[j] = in.qs[j] & 0x0F;
+      q[j + hal::kQK / 2] = in.qs[j] >> 4;
+    }
+  }
+}
+template <typename Block>
+void put_block_values(const int (&q)[hal::kQK], Block& out) {
+  if constexpr (requires { out.qh; }) {
+    std::uint32_t qh = 0;
+    for (int j = 0; j < hal::kQK / 2; ++j) hal::pack_q5_pair(q[j], q[j + hal::kQK / 2], j, out.qs, qh);
+    std::memcpy(out.qh, &qh, 4);
+  } else {
+    for (int j = 0; j < hal::kQK / 2; ++j) out.qs[j] = static_cast<std::uint8_t>(q[j] | q[j + hal::kQK / 2] << 4);
+  }
+}
+template <typename Block>
+using OneBlockx8 = std::conditional_t<std::is_same_v<Block, hal::BlockQ5_1>, BlockQ5_1x8, BlockQ4_1x8>;
+
+template <typename Block8>
+void dequantize_lane_1_r8(const Block8* src, int lane, std::int64_t nb, float* y) {
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const float d = f16_to_f32(src[b].d[lane]), m = f16_to_f32(src[b].m[lane]);
+    int q[hal::kQK];
+    lane_values_r8(src[b], lane, q);
+    for (int j = 0; j < hal::kQK; ++j) y[b * hal::kQK + j] = static_cast<float>(q[j]) * d + m;  // as hal's
   }
 }
 
@@ -331,6 +385,59 @@ template void repack_k_r8(const hal::BlockQ5_K*, std::int64_t, std::int64_t, voi
 template void unpack_row_k_r8(const void*, std::int64_t, std::int64_t, hal::BlockQ4_K*);
 template void unpack_row_k_r8(const void*, std::int64_t, std::int64_t, hal::BlockQ5_K*);
 
+template <typename Block>
+void repack_1_r8(const Block* src, std::int64_t rows, std::int64_t k, void* dst) {
+  const std::int64_t nb = k / hal::kQK;
+  const std::int64_t groups = (rows + 7) / 8;
+  auto* out = static_cast<OneBlockx8<Block>*>(dst);
+  for (std::int64_t g = 0; g < groups; ++g) {
+    for (std::int64_t b = 0; b < nb; ++b) {
+      OneBlockx8<Block>& o = out[g * nb + b];
+      o = OneBlockx8<Block>{};
+      for (int r = 0; r < 8 && g * 8 + r < rows; ++r) {
+        const Block& in = src[(g * 8 + r) * nb + b];
+        int q[hal::kQK];
+        block_values(in, q);
+        o.d[r] = in.d;
+        o.m[r] = in.m;
+        put_lane_nibbles(q, r, o.qs);
+        if constexpr (requires { in.qh; }) {
+          for (int v = 0; v < 8; ++v) {
+            for (int e = 0; e < 4; ++e) o.qh[4 * r + e] |= static_cast<std::uint8_t>(((q[4 * v + e] >> 4) & 1) << v);
+          }
+        }
+      }
+    }
+  }
+}
+
+template <typename Block>
+void unpack_row_1_r8(const void* src, std::int64_t k, std::int64_t row, Block* dst) {
+  const std::int64_t nb = k / hal::kQK;
+  const auto* in = static_cast<const OneBlockx8<Block>*>(src) + (row / 8) * nb;
+  const int lane = static_cast<int>(row % 8);
+  for (std::int64_t b = 0; b < nb; ++b) {
+    int q[hal::kQK];
+    lane_values_r8(in[b], lane, q);
+    dst[b] = Block{};
+    dst[b].d = in[b].d[lane];
+    dst[b].m = in[b].m[lane];
+    put_block_values(q, dst[b]);
+  }
+}
+
+template void repack_1_r8(const hal::BlockQ4_1*, std::int64_t, std::int64_t, void*);
+template void repack_1_r8(const hal::BlockQ5_1*, std::int64_t, std::int64_t, void*);
+template void unpack_row_1_r8(const void*, std::int64_t, std::int64_t, hal::BlockQ4_1*);
+template void unpack_row_1_r8(const void*, std::int64_t, std::int64_t, hal::BlockQ5_1*);
+
+void dequantize_lane_q4_1_r8(const BlockQ4_1x8* src, int lane, std::int64_t nb, float* y) {
+  dequantize_lane_1_r8(src, lane, nb, y);
+}
+void dequantize_lane_q5_1_r8(const BlockQ5_1x8* src, int lane, std::int64_t nb, float* y) {
+  dequantize_lane_1_r8(src, lane, nb, y);
+}
+
 bool converts_to_q8_0(hal::DType t) {
   return t == hal::DType::kQ8_0 || t == hal::DType::kQ4_0 || t == hal::DType::kQ5_0 || t == kQ5_0R8 ||
          t == kQ4_0R8;
@@ -401,7 +508,7 @@ void blocks_as_q8_0(hal::DType t, const void* tensor, std::int64_t k, std::int64
       const BlockQ5_0x8& in = static_cast<const BlockQ5_0x8*>(tensor)[(row / kQ5_0R8Rows) * nb_row + b0 + b];
       const int lane = static_cast<int>(row % kQ5_0R8Rows);
       int q[hal::kQK];
-      lane_values_q5_0_r8(in, lane, q);
+      lane_values_r8(in, lane, q);
       out.d = in.d[lane];
       for (int j = 0; j < hal::kQK; ++j) out.qs[j] = static_cast<std::int8_t>(q[j] - 16);
     } else if (t == kQ4_0R8) {
@@ -425,7 +532,7 @@ void dequantize_lane_q5_0_r8(const BlockQ5_0x8* src, int lane, std::int64_t nb, 
   for (std::int64_t b = 0; b < nb; ++b) {
     const float d = sx::f16_to_f32(src[b].d[lane]);
     int q[hal::kQK];
-    lane_values_q5_0_r8(src[b], lane, q);
+    lane_values_r8(src[b], lane, q);
     for (int j = 0; j < hal::kQK; ++j) y[b * hal::kQK + j] = static_cast<float>(q[j] - 16) * d;
   }
 }
@@ -437,7 +544,7 @@ void unpack_row_q5_0_r8(const BlockQ5_0x8* src, std::int64_t k, std::int64_t row
   for (std::int64_t b = 0; b < nb; ++b) {
     const BlockQ5_0x8& in = src[g * nb + b];
     int q[hal::kQK];
-    lane_values_q5_0_r8(in, r, q);
+    lane_values_r8(in, r, q);
     hal::BlockQ5_0& out = dst[b];
     out = hal::BlockQ5_0{};
     out.d = in.d[r];

@@ -25,6 +25,8 @@ inline constexpr hal::DType kQ5_0R8 = static_cast<hal::DType>(0x81);   // Q5_0, 
 inline constexpr hal::DType kQ4_0R8 = static_cast<hal::DType>(0x82);   // Q4_0, 8 rows interleaved
 inline constexpr hal::DType kQ4_KR8 = static_cast<hal::DType>(0x83);   // Q4_K, 8 rows interleaved
 inline constexpr hal::DType kQ5_KR8 = static_cast<hal::DType>(0x84);   // Q5_K, 8 rows interleaved
+inline constexpr hal::DType kQ4_1R8 = static_cast<hal::DType>(0x85);   // Q4_1, 8 rows interleaved
+inline constexpr hal::DType kQ5_1R8 = static_cast<hal::DType>(0x86);   // Q5_1, 8 rows interleaved
 
 // Q8_0 with 16 rows interleaved (kQ8_0R16): rows [16g, 16g + 16) x block b of a [rows][k] tensor is
 // BlockQ8_0x16 number g * (k / 32) + b, arranged so that each k-pair of the 16 rows is in 32
@@ -63,6 +65,23 @@ struct BlockQ4_0x8 {
 };
 static_assert(sizeof(BlockQ4_0x8) == kQ4_0R8Rows * sizeof(hal::BlockQ4_0));
 
+// Q4_1 and Q5_1 with 8 rows interleaved (kQ4_1R8, kQ5_1R8, issue 44): kQ4_0R8 / kQ5_0R8 with each
+// row's min m (w = d * q + m) beside its scale: rows [8g, 8g + 8) x block b is block number
+// g * (k / 32) + b, qs (and qh) as in BlockQ4_0x8 (BlockQ5_0x8).
+struct BlockQ4_1x8 {
+  std::uint16_t d[kQ4_0R8Rows];
+  std::uint16_t m[kQ4_0R8Rows];
+  std::uint8_t qs[kQ4_0R8Rows * hal::kQK / 2];
+};
+static_assert(sizeof(BlockQ4_1x8) == kQ4_0R8Rows * sizeof(hal::BlockQ4_1));
+struct BlockQ5_1x8 {
+  std::uint16_t d[kQ5_0R8Rows];
+  std::uint16_t m[kQ5_0R8Rows];
+  std::uint8_t qh[kQ5_0R8Rows * 4];
+  std::uint8_t qs[kQ5_0R8Rows * hal::kQK / 2];
+};
+static_assert(sizeof(BlockQ5_1x8) == kQ5_0R8Rows * sizeof(hal::BlockQ5_1));
+
 // Q4_K and Q5_K with 8 rows interleaved (kQ4_KR8, kQ5_KR8, issue 44), so that their GEMV takes 8
 // rows per vector as the Q4_0 one does (one row per 4-byte lane, no horizontal sums) instead of one
 // row and its per-sub-block scale shuffles at a time. Rows [8g, 8g + 8) x super-block b of a
@@ -92,12 +111,12 @@ struct BlockQ5_Kx8 {
 };
 static_assert(sizeof(BlockQ5_Kx8) == kQ4_KR8Rows * sizeof(hal::BlockQ5_K));
 
-// The file format a type holds (Q8_0 for kQ8_0R16, Q5_0 for kQ5_0R8, Q4_0 for kQ4_0R8, Q4_K / Q5_K
-// for kQ4_KR8 / kQ5_KR8, t itself otherwise) and the rows per group (1 for a file format).
+// The file format a type holds (Q8_0 for kQ8_0R16, Q5_0 for kQ5_0R8, Q4_0 for kQ4_0R8, Q4_1 / Q5_1
+// for kQ4_1R8 / kQ5_1R8, Q4_K / Q5_K for kQ4_KR8 / kQ5_KR8, t itself otherwise) and the rows per group (1 for a file format).
 hal::DType layout_source(hal::DType t);
 int interleaved_rows(hal::DType t);
 // The layout CpuDevice keeps a weight of file format `format` in: kQ8_0R16 / kQ5_0R8 / kQ4_0R8 /
-// kQ4_KR8 / kQ5_KR8 for Q8_0 / Q5_0 / Q4_0 / Q4_K / Q5_K where the vector kernels for them are built (AVX2 + FMA + F16C), else `format`.
+// kQ4_1R8 / kQ5_1R8 / kQ4_KR8 / kQ5_KR8 for Q8_0 / Q5_0 / Q4_0 / Q4_1 / Q5_1 / Q4_K / Q5_K where the vector kernels for them are built (AVX2 + FMA + F16C), else `format`.
 hal::DType weight_layout(hal::DType format);
 // hal's row_bytes / tensor_bytes / dtype_name for every CPU weight type: a row of a layout is its
 // share of its group, and a layout's tensor has its rows rounded up to a whole group.
@@ -107,7 +126,8 @@ std::string_view type_name(hal::DType t);
 
 // [rows][k] of layout_source(layout) -> layout (dst holds tensor_bytes(layout, rows, k)), and row
 // `row` of such a tensor back to its source blocks (dst holds hal::row_bytes(source, k)). layout is
-// kQ8_0R16, kQ5_0R8, kQ4_0R8 (k a multiple of 32), kQ4_KR8 or kQ5_KR8 (k a multiple of 256).
+// kQ8_0R16, kQ5_0R8, kQ4_0R8, kQ4_1R8, kQ5_1R8 (k a multiple of 32), kQ4_KR8 or kQ5_KR8 (k a
+// multiple of 256).
 void repack_rows(hal::DType layout, const void* src, std::int64_t rows, std::int64_t k, void* dst);
 void unpack_row(hal::DType layout, const void* src, std::int64_t k, std::int64_t row, void* dst);
 // Row `row` of a [rows][k] tensor of type t as F32: hal::dequantize_row on the row, or, for a
@@ -125,6 +145,15 @@ void repack_q4_0_r8(const hal::BlockQ4_0* src, std::int64_t rows, std::int64_t k
 void unpack_row_q4_0_r8(const BlockQ4_0x8* src, std::int64_t k, std::int64_t row, hal::BlockQ4_0* dst);
 // The same for kQ4_0R8: bit-identical to unpack_row_q4_0_r8 followed by dequantize_row_q4_0.
 void dequantize_lane_q4_0_r8(const BlockQ4_0x8* src, int lane, std::int64_t nb, float* y);
+
+// Q4_1 / Q5_1 <-> kQ4_1R8 / kQ5_1R8 (Block = hal::BlockQ4_1 or hal::BlockQ5_1), and row `lane` of
+// nb consecutive blocks of the layout dequantised: bit-identical to the unpacked row's dequantisation.
+template <typename Block>
+void repack_1_r8(const Block* src, std::int64_t rows, std::int64_t k, void* dst);
+template <typename Block>
+void unpack_row_1_r8(const void* src, std::int64_t k, std::int64_t row, Block* dst);
+void dequantize_lane_q4_1_r8(const BlockQ4_1x8* src, int lane, std::int64_t nb, float* y);
+void dequantize_lane_q5_1_r8(const BlockQ5_1x8* src, int lane, std::int64_t nb, float* y);
 
 // Q4_K / Q5_K <-> kQ4_KR8 / kQ5_KR8 (Block = hal::BlockQ4_K or hal::BlockQ5_K).
 template <typename Block>

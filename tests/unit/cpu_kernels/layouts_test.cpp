@@ -38,6 +38,9 @@ TEST(CpuLayouts, ValuesLiePastHalsFormatsAndNameTheirSource) {
   EXPECT_EQ(weight_layout(DType::kQ4_K), vector_interleaved() ? kQ4_KR8 : DType::kQ4_K);
   EXPECT_EQ(weight_layout(DType::kQ5_K), vector_interleaved() ? kQ5_KR8 : DType::kQ5_K);
   EXPECT_EQ(weight_layout(DType::kQ6_K), DType::kQ6_K);
+  EXPECT_EQ(weight_layout(DType::kQ4_1), vector_interleaved() ? kQ4_1R8 : DType::kQ4_1);
+  EXPECT_EQ(weight_layout(DType::kQ5_1), vector_interleaved() ? kQ5_1R8 : DType::kQ5_1);
+  EXPECT_EQ(type_name(kQ5_1R8), "q5_1_r8");
   EXPECT_EQ(type_name(kQ4_KR8), "q4_k_r8");
   EXPECT_EQ(type_name(kQ5_KR8), "q5_k_r8");
 }
@@ -172,6 +175,64 @@ TEST(CpuLayouts, Q4_0R8RepackRoundTrip) {
     }
   }
 }
+
+// kQ4_1R8 / kQ5_1R8 hold the same scales, mins and 4- or 5-bit values as Q4_1 / Q5_1, 8 rows
+// interleaved as layouts.h documents (the nibbles and fifth bits of kQ4_0R8 / kQ5_0R8); padding
+// rows are zero; the rows given back are the file's to the byte and dequantise to the same bits.
+template <typename Block, typename Block8>
+void check_1_r8(DType layout, DType source, std::uint32_t seed) {
+  const std::int64_t rows = 11, k = 96, nb = k / kQK;
+  EXPECT_EQ(cpu::tensor_bytes(layout, rows, k), 16u * nb * sizeof(Block));  // 11 -> 16 rows
+  EXPECT_EQ(layout_source(layout), source);
+  EXPECT_EQ(interleaved_rows(layout), 8);
+  EXPECT_FALSE(gemm_q8_reads(layout));
+  std::mt19937 rng(seed);
+  std::vector<Block> plain(static_cast<std::size_t>(rows * nb));
+  for (Block& b : plain) {
+    auto* bytes = reinterpret_cast<std::uint8_t*>(&b);
+    for (std::size_t i = 0; i < sizeof(Block); ++i) bytes[i] = static_cast<std::uint8_t>(rng());
+  }
+  std::vector<Block8> packed(cpu::tensor_bytes(layout, rows, k) / sizeof(Block8));
+  repack_rows(layout, plain.data(), rows, k, packed.data());
+  const std::int64_t r = 9, b = 1;
+  const Block& src = plain[static_cast<std::size_t>(r * nb + b)];
+  const Block8& g = packed[static_cast<std::size_t>((r / 8) * nb + b)];
+  const int lane = static_cast<int>(r % 8);
+  EXPECT_EQ(g.d[lane], src.d);
+  EXPECT_EQ(g.m[lane], src.m);
+  for (int j = 0; j < kQK; ++j) {
+    int want = j < 16 ? src.qs[j] & 15 : src.qs[j - 16] >> 4;
+    const int i = j / 8, e = j % 4;
+    int got = j % 8 < 4 ? g.qs[32 * i + 4 * lane + e] & 15 : g.qs[32 * i + 4 * lane + e] >> 4;
+    if constexpr (std::is_same_v<Block, hal::BlockQ5_1>) {
+      std::uint32_t qh;
+      std::memcpy(&qh, src.qh, 4);
+      want |= static_cast<int>((qh >> j) & 1) << 4;
+      got |= ((g.qh[4 * lane + e] >> (j / 4)) & 1) << 4;
+    }
+    ASSERT_EQ(got, want) << "element " << j;
+  }
+  std::vector<Block> row(static_cast<std::size_t>(nb));
+  std::vector<float> want_f(static_cast<std::size_t>(k)), got_f(static_cast<std::size_t>(k));
+  for (std::int64_t i = 0; i < 16; ++i) {
+    unpack_row(layout, packed.data(), k, i, row.data());
+    for (std::int64_t j = 0; j < nb; ++j) {
+      const Block want = i < rows ? plain[static_cast<std::size_t>(i * nb + j)] : Block{};
+      ASSERT_EQ(std::memcmp(&row[static_cast<std::size_t>(j)], &want, sizeof(Block)), 0) << i << " " << j;
+    }
+    dequantize_row(source, row.data(), want_f.data(), k);
+    const Block8* group = &packed[static_cast<std::size_t>((i / 8) * nb)];
+    if constexpr (std::is_same_v<Block, hal::BlockQ5_1>) {
+      dequantize_lane_q5_1_r8(group, static_cast<int>(i % 8), nb, got_f.data());
+    } else {
+      dequantize_lane_q4_1_r8(group, static_cast<int>(i % 8), nb, got_f.data());
+    }
+    ASSERT_EQ(std::memcmp(want_f.data(), got_f.data(), want_f.size() * sizeof(float)), 0) << "row " << i;
+  }
+}
+
+TEST(CpuLayouts, Q4_1R8RepackRoundTrip) { check_1_r8<hal::BlockQ4_1, BlockQ4_1x8>(kQ4_1R8, DType::kQ4_1, 7); }
+TEST(CpuLayouts, Q5_1R8RepackRoundTrip) { check_1_r8<hal::BlockQ5_1, BlockQ5_1x8>(kQ5_1R8, DType::kQ5_1, 8); }
 
 // kQ4_KR8 / kQ5_KR8 hold the same scales, mins and 4- or 5-bit values as Q4_K / Q5_K, 8 rows
 // interleaved as layouts.h documents; padding rows are zero; the row a layout gives back is the

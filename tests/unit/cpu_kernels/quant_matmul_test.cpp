@@ -3,8 +3,8 @@
 // values and random bytes (every scale, min and quant pattern, finite fp16 scales), on the GEMV
 // (int8 kernels for every block format) and GEMM paths (the K-quants' int8 GEMM re-quantising
 // their weights to Q8_0 blocks, bounded as such), several thread
-// counts, odd m, n and k. Q5_0 and Q4_0 also as kQ5_0R8 / kQ4_0R8, the CPU device's interleaved
-// layouts of them (the reference dequantises the plain rows the layout was made from).
+// counts, odd m, n and k. Q5_0, Q4_0, Q4_1, Q5_1, Q4_K and Q5_K also in the CPU device's 8-row
+// interleaved layouts of them (the reference dequantises the plain rows the layout was made from).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -53,7 +53,8 @@ int act_block(DType t, MatmulPath path) {
       t == sx::cpu::kQ4_KR8 || t == sx::cpu::kQ5_KR8) {
     return 256;
   }
-  if (t == DType::kQ5_0 || t == sx::cpu::kQ5_0R8 || t == sx::cpu::kQ4_0R8 || t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_1 ||
+  if (t == DType::kQ5_0 || t == sx::cpu::kQ5_0R8 || t == sx::cpu::kQ4_0R8 || t == sx::cpu::kQ4_1R8 ||
+      t == sx::cpu::kQ5_1R8 || t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_1 ||
       t == DType::kAwqInt4) {
     return 32;
   }
@@ -157,7 +158,8 @@ struct Case {
 
 const DType kBlockTypes[] = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K,  DType::kQ3_K,
                              DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kAwqInt4, sx::cpu::kQ5_0R8,
-                             sx::cpu::kQ4_0R8, sx::cpu::kQ4_KR8, sx::cpu::kQ5_KR8};
+                             sx::cpu::kQ4_0R8, sx::cpu::kQ4_KR8, sx::cpu::kQ5_KR8, sx::cpu::kQ4_1R8,
+                             sx::cpu::kQ5_1R8};
 
 TEST(CpuQuantMatmul, EveryFormatPathAndShape) {
   Scratch scratch;
@@ -191,7 +193,7 @@ TEST(CpuQuantMatmul, EveryFormatPathAndShape) {
 }
 
 // Real 0.5B decode shapes on the int8 kernels, many rows per thread (the row chunking; for
-// kQ5_0R8 / kQ4_0R8 / kQ4_KR8 / kQ5_KR8 the 4 lockstep group streams and the groups left over: 1001 rows are 126
+// the 8-row layouts the 4 lockstep group streams and the groups left over: 1001 rows are 126
 // groups, the last one partial, in tasks of 16 groups, the last of 14: 3 lockstep steps, then the
 // 2 groups left over in lockstep).
 TEST(CpuQuantMatmul, DecodeShapes) {
@@ -206,7 +208,9 @@ TEST(CpuQuantMatmul, DecodeShapes) {
                          std::tuple{DType::kAwqInt4, 1001, 896}, std::tuple{DType::kQ2_K, 896, 4864},
                          std::tuple{DType::kQ3_K, 1001, 1024}, std::tuple{sx::cpu::kQ4_KR8, 4864, 896 + 128},
                          std::tuple{sx::cpu::kQ4_KR8, 1001, 4864}, std::tuple{sx::cpu::kQ5_KR8, 896, 4864},
-                         std::tuple{sx::cpu::kQ5_KR8, 1001, 1024}}) {
+                         std::tuple{sx::cpu::kQ5_KR8, 1001, 1024}, std::tuple{sx::cpu::kQ4_1R8, 4864, 896},
+                         std::tuple{sx::cpu::kQ4_1R8, 1001, 4864}, std::tuple{sx::cpu::kQ5_1R8, 4864, 896},
+                         std::tuple{sx::cpu::kQ5_1R8, 1001, 896}}) {
     for (bool random_bytes : {false, true}) {
       if (!random_bytes && !hal::can_quantize(t)) continue;  // Q2_K, Q3_K, AWQ: random bytes only
       Case c(t, 1, n, k, random_bytes, 99);
