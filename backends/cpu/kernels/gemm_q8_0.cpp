@@ -376,9 +376,9 @@ constexpr std::int64_t kStreamingXPanels = 3;
 
 // The driver shared by both weight layouts. `panels(thread, j0, j1, b0, nb)` returns the W panels
 // j0..j1-1 restricted to blocks [b0, b0 + nb): a pointer to panel j0 and the stride in blocks from
-// one panel to the next.
+// one panel to the next; in_place says that it points into W itself (any number of panels).
 template <typename Panels>
-void run_gemm(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p, Panels&& panels) {
+void run_gemm(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p, bool in_place, Panels&& panels) {
   const std::int64_t m = p.m, n = p.n, k = p.k;
   const std::int64_t x_panels = ceil_div(m, kMR);
   const std::int64_t w_panels = ceil_div(n, kNR);
@@ -404,8 +404,14 @@ void run_gemm(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p, Panels
   }
 
   const int threads = pool.size();
-  const std::int64_t n_tasks = std::min<std::int64_t>(
-      w_panels, threads * ceil_div(w_panels, static_cast<std::int64_t>(threads) * kMaxPanelsPerTask));
+  // One token against W read in place (kQ8_0R16) streams W once: few long tasks
+  // (kGemvTasksPerThread), as the GEMVs. Otherwise each task's panels stay within L2 (and within
+  // the per-thread scratch they are interleaved into).
+  const std::int64_t n_tasks =
+      in_place && streaming && m == 1
+          ? std::min<std::int64_t>(w_panels, threads * kGemvTasksPerThread)
+          : std::min<std::int64_t>(w_panels,
+                                   threads * ceil_div(w_panels, static_cast<std::int64_t>(threads) * kMaxPanelsPerTask));
   std::atomic<std::int64_t> next{0};
   pool.run_on_all([&](int thread, int) {
     for (std::int64_t task = next.fetch_add(1); task < n_tasks; task = next.fetch_add(1)) {
@@ -479,7 +485,7 @@ void gemm_q8_0(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
   // Rows of Q8_0 values (plain Q8_0, or Q4_0 / Q5_0 as q - 8 / q - 16): each task interleaves its
   // panels of one k block into its own scratch.
   const std::vector<BlockQ8_0x16*> wbuf = thread_panels(pool, scratch, p);
-  run_gemm(pool, scratch, p, [&](int thread, std::int64_t j0, std::int64_t j1, std::int64_t b0, std::int64_t nb) {
+  run_gemm(pool, scratch, p, false, [&](int thread, std::int64_t j0, std::int64_t j1, std::int64_t b0, std::int64_t nb) {
     BlockQ8_0x16* dst = wbuf[static_cast<std::size_t>(thread)];
     for (std::int64_t j = j0; j < j1; ++j) interleave_panel(p.w_type, p.w, p.k, j * kNR, p.n, b0, nb, dst + (j - j0) * nb);
     return std::pair<const BlockQ8_0x16*, std::int64_t>(dst, nb);
@@ -490,7 +496,7 @@ void matmul_q8_0_r16(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p)
   const auto* w = static_cast<const BlockQ8_0x16*>(p.w);
   const std::int64_t nb_row = p.k / kB;
   if (ceil_div(p.m, kMR) <= kStreamingXPanels) {  // W streams once, in place
-    run_gemm(pool, scratch, p, [&](int, std::int64_t j0, std::int64_t, std::int64_t b0, std::int64_t) {
+    run_gemm(pool, scratch, p, true, [&](int, std::int64_t j0, std::int64_t, std::int64_t b0, std::int64_t) {
       return std::pair<const BlockQ8_0x16*, std::int64_t>(w + j0 * nb_row + b0, nb_row);
     });
     return;
@@ -498,7 +504,7 @@ void matmul_q8_0_r16(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p)
   // Large m: the task's panels of one k block are copied together first (measured ~10% faster
   // than reading them in place at their stride of a whole row of blocks).
   const std::vector<BlockQ8_0x16*> wbuf = thread_panels(pool, scratch, p);
-  run_gemm(pool, scratch, p, [&](int thread, std::int64_t j0, std::int64_t j1, std::int64_t b0, std::int64_t nb) {
+  run_gemm(pool, scratch, p, false, [&](int thread, std::int64_t j0, std::int64_t j1, std::int64_t b0, std::int64_t nb) {
     BlockQ8_0x16* dst = wbuf[static_cast<std::size_t>(thread)];
     for (std::int64_t j = j0; j < j1; ++j) {
       std::memcpy(dst + (j - j0) * nb, w + j * nb_row + b0, sizeof(BlockQ8_0x16) * static_cast<std::size_t>(nb));

@@ -42,12 +42,20 @@ void quantize_rows_q8(const float* x, std::int64_t r0, std::int64_t r1, std::int
 
 inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
-// Runs fn(r0, r1) over [0, n) in chunks of rows (a multiple of 4, at least 16): enough chunks for
-// load balance across the pool, large enough to amortise the hand-out. Used by the GEMVs.
+// Tasks per thread of a GEMV (or a one-token Q8_0 matmul): few, so that each task's row streams
+// are long. The hardware prefetchers need a stream to run a while before they are ahead of it:
+// with 16 tasks per thread (4 streams of ~27 KiB each for a 4864 x 896 Q5_1 matrix) the Q4_0 and
+// Q5_1 GEMVs read 32-37 GB/s from DRAM while the 2-thread bandwidth probe read 50-54 (AMD EPYC,
+// 2 vCPUs, bench_decode in alternation); with 1-2 tasks per thread 42-50 GB/s, the same as the
+// probe where it read ~34. Two leave the pool some balance when a thread is held up.
+inline constexpr int kGemvTasksPerThread = 2;
+
+// Runs fn(r0, r1) over [0, n) in chunks of rows (a multiple of 4, at least 16): kGemvTasksPerThread
+// chunks per thread where n allows. Used by the GEMVs.
 template <typename Fn>
 void for_row_chunks(ThreadPool& pool, std::int64_t n, Fn&& fn) {
   const std::int64_t threads = pool.size();
-  std::int64_t chunk = std::max<std::int64_t>(16, ceil_div(n, threads * 16));
+  std::int64_t chunk = std::max<std::int64_t>(16, ceil_div(n, threads * kGemvTasksPerThread));
   chunk = ceil_div(chunk, 4) * 4;
   const std::int64_t n_tasks = ceil_div(n, chunk);
   pool.parallel_for(n_tasks, [&](std::int64_t task) {
