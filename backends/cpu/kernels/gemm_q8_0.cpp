@@ -404,18 +404,24 @@ void run_gemm(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p, bool i
   }
 
   const int threads = pool.size();
-  // One token against W read in place (kQ8_0R16) streams W once: few long tasks
-  // (kGemvTasksPerThread), as the GEMVs. Otherwise each task's panels stay within L2 (and within
-  // the per-thread scratch they are interleaved into).
-  const std::int64_t n_tasks =
-      in_place && streaming && m == 1
-          ? std::min<std::int64_t>(w_panels, threads * kGemvTasksPerThread)
-          : std::min<std::int64_t>(w_panels,
-                                   threads * ceil_div(w_panels, static_cast<std::int64_t>(threads) * kMaxPanelsPerTask));
+  // One token against W read in place (kQ8_0R16) streams W once: guided chunks of panels, as the
+  // GEMVs (for_row_chunks). Otherwise equal tasks whose panels stay within L2 (and within the
+  // per-thread scratch they are interleaved into).
+  const bool guided = in_place && streaming && m == 1;
+  const std::int64_t n_tasks = std::min<std::int64_t>(
+      w_panels, threads * ceil_div(w_panels, static_cast<std::int64_t>(threads) * kMaxPanelsPerTask));
   std::atomic<std::int64_t> next{0};
   pool.run_on_all([&](int thread, int) {
-    for (std::int64_t task = next.fetch_add(1); task < n_tasks; task = next.fetch_add(1)) {
-      const std::int64_t j0 = task * w_panels / n_tasks, j1 = (task + 1) * w_panels / n_tasks;
+    std::int64_t j0 = 0, j1 = 0;
+    for (;;) {
+      if (guided) {
+        if (!claim_guided_chunk(next, w_panels, threads * kGemvTasksPerThread, 4, 1, j0, j1)) break;
+      } else {
+        const std::int64_t task = next.fetch_add(1);
+        if (task >= n_tasks) break;
+        j0 = task * w_panels / n_tasks;
+        j1 = (task + 1) * w_panels / n_tasks;
+      }
       for (std::int64_t pc = 0; pc < k; pc += kc_step) {
         const std::int64_t kc = std::min(kc_step, k - pc);
         const std::int64_t nb = kc / kB;
