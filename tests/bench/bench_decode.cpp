@@ -2,7 +2,9 @@
 //
 // For every ISA level this machine runs (kernels_for), every weight format in the layout the CPU
 // device keeps it in at that level, the two shapes of a Qwen2.5-0.5B FFN (up 4864x896, down
-// 896x4864; the 256-blocks of the K-quants only fit down) and m = 1, 4, 16 tokens, one case:
+// 896x4864; the 256-blocks of the K-quants only fit down) and m = 1, 4, 16 tokens, and its
+// attention's q / o (896x896) and k / v (128x896) at m = 1 (small matrices: how much of a decode
+// step's reading is lost to starting streams and to the fork-join), one case:
 //   GB_s        bytes of W per second, each call reading the next of several copies of W whose
 //               total is far beyond the last-level cache (decode: W comes from DRAM), mean of calls
 //   bw_GB_s     the streaming read bandwidth measured right after the case's calls, same threads
@@ -134,7 +136,11 @@ void register_all() {
   const struct {
     const char* name;
     std::int64_t n, k;
-  } shapes[] = {{"up_4864x896", 4864, 896}, {"down_896x4864", 896, 4864}};
+    bool one_token_only;
+  } shapes[] = {{"up_4864x896", 4864, 896, false},
+                {"down_896x4864", 896, 4864, false},
+                {"q_896x896", 896, 896, true},
+                {"kv_128x896", 128, 896, true}};
   for (std::string_view level : sx::cpu::isa_levels()) {
     const sx::cpu::KernelTable* kt = sx::cpu::kernels_for(level);
     if (kt == nullptr) continue;
@@ -142,6 +148,7 @@ void register_all() {
       for (const auto& s : shapes) {
         if (s.k % sx::hal::dtype_info(f).block_elems != 0) continue;
         for (std::int64_t m : {1, 4, 16}) {
+          if (m > 1 && s.one_token_only) continue;
           const DType layout = layout_at(*kt, f);
           const std::string name = "decode/" + std::string(level) + "/" + std::string(sx::hal::dtype_name(f)) + "/" +
                                    s.name + "/m" + std::to_string(m);
