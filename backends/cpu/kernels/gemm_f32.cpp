@@ -24,6 +24,9 @@ namespace {
 
 #if SX_GEMM_AVX2 && defined(__AVX512F__)
 #define SX_GEMM_AVX512 1
+#if defined(__AVX512BF16__)
+#define SX_GEMM_BF16_DOT 1  // BF16 weights: vdpbf16ps on BF16 pairs (gemm_bf16_dot below)
+#endif
 constexpr int kMR = 12;      // tokens per microtile (one zmm accumulator each)
 #else
 constexpr int kMR = 6;       // tokens per microtile
@@ -240,6 +243,18 @@ void pack_x_panel(const float* x, std::int64_t m, std::int64_t k, std::int64_t t
 
 // c[mr][nr] (row stride ldc) = (accumulate ? c : bias or 0) + a[kc][kMR]^T . b[kc][16].
 #if SX_GEMM_AVX512
+// c[r][0, nr) = (accumulate ? c : bias or 0) + tile[r], for r < mr.
+inline void store_tile(const __m512 (&tile)[kMR], float* c, std::int64_t ldc, int mr, int nr, const float* bias,
+                       bool accumulate) {
+  const __mmask16 mask = static_cast<__mmask16>((1u << nr) - 1u);
+  const __m512 bias_v = !accumulate && bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias) : _mm512_setzero_ps();
+  for (int r = 0; r < mr; ++r) {
+    float* cr = c + r * ldc;
+    const __m512 base = accumulate ? _mm512_maskz_loadu_ps(mask, cr) : bias_v;
+    _mm512_mask_storeu_ps(cr, mask, _mm512_add_ps(base, tile[r]));
+  }
+}
+
 void kernel_tile(std::int64_t kc, const float* a, const float* b, float* c, std::int64_t ldc, int mr, int nr,
                  const float* bias, bool accumulate) {
   for (int r = 0; r < mr; ++r) _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
@@ -263,14 +278,31 @@ void kernel_tile(std::int64_t kc, const float* a, const float* b, float* c, std:
     c11 = _mm512_fmadd_ps(_mm512_set1_ps(ap[11]), bv, c11);
   }
   const __m512 tile[kMR] = {c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11};
-  const __mmask16 mask = static_cast<__mmask16>((1u << nr) - 1u);
-  const __m512 bias_v = !accumulate && bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias) : _mm512_setzero_ps();
-  for (int r = 0; r < mr; ++r) {
-    float* cr = c + r * ldc;
-    const __m512 base = accumulate ? _mm512_maskz_loadu_ps(mask, cr) : bias_v;
-    _mm512_mask_storeu_ps(cr, mask, _mm512_add_ps(base, tile[r]));
-  }
+  store_tile(tile, c, ldc, mr, nr, bias, accumulate);
 }
+
+#if SX_GEMM_BF16_DOT
+// The same tile with BF16 weights and x rounded to BF16: a[kc2][kMR] and b[kc2][16] hold pairs of
+// BF16 values (elements 2p and 2p + 1 of the token / row, 32 bits each), and one vdpbf16ps adds
+// both of a pair's products per lane: twice the multiply-adds of an FMA per instruction.
+void kernel_tile_bf16(std::int64_t kc2, const float* a, const float* b, float* c, std::int64_t ldc, int mr, int nr,
+                      const float* bias, bool accumulate) {
+  for (int r = 0; r < mr; ++r) _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
+  __m512 acc[kMR];
+  for (__m512& v : acc) v = _mm512_setzero_ps();
+  const auto* ai = reinterpret_cast<const std::int32_t*>(a);
+#pragma GCC unroll 2
+  for (std::int64_t p = 0; p < kc2; ++p) {
+    const __m512bh bv = reinterpret_cast<__m512bh>(_mm512_loadu_ps(b + p * kNR));
+    const std::int32_t* ap = ai + p * kMR;
+#pragma GCC unroll 12
+    for (int r = 0; r < kMR; ++r) {
+      acc[r] = _mm512_dpbf16_ps(acc[r], reinterpret_cast<__m512bh>(_mm512_set1_epi32(ap[r])), bv);
+    }
+  }
+  store_tile(acc, c, ldc, mr, nr, bias, accumulate);
+}
+#endif
 #elif SX_GEMM_AVX2
 void kernel_tile(std::int64_t kc, const float* a, const float* b, float* c, std::int64_t ldc,
                  int mr, int nr, const float* bias, bool accumulate) {
@@ -362,10 +394,97 @@ void kernel_tile(std::int64_t kc, const float* a, const float* b, float* c, std:
 
 }  // namespace
 
-void gemm_f32(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
-  const std::int64_t m = p.m, n = p.n, k = p.k;
+namespace {
+
+// The tiles of y: x packed into panels (xp: x_panels of kw words x kMR tokens), W panels packed by
+// `pack` per task and k block (kw words per row, k blocks of at most kc_step <= kKC words),
+// kernel(kc, a, b, c, ldc, mr, nr, bias, accumulate) per tile.
+template <typename Kernel>
+void run_tiles(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p, std::int64_t kw, std::int64_t kc_step,
+               const float* xp, PackFn pack, Kernel kernel) {
+  const std::int64_t m = p.m, n = p.n;
   const std::int64_t x_panels = ceil_div(m, kMR);
   const std::int64_t w_panels = ceil_div(n, kNR);
+  const int threads = pool.size();
+  std::vector<float*> wbuf(static_cast<std::size_t>(threads));
+  for (int t = 0; t < threads; ++t) {
+    wbuf[static_cast<std::size_t>(t)] = static_cast<float*>(
+        scratch.get(kSlotThread0 + t, static_cast<std::size_t>(kMaxPanelsPerTask) * kKC * kNR * sizeof(float)));
+  }
+  // Tasks: contiguous ranges of W panels, a multiple of the thread count for balance.
+  const std::int64_t n_tasks = std::min<std::int64_t>(
+      w_panels, threads * ceil_div(w_panels, static_cast<std::int64_t>(threads) * kMaxPanelsPerTask));
+  const auto* w = static_cast<const std::byte*>(p.w);
+  const std::size_t rb = cpu::row_bytes(p.w_type, p.k);
+  std::atomic<std::int64_t> next{0};
+
+  pool.run_on_all([&](int thread, int) {
+    float* wp = wbuf[static_cast<std::size_t>(thread)];
+    for (std::int64_t task = next.fetch_add(1); task < n_tasks; task = next.fetch_add(1)) {
+      const std::int64_t j0 = task * w_panels / n_tasks, j1 = (task + 1) * w_panels / n_tasks;
+      for (std::int64_t pc = 0; pc < kw; pc += kc_step) {
+        const std::int64_t kc = std::min(kc_step, kw - pc);
+        for (std::int64_t j = j0; j < j1; ++j) pack(w, rb, j * kNR, n, pc, kc, wp + (j - j0) * kc * kNR);
+        for (std::int64_t i = 0; i < x_panels; ++i) {
+          const float* a = xp + i * kw * kMR + pc * kMR;
+          const int mr = static_cast<int>(std::min<std::int64_t>(kMR, m - i * kMR));
+          for (std::int64_t j = j0; j < j1; ++j) {
+            const int nr = static_cast<int>(std::min<std::int64_t>(kNR, n - j * kNR));
+            kernel(kc, a, wp + (j - j0) * kc * kNR, p.y + i * kMR * n + j * kNR, n, mr, nr,
+                   p.bias != nullptr ? p.bias + j * kNR : nullptr, pc > 0);
+          }
+        }
+      }
+    }
+  });
+}
+
+#if SX_GEMM_BF16_DOT
+// Row x[0, k) (k even) rounded to BF16 (round to nearest even, vcvtneps2bf16) as k / 2 words: word
+// i holds element 2i in its low half and 2i + 1 in its high half, as a BF16 row of W holds them.
+void x_to_bf16_pairs(const float* x, std::int64_t k, std::uint32_t* dst) {
+  auto* d16 = reinterpret_cast<__m256i*>(dst);
+  std::int64_t i = 0;
+  for (; i + 16 <= k; i += 16) {
+    _mm256_storeu_si256(d16 + i / 16, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i))));
+  }
+  if (i < k) {
+    const auto mask = static_cast<__mmask16>((1u << (k - i)) - 1u);
+    _mm256_mask_storeu_epi16(d16 + i / 16, mask,
+                             reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mask, x + i))));
+  }
+}
+
+// BF16 weights (k even) on the avx512-bf16 level: x rounded to BF16 once, x and W packed as BF16
+// pairs (the F32 panels' layout with a pair in each 32-bit word, moved by the same transposes),
+// kernel_tile_bf16. Each product is exact in F32 (8-bit by 8-bit significands), so the one
+// difference from the F32 path is x's rounding, half a unit of an 8-bit significand per element:
+// |error| <= 2^-8 * sum_i |x_i w_i| (+ F32 sums).
+void gemm_bf16_dot(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
+  const std::int64_t m = p.m, k2 = p.k / 2;
+  const std::int64_t x_panels = ceil_div(m, kMR);
+  const std::int64_t kc_step = ceil_div(k2, ceil_div(k2, kKC));
+  auto* xb = static_cast<std::uint32_t*>(scratch.get(kSlotActs, static_cast<std::size_t>(m * k2) * sizeof(std::uint32_t)));
+  auto* xp = static_cast<float*>(scratch.get(kSlotPackedX, static_cast<std::size_t>(x_panels * k2 * kMR) * sizeof(float)));
+  pool.parallel_for(x_panels, [&](std::int64_t i) {
+    for (std::int64_t t = i * kMR; t < std::min(m, (i + 1) * kMR); ++t) x_to_bf16_pairs(p.x + t * p.k, p.k, xb + t * k2);
+    pack_x_panel(reinterpret_cast<const float*>(xb), m, k2, i * kMR, xp + i * k2 * kMR);
+  });
+  run_tiles(pool, scratch, p, k2, kc_step, xp, &pack_w_panel<RowF32>, &kernel_tile_bf16);
+}
+#endif
+
+}  // namespace
+
+void gemm_f32(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
+#if SX_GEMM_BF16_DOT
+  if (p.w_type == hal::DType::kBF16 && p.k % 2 == 0) {
+    gemm_bf16_dot(pool, scratch, p);
+    return;
+  }
+#endif
+  const std::int64_t m = p.m, k = p.k;
+  const std::int64_t x_panels = ceil_div(m, kMR);
   // k blocks of equal size (a multiple of 32 where possible, so Q8_0 blocks are not split).
   const std::int64_t k_blocks = ceil_div(k, kKC);
   std::int64_t kc_step = ceil_div(k, k_blocks);
@@ -375,43 +494,9 @@ void gemm_f32(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
   const std::int64_t block = hal::dtype_info(layout_source(p.w_type)).block_elems;
   if (block > 32 && k % block == 0) kc_step = std::min<std::int64_t>(kKC, ceil_div(kc_step, block) * block);
 
-  const int threads = pool.size();
   auto* xp = static_cast<float*>(scratch.get(kSlotPackedX, static_cast<std::size_t>(x_panels * k * kMR) * sizeof(float)));
-  std::vector<float*> wbuf(static_cast<std::size_t>(threads));
-  for (int t = 0; t < threads; ++t) {
-    wbuf[static_cast<std::size_t>(t)] = static_cast<float*>(
-        scratch.get(kSlotThread0 + t, static_cast<std::size_t>(kMaxPanelsPerTask) * kKC * kNR * sizeof(float)));
-  }
-
   pool.parallel_for(x_panels, [&](std::int64_t i) { pack_x_panel(p.x, m, k, i * kMR, xp + i * k * kMR); });
-
-  // Tasks: contiguous ranges of W panels, a multiple of the thread count for balance.
-  const std::int64_t n_tasks = std::min<std::int64_t>(
-      w_panels, threads * ceil_div(w_panels, static_cast<std::int64_t>(threads) * kMaxPanelsPerTask));
-  const PackFn pack = pack_fn(p.w_type);
-  const auto* w = static_cast<const std::byte*>(p.w);
-  const std::size_t rb = cpu::row_bytes(p.w_type, k);
-  std::atomic<std::int64_t> next{0};
-
-  pool.run_on_all([&](int thread, int) {
-    float* wp = wbuf[static_cast<std::size_t>(thread)];
-    for (std::int64_t task = next.fetch_add(1); task < n_tasks; task = next.fetch_add(1)) {
-      const std::int64_t j0 = task * w_panels / n_tasks, j1 = (task + 1) * w_panels / n_tasks;
-      for (std::int64_t pc = 0; pc < k; pc += kc_step) {
-        const std::int64_t kc = std::min(kc_step, k - pc);
-        for (std::int64_t j = j0; j < j1; ++j) pack(w, rb, j * kNR, n, pc, kc, wp + (j - j0) * kc * kNR);
-        for (std::int64_t i = 0; i < x_panels; ++i) {
-          const float* a = xp + i * k * kMR + pc * kMR;
-          const int mr = static_cast<int>(std::min<std::int64_t>(kMR, m - i * kMR));
-          for (std::int64_t j = j0; j < j1; ++j) {
-            const int nr = static_cast<int>(std::min<std::int64_t>(kNR, n - j * kNR));
-            kernel_tile(kc, a, wp + (j - j0) * kc * kNR, p.y + i * kMR * n + j * kNR, n, mr, nr,
-                        p.bias != nullptr ? p.bias + j * kNR : nullptr, pc > 0);
-          }
-        }
-      }
-    }
-  });
+  run_tiles(pool, scratch, p, k, kc_step, xp, pack_fn(p.w_type), &kernel_tile);
 }
 
 }  // namespace sx::cpu::SX_CPU_ISA_NS::detail

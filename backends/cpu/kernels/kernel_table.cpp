@@ -47,6 +47,11 @@ const KernelTable& kernel_table() {
 #else
       false,
 #endif
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && defined(__AVX512F__) && defined(__AVX512BF16__)
+      true,
+#else
+      false,
+#endif
       &run_matmul,
       &quantize_activations_q8,
       &run_q8_microkernel_in_l1,

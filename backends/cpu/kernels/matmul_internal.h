@@ -1,7 +1,7 @@
 // Internal entry points of the CPU matmul kernels, shared by matmul.cpp and the per-path files.
 //
 // Each function takes a validated MatmulProblem (see matmul.h) and writes all of p.y.
-// Scratch slots used: kSlotActs (quantised x), kSlotPackedX (packed x), kSlotThread0 + t
+// Scratch slots used: kSlotActs (quantised x, or x as BF16), kSlotPackedX (packed x), kSlotThread0 + t
 // (per-thread W panels). Scratch::get is called on the calling thread only, before any dispatch.
 #pragma once
 
