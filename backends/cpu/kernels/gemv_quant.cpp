@@ -471,7 +471,7 @@ void dot_r8(const Block* const (&w)[G], const std::int8_t* xq, const float* xd, 
 }
 
 // The activations' per-32 sums that the mins of Q4_K / Q5_K multiply, paired as vpmaddwd wants
-// them: with B_s the sum of x over sub-block s of super-block i (bsums 2s + 2s + 1),
+// them: with B_s the sum of x over sub-block s of super-block i (bsums 2s and 2s + 1),
 // out[4i + j] holds int16 B_s | B_s' << 16 for (s, s') = (0, 2), (1, 3), (4, 6), (5, 7).
 void k_min_pairs(const ActQ8K* a, std::int64_t nsb, std::int32_t* out) {
   constexpr int kPairs[4][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}};
@@ -519,13 +519,14 @@ void dot_k_r8(const Block* const (&w)[G], const ActQ8K* a, const std::int32_t* p
           _mm256_and_si256(s0, low6),
           _mm256_or_si256(_mm256_and_si256(s2, low4), _mm256_and_si256(_mm256_srli_epi32(s0, 2), bits45))};
       const __m256i m_lo = _mm256_and_si256(s1, low6);
-      const __m256i m_hi =
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(s2, 4), low4), _mm256_and_si256(_mm256_srli_epi32(s1, 2), bits45));
-      const __m256i mins = _mm256_add_epi32(
-          _mm256_add_epi32(_mm256_madd_epi16(_mm256_and_si256(m_lo, even_bytes), _mm256_set1_epi32(bp[0])),
-                           _mm256_madd_epi16(_mm256_and_si256(_mm256_srli_epi32(m_lo, 8), even_bytes), _mm256_set1_epi32(bp[1]))),
-          _mm256_add_epi32(_mm256_madd_epi16(_mm256_and_si256(m_hi, even_bytes), _mm256_set1_epi32(bp[2])),
-                           _mm256_madd_epi16(_mm256_and_si256(_mm256_srli_epi32(m_hi, 8), even_bytes), _mm256_set1_epi32(bp[3]))));
+      const __m256i m_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(s2, 4), low4),
+                                           _mm256_and_si256(_mm256_srli_epi32(s1, 2), bits45));
+      // mins of sub-blocks (0, 2), (1, 3), (4, 6), (5, 7) as int16 pairs, against bp's pairs.
+      auto min_pair = [&](__m256i m, int shift, int j) {
+        return _mm256_madd_epi16(_mm256_and_si256(_mm256_srli_epi32(m, shift), even_bytes), _mm256_set1_epi32(bp[j]));
+      };
+      const __m256i mins = _mm256_add_epi32(_mm256_add_epi32(min_pair(m_lo, 0, 0), min_pair(m_lo, 8, 1)),
+                                            _mm256_add_epi32(min_pair(m_hi, 0, 2), min_pair(m_hi, 8, 3)));
       __m256i sumi = _mm256_setzero_si256();
       for (int sb = 0; sb < 8; ++sb) {
         __m256i q[8];

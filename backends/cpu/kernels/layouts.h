@@ -112,11 +112,13 @@ struct BlockQ5_Kx8 {
 static_assert(sizeof(BlockQ5_Kx8) == kQ4_KR8Rows * sizeof(hal::BlockQ5_K));
 
 // The file format a type holds (Q8_0 for kQ8_0R16, Q5_0 for kQ5_0R8, Q4_0 for kQ4_0R8, Q4_1 / Q5_1
-// for kQ4_1R8 / kQ5_1R8, Q4_K / Q5_K for kQ4_KR8 / kQ5_KR8, t itself otherwise) and the rows per group (1 for a file format).
+// for kQ4_1R8 / kQ5_1R8, Q4_K / Q5_K for kQ4_KR8 / kQ5_KR8, t itself otherwise) and the rows per
+// group (1 for a file format).
 hal::DType layout_source(hal::DType t);
 int interleaved_rows(hal::DType t);
 // The layout CpuDevice keeps a weight of file format `format` in: kQ8_0R16 / kQ5_0R8 / kQ4_0R8 /
-// kQ4_1R8 / kQ5_1R8 / kQ4_KR8 / kQ5_KR8 for Q8_0 / Q5_0 / Q4_0 / Q4_1 / Q5_1 / Q4_K / Q5_K where the vector kernels for them are built (AVX2 + FMA + F16C), else `format`.
+// kQ4_1R8 / kQ5_1R8 / kQ4_KR8 / kQ5_KR8 for Q8_0 / Q5_0 / Q4_0 / Q4_1 / Q5_1 / Q4_K / Q5_K where the
+// vector kernels for them are built (AVX2 + FMA + F16C), else `format`.
 hal::DType weight_layout(hal::DType format);
 // hal's row_bytes / tensor_bytes / dtype_name for every CPU weight type: a row of a layout is its
 // share of its group, and a layout's tensor has its rows rounded up to a whole group.
