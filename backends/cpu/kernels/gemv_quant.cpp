@@ -350,19 +350,26 @@ void dot_q5_0(const BlockQ5_0* const (&w)[R], const std::int8_t* xq, const float
   for (int r = 0; r < R; ++r) out[r] = hsum256(acc[r]);
 }
 
-// The fifth bits of elements 4v .. 4v + 3 of each row of a BlockQ5_0x8, at bit 4 of their bytes
-// (see the layout in hal/quant.h): qh shifted by 4 - v. Bits that cross into a neighbouring byte
-// land below bit 4 (left shifts of at most 4) or above it (right shifts of at most 3), so the mask
-// keeps only the wanted ones.
+// q with the fifth bits of elements 4v .. 4v + 3 of each row of a BlockQ5_0x8 (or of a sub-block
+// of the other 5-bit layouts) ORed in at bit 4 of their bytes (layouts.h): qh shifted by 4 - v. Bits
+// that cross into a neighbouring byte land below bit 4 (left shifts of at most 4) or above it (right
+// shifts of at most 3), so the mask keeps only the wanted ones. With AVX-512VL the mask and the OR
+// are one vpternlogd (q | (shifted & bit4)).
 template <int V>
-__m256i q5_r8_high(__m256i qh, __m256i bit4) {
+__m256i add_q5_high(__m256i q, __m256i qh, __m256i bit4) {
+  __m256i shifted;
   if constexpr (V < 4) {
-    return _mm256_and_si256(_mm256_slli_epi16(qh, 4 - V), bit4);
+    shifted = _mm256_slli_epi16(qh, 4 - V);
   } else if constexpr (V == 4) {
-    return _mm256_and_si256(qh, bit4);
+    shifted = qh;
   } else {
-    return _mm256_and_si256(_mm256_srli_epi16(qh, V - 4), bit4);
+    shifted = _mm256_srli_epi16(qh, V - 4);
   }
+#if defined(__AVX512VL__)
+  return _mm256_ternarylogic_epi32(q, shifted, bit4, 0xF8);
+#else
+  return _mm256_or_si256(q, _mm256_and_si256(shifted, bit4));
+#endif
 }
 
 // The values q_v of one 8-row interleaved block of 32 (kQ5_0R8, kQ4_0R8, and each sub-block of
@@ -380,14 +387,14 @@ inline void r8_values(const std::uint8_t* qs, [[maybe_unused]] const std::uint8_
   if constexpr (kFive) {
     const __m256i bit4 = _mm256_set1_epi8(0x10);
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
-    q[0] = _mm256_or_si256(q[0], q5_r8_high<0>(h, bit4));
-    q[1] = _mm256_or_si256(q[1], q5_r8_high<1>(h, bit4));
-    q[2] = _mm256_or_si256(q[2], q5_r8_high<2>(h, bit4));
-    q[3] = _mm256_or_si256(q[3], q5_r8_high<3>(h, bit4));
-    q[4] = _mm256_or_si256(q[4], q5_r8_high<4>(h, bit4));
-    q[5] = _mm256_or_si256(q[5], q5_r8_high<5>(h, bit4));
-    q[6] = _mm256_or_si256(q[6], q5_r8_high<6>(h, bit4));
-    q[7] = _mm256_or_si256(q[7], q5_r8_high<7>(h, bit4));
+    q[0] = add_q5_high<0>(q[0], h, bit4);
+    q[1] = add_q5_high<1>(q[1], h, bit4);
+    q[2] = add_q5_high<2>(q[2], h, bit4);
+    q[3] = add_q5_high<3>(q[3], h, bit4);
+    q[4] = add_q5_high<4>(q[4], h, bit4);
+    q[5] = add_q5_high<5>(q[5], h, bit4);
+    q[6] = add_q5_high<6>(q[6], h, bit4);
+    q[7] = add_q5_high<7>(q[7], h, bit4);
   }
 }
 
@@ -491,7 +498,10 @@ void k_min_pairs(const ActQ8K* a, std::int64_t nsb, std::int32_t* out) {
 // sum_s m_s * B_s (vpmaddwd: m < 64, |B_s| <= 32 * 127), then
 //   acc += d_w * d_x * sum_s sc_s dot_s - dmin_w * d_x * sum_s m_s B_s
 // in F32 per row: the same integers as dot_q4_k, a different F32 summation order. The scales are
-// decoded for the 8 rows at once, the dword arithmetic of hal::q4k_scale_min on scales[j].
+// decoded for the 8 rows at once, the dword arithmetic of hal::q4k_scale_min on scales[j]. No
+// software prefetch: a super-block group is 1152 / 1408 bytes, and prefetching the next one cost
+// 4-10% from cache (Q4_K 74-75 -> 71-72 GB/s, Q5_K 72 -> 65) for no gain from DRAM measurable on
+// the shared machine (bench_decode, 896 x 4864, 4 alternations each).
 template <typename Block, int G>
 void dot_k_r8(const Block* const (&w)[G], const ActQ8K* a, const std::int32_t* pairs, std::int64_t nsb,
               float (&out)[G][8]) {
@@ -512,7 +522,6 @@ void dot_k_r8(const Block* const (&w)[G], const ActQ8K* a, const std::int32_t* p
     const std::int32_t* bp = pairs + 4 * i;
     for (int g = 0; g < G; ++g) {
       const Block& wb = w[g][i];
-      prefetch_block<sizeof(Block)>(&wb + 1);
       const auto* sp = reinterpret_cast<const __m256i*>(wb.scales);
       const __m256i s0 = _mm256_loadu_si256(sp), s1 = _mm256_loadu_si256(sp + 1), s2 = _mm256_loadu_si256(sp + 2);
       const __m256i sc[2] = {
