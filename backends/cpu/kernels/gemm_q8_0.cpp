@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/kernels/matmul_internal.h"
@@ -22,6 +23,8 @@
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define SX_GEMM_Q8_AVX2 1
 #include <immintrin.h>
+
+#include "backends/cpu/kernels/r8_values.h"
 #endif
 
 namespace sx::cpu::SX_CPU_ISA_NS::detail {
@@ -66,8 +69,65 @@ constexpr int kWStepBytes = 32;  // one k-pair of 16 rows
 // Interleaves rows [row0, row0 + 16) x blocks [b0, b0 + nb) of a W whose blocks hold Q8_0 values
 // (plain Q8_0, Q4_0, Q5_0, kQ5_0R8, kQ4_0R8: layouts.h blocks_as_q8_0, 16 blocks of a row at a time) into
 // nb BlockQ8_0x16 (the layout kQ8_0R16 weights already have); rows at or past n are zero.
+#if SX_GEMM_Q8_AVX2
+// The same for kQ5_0R8 / kQ4_0R8 (row0 a multiple of 16: two groups of 8 rows per panel) in
+// registers: each 8-row block's values (r8_values, one row per dword: elements 4v .. 4v + 3) less
+// the offset, the low and high int16 of every dword gathered (vpshufb, vpermq) and the two groups'
+// halves joined into the panel's pairs 2v and 2v + 1. The same bytes as blocks_as_q8_0 gives
+// (padding rows: zero blocks either way, as far as the kernels can tell: their scales are 0).
+template <typename Block>
+void interleave_panel_r8(const Block* w, std::int64_t k, std::int64_t row0, std::int64_t n, std::int64_t b0,
+                         std::int64_t nb, BlockQ8_0x16* dst) {
+  constexpr bool kFive = std::is_same_v<Block, BlockQ5_0x8>;
+  const std::int64_t nb_row = k / kB;
+  const Block* g[2] = {w + (row0 / 8) * nb_row, row0 + 8 < n ? w + (row0 / 8 + 1) * nb_row : nullptr};
+  const __m256i offset = _mm256_set1_epi8(kFive ? 16 : 8);
+  // Per 16-byte half: the low int16 of its 4 dwords, then the high ones.
+  const __m256i split = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12,
+                                         13, 2, 3, 6, 7, 10, 11, 14, 15);
+  for (std::int64_t b = 0; b < nb; ++b) {
+    BlockQ8_0x16& out = dst[b];
+    __m256i q[2][8];
+    for (int h = 0; h < 2; ++h) {
+      if (g[h] == nullptr) {
+        for (__m256i& v : q[h]) v = offset;  // zero once the offset is taken off
+        std::memset(out.d + 8 * h, 0, 8 * sizeof(std::uint16_t));
+        continue;
+      }
+      const Block& in = g[h][b0 + b];
+      if constexpr (kFive) {
+        r8_values<true>(in.qs, in.qh, q[h]);
+      } else {
+        r8_values<false>(in.qs, nullptr, q[h]);
+      }
+      std::memcpy(out.d + 8 * h, in.d, 8 * sizeof(std::uint16_t));
+    }
+    for (int v = 0; v < 8; ++v) {
+      // [row r's elements 4v, 4v + 1 for r < 4 | r < 8 | then 4v + 2, 4v + 3], per group.
+      const __m256i a = _mm256_permute4x64_epi64(
+          _mm256_shuffle_epi8(_mm256_sub_epi8(q[0][v], offset), split), 0xD8);
+      const __m256i c = _mm256_permute4x64_epi64(
+          _mm256_shuffle_epi8(_mm256_sub_epi8(q[1][v], offset), split), 0xD8);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.qs + 32 * (2 * v)), _mm256_permute2x128_si256(a, c, 0x20));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.qs + 32 * (2 * v + 1)), _mm256_permute2x128_si256(a, c, 0x31));
+    }
+  }
+}
+#endif
+
 void interleave_panel(hal::DType t, const void* w, std::int64_t k, std::int64_t row0, std::int64_t n,
                       std::int64_t b0, std::int64_t nb, BlockQ8_0x16* dst) {
+#if SX_GEMM_Q8_AVX2
+  static_assert(kNR == 16 && kQ5_0R8Rows == 8 && kQ4_0R8Rows == 8);
+  if (t == kQ5_0R8 && row0 % 16 == 0) {
+    interleave_panel_r8(static_cast<const BlockQ5_0x8*>(w), k, row0, n, b0, nb, dst);
+    return;
+  }
+  if (t == kQ4_0R8 && row0 % 16 == 0) {
+    interleave_panel_r8(static_cast<const BlockQ4_0x8*>(w), k, row0, n, b0, nb, dst);
+    return;
+  }
+#endif
   for_panel_blocks_as_q8_0(t, w, k, n, row0, b0, nb, [&](int r, std::int64_t b, const BlockQ8_0& blk) {
     BlockQ8_0x16& out = dst[b];
     out.d[r] = blk.d;

@@ -221,5 +221,26 @@ TEST(CpuQuantMatmul, DecodeShapes) {
   }
 }
 
+// The int8 GEMM interleaves kQ5_0R8 / kQ4_0R8 panels straight from the layout (in registers where
+// the level has AVX2): the same Q8_0 values as the plain Q5_0 / Q4_0 rows, so the same bits, with
+// the panels' second group of 8 rows partly (n = 37, 45) or wholly (n = 7, 40) past n.
+TEST(CpuQuantMatmul, InterleavedLayoutsGiveThePlainFormatsBitsOnTheInt8Gemm) {
+  Scratch scratch;
+  ThreadPool pool(2);
+  for (auto [layout, plain] : {std::pair{sx::cpu::kQ5_0R8, DType::kQ5_0}, std::pair{sx::cpu::kQ4_0R8, DType::kQ4_0}}) {
+    for (std::int64_t n : {7, 37, 40, 45}) {
+      for (bool random_bytes : {false, true}) {
+        Case a(layout, 13, n, 96, random_bytes, 7), b(plain, 13, n, 96, random_bytes, 7);
+        ASSERT_EQ(a.w_plain, b.w_plain);
+        a.check(pool, scratch, MatmulPath::kGemmQ8);
+        b.check(pool, scratch, MatmulPath::kGemmQ8);
+        if (HasFatalFailure()) return;
+        ASSERT_EQ(std::memcmp(a.y_store.data(), b.y_store.data(), a.y_store.size() * sizeof(float)), 0)
+            << sx::cpu::type_name(layout) << " n=" << n << (random_bytes ? " random bytes" : "");
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace sx::cpu
