@@ -285,7 +285,7 @@ template <typename Block>
 void gather_k_r8_lane(const KBlockx8<Block>& in, int lane, Block& out) {
   out.d = in.d[lane];
   out.dmin = in.dmin[lane];
-  for (int j = 0; j < 3; ++j) std::memcpy(out.scales + 4 * j, &in.scales[j][lane], 4);
+  for (int j = 0; j < 3; ++j) std::memcpy(out.scales + 4 * j, in.scales[j] + 4 * lane, 4);
   int q[hal::kQK_K];
   for (int s = 0; s < 8; ++s) {
     int sub[hal::kQK];
@@ -303,7 +303,7 @@ template <typename Block>
 void scatter_k_r8_lane(const Block& in, int lane, KBlockx8<Block>& out) {
   out.d[lane] = in.d;
   out.dmin[lane] = in.dmin;
-  for (int j = 0; j < 3; ++j) std::memcpy(&out.scales[j][lane], in.scales + 4 * j, 4);
+  for (int j = 0; j < 3; ++j) std::memcpy(out.scales[j] + 4 * lane, in.scales + 4 * j, 4);
   int q[hal::kQK_K];
   k_values(in, q);
   for (int s = 0; s < 8; ++s) {
@@ -325,7 +325,7 @@ void scatter_k_r8_lane(const Block& in, int lane, KBlockx8<Block>& out) {
 template <typename Block8>
 void dequantize_k_r8_lane(const Block8& in, int lane, float* y) {
   std::uint8_t scales[12];
-  for (int j = 0; j < 3; ++j) std::memcpy(scales + 4 * j, &in.scales[j][lane], 4);
+  for (int j = 0; j < 3; ++j) std::memcpy(scales + 4 * j, in.scales[j] + 4 * lane, 4);
   const float d = f16_to_f32(in.d[lane]), min = f16_to_f32(in.dmin[lane]);
   for (int s = 0; s < 8; ++s) {
     std::uint8_t sc, m;

@@ -87,8 +87,9 @@ static_assert(sizeof(BlockQ5_1x8) == kQ5_0R8Rows * sizeof(hal::BlockQ5_1));
 // row and its per-sub-block scale shuffles at a time. Rows [8g, 8g + 8) x super-block b of a
 // [rows][k] tensor is block number g * (k / 256) + b. It holds the 8 rows' super-blocks' bytes:
 //   d[r], dmin[r]    row r's fp16 scales;
-//   scales[j][r]     bytes 4j .. 4j + 3 of row r's 12 packed 6-bit scales and mins (hal::q4k_scale_min),
-//                    so that one 32-byte load of scales[j] is the same dword of all 8 rows;
+//   scales[j][4r ..] bytes 4j .. 4j + 3 of row r's 12 packed 6-bit scales and mins (hal::q4k_scale_min),
+//                    so that one 32-byte load of scales[j] is the same dword of all 8 rows (bytes, not
+//                    uint32: the blocks need only 2-byte alignment, as a view into a file may give);
 //   qs[128s + ...]   sub-block s (elements 32s .. 32s + 31) as a BlockQ4_0x8's qs: with q_r(j) the
 //                    4 low bits of element 32s + j of row r, qs[128s + 32i + 4r + e] holds
 //                    q_r(8i + e) in its low nibble and q_r(8i + 4 + e) in its high one;
@@ -98,14 +99,14 @@ inline constexpr int kQ4_KR8Rows = 8;
 struct BlockQ4_Kx8 {
   std::uint16_t d[kQ4_KR8Rows];
   std::uint16_t dmin[kQ4_KR8Rows];
-  std::uint32_t scales[3][kQ4_KR8Rows];
+  std::uint8_t scales[3][kQ4_KR8Rows * 4];
   std::uint8_t qs[kQ4_KR8Rows * hal::kQK_K / 2];
 };
 static_assert(sizeof(BlockQ4_Kx8) == kQ4_KR8Rows * sizeof(hal::BlockQ4_K));
 struct BlockQ5_Kx8 {
   std::uint16_t d[kQ4_KR8Rows];
   std::uint16_t dmin[kQ4_KR8Rows];
-  std::uint32_t scales[3][kQ4_KR8Rows];
+  std::uint8_t scales[3][kQ4_KR8Rows * 4];
   std::uint8_t qh[kQ4_KR8Rows * hal::kQK_K / 8];
   std::uint8_t qs[kQ4_KR8Rows * hal::kQK_K / 2];
 };

@@ -261,7 +261,7 @@ void check_k_r8(DType layout, DType source, std::uint32_t seed) {
   const int lane = static_cast<int>(r % 8);
   EXPECT_EQ(g.d[lane], src.d);
   EXPECT_EQ(g.dmin[lane], src.dmin);
-  for (int j = 0; j < 3; ++j) EXPECT_EQ(std::memcmp(&g.scales[j][lane], src.scales + 4 * j, 4), 0);
+  for (int j = 0; j < 3; ++j) EXPECT_EQ(std::memcmp(g.scales[j] + 4 * lane, src.scales + 4 * j, 4), 0);
   for (int e = 0; e < hal::kQK_K; ++e) {
     const int c = e / 64, l = e % 32;
     const int want = e % 64 < 32 ? src.qs[32 * c + l] & 15 : src.qs[32 * c + l] >> 4;
