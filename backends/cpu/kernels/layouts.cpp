@@ -170,6 +170,18 @@ void lane_nibbles(const std::uint8_t* qs, int lane, int (&q)[hal::kQK]) {
     }
   }
 }
+// Bit 4 of a block's 32 values into lane r of an 8-row qh (kQ5_0R8, kQ5_1R8, each sub-block of
+// kQ5_KR8: qh[4r + e], bit v, is bit 4 of element 4v + e), ORed into qh; and back, ORed into q.
+void put_lane_fifth_bits(const int (&q)[hal::kQK], int r, std::uint8_t* qh) {
+  for (int v = 0; v < 8; ++v) {
+    for (int e = 0; e < 4; ++e) qh[4 * r + e] |= static_cast<std::uint8_t>(((q[4 * v + e] >> 4) & 1) << v);
+  }
+}
+void add_lane_fifth_bits(const std::uint8_t* qh, int lane, int (&q)[hal::kQK]) {
+  for (int v = 0; v < 8; ++v) {
+    for (int e = 0; e < 4; ++e) q[4 * v + e] |= ((qh[4 * lane + e] >> v) & 1) << 4;
+  }
+}
 
 }  // namespace
 
@@ -189,9 +201,7 @@ void repack_q5_0_r8(const hal::BlockQ5_0* src, std::int64_t rows, std::int64_t k
         for (int j = 0; j < hal::kQK / 2; ++j) hal::unpack_q5_pair(in.qs, qh, j, q[j], q[j + hal::kQK / 2]);
         out.d[r] = in.d;
         put_lane_nibbles(q, r, out.qs);
-        for (int v = 0; v < 8; ++v) {
-          for (int e = 0; e < 4; ++e) out.qh[4 * r + e] |= static_cast<std::uint8_t>(((q[4 * v + e] >> 4) & 1) << v);
-        }
+        put_lane_fifth_bits(q, r, out.qh);
       }
     }
   }
@@ -204,11 +214,7 @@ namespace {
 template <typename Block8>
 void lane_values_r8(const Block8& in, int lane, int (&q)[hal::kQK]) {
   lane_nibbles(in.qs, lane, q);
-  if constexpr (requires { in.qh; }) {
-    for (int v = 0; v < 8; ++v) {
-      for (int e = 0; e < 4; ++e) q[4 * v + e] |= ((in.qh[4 * lane + e] >> v) & 1) << 4;
-    }
-  }
+  if constexpr (requires { in.qh; }) add_lane_fifth_bits(in.qh, lane, q);
 }
 // The 32 values of a plain Q4_1 / Q5_1 block, and back into its qs (and qh).
 template <typename Block>
@@ -290,11 +296,7 @@ void gather_k_r8_lane(const KBlockx8<Block>& in, int lane, Block& out) {
   for (int s = 0; s < 8; ++s) {
     int sub[hal::kQK];
     lane_nibbles(in.qs + 128 * s, lane, sub);
-    if constexpr (std::is_same_v<Block, hal::BlockQ5_K>) {
-      for (int v = 0; v < 8; ++v) {
-        for (int e = 0; e < 4; ++e) sub[4 * v + e] |= ((in.qh[32 * s + 4 * lane + e] >> v) & 1) << 4;
-      }
-    }
+    if constexpr (std::is_same_v<Block, hal::BlockQ5_K>) add_lane_fifth_bits(in.qh + 32 * s, lane, sub);
     std::copy(sub, sub + hal::kQK, q + 32 * s);
   }
   put_k_values(q, out);
@@ -310,13 +312,7 @@ void scatter_k_r8_lane(const Block& in, int lane, KBlockx8<Block>& out) {
     int sub[hal::kQK];
     std::copy(q + 32 * s, q + 32 * s + 32, sub);
     put_lane_nibbles(sub, lane, out.qs + 128 * s);
-    if constexpr (std::is_same_v<Block, hal::BlockQ5_K>) {
-      for (int v = 0; v < 8; ++v) {
-        for (int e = 0; e < 4; ++e) {
-          out.qh[32 * s + 4 * lane + e] |= static_cast<std::uint8_t>(((sub[4 * v + e] >> 4) & 1) << v);
-        }
-      }
-    }
+    if constexpr (std::is_same_v<Block, hal::BlockQ5_K>) put_lane_fifth_bits(sub, lane, out.qh + 32 * s);
   }
 }
 
@@ -401,11 +397,7 @@ void repack_1_r8(const Block* src, std::int64_t rows, std::int64_t k, void* dst)
         o.d[r] = in.d;
         o.m[r] = in.m;
         put_lane_nibbles(q, r, o.qs);
-        if constexpr (requires { in.qh; }) {
-          for (int v = 0; v < 8; ++v) {
-            for (int e = 0; e < 4; ++e) o.qh[4 * r + e] |= static_cast<std::uint8_t>(((q[4 * v + e] >> 4) & 1) << v);
-          }
-        }
+        if constexpr (requires { in.qh; }) put_lane_fifth_bits(q, r, o.qh);
       }
     }
   }
