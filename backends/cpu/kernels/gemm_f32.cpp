@@ -5,6 +5,7 @@
 // element of y is the same chain of FMAs over k in order either way, so both give the same bits.
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -68,6 +69,22 @@ struct RowBF16 {
   }
 #endif
 };
+#if SX_GEMM_BF16_DOT
+// An F16 row read as BF16 pairs for gemm_bf16_dot: word i holds elements 2i (low half) and 2i + 1
+// (high half), each rounded from F16 to BF16 to nearest even (vcvtneps2bf16; f32_to_bf16 alike:
+// an F16 value is never an F32 denormal, which the instruction would flush).
+struct RowF16AsBF16Pairs {
+  static float get(const void* row, std::int64_t i) {
+    const std::uint32_t lo = f32_to_bf16(f16_to_f32(load_unaligned<std::uint16_t>(row, 2 * i)));
+    const std::uint32_t hi = f32_to_bf16(f16_to_f32(load_unaligned<std::uint16_t>(row, 2 * i + 1)));
+    return std::bit_cast<float>(lo | hi << 16);
+  }
+  static __m256 load8(const void* row, std::int64_t i) {
+    const __m512 f = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(row) + 2 * i)));
+    return reinterpret_cast<__m256>(_mm512_cvtneps_pbh(f));
+  }
+};
+#endif
 struct RowQ8_0 {
   static float get(const void* row, std::int64_t i) {
     const BlockQ8_0& b = static_cast<const BlockQ8_0*>(row)[i / hal::kQ8_0Block];
@@ -455,12 +472,16 @@ void x_to_bf16_pairs(const float* x, std::int64_t k, std::uint32_t* dst) {
   }
 }
 
-// BF16 weights (k even) on the avx512-bf16 level: x rounded to BF16 once, x and W packed as BF16
-// pairs (the F32 panels' layout with a pair in each 32-bit word, moved by the same transposes),
-// kernel_tile_bf16. Each product is exact in F32 (8-bit by 8-bit significands), so the one
-// difference from the F32 path is x's rounding, half a unit of an 8-bit significand per element:
-// |error| <= 2^-8 * sum_i |x_i w_i| (+ F32 sums).
-void gemm_bf16_dot(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
+// BF16 and F16 weights (k even) on the avx512-bf16 level: x rounded to BF16 once, x and W packed
+// as BF16 pairs (the F32 panels' layout with a pair in each 32-bit word, moved by the same
+// transposes; `pack` reads W's row as such pairs), kernel_tile_bf16: one vdpbf16ps does 32
+// multiply-adds where an F32 FMA does 16. Each product is exact in F32 (8-bit by 8-bit
+// significands), so the differences from the F32 path are the roundings to BF16, half a unit of an
+// 8-bit significand (2^-8 of the element) each: x's, and for F16 weights W's too (an F16 has 11
+// significant bits). |error| <= 2^-8 * sum_i |x_i w_i| for BF16 weights, (2^-7 + 2^-16) * sum_i
+// |x_i w_i| for F16 ones (+ F32 sums). F16 so is computed as vLLM's CPU backend computes it, cast to
+// BF16; SEXTANT_CPU_ISA=avx512 keeps the exact F32 products (F16C conversion + FMA).
+void gemm_bf16_dot(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p, PackFn pack) {
   const std::int64_t m = p.m, k2 = p.k / 2;
   const std::int64_t x_panels = ceil_div(m, kMR);
   const std::int64_t kc_step = ceil_div(k2, ceil_div(k2, kKC));
@@ -470,7 +491,7 @@ void gemm_bf16_dot(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
     for (std::int64_t t = i * kMR; t < std::min(m, (i + 1) * kMR); ++t) x_to_bf16_pairs(p.x + t * p.k, p.k, xb + t * k2);
     pack_x_panel(reinterpret_cast<const float*>(xb), m, k2, i * kMR, xp + i * k2 * kMR);
   });
-  run_tiles(pool, scratch, p, k2, kc_step, xp, &pack_w_panel<RowF32>, &kernel_tile_bf16);
+  run_tiles(pool, scratch, p, k2, kc_step, xp, pack, &kernel_tile_bf16);
 }
 #endif
 
@@ -479,7 +500,11 @@ void gemm_bf16_dot(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
 void gemm_f32(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
 #if SX_GEMM_BF16_DOT
   if (p.w_type == hal::DType::kBF16 && p.k % 2 == 0) {
-    gemm_bf16_dot(pool, scratch, p);
+    gemm_bf16_dot(pool, scratch, p, &pack_w_panel<RowF32>);  // a BF16 row is BF16 pairs already
+    return;
+  }
+  if (p.w_type == hal::DType::kF16 && p.k % 2 == 0) {
+    gemm_bf16_dot(pool, scratch, p, &pack_w_panel<RowF16AsBF16Pairs>);
     return;
   }
 #endif

@@ -165,11 +165,12 @@ void check(DType t, std::int64_t m, std::int64_t n, std::int64_t k, bool bias, M
   } else {
     matmul_reference(rp);
     // BF16 weights on the GEMM of a level with BF16 dot products: x rounded to BF16 too, at most
-    // half a unit of its 8-bit significand (2^-8 of the element) per element.
+    // half a unit of its 8-bit significand (2^-8 of the element) per element; F16 weights there are
+    // rounded to BF16 as well: (1 + 2^-8)^2 - 1 = 2^-7 + 2^-16.
     // (kGemmQ8 asked for a format it cannot read runs the F32 GEMM.)
-    const bool bf16_x = t == DType::kBF16 && actual != MatmulPath::kGemv && sx::cpu::kernels().bf16_dot_gemm &&
-                        k % 2 == 0;
-    const double rel = bf16_x ? 1.0 / 256 + 1e-5 : 1e-5;
+    const bool bf16_dot = (t == DType::kBF16 || t == DType::kF16) && actual != MatmulPath::kGemv &&
+                          sx::cpu::kernels().bf16_dot_gemm && k % 2 == 0;
+    const double rel = !bf16_dot ? 1e-5 : t == DType::kBF16 ? 0x1p-8 + 1e-5 : 0x1p-7 + 0x1p-16 + 1e-5;
     for (std::size_t i = 0; i < got.size(); ++i) {
       ASSERT_NEAR(got[i], ref[i], rel * scale[i] + 1e-6) << "index " << i;
     }
@@ -268,6 +269,40 @@ TEST(CpuMatmul, FloatPathsAcceptKNotMultipleOf8) {
       for (std::int64_t k : {1, 5, 13, 67, 300}) {
         check(t, 7, 19, k, true, path, pool, scratch);
         if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// The BF16-dot GEMM (avx512-bf16, amx) computes exactly the products of x and W rounded to BF16
+// (to nearest even; F16 weights rounded too), summed in F32: against that reference in double it
+// is within F32 summation error, which a wrong pairing, transpose or rounding is not. n = 37 leaves
+// a 5-row panel and k = 514 a tail word, both read through the scalar loader.
+TEST(CpuMatmul, Bf16DotGemmMultipliesTheRoundedOperands) {
+  if (!sx::cpu::kernels().bf16_dot_gemm) GTEST_SKIP() << "this level has no BF16 dot-product GEMM";
+  ThreadPool pool(2);
+  Scratch scratch;
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    for (std::int64_t k : {514, 896}) {
+      Case c(t, 29, 37, k, true, static_cast<std::uint32_t>(k) + 11);
+      SCOPED_TRACE(describe(c, MatmulPath::kGemmF32, pool.size()));
+      matmul(pool, scratch, c.p, MatmulPath::kGemmF32);
+      c.check_guards();
+      const std::vector<float> got = c.y();
+      std::vector<float> w(static_cast<std::size_t>(k));
+      const std::size_t rb = hal::row_bytes(t, k);
+      for (std::int64_t j = 0; j < c.n; ++j) {
+        hal::dequantize_row(t, c.w_plain.data() + rb * j, w.data(), k);
+        for (std::int64_t i = 0; i < c.m; ++i) {
+          double ref = c.p.bias[j], mag = std::fabs(c.p.bias[j]);
+          for (std::int64_t e = 0; e < k; ++e) {
+            const double xr = bf16_to_f32(f32_to_bf16(c.p.x[i * k + e]));
+            const double wr = bf16_to_f32(f32_to_bf16(w[static_cast<std::size_t>(e)]));
+            ref += xr * wr;
+            mag += std::fabs(xr * wr);
+          }
+          ASSERT_NEAR(got[static_cast<std::size_t>(i * c.n + j)], ref, 1e-6 * mag + 1e-7) << "row " << i << ", col " << j;
+        }
       }
     }
   }
