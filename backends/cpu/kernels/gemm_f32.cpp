@@ -479,8 +479,9 @@ void x_to_bf16_pairs(const float* x, std::int64_t k, std::uint32_t* dst) {
 // significands), so the differences from the F32 path are the roundings to BF16, half a unit of an
 // 8-bit significand (2^-8 of the element) each: x's, and for F16 weights W's too (an F16 has 11
 // significant bits). |error| <= 2^-8 * sum_i |x_i w_i| for BF16 weights, (2^-7 + 2^-16) * sum_i
-// |x_i w_i| for F16 ones (+ F32 sums). F16 so is computed as vLLM's CPU backend computes it, cast to
-// BF16; SEXTANT_CPU_ISA=avx512 keeps the exact F32 products (F16C conversion + FMA).
+// |x_i w_i| for F16 ones (+ F32 sums): F16 weights meet BF16 arithmetic as in vLLM's CPU executor,
+// which cast whole F16 models to BF16, but here only in the prefill GEMM (decode's GEMV reads F16
+// exactly). SEXTANT_CPU_ISA=avx512-vnni keeps the exact F32 products (F16C conversion + FMA).
 void gemm_bf16_dot(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p, PackFn pack) {
   const std::int64_t m = p.m, k2 = p.k / 2;
   const std::int64_t x_panels = ceil_div(m, kMR);
