@@ -16,6 +16,10 @@
 // (so DRAM is what holds it), "compute" where it does not (its instructions are the limit, by the
 // factor 1 / cache_frac), then the matmul path taken.
 //
+// And a decode step's attention on each level ("attention/LEVEL/f32/ctxN"): one token of a
+// Qwen2.5-0.5B layer (14 query heads, 2 KV heads of 64) over N positions of an F32 paged KV cache
+// (blocks of 16), the same counters with the K and V rows read as the bytes.
+//
 // SX_BENCH_THREADS=N sets the thread count (default: all hardware threads). Filter with
 // --benchmark_filter, e.g. 'decode/avx512-vnni/q8_0' or '/m1$'.
 #include <benchmark/benchmark.h>
@@ -31,6 +35,7 @@
 #include "backends/cpu/kernels/isa.h"
 #include "backends/cpu/kernels/kernel_table.h"
 #include "backends/cpu/kernels/matmul.h"
+#include "backends/cpu/ops/cpu_ops.h"
 #include "runtime/base/membw.h"
 #include "runtime/base/thread_pool.h"
 #include "runtime/hal/dtype.h"
@@ -116,6 +121,57 @@ void run_case(benchmark::State& state, const sx::cpu::KernelTable& kt, DType lay
   state.SetLabel(std::string(memory ? "memory" : "compute") + " " + path_name(sx::cpu::select_matmul_path(p)));
 }
 
+// One decode token's attention over ctx positions, each call on the next of several copies of the
+// KV cache (beyond the last-level cache, as a long context's are).
+void run_attention(benchmark::State& state, const sx::cpu::KernelTable& kt, std::int64_t ctx) {
+  sx::ThreadPool& tp = pool();
+  constexpr std::int64_t kHeads = 14, kKvHeads = 2, kHd = 64, kBlock = 16;
+  const std::int64_t kv_row = kKvHeads * kHd, blocks = (ctx + kBlock - 1) / kBlock;
+  const std::size_t copy_bytes = static_cast<std::size_t>(blocks * kBlock * kv_row) * sizeof(float) * 2;
+  const int copies = static_cast<int>(std::max<std::size_t>(2, (kColdBytes + copy_bytes - 1) / copy_bytes));
+  const std::vector<float> q = sx::bench::random_x(1, kHeads * kHd);
+  std::vector<float> k_cache(static_cast<std::size_t>(copies * blocks * kBlock * kv_row)), v_cache(k_cache.size());
+  const std::vector<float> fill = sx::bench::random_x(1, 4096);
+  for (std::size_t i = 0; i < k_cache.size(); ++i) k_cache[i] = fill[i % 4096], v_cache[i] = fill[(i + 77) % 4096];
+  std::vector<std::int32_t> table(static_cast<std::size_t>(copies * blocks));
+  for (std::size_t i = 0; i < table.size(); ++i) table[i] = static_cast<std::int32_t>(i);
+  std::vector<float> out(static_cast<std::size_t>(kHeads * kHd));
+  const std::int32_t starts[2] = {0, 1}, lens[1] = {static_cast<std::int32_t>(ctx)};
+  sx::cpu::AttentionShape sh{DType::kF32, 1, 1, kHeads, kKvHeads, kHd, kBlock, blocks, 0, 0, kHeads / kKvHeads,
+                             0.125f};
+  auto call = [&](std::int64_t copy) {
+    const sx::cpu::AttentionPtrs ptrs{q.data(), k_cache.data(), v_cache.data(), out.data(), starts, lens,
+                                      table.data() + (copy % copies) * blocks};
+    kt.paged_attention(tp, ptrs, sh);
+    benchmark::DoNotOptimize(out.data());
+  };
+  for (int c = 0; c < copies; ++c) call(c);
+  std::int64_t i = 0;
+  double total = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    call(++i);
+    total += seconds(t0);
+  }
+  const sx::ReadBandwidth bw = sx::measure_read_bandwidth_rounds(tp, kProbeBytes, 3);
+  double cache_best = 1e30;
+  call(0);
+  for (int batch = 0; batch < 12; ++batch) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int c = 0; c < 8; ++c) call(0);
+    cache_best = std::min(cache_best, seconds(t0) / 8);
+  }
+  const double bytes = static_cast<double>(ctx * kv_row) * sizeof(float) * 2;
+  const double rate = bytes * static_cast<double>(state.iterations()) / total;
+  state.counters["GB_s"] = rate / 1e9;
+  state.counters["bw_GB_s"] = bw.median / 1e9;
+  state.counters["bw_spread"] = bw.median > 0 ? (bw.best - bw.slowest) / bw.median : 0;
+  state.counters["bw_frac"] = bw.median > 0 ? rate / bw.median : 0;
+  state.counters["cache_GB_s"] = bytes / cache_best / 1e9;
+  state.counters["cache_frac"] = bw.median > 0 ? bytes / cache_best / bw.median : 0;
+  state.SetLabel(bytes / cache_best >= 1.25 * bw.median ? "memory" : "compute");
+}
+
 // The layout the CPU device keeps `format` in when `kt` is the level in use (layouts.h weight_layout).
 DType layout_at(const sx::cpu::KernelTable& kt, DType format) {
   if (!kt.vector_interleaved) return format;
@@ -144,6 +200,12 @@ void register_all() {
   for (std::string_view level : sx::cpu::isa_levels()) {
     const sx::cpu::KernelTable* kt = sx::cpu::kernels_for(level);
     if (kt == nullptr) continue;
+    for (std::int64_t ctx : {512, 2048, 8192}) {
+      const std::string name = "attention/" + std::string(level) + "/f32/ctx" + std::to_string(ctx);
+      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) { run_attention(st, *kt, ctx); })
+          ->UseRealTime()
+          ->MinTime(0.2);
+    }
     for (DType f : formats) {
       for (const auto& s : shapes) {
         if (s.k % sx::hal::dtype_info(f).block_elems != 0) continue;
