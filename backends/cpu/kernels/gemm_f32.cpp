@@ -80,8 +80,8 @@ struct RowF16AsBF16Pairs {
     return std::bit_cast<float>(lo | hi << 16);
   }
   static __m256 load8(const void* row, std::int64_t i) {
-    const __m512 f = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(row) + 2 * i)));
-    return reinterpret_cast<__m256>(_mm512_cvtneps_pbh(f));
+    const auto* h = reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(row) + 2 * i);
+    return reinterpret_cast<__m256>(_mm512_cvtneps_pbh(_mm512_cvtph_ps(_mm256_loadu_si256(h))));
   }
 };
 #endif

@@ -237,9 +237,9 @@ float max_f32(const float* x, std::int64_t n) {
 
 // Asks for rows[0, n) (each `bytes` long) in L2 ahead of use (prefetcht1). A decode token's K and V
 // rows of one KV head are short (256 bytes at head_dim 64) and a KV slot apart, a pattern the
-// hardware prefetchers do not follow: without this, attention read its rows from DRAM at 0.31 of
-// the bandwidth, with it 0.43-0.47 (bench_decode's attention cases, 2 threads, AMD EPYC; into L1
-// instead, prefetcht0, the misses filled the L1's queue and it read at 0.27).
+// hardware prefetchers do not follow: without this, attention read its rows from DRAM at 0.31-0.37
+// of the bandwidth, with it 0.43-0.59 (bench_decode's attention cases, 2 threads, AMD EPYC; into L1
+// instead, prefetcht0, the misses filled the L1's miss queue: 0.27).
 inline void prefetch_rows(const float* const* rows, std::int64_t n, std::int64_t bytes) {
   for (std::int64_t i = 0; i < n; ++i) {
     const auto* row = reinterpret_cast<const char*>(rows[i]);
@@ -345,8 +345,9 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
           const std::int64_t c = c0 + j;
           const std::int64_t off = ((base + j) * kv_row + g * hd) * static_cast<std::int64_t>(elem);
           // The rows in the cache (for a 16-bit cache: their address only, until converted below).
-          krows[static_cast<std::size_t>(c)] = reinterpret_cast<const float*>(static_cast<const std::byte*>(p.k_cache) + off);
-          vrows[static_cast<std::size_t>(c)] = reinterpret_cast<const float*>(static_cast<const std::byte*>(p.v_cache) + off);
+          const auto sc = static_cast<std::size_t>(c);
+          krows[sc] = reinterpret_cast<const float*>(static_cast<const std::byte*>(p.k_cache) + off);
+          vrows[sc] = reinterpret_cast<const float*>(static_cast<const std::byte*>(p.v_cache) + off);
         }
       }
       const std::int64_t row_bytes = hd * static_cast<std::int64_t>(sizeof(float));
@@ -388,7 +389,9 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
       // of them (those past a query's context are computed and not used).
       prefetch_rows(kr, std::min(ahead, n_rows), row_bytes);
       for (std::int64_t c = 0; c < n_rows; c += 16) {
-        if (ahead > 0 && c + ahead < n_rows) prefetch_rows(kr + c + ahead, std::min<std::int64_t>(16, n_rows - c - ahead), row_bytes);
+        if (ahead > 0 && c + ahead < n_rows) {
+          prefetch_rows(kr + c + ahead, std::min<std::int64_t>(16, n_rows - c - ahead), row_bytes);
+        }
         transpose_rows16(kr + c, n_rows - c, hd, kt);
         float* out[kDotQueries];
         for (std::int64_t j = first_seeing(c); j < n_queries; j += kDotQueries) {
@@ -401,7 +404,9 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
       // Scores: every query of the tile over the same 8 K rows while they are in L1.
       prefetch_rows(kr, std::min(ahead, n_rows), row_bytes);
       for (std::int64_t c = 0; c + 8 <= n_rows; c += 8) {
-        if (ahead > 0 && c + ahead < n_rows) prefetch_rows(kr + c + ahead, std::min<std::int64_t>(8, n_rows - c - ahead), row_bytes);
+        if (ahead > 0 && c + ahead < n_rows) {
+          prefetch_rows(kr + c + ahead, std::min<std::int64_t>(8, n_rows - c - ahead), row_bytes);
+        }
         for (std::int64_t j = first_seeing(c + 7); j < n_queries; ++j) {
           scores_any(qptr[static_cast<std::size_t>(j)], kr + c, 8, hd, s.scale, sptr[static_cast<std::size_t>(j)] + c);
         }
@@ -422,10 +427,12 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
       // chain of FMAs whatever it is computed with).
       constexpr std::int64_t kRowsPerPass = 32;
       std::fill(acc, acc + n_queries * hd, 0.0f);
+      // (The next pass's rows asked for at the start of each: kRowsPerPass ahead.)
       if (ahead > 0) prefetch_rows(vrows.data(), std::min(kRowsPerPass, n_rows), row_bytes);
       for (std::int64_t r0 = 0; r0 < n_rows; r0 += kRowsPerPass) {
         if (ahead > 0 && r0 + kRowsPerPass < n_rows) {
-          prefetch_rows(vrows.data() + r0 + kRowsPerPass, std::min(kRowsPerPass, n_rows - r0 - kRowsPerPass), row_bytes);
+          const std::int64_t next = r0 + kRowsPerPass;
+          prefetch_rows(vrows.data() + next, std::min(kRowsPerPass, n_rows - next), row_bytes);
         }
         auto rows_of = [&](std::int64_t qi) { return std::min(kRowsPerPass, ctx_of(qi) - r0); };
         for (std::int64_t qi = first_seeing(r0); qi < n_queries;) {

@@ -301,7 +301,8 @@ TEST(CpuMatmul, Bf16DotGemmMultipliesTheRoundedOperands) {
             ref += xr * wr;
             mag += std::fabs(xr * wr);
           }
-          ASSERT_NEAR(got[static_cast<std::size_t>(i * c.n + j)], ref, 1e-6 * mag + 1e-7) << "row " << i << ", col " << j;
+          ASSERT_NEAR(got[static_cast<std::size_t>(i * c.n + j)], ref, 1e-6 * mag + 1e-7)
+              << "row " << i << ", col " << j;
         }
       }
     }
