@@ -68,6 +68,40 @@ double seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// The counters of one case whose call(copy) reads `bytes`: each iteration times the call on the next
+// of `copies` copies (after one warm-up pass over all of them: scratch, page tables), then the
+// bandwidth probe runs, then call(0) in batches of per_batch on the one copy that stays in cache
+// (best of 12: the machine may be shared). True where memory is what holds the kernel (it runs at
+// least 1.25x faster from cache than the bandwidth allows).
+template <typename Call>
+bool measure(benchmark::State& state, sx::ThreadPool& tp, int copies, double bytes, int per_batch, Call call) {
+  for (int c = 0; c < copies; ++c) call(c);
+  std::int64_t i = 0;
+  double total = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    call(++i);
+    total += seconds(t0);
+  }
+  const sx::ReadBandwidth bw = sx::measure_read_bandwidth_rounds(tp, kProbeBytes, 3);
+  double cache_best = 1e30;
+  call(0);
+  for (int batch = 0; batch < 12; ++batch) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int c = 0; c < per_batch; ++c) call(0);
+    cache_best = std::min(cache_best, seconds(t0) / per_batch);
+  }
+  const double rate = bytes * static_cast<double>(state.iterations()) / total;
+  const double cache_rate = bytes / cache_best;
+  state.counters["GB_s"] = rate / 1e9;
+  state.counters["bw_GB_s"] = bw.median / 1e9;
+  state.counters["bw_spread"] = bw.median > 0 ? (bw.best - bw.slowest) / bw.median : 0;
+  state.counters["bw_frac"] = bw.median > 0 ? rate / bw.median : 0;
+  state.counters["cache_GB_s"] = cache_rate / 1e9;
+  state.counters["cache_frac"] = bw.median > 0 ? cache_rate / bw.median : 0;
+  return cache_rate >= 1.25 * bw.median;
+}
+
 void run_case(benchmark::State& state, const sx::cpu::KernelTable& kt, DType layout, std::int64_t n, std::int64_t k,
               std::int64_t m) {
   sx::ThreadPool& tp = pool();
@@ -89,35 +123,8 @@ void run_case(benchmark::State& state, const sx::cpu::KernelTable& kt, DType lay
     kt.matmul(tp, scratch, p, sx::cpu::MatmulPath::kAuto);
     benchmark::DoNotOptimize(y.data());
   };
-  // Warm-up: scratch, page tables of every copy.
-  for (int c = 0; c < w.copies; ++c) call(c);
-  std::int64_t i = 0;
-  double total = 0;
-  for (auto _ : state) {
-    const auto t0 = std::chrono::steady_clock::now();
-    call(++i);
-    total += seconds(t0);
-  }
-  const sx::ReadBandwidth bw = sx::measure_read_bandwidth_rounds(tp, kProbeBytes, 3);
-  // The same calls on one copy, in cache: best of a few batches (the machine may be shared).
-  double cache_best = 1e30;
-  const int per_batch = std::max(4, static_cast<int>(2e6 / static_cast<double>(w.bytes)));
-  call(0);
-  for (int batch = 0; batch < 12; ++batch) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int c = 0; c < per_batch; ++c) call(0);
-    cache_best = std::min(cache_best, seconds(t0) / per_batch);
-  }
-  const double bytes = static_cast<double>(w.bytes);
-  const double rate = bytes * static_cast<double>(state.iterations()) / total;
-  const double cache_rate = bytes / cache_best;
-  state.counters["GB_s"] = rate / 1e9;
-  state.counters["bw_GB_s"] = bw.median / 1e9;
-  state.counters["bw_spread"] = bw.median > 0 ? (bw.best - bw.slowest) / bw.median : 0;
-  state.counters["bw_frac"] = bw.median > 0 ? rate / bw.median : 0;
-  state.counters["cache_GB_s"] = cache_rate / 1e9;
-  state.counters["cache_frac"] = bw.median > 0 ? cache_rate / bw.median : 0;
-  const bool memory = cache_rate >= 1.25 * bw.median;
+  const bool memory = measure(state, tp, w.copies, static_cast<double>(w.bytes),
+                              std::max(4, static_cast<int>(2e6 / static_cast<double>(w.bytes))), call);
   state.SetLabel(std::string(memory ? "memory" : "compute") + " " + path_name(sx::cpu::select_matmul_path(p)));
 }
 
@@ -145,31 +152,8 @@ void run_attention(benchmark::State& state, const sx::cpu::KernelTable& kt, std:
     kt.paged_attention(tp, ptrs, sh);
     benchmark::DoNotOptimize(out.data());
   };
-  for (int c = 0; c < copies; ++c) call(c);
-  std::int64_t i = 0;
-  double total = 0;
-  for (auto _ : state) {
-    const auto t0 = std::chrono::steady_clock::now();
-    call(++i);
-    total += seconds(t0);
-  }
-  const sx::ReadBandwidth bw = sx::measure_read_bandwidth_rounds(tp, kProbeBytes, 3);
-  double cache_best = 1e30;
-  call(0);
-  for (int batch = 0; batch < 12; ++batch) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int c = 0; c < 8; ++c) call(0);
-    cache_best = std::min(cache_best, seconds(t0) / 8);
-  }
   const double bytes = static_cast<double>(ctx * kv_row) * sizeof(float) * 2;
-  const double rate = bytes * static_cast<double>(state.iterations()) / total;
-  state.counters["GB_s"] = rate / 1e9;
-  state.counters["bw_GB_s"] = bw.median / 1e9;
-  state.counters["bw_spread"] = bw.median > 0 ? (bw.best - bw.slowest) / bw.median : 0;
-  state.counters["bw_frac"] = bw.median > 0 ? rate / bw.median : 0;
-  state.counters["cache_GB_s"] = bytes / cache_best / 1e9;
-  state.counters["cache_frac"] = bw.median > 0 ? bytes / cache_best / bw.median : 0;
-  state.SetLabel(bytes / cache_best >= 1.25 * bw.median ? "memory" : "compute");
+  state.SetLabel(measure(state, tp, copies, bytes, 8, call) ? "memory" : "compute");
 }
 
 // The layout the CPU device keeps `format` in when `kt` is the level in use (layouts.h weight_layout).
