@@ -235,13 +235,14 @@ float max_f32(const float* x, std::int64_t n) {
   return m;
 }
 
-// Asks for rows[0, n) (each `bytes` long) in L2 ahead of use (prefetcht1). A decode token's K and V
-// rows of one KV head are short (256 bytes at head_dim 64) and a KV slot apart, a pattern the
-// hardware prefetchers do not follow: without this, attention read its rows from DRAM at 0.31-0.37
-// of the bandwidth, with it 0.43-0.59 (bench_decode's attention cases, 2 threads, AMD EPYC; into L1
-// instead, prefetcht0, the misses filled the L1's miss queue: 0.27).
-inline void prefetch_rows(const float* const* rows, std::int64_t n, std::int64_t bytes) {
-  for (std::int64_t i = 0; i < n; ++i) {
+// Asks for rows[from, from + count), those of them below n (each `bytes` long), in L2 ahead of use
+// (prefetcht1). A decode token's K and V rows of one KV head are short (256 bytes at head_dim 64)
+// and a KV slot apart, a pattern the hardware prefetchers do not follow: without this, attention
+// read its rows from DRAM at 0.31-0.37 of the bandwidth, with it 0.43-0.59 (bench_decode's attention
+// cases, 2 threads, AMD EPYC; into L1 instead, prefetcht0, the misses filled the L1's miss queue: 0.27).
+inline void prefetch_rows(const float* const* rows, std::int64_t from, std::int64_t count, std::int64_t n,
+                          std::int64_t bytes) {
+  for (std::int64_t i = from; i < std::min(from + count, n); ++i) {
     const auto* row = reinterpret_cast<const char*>(rows[i]);
     const char* end = row + bytes;
     for (const char* line = reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(row) & ~std::uintptr_t{63});
@@ -353,13 +354,11 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
       const std::int64_t row_bytes = hd * static_cast<std::int64_t>(sizeof(float));
       if (convert) {  // to F32 rows in kconv / vconv, asking for the cache's rows ahead
         const std::int64_t src_bytes = hd * static_cast<std::int64_t>(elem);
-        prefetch_rows(krows.data(), std::min(kPrefetchRows, n_rows), src_bytes);
-        prefetch_rows(vrows.data(), std::min(kPrefetchRows, n_rows), src_bytes);
+        prefetch_rows(krows.data(), 0, kPrefetchRows, n_rows, src_bytes);
+        prefetch_rows(vrows.data(), 0, kPrefetchRows, n_rows, src_bytes);
         for (std::int64_t c = 0; c < n_rows; ++c) {
-          if (c + kPrefetchRows < n_rows) {
-            prefetch_rows(krows.data() + c + kPrefetchRows, 1, src_bytes);
-            prefetch_rows(vrows.data() + c + kPrefetchRows, 1, src_bytes);
-          }
+          prefetch_rows(krows.data(), c + kPrefetchRows, 1, n_rows, src_bytes);
+          prefetch_rows(vrows.data(), c + kPrefetchRows, 1, n_rows, src_bytes);
           const auto sc = static_cast<std::size_t>(c);
           load_row_f32(s.cache_type, krows[sc], kconv + c * hd, hd);
           load_row_f32(s.cache_type, vrows[sc], vconv + c * hd, hd);
@@ -387,11 +386,9 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
 #if defined(__AVX512F__)
       // Scores: 16 K rows at a time, transposed once for all the queries of the tile that see any
       // of them (those past a query's context are computed and not used).
-      prefetch_rows(kr, std::min(ahead, n_rows), row_bytes);
+      prefetch_rows(kr, 0, ahead, n_rows, row_bytes);
       for (std::int64_t c = 0; c < n_rows; c += 16) {
-        if (ahead > 0 && c + ahead < n_rows) {
-          prefetch_rows(kr + c + ahead, std::min<std::int64_t>(16, n_rows - c - ahead), row_bytes);
-        }
+        if (ahead > 0) prefetch_rows(kr, c + ahead, 16, n_rows, row_bytes);
         transpose_rows16(kr + c, n_rows - c, hd, kt);
         float* out[kDotQueries];
         for (std::int64_t j = first_seeing(c); j < n_queries; j += kDotQueries) {
@@ -402,11 +399,9 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
       }
 #else
       // Scores: every query of the tile over the same 8 K rows while they are in L1.
-      prefetch_rows(kr, std::min(ahead, n_rows), row_bytes);
+      prefetch_rows(kr, 0, ahead, n_rows, row_bytes);
       for (std::int64_t c = 0; c + 8 <= n_rows; c += 8) {
-        if (ahead > 0 && c + ahead < n_rows) {
-          prefetch_rows(kr + c + ahead, std::min<std::int64_t>(8, n_rows - c - ahead), row_bytes);
-        }
+        if (ahead > 0) prefetch_rows(kr, c + ahead, 8, n_rows, row_bytes);
         for (std::int64_t j = first_seeing(c + 7); j < n_queries; ++j) {
           scores_any(qptr[static_cast<std::size_t>(j)], kr + c, 8, hd, s.scale, sptr[static_cast<std::size_t>(j)] + c);
         }
@@ -428,12 +423,9 @@ void paged_attention(ThreadPool& pool, const AttentionPtrs& p, const AttentionSh
       constexpr std::int64_t kRowsPerPass = 32;
       std::fill(acc, acc + n_queries * hd, 0.0f);
       // (The next pass's rows asked for at the start of each: kRowsPerPass ahead.)
-      if (ahead > 0) prefetch_rows(vrows.data(), std::min(kRowsPerPass, n_rows), row_bytes);
+      if (ahead > 0) prefetch_rows(vrows.data(), 0, kRowsPerPass, n_rows, row_bytes);
       for (std::int64_t r0 = 0; r0 < n_rows; r0 += kRowsPerPass) {
-        if (ahead > 0 && r0 + kRowsPerPass < n_rows) {
-          const std::int64_t next = r0 + kRowsPerPass;
-          prefetch_rows(vrows.data() + next, std::min(kRowsPerPass, n_rows - next), row_bytes);
-        }
+        if (ahead > 0) prefetch_rows(vrows.data(), r0 + kRowsPerPass, kRowsPerPass, n_rows, row_bytes);
         auto rows_of = [&](std::int64_t qi) { return std::min(kRowsPerPass, ctx_of(qi) - r0); };
         for (std::int64_t qi = first_seeing(r0); qi < n_queries;) {
           const std::int64_t n = rows_of(qi);
