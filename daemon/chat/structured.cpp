@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -97,6 +98,88 @@ std::string xgrammar_message(const std::exception& e) {
   return what;
 }
 
+using Clock = std::chrono::steady_clock;
+
+// The budget of one call as xgrammar's interrupt check on this thread (the patched hook, called
+// between a compile's steps), removed when the call returns.
+class Interrupts {
+ public:
+  enum class Why { kNone, kDeadline, kCancelled };
+
+  explicit Interrupts(const CompileBudget& budget) : budget_(budget), start_(Clock::now()) {
+    xgrammar::SetCompileInterruptCheck([this] { return why() != Why::kNone; });
+  }
+  ~Interrupts() { xgrammar::SetCompileInterruptCheck({}); }
+  Interrupts(const Interrupts&) = delete;
+  Interrupts& operator=(const Interrupts&) = delete;
+
+  Why why() const {
+    if (budget_.cancelled && budget_.cancelled()) return Why::kCancelled;
+    if (budget_.timeout.count() > 0 && Clock::now() - start_ >= budget_.timeout) return Why::kDeadline;
+    return Why::kNone;
+  }
+
+  // fn() (which may throw xgrammar's exceptions) as a Result: an interruption of this call's own is
+  // DEADLINE_EXCEEDED or CANCELLED naming `param`; another call's (a compile of the same grammar
+  // that this one waited for in xgrammar's cache, stopped by that call's budget) is not this one's
+  // failure: fn runs again (the cache dropped the failed entry, so this thread now compiles it;
+  // each retry needs another thread's compile of it to have been stopped, so a few are plenty).
+  // Any other exception is INVALID_ARGUMENT naming `param`, with xgrammar's message.
+  template <typename T, typename Fn>
+  Result<T> run(std::string_view param, Fn&& fn) const {
+    constexpr int kTries = 8;
+    for (int tries = 1;; ++tries) {
+      try {
+        return fn();
+      } catch (const xgrammar::CompileInterruptedError&) {
+        switch (why()) {
+          case Why::kCancelled: return cancelled_error("'{}': the compile was cancelled", param);
+          case Why::kDeadline:
+            return deadline_exceeded_error("'{}' did not compile within {} ms: the grammar engine needs longer for "
+                                           "it on this model's vocabulary; send a simpler one (fewer nested levels, "
+                                           "rules or alternatives)",
+                                           param, budget_.timeout.count());
+          case Why::kNone:
+            if (tries == kTries) {
+              return unavailable_error("'{}': {} compiles of it by other requests were stopped while this one waited "
+                                       "for them; retry", param, kTries);
+            }
+            continue;
+        }
+      } catch (const std::exception& e) {
+        return invalid_argument_error("'{}' cannot be used: {}", param, xgrammar_message(e));
+      }
+    }
+  }
+
+ private:
+  const CompileBudget& budget_;
+  Clock::time_point start_;
+};
+
+// A JSON schema's grammar in xgrammar's strict mode, or where strict mode's reading allows nothing
+// (an array without "items" takes no items in it, so {"type": "array", "minItems": 1} is refused as
+// unsatisfiable), by JSON Schema's own rules. The strict mode's error when neither converts.
+xgrammar::Grammar schema_grammar(const std::string& schema) {
+  try {
+    return xgrammar::Grammar::FromJSONSchema(schema, /*any_whitespace=*/false);
+  } catch (const xgrammar::CompileInterruptedError&) {
+    throw;
+  } catch (const std::exception&) {
+    const std::exception_ptr strict_error = std::current_exception();
+    std::optional<xgrammar::Grammar> lax;
+    try {
+      lax = xgrammar::Grammar::FromJSONSchema(schema, /*any_whitespace=*/false, std::nullopt, std::nullopt,
+                                              /*strict_mode=*/false);
+    } catch (const xgrammar::CompileInterruptedError&) {
+      throw;
+    } catch (const std::exception&) {
+    }
+    if (!lax) std::rethrow_exception(strict_error);
+    return *lax;
+  }
+}
+
 // The parameters schema of a tool (an empty object schema when it gives none).
 ordered_json parameters_of(const ordered_json& tool) {
   const ordered_json& fn = tool["function"];
@@ -127,8 +210,30 @@ xgrammar::Grammar xml_value_grammar(const ordered_json& schema) {
     return xgrammar::Grammar::FromEBNF(lo > 0 ? fmt::format("root ::= [^<]{{{},}}", lo) : "root ::= [^<]*");
   }
   // Anything else as JSON, held to its schema (numbers within their bounds, true / false, objects).
-  return xgrammar::Grammar::FromJSONSchema(dump(schema.is_object() ? schema : ordered_json::object()),
-                                           /*any_whitespace=*/false);
+  return schema_grammar(dump(schema.is_object() ? schema : ordered_json::object()));
+}
+
+// What a hermes call writes before its arguments.
+std::string hermes_head(const std::string& name) {
+  return "<tool_call>\n{\"name\": " + dump(ordered_json(name)) + ", \"arguments\": ";
+}
+
+// The required parameters of a tool's schema, in its order (what an XML call writes).
+std::vector<std::string> required_parameters(const ordered_json& params) {
+  std::vector<std::string> out;
+  if (!params.contains("properties") || !params["properties"].is_object()) return out;
+  const ordered_json required = params.value("required", ordered_json::array());
+  if (!required.is_array()) return out;
+  for (const auto& [key, schema] : params["properties"].items()) {
+    if (std::find(required.begin(), required.end(), ordered_json(key)) != required.end()) out.push_back(key);
+  }
+  return out;
+}
+
+// What an XML call writes before its first value (or its end, with no required parameter).
+std::string xml_head(const std::string& name, const ordered_json& params) {
+  const std::vector<std::string> required = required_parameters(params);
+  return "<tool_call>\n<function=" + name + ">\n" + (required.empty() ? "" : "<parameter=" + required[0] + ">\n");
 }
 
 xgrammar::Grammar tool_call_grammar(ToolSyntax syntax, const ordered_json& tool) {
@@ -136,21 +241,14 @@ xgrammar::Grammar tool_call_grammar(ToolSyntax syntax, const ordered_json& tool)
   const ordered_json params = parameters_of(tool);
   if (syntax == ToolSyntax::kHermes) {
     return xgrammar::Grammar::Concat(
-        {literal_grammar("<tool_call>\n{\"name\": " + dump(ordered_json(name)) + ", \"arguments\": "),
-         xgrammar::Grammar::FromJSONSchema(dump(params), /*any_whitespace=*/false), literal_grammar("}\n</tool_call>")});
+        {literal_grammar(hermes_head(name)), schema_grammar(dump(params)), literal_grammar("}\n</tool_call>")});
   }
   // XML: the required parameters, in the schema's order.
   std::vector<xgrammar::Grammar> parts{literal_grammar("<tool_call>\n<function=" + name + ">\n")};
-  if (params.contains("properties") && params["properties"].is_object()) {
-    const ordered_json required = params.value("required", ordered_json::array());
-    for (const auto& [key, schema] : params["properties"].items()) {
-      if (!required.is_array() || std::find(required.begin(), required.end(), ordered_json(key)) == required.end()) {
-        continue;
-      }
-      parts.push_back(literal_grammar("<parameter=" + key + ">\n"));
-      parts.push_back(xml_value_grammar(schema));
-      parts.push_back(literal_grammar("\n</parameter>\n"));
-    }
+  for (const std::string& key : required_parameters(params)) {
+    parts.push_back(literal_grammar("<parameter=" + key + ">\n"));
+    parts.push_back(xml_value_grammar(params["properties"][key]));
+    parts.push_back(literal_grammar("\n</parameter>\n"));
   }
   parts.push_back(literal_grammar("</function>\n</tool_call>"));
   return xgrammar::Grammar::Concat(parts);
@@ -180,13 +278,43 @@ struct Grammars::Impl {
         stops(std::move(stop_ids)),
         info(vocabulary(tok), xgrammar::VocabType::RAW, tok.vocab_size(), stops, false),
         compiler(info, /*max_threads=*/1, /*cache_enabled=*/true, kCompileCacheBytes) {}
+
+  // Whether an answer of `g` that begins with `head` can go on: `head` matches, and then a token or
+  // the end (a stop token) is allowed. False for a grammar that matches no text at all (a $ref
+  // cycle with no way out), whose answer would be empty and broken.
+  bool can_continue(const xgrammar::CompiledGrammar& g, const std::string& head) const {
+    xgrammar::GrammarMatcher m(g);
+    if (!head.empty() && !m.AcceptString(head)) return false;
+    if (m.IsTerminated()) return true;
+    std::vector<std::int32_t> words(static_cast<std::size_t>(xgrammar::GetBitmaskSize(vocab)), 0);
+    std::int64_t shape[1] = {static_cast<std::int64_t>(words.size())};
+    DLTensor t{};
+    t.data = words.data();
+    t.device = DLDevice{kDLCPU, 0};
+    t.ndim = 1;
+    t.dtype = xgrammar::GetBitmaskDLType();
+    t.shape = shape;
+    m.FillNextTokenBitmask(&t);
+    return std::any_of(words.begin(), words.end(), [](std::int32_t w) { return w != 0; });
+  }
 };
+
+namespace {
+
+std::string no_answer(std::string_view param) {
+  return fmt::format("'{}' cannot be used: no text matches it (its grammar allows neither a first token nor an "
+                     "empty answer, e.g. a $ref that leads only to itself)",
+                     param);
+}
+
+}  // namespace
 
 Grammars::Grammars(const tokenizer::Tokenizer& tok, std::vector<std::int32_t> stop_ids)
     : impl_(std::make_unique<Impl>(tok, std::move(stop_ids))) {}
 Grammars::~Grammars() = default;
 
-Result<std::shared_ptr<const CompiledFormat>> Grammars::compile(const OutputFormat& f, bool close_thinking) {
+Result<std::shared_ptr<const CompiledFormat>> Grammars::compile(const OutputFormat& f, bool close_thinking,
+                                                                const CompileBudget& budget) {
   std::size_t bytes = f.source.size();
   for (const std::string& c : f.choices) bytes += c.size();
   if (bytes > kMaxFormatBytes) {
@@ -198,8 +326,7 @@ Result<std::shared_ptr<const CompiledFormat>> Grammars::compile(const OutputForm
       case OutputFormat::Kind::kJsonObject:
         return xgrammar::Grammar::FromJSONSchema(R"({"type": "object"})", /*any_whitespace=*/false, std::nullopt,
                                                  std::nullopt, /*strict_mode=*/false);
-      case OutputFormat::Kind::kJsonSchema:
-        return xgrammar::Grammar::FromJSONSchema(f.source, /*any_whitespace=*/false);
+      case OutputFormat::Kind::kJsonSchema: return schema_grammar(f.source);
       case OutputFormat::Kind::kRegex: return xgrammar::Grammar::FromRegex(f.source);
       case OutputFormat::Kind::kGrammar: return xgrammar::Grammar::FromEBNF(f.source, "root");
       case OutputFormat::Kind::kChoice: {
@@ -211,42 +338,77 @@ Result<std::shared_ptr<const CompiledFormat>> Grammars::compile(const OutputForm
     }
     throw std::runtime_error("no format to compile");
   };
-  try {
+  const Interrupts interrupts(budget);
+  auto compiled = interrupts.run<xgrammar::CompiledGrammar>(f.param, [&]() -> xgrammar::CompiledGrammar {
     if (!close_thinking && f.kind == OutputFormat::Kind::kJsonSchema) {  // keyed by the schema's text
-      return std::make_shared<const CompiledFormat>(impl_->compiler.CompileJSONSchema(f.source, /*any_whitespace=*/false));
+      try {
+        return impl_->compiler.CompileJSONSchema(f.source, /*any_whitespace=*/false);
+      } catch (const xgrammar::CompileInterruptedError&) {
+        throw;
+      } catch (const std::exception&) {
+        // Refused in strict mode: JSON Schema's own reading, as schema_grammar (the cache keeps both).
+        const std::exception_ptr strict_error = std::current_exception();
+        try {
+          return impl_->compiler.CompileJSONSchema(f.source, /*any_whitespace=*/false, std::nullopt, std::nullopt,
+                                                   /*strict_mode=*/false);
+        } catch (const xgrammar::CompileInterruptedError&) {
+          throw;
+        } catch (const std::exception&) {
+        }
+        std::rethrow_exception(strict_error);
+      }
     }
     xgrammar::Grammar g = grammar();
     if (close_thinking) g = xgrammar::Grammar::Concat({literal_grammar(kCloseThinking), g});
-    return std::make_shared<const CompiledFormat>(impl_->compiler.CompileGrammar(g));
-  } catch (const std::exception& e) {
-    return invalid_argument_error("'{}' cannot be used: {}", f.param, xgrammar_message(e));
-  }
+    return impl_->compiler.CompileGrammar(g);
+  });
+  if (!compiled.ok()) return compiled.status();
+  auto can_continue = interrupts.run<bool>(f.param, [&] {
+    return impl_->can_continue(*compiled, close_thinking ? std::string(kCloseThinking) : std::string());
+  });
+  if (!can_continue.ok()) return can_continue.status();
+  if (!*can_continue) return invalid_argument_error("{}", no_answer(f.param));
+  return std::make_shared<const CompiledFormat>(std::move(compiled).value());
 }
 
 Result<std::shared_ptr<const CompiledFormat>> Grammars::compile_tool_call(ToolSyntax syntax, const ordered_json& tools,
-                                                                        const std::string& name, bool close_thinking) {
+                                                                        const std::string& name, bool close_thinking,
+                                                                        const CompileBudget& budget) {
   if (syntax == ToolSyntax::kNone) return invalid_argument_error("'tool_choice': the model's template shows no calls");
+  const Interrupts interrupts(budget);
   std::vector<xgrammar::Grammar> calls;
+  std::vector<std::size_t> called;  // the index in `tools` of each of `calls`
   for (std::size_t i = 0; i < tools.size(); ++i) {
     const ordered_json& t = tools[i];
     if (!name.empty() && t["function"]["name"] != name) continue;
+    const std::string param = fmt::format("tools[{}].function.parameters", i);
     if (dump(parameters_of(t)).size() > kMaxFormatBytes) {
-      return invalid_argument_error("'tools[{}].function.parameters' is over {} bytes", i, kMaxFormatBytes);
+      return invalid_argument_error("'{}' is over {} bytes", param, kMaxFormatBytes);
     }
-    try {
-      calls.push_back(tool_call_grammar(syntax, t));
-    } catch (const std::exception& e) {
-      return invalid_argument_error("'tools[{}].function.parameters' cannot be used: {}", i, xgrammar_message(e));
-    }
+    auto call = interrupts.run<xgrammar::Grammar>(param, [&] { return tool_call_grammar(syntax, t); });
+    if (!call.ok()) return call.status();
+    calls.push_back(std::move(call).value());
+    called.push_back(i);
   }
   if (calls.empty()) return invalid_argument_error("'tool_choice' names no tool of 'tools'");
-  try {
+  auto compiled = interrupts.run<xgrammar::CompiledGrammar>("tools", [&] {
     xgrammar::Grammar g = calls.size() == 1 ? calls[0] : xgrammar::Grammar::Union(calls);
     if (close_thinking) g = xgrammar::Grammar::Concat({literal_grammar(kCloseThinking), g});
-    return std::make_shared<const CompiledFormat>(impl_->compiler.CompileGrammar(g));
-  } catch (const std::exception& e) {
-    return invalid_argument_error("'tools' cannot be held to their schemas: {}", xgrammar_message(e));
+    return impl_->compiler.CompileGrammar(g);
+  });
+  if (!compiled.ok()) return compiled.status();
+  // Each called tool's arguments can begin (a schema that matches nothing would end the call there).
+  for (std::size_t c = 0; c < called.size(); ++c) {
+    const ordered_json& t = tools[called[c]];
+    const std::string fn = t["function"]["name"].get<std::string>();
+    const std::string head = std::string(close_thinking ? kCloseThinking : "") +
+                             (syntax == ToolSyntax::kHermes ? hermes_head(fn) : xml_head(fn, parameters_of(t)));
+    const std::string param = fmt::format("tools[{}].function.parameters", called[c]);
+    auto ok = interrupts.run<bool>(param, [&] { return impl_->can_continue(*compiled, head); });
+    if (!ok.ok()) return ok.status();
+    if (!*ok) return invalid_argument_error("{}", no_answer(param));
   }
+  return std::make_shared<const CompiledFormat>(std::move(compiled).value());
 }
 
 Result<std::shared_ptr<engine::TokenConstraint>> Grammars::constraint(const CompiledFormat& format) const {
