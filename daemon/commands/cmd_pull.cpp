@@ -116,6 +116,9 @@ Status pull(const Args& args) {
     return invalid_argument_error("--source must be huggingface or modelscope, got '{}'", source);
   }
   SX_ASSIGN_OR_RETURN(std::string revision, args.get_string("--revision", ""));
+  if (args.has("--revision")) {  // it names a file in the cache (refs/REVISION): refused before any request
+    if (Status s = hub::check_revision(revision); !s.ok()) return invalid_argument_error("--revision: {}", s.message());
+  }
   SX_ASSIGN_OR_RETURN(std::string local_dir, args.get_string("--local-dir", ""));
   SX_ASSIGN_OR_RETURN(std::int64_t parallel, args.get_int("--parallel", 3, 1, 16));
   SX_ASSIGN_OR_RETURN(std::string token, args.get_string("--token", ""));

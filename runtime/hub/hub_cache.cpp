@@ -149,7 +149,50 @@ std::optional<std::pair<int, int>> gguf_split_part(std::string_view path) {
   return std::pair{i, n};
 }
 
+Status check_revision(std::string_view revision) {
+  const std::string shown = fmt::format("'{}'", revision.substr(0, 100));
+  if (revision.empty() || revision.size() > 256) {
+    return invalid_argument_error("revision {} must have 1 to 256 characters (a branch, tag or commit)", shown);
+  }
+  for (const char c : revision) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f || c == '\\') {
+      return invalid_argument_error("revision {} holds a control character or a backslash", shown);
+    }
+  }
+  for (std::size_t start = 0; start <= revision.size();) {
+    const std::size_t end = std::min(revision.find('/', start), revision.size());
+    const std::string_view seg = revision.substr(start, end - start);
+    if (seg.empty() || seg == "." || seg == "..") {
+      return invalid_argument_error(
+          "revision {} is not a branch, tag or commit name: an empty, '.' or '..' part would take the file it "
+          "names (refs/REVISION) out of the cache", shown);
+    }
+    start = end + 1;
+  }
+  return ok_status();
+}
+
+std::map<std::string, std::string> parse_sha256sums(std::string_view text) {
+  std::map<std::string, std::string> out;
+  while (!text.empty()) {
+    const std::size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.size() < 67 || !is_hex(line.substr(0, 64), 64) || line[64] != ' ' || (line[65] != ' ' && line[65] != '*')) {
+      continue;
+    }
+    const std::string_view path = line.substr(66);
+    if (std::any_of(path.begin(), path.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
+      continue;  // no file a listing names (parse_repo_listing refuses control characters)
+    }
+    out[std::string(path)] = ascii_lower(line.substr(0, 64));
+  }
+  return out;
+}
+
 std::optional<std::string> find_snapshot(const std::string& cache, std::string_view repo, std::string_view revision) {
+  if (!check_revision(revision).ok()) return std::nullopt;
   const fs::path root = fs::path(cache) / repo_folder_name(repo);
   std::error_code ec;
   std::string commit(revision);
@@ -236,11 +279,9 @@ std::vector<CachedModel> list_cached_models(const std::string& cache) {
     if (!m.commit.empty()) {
       const fs::path snap = entry.path() / "snapshots" / m.commit;
       std::set<std::string> listed;  // names a SHA256SUMS file gives a checksum
-      if (std::ifstream sums(snap / "SHA256SUMS"); sums) {
-        std::string line;
-        while (std::getline(sums, line)) {
-          if (line.size() > 66) listed.insert(line.substr(66));
-        }
+      if (std::ifstream sums(snap / "SHA256SUMS", std::ios::binary); sums) {
+        const std::string text(std::istreambuf_iterator<char>(sums), {});
+        for (const auto& [path, digest] : parse_sha256sums(text)) listed.insert(path);
       }
       for (const std::string& f : files_below(snap)) {
         if (f == "SHA256SUMS") continue;

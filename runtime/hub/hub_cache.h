@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -56,8 +57,19 @@ bool gguf_matches_quant(std::string_view path, std::string_view quant);
 // "-00001-of-00003.gguf" -> {1, 3}; nullopt for an unsplit file.
 std::optional<std::pair<int, int>> gguf_split_part(std::string_view path);
 
+// A revision (branch, tag or commit) that is safe to join into the cache as refs/<revision>:
+// 1-256 characters, no control character or backslash, '/'-separated segments that are neither
+// empty, "." nor ".." (so "refs/pr/1", as huggingface_hub stores it, passes; "../../x", "/x" and
+// "a//b" do not). INVALID_ARGUMENT naming the revision and what is wrong with it.
+Status check_revision(std::string_view revision);
+
+// A SHA256SUMS file (sha256sum's format, "<64 hex>  PATH" or "<64 hex> *PATH" per line, LF or CRLF):
+// path -> lowercase digest. Lines of any other shape, or whose path holds a control character, are
+// skipped; a path listed twice keeps its last line.
+std::map<std::string, std::string> parse_sha256sums(std::string_view text);
+
 // The snapshot directory of `repo` at `revision` (a branch or tag through refs/, or a commit hash);
-// nullopt when the cache has none.
+// nullopt when the cache has none (or the revision fails check_revision).
 std::optional<std::string> find_snapshot(const std::string& cache, std::string_view repo, std::string_view revision);
 
 // What `serve --model REF` loads from a snapshot: the directory for a safetensors repository, the
