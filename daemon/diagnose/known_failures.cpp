@@ -32,6 +32,20 @@ const std::vector<Rule>& rules() {
         "stop it (`sextant ctl drain` or its service), or give this one its own admin.socket"},
        {},
        {"another sextant daemon is listening"}},
+      // Before the model-file rules below, whose fix (download it again) cannot help when the hub
+      // itself sends what its API does not give (hub_client.h says "the hub sent" for each).
+      {{"hub-answer", "the model hub (or a mirror or proxy on the way) sent what its API does not give: a listing "
+                      "that is not safe to use, an answer past its size bound, or a file other than the one it "
+                      "lists",
+        "nothing on this machine can repair it: report it to the hub's operator, or pull from another endpoint "
+        "(HF_ENDPOINT / MODELSCOPE_DOMAIN; the hub itself rather than a mirror)"},
+       {StatusCode::kDataLoss},
+       {"the hub sent"}},
+      {{"disk-full", "the disk (or quota) that the files are written to is full",
+        "free space, or point HF_HUB_CACHE / HF_HOME (or --local-dir) at a larger disk, then run the same command: "
+        "a pull resumes from its .partial files"},
+       {StatusCode::kResourceExhausted, StatusCode::kInternal},
+       {"no space left on device", "disk quota exceeded"}},
       {{"truncated-file", "the model file is shorter than its header says (an interrupted download or copy)",
         "download or copy it again and compare its size (and SHA256SUMS) with the source"},
        {StatusCode::kDataLoss},

@@ -21,7 +21,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/base/json_depth.h"
+#include "runtime/base/json_parse.h"
+#include "runtime/base/regular_file.h"
 #include "runtime/base/sha256.h"
+#include "runtime/hub/blob_lock.h"
 
 namespace sx::hub {
 
@@ -60,37 +64,55 @@ struct Response {
   std::string body;          // an error body or a small text body (bounded)
   double retry_after = -1;   // seconds, from Retry-After
   std::string curl_error;
+  std::string location;      // the last redirect's Location
+  std::string encoding;      // Content-Encoding of the last response
+  bool over_size = false;    // a text body passed its bound (the transfer was stopped)
+  bool over_time = false;    // the request passed its deadline (the transfer was stopped)
+  bool over_file = false;    // a file body passed the listed size (the transfer was stopped)
+  curl_off_t announced = -1; // Content-Length of the body that passed the listed size; -1: none
+  std::uint64_t reached = 0; // the file's size, had the byte that passed the listed size been written
+  int write_errno = 0;       // writing the file failed (the transfer was stopped)
 };
 
-// A transfer's sink: small bodies to a string, file bodies to a FILE* with the hash.
+// A transfer's sink: small bodies to a string, file bodies to a FILE*.
 struct Sink {
   CURL* handle = nullptr;
   std::FILE* file = nullptr;        // null: collect into Response::body
-  Sha256* hash = nullptr;
   std::uint64_t* file_size = nullptr;
+  std::uint64_t listed = 0;         // the file's listed size: no response writes past it
   bool restart_if_200 = false;      // a Range was asked: a 200 means the server sends it all
   bool decided = false;
   bool to_file = false;
   Response* response = nullptr;
   const std::function<void(std::int64_t)>* progress = nullptr;
   std::uint64_t received = 0;
-  bool reset_hash = false;          // set when a 200 restarted the file
+  std::uint64_t max_body = 64 << 10;  // a string body's bound
+  bool has_deadline = false;
+  std::chrono::steady_clock::time_point deadline{};
   const std::atomic<bool>* cancel = nullptr;
 };
 
 std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) {
   auto* sink = static_cast<Sink*>(user);
   std::string_view line(data, size * n);
-  if (line.size() > 12) {
-    if (ascii_lower(line.substr(0, 12)) == "retry-after:") {
-      std::string v(line.substr(12));
-      sink->response->retry_after = std::atof(v.c_str());
-    }
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
+  const std::size_t colon = line.find(':');
+  if (line.starts_with("HTTP/")) {  // a new response (after a redirect)
+    sink->decided = false;
+    sink->response->encoding.clear();
+  } else if (colon != std::string_view::npos) {
+    const std::string name = ascii_lower(line.substr(0, colon));
+    std::string_view value = line.substr(colon + 1);
+    while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+    if (name == "retry-after") sink->response->retry_after = std::atof(std::string(value).c_str());
+    if (name == "location") sink->response->location = std::string(value.substr(0, 2048));
+    if (name == "content-encoding") sink->response->encoding = std::string(value.substr(0, 100));
   }
-  if (line.starts_with("HTTP/")) sink->decided = false;  // a new response (after a redirect)
   return size * n;
 }
 
+// Returning anything but `bytes` stops the transfer (CURLE_WRITE_ERROR); the reason is in the
+// response's flags.
 std::size_t on_body(char* data, std::size_t size, std::size_t n, void* user) {
   auto* sink = static_cast<Sink*>(user);
   const std::size_t bytes = size * n;
@@ -101,19 +123,41 @@ std::size_t on_body(char* data, std::size_t size, std::size_t n, void* user) {
     if (sink->to_file && status == 200 && sink->restart_if_200) {
       // The server ignored the Range: start the file again.
       if (std::fflush(sink->file) != 0 || ftruncate(fileno(sink->file), 0) != 0 || std::fseek(sink->file, 0, SEEK_SET) != 0) {
+        sink->response->write_errno = errno != 0 ? errno : EIO;
         return 0;
       }
       *sink->file_size = 0;
-      sink->reset_hash = true;
+    }
+    if (sink->to_file) {  // a body announced longer than the file can be: refused before a byte is written
+      curl_off_t length = -1;
+      curl_easy_getinfo(sink->handle, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
+      if (length >= 0 && static_cast<std::uint64_t>(length) > sink->listed - *sink->file_size) {
+        sink->response->over_file = true;
+        sink->response->announced = length;
+        sink->response->reached = *sink->file_size + static_cast<std::uint64_t>(length);
+        return 0;
+      }
     }
     sink->decided = true;
   }
   if (!sink->to_file) {
-    if (sink->response->body.size() < (64u << 20)) sink->response->body.append(data, bytes);
+    if (sink->response->body.size() + bytes > sink->max_body) {
+      sink->response->over_size = true;
+      return 0;
+    }
+    sink->response->body.append(data, bytes);
     return bytes;
   }
-  if (std::fwrite(data, 1, bytes, sink->file) != bytes) return 0;
-  sink->hash->update({reinterpret_cast<const std::uint8_t*>(data), bytes});
+  if (bytes > sink->listed - *sink->file_size) {  // past the listed size: not one byte of it is written
+    sink->response->over_file = true;
+    sink->response->reached = *sink->file_size + bytes;
+    curl_easy_getinfo(sink->handle, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &sink->response->announced);
+    return 0;
+  }
+  if (std::fwrite(data, 1, bytes, sink->file) != bytes) {
+    sink->response->write_errno = errno != 0 ? errno : EIO;
+    return 0;
+  }
   *sink->file_size += bytes;
   sink->received += bytes;
   if (sink->progress != nullptr && *sink->progress) (*sink->progress)(static_cast<std::int64_t>(bytes));
@@ -122,7 +166,12 @@ std::size_t on_body(char* data, std::size_t size, std::size_t n, void* user) {
 
 int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   auto* sink = static_cast<Sink*>(user);
-  return sink->cancel != nullptr && sink->cancel->load(std::memory_order_relaxed) ? 1 : 0;
+  if (sink->cancel != nullptr && sink->cancel->load(std::memory_order_relaxed)) return 1;
+  if (sink->has_deadline && std::chrono::steady_clock::now() >= sink->deadline) {
+    sink->response->over_time = true;
+    return 1;
+  }
+  return 0;
 }
 
 }  // namespace
@@ -161,7 +210,16 @@ HubOptions hub_options_from_env(HubSource source) {
     }
   }
   while (!o.endpoint.empty() && o.endpoint.back() == '/') o.endpoint.pop_back();
+  if (const std::string t = env("SEXTANT_HUB_TIMEOUT"); !t.empty()) {
+    char* end = nullptr;
+    const long seconds = std::strtol(t.c_str(), &end, 10);
+    if (end != nullptr && *end == '\0' && seconds >= 1 && seconds <= 86400) o.request_timeout_seconds = static_cast<int>(seconds);
+  }
   return o;
+}
+
+std::string allowed_protocols(std::string_view endpoint) {
+  return ascii_lower(endpoint.substr(0, 8)) == "https://" ? "https" : "http,https";
 }
 
 HubClient::HubClient(HubOptions options) : o_(std::move(options)) { global_init(); }
@@ -176,8 +234,10 @@ std::string HubClient::file_url(std::string_view repo, std::string_view commit, 
 
 namespace {
 
-// One GET; the body into `sink` (a file from `offset`, or the response's string).
-Response perform(const HubOptions& o, const std::string& url, Sink& sink, std::uint64_t offset) {
+// One GET; the body into `sink` (a file from `offset`, or the response's string). `timeout_seconds`
+// > 0: the whole request's deadline (small requests); 0: none (downloads: the stall bound only).
+Response perform(const HubOptions& o, const std::string& url, Sink& sink, std::uint64_t offset,
+                 int timeout_seconds = 0) {
   Response r;
   std::unique_ptr<CURL, CurlDeleter> h(curl_easy_init());
   if (!h) {
@@ -199,6 +259,11 @@ Response perform(const HubOptions& o, const std::string& url, Sink& sink, std::u
   curl_easy_setopt(h.get(), CURLOPT_USERAGENT, "sextant/1 (pull)");
   curl_easy_setopt(h.get(), CURLOPT_FOLLOWLOCATION, 1L);
   curl_easy_setopt(h.get(), CURLOPT_MAXREDIRS, 10L);
+  // http(s) only, and never from https down to http; the bytes as they are on the wire.
+  const std::string protocols = allowed_protocols(o.endpoint);
+  curl_easy_setopt(h.get(), CURLOPT_PROTOCOLS_STR, protocols.c_str());
+  curl_easy_setopt(h.get(), CURLOPT_REDIR_PROTOCOLS_STR, protocols.c_str());
+  curl_easy_setopt(h.get(), CURLOPT_HTTP_CONTENT_DECODING, 0L);
   curl_easy_setopt(h.get(), CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(h.get(), CURLOPT_CONNECTTIMEOUT, 30L);
   curl_easy_setopt(h.get(), CURLOPT_LOW_SPEED_LIMIT, 1L);
@@ -212,21 +277,74 @@ Response perform(const HubOptions& o, const std::string& url, Sink& sink, std::u
   curl_easy_setopt(h.get(), CURLOPT_XFERINFOFUNCTION, on_progress);
   curl_easy_setopt(h.get(), CURLOPT_XFERINFODATA, &sink);
   if (offset > 0) curl_easy_setopt(h.get(), CURLOPT_RANGE, range.c_str());
+  if (timeout_seconds > 0) {
+    sink.has_deadline = true;
+    sink.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_seconds);
+    // on_progress stops it at the deadline; libcurl's own timer is the backstop (DNS, connect).
+    curl_easy_setopt(h.get(), CURLOPT_TIMEOUT_MS, static_cast<long>(timeout_seconds) * 1000 + 500);
+  }
+  const auto start = std::chrono::steady_clock::now();
   r.curl = curl_easy_perform(h.get());
   curl_easy_getinfo(h.get(), CURLINFO_RESPONSE_CODE, &r.status);
   r.curl_error = error[0] != '\0' ? std::string(error) : std::string(curl_easy_strerror(r.curl));
+  if (timeout_seconds > 0 && r.curl == CURLE_OPERATION_TIMEDOUT &&
+      std::chrono::steady_clock::now() - start >= std::chrono::seconds(timeout_seconds)) {
+    r.over_time = true;
+  }
+  // An error body past its bound was cut, not lost: the status still says what happened.
+  if (r.over_size && (r.status < 200 || r.status >= 300)) r.curl = CURLE_OK;
   return r;
+}
+
+// A URL as it may be shown: no query (a CDN's signature) and at most 200 characters.
+std::string shown_url(std::string_view url) {
+  return std::string(url.substr(0, std::min<std::size_t>(url.find('?'), 200)));
+}
+
+// The final error of a transfer stopped by its bounds or refused by the protocol rules, or OK
+// when what happened is worth retrying (or was an HTTP status).
+Status final_transfer_error(const HubOptions& o, const Response& r, std::string_view repo, std::string_view what,
+                            std::string_view url, std::uint64_t max_body, std::string_view body_name) {
+  if (r.over_size && r.status >= 200 && r.status < 300) {
+    const std::string limit = max_body % (1 << 20) == 0   ? fmt::format("{} MiB", max_body >> 20)
+                              : max_body % (1 << 10) == 0 ? fmt::format("{} KiB", max_body >> 10)
+                                                          : fmt::format("{} bytes", max_body);
+    return data_loss_error(
+        "{} {} on {}: the hub sent more than {} for {}, the most {} may hold; stopped reading it. The hub is "
+        "not answering as its API does",
+        what, repo, o.endpoint, limit, shown_url(url), body_name);
+  }
+  if (r.over_time) {
+    return deadline_exceeded_error(
+        "{} {} on {}: {} gave no complete answer within {} s (SEXTANT_HUB_TIMEOUT; {} of it had come); the hub "
+        "is too slow or never ends its answer",
+        what, repo, o.endpoint, shown_url(url), o.request_timeout_seconds, human(r.body.size()));
+  }
+  if (r.curl == CURLE_UNSUPPORTED_PROTOCOL || r.curl == CURLE_URL_MALFORMAT) {
+    if (r.location.empty()) {
+      return failed_precondition_error("{} {}: {} is not a URL pull fetches ({} only): {}", what, repo, shown_url(url),
+                                       allowed_protocols(o.endpoint), r.curl_error);
+    }
+    return failed_precondition_error(
+        "{} {} on {}: the hub redirected to {}, which pull does not follow (it follows {} only from {}): {}; use "
+        "another endpoint (HF_ENDPOINT / MODELSCOPE_DOMAIN) or report it to the hub's operator",
+        what, repo, o.endpoint, shown_url(r.location), allowed_protocols(o.endpoint), o.endpoint, r.curl_error);
+  }
+  return ok_status();
 }
 
 std::string error_text(const Response& r) {
   if (r.body.empty()) return "";
   std::string text = r.body.substr(0, 300);
-  try {
-    const json j = json::parse(r.body);
-    if (j.is_object() && j.contains("error") && j["error"].is_string()) text = j["error"].get<std::string>();
-    if (j.is_object() && j.contains("Message") && j["Message"].is_string()) text = j["Message"].get<std::string>();
-  } catch (const json::exception&) {
+  if (json_shape(r.body).depth <= 16) {
+    const auto parsed = parse_json(r.body);
+    const json& j = parsed.value;
+    if (parsed.ok() && j.is_object() && j.contains("error") && j["error"].is_string()) text = j["error"].get<std::string>();
+    if (parsed.ok() && j.is_object() && j.contains("Message") && j["Message"].is_string()) {
+      text = j["Message"].get<std::string>();
+    }
   }
+  text = text.substr(0, 300);
   for (char& c : text) {
     if (c == '\n' || c == '\r') c = ' ';
   }
@@ -265,14 +383,18 @@ bool sleep_for(const HubOptions& o, double seconds) {
   return !cancelled(o);
 }
 
-// A small GET with the retries of a download (429, 5xx, network).
-Result<std::string> get_text(const HubOptions& o, const std::string& url, std::string_view repo, std::string_view what) {
+// A small GET with the retries of a download (429, 5xx, network), bounded by `max_body` bytes
+// (`body_name` says of what, for the error) and by o.request_timeout_seconds.
+Result<std::string> get_text(const HubOptions& o, const std::string& url, std::string_view repo, std::string_view what,
+                             std::uint64_t max_body, std::string_view body_name) {
   int failures = 0, throttled = 0;
   double backoff = o.backoff_seconds;
   for (;;) {
     Sink sink;
-    const Response r = perform(o, url, sink, 0);
+    sink.max_body = max_body;
+    const Response r = perform(o, url, sink, 0, o.request_timeout_seconds);
     if (cancelled(o)) return cancelled_error("{} {}: interrupted", what, repo);
+    SX_RETURN_IF_ERROR(final_transfer_error(o, r, repo, what, url, max_body, body_name));
     if (r.curl == CURLE_OK && r.status >= 200 && r.status < 300) return r.body;
     if (r.curl == CURLE_OK) SX_RETURN_IF_ERROR(client_error(o, r, repo, what));
     if (r.curl == CURLE_OK && r.status == 429) {
@@ -294,24 +416,62 @@ Result<std::string> get_text(const HubOptions& o, const std::string& url, std::s
   }
 }
 
-// git's blob id: SHA-1 of "blob <size>\0" and the bytes.
-Result<std::string> git_blob_id(const std::string& path, std::uint64_t size) {
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha1(), nullptr) != 1) return internal_error("SHA-1 unavailable");
-  const std::string head = fmt::format("blob {}", size);
-  EVP_DigestUpdate(ctx.get(), head.data(), head.size() + 1);  // with its NUL
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> buf(1 << 16);
-  while (in) {
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    if (in.gcount() > 0) EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<std::size_t>(in.gcount()));
+// A failed write of PARTIAL: final (a full disk does not empty itself between retries), naming
+// the file and the system's reason; what was written is kept for the next run.
+Status write_error(int err, std::string_view where, const std::string& partial, std::uint64_t have,
+                   std::uint64_t size) {
+  const std::string text = fmt::format("{}: cannot write {}: {} ({} of {} written, kept for the next run)", where,
+                                       partial, std::strerror(err), human(have), human(size));
+  if (err == ENOSPC || err == EDQUOT || err == EFBIG) return resource_exhausted_error("{}", text);
+  return internal_error("{}", text);
+}
+
+// What a file on disk hashes to, read once: its size, SHA-256 and git blob id (SHA-1 of
+// "blob <size>\0" and the bytes).
+struct Digests {
+  std::uint64_t size = 0;
+  std::string sha256;
+  std::string blob_id;
+};
+
+Result<Digests> digest_file(const std::string& path) {
+  SX_ASSIGN_OR_RETURN(RegularFile file, open_regular_file(path));
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> sha1(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  if (!sha1 || EVP_DigestInit_ex(sha1.get(), EVP_sha1(), nullptr) != 1) return internal_error("SHA-1 unavailable");
+  const std::string head = fmt::format("blob {}", file.size);
+  EVP_DigestUpdate(sha1.get(), head.data(), head.size() + 1);  // with its NUL
+  Sha256 sha256;
+  Digests d;
+  std::vector<std::uint8_t> buf(1 << 20);
+  for (;;) {
+    const ssize_t n = ::read(file.fd.get(), buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return data_loss_error("{}: cannot read: {}", path, std::strerror(errno));
+    if (n == 0) break;
+    sha256.update({buf.data(), static_cast<std::size_t>(n)});
+    EVP_DigestUpdate(sha1.get(), buf.data(), static_cast<std::size_t>(n));
+    d.size += static_cast<std::uint64_t>(n);
   }
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
-  EVP_DigestFinal_ex(ctx.get(), md, &len);
-  std::string hex;
-  for (unsigned int i = 0; i < len; ++i) hex += fmt::format("{:02x}", md[i]);
-  return hex;
+  EVP_DigestFinal_ex(sha1.get(), md, &len);
+  // A file that changed size while read: its blob id's header lied; the size check refuses it.
+  for (unsigned int i = 0; i < len; ++i) d.blob_id += fmt::format("{:02x}", md[i]);
+  d.sha256 = sha256.finish_hex();
+  return d;
+}
+
+// Why the bytes of `d` are not the published file, or empty when they are.
+std::string mismatch(const RemoteFile& file, const Digests& d) {
+  if (d.size != file.size) return fmt::format("{} bytes where the hub lists {}", d.size, file.size);
+  if (!file.sha256.empty() && d.sha256 != file.sha256) {
+    return fmt::format("SHA-256 {} where the hub publishes {}", d.sha256, file.sha256);
+  }
+  if (file.sha256.empty() && !file.blob_id.empty() && d.blob_id != file.blob_id) {
+    return fmt::format("git blob id {} where the hub lists {}", d.blob_id, file.blob_id);
+  }
+  if (file.sha256.empty() && file.blob_id.empty()) return "no checksum to compare with";
+  return {};
 }
 
 }  // namespace
@@ -322,11 +482,16 @@ Result<RepoListing> parse_repo_listing(HubSource source, std::string_view text, 
   // Sizes beyond this are no file a hub serves (and would overflow the sums of a pull).
   constexpr std::uint64_t kMaxFile = 1ull << 50;
   auto bad = [&](const std::string& why) {
-    return data_loss_error("listing {}: an answer the {} API does not give ({})", repo, source_name(source), why);
+    return data_loss_error("listing {}: the hub sent an answer the {} API does not give ({})", repo,
+                           source_name(source), why);
   };
   auto checked_path = [](const std::string& p) {
-    // A relative path inside the repository: no absolute path, no "..", no empty or "." segment.
-    if (p.empty() || p.size() > 4096 || p.front() == '/' || p.find('\0') != std::string::npos) return false;
+    // A relative path inside the repository: no absolute path, no "..", no empty or "." segment, no
+    // control character (a newline would forge a line of SHA256SUMS).
+    if (p.empty() || p.size() > 4096 || p.front() == '/') return false;
+    if (std::any_of(p.begin(), p.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
+      return false;
+    }
     std::size_t start = 0;
     while (start <= p.size()) {
       const std::size_t end = std::min(p.find('/', start), p.size());
@@ -336,8 +501,15 @@ Result<RepoListing> parse_repo_listing(HubSource source, std::string_view text, 
     }
     return true;
   };
+  // A listing nests 4 levels; its values are a few per file.
+  if (const JsonShape shape = json_shape(text); shape.depth > 16 || shape.values > (std::size_t{1} << 24)) {
+    return bad(fmt::format("JSON nested {} levels deep with {} values; a listing has at most 16 and {}", shape.depth,
+                           shape.values, std::size_t{1} << 24));
+  }
+  auto parsed = parse_json(text);
+  if (!parsed.ok()) return bad(parsed.error);
   try {
-    const json j = json::parse(text);
+    const json& j = parsed.value;
     if (source == HubSource::kModelScope) {
       out.commit = std::string(revision);
       for (const json& f : j.at("Data").at("Files")) {
@@ -372,7 +544,8 @@ Result<RepoListing> parse_repo_listing(HubSource source, std::string_view text, 
   auto hex = [](const std::string& s, std::size_t n) {
     return s.size() == n && std::all_of(s.begin(), s.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
   };
-  if (out.commit.empty() || out.commit.size() > 128 || !checked_path(out.commit) || out.commit.find('/') != std::string::npos) {
+  if (out.commit.empty() || out.commit.size() > 128 || !checked_path(out.commit) || out.commit.find('/') != std::string::npos ||
+      !check_revision(out.commit).ok()) {
     return bad(fmt::format("a revision '{}' that cannot name a folder", out.commit.substr(0, 80)));
   }
   for (const RemoteFile& f : out.files) {
@@ -390,76 +563,100 @@ Result<RepoListing> HubClient::list(std::string_view repo, std::string_view revi
           ? fmt::format("{}/api/v1/models/{}/repo/files?Revision={}&Recursive=true", o_.endpoint, repo,
                         url_escape(revision, false))
           : fmt::format("{}/api/models/{}/revision/{}?blobs=true", o_.endpoint, repo, url_escape(revision, false));
-  SX_ASSIGN_OR_RETURN(std::string text, get_text(o_, url, repo, "listing"));
+  SX_ASSIGN_OR_RETURN(std::string text, get_text(o_, url, repo, "listing", o_.max_listing_bytes, "a listing"));
   auto listing = parse_repo_listing(o_.source, text, repo, revision);
   if (!listing.ok()) return data_loss_error("{} (from {})", listing.status().message(), o_.endpoint);
   return listing;
 }
 
 Result<std::string> HubClient::fetch_text(std::string_view repo, std::string_view commit, std::string_view path) const {
-  return get_text(o_, file_url(repo, commit, path), repo, fmt::format("fetching {} of", path));
+  return get_text(o_, file_url(repo, commit, path), repo, fmt::format("fetching {} of", path), o_.max_text_bytes,
+                  "a text file");
 }
 
 Result<DownloadStats> HubClient::download(std::string_view repo, std::string_view commit, const RemoteFile& file,
-                                          const std::string& partial, const std::string& final_path,
+                                          const DownloadTarget& target,
                                           const std::function<void(std::int64_t)>& progress) const {
   DownloadStats stats;
+  const std::string& partial = target.partial;
+  const std::string& final_path = target.final_path;
   const std::string url = file_url(repo, commit, file.path);
   const std::string where = fmt::format("{}: {}", repo, file.path);
   std::error_code ec;
   fs::create_directories(fs::path(partial).parent_path(), ec);
+  // One fetcher per file: a second pull (or thread) waits here, then finds the file done.
+  BlobLock lock;
+  if (!target.lock.empty()) {
+    auto held = BlobLock::acquire(target.lock, target.remove_lock, o_.cancel, [&] {
+      if (o_.note) o_.note(fmt::format("{}: another download holds {}; waiting for it", where, target.lock));
+    });
+    if (!held.ok()) {
+      if (held.status().code() == StatusCode::kCancelled) {
+        return cancelled_error("{}: interrupted while waiting for another download of it", where);
+      }
+      return held.status().with_context(where);
+    }
+    lock = std::move(*held);
+  }
+  // A file with the final name is kept only when its bytes on disk are the published ones.
+  if (fs::is_regular_file(final_path, ec)) {
+    auto d = digest_file(final_path);
+    const std::string problem = d.ok() ? mismatch(file, *d) : d.status().message();
+    if (problem.empty()) {
+      stats.reused = true;
+      stats.sha256 = d->sha256;
+      return stats;
+    }
+    if (o_.note) o_.note(fmt::format("{}: {} is not the published file ({}); fetching it again", where, final_path, problem));
+    fs::remove(final_path, ec);
+  }
   int failures = 0, throttled = 0;
+  std::uint64_t furthest = 0;  // the most of the file PARTIAL has held after an attempt
   double backoff = o_.backoff_seconds;
   for (;;) {
     if (cancelled(o_)) return cancelled_error("{}: interrupted; {} is kept to resume", where, partial);
     std::uint64_t have = fs::exists(partial, ec) ? fs::file_size(partial, ec) : 0;
-    if (have > file.size) {  // longer than the file: nothing of it can be trusted
+    if (ec || have > file.size) {  // longer than the file: nothing of it can be trusted
       fs::remove(partial, ec);
       have = 0;
     }
-    auto hash = std::make_unique<Sha256>();
-    if (have > 0) {  // the kept prefix goes into the hash first
-      std::ifstream in(partial, std::ios::binary);
-      std::vector<char> buf(1 << 20);
-      std::uint64_t left = have;
-      while (left > 0 && in) {
-        in.read(buf.data(), static_cast<std::streamsize>(std::min<std::uint64_t>(buf.size(), left)));
-        const auto got = static_cast<std::uint64_t>(in.gcount());
-        if (got == 0) break;
-        hash->update({reinterpret_cast<const std::uint8_t*>(buf.data()), got});
-        left -= got;
-      }
-    }
-    Response r;
     if (have < file.size || file.size == 0) {
       std::FILE* f = std::fopen(partial.c_str(), have > 0 ? "r+b" : "wb");
-      if (f == nullptr) return internal_error("{}: cannot write {}: {}", where, partial, std::strerror(errno));
-      std::fseek(f, static_cast<long>(have), SEEK_SET);
+      if (f == nullptr) return write_error(errno, where, partial, have, file.size);
+      if (std::fseek(f, static_cast<long>(have), SEEK_SET) != 0) {
+        const int err = errno;
+        std::fclose(f);
+        return write_error(err, where, partial, have, file.size);
+      }
       Sink sink;
       sink.file = f;
-      sink.hash = hash.get();
       sink.file_size = &have;
+      sink.listed = file.size;
       sink.restart_if_200 = have > 0;
       sink.progress = &progress;
       if (have > 0) ++stats.resumes;
       ++stats.attempts;
-      r = perform(o_, url, sink, have);
-      if (sink.reset_hash) {
-        // The server sent the whole file: hash what the file now holds.
-        std::fflush(f);
-        hash = std::make_unique<Sha256>();
-        std::ifstream in(partial, std::ios::binary);
-        std::vector<char> buf(1 << 20);
-        while (in) {
-          in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-          if (in.gcount() > 0) hash->update({reinterpret_cast<const std::uint8_t*>(buf.data()), static_cast<std::size_t>(in.gcount())});
-        }
-      }
+      const Response r = perform(o_, url, sink, have);
       const bool closed = std::fclose(f) == 0;
+      const int close_errno = errno;
       stats.bytes_received += sink.received;
-      if (!closed) return internal_error("{}: cannot write {}: {}", where, partial, std::strerror(errno));
+      if (r.over_file) {
+        fs::remove(partial, ec);
+        return data_loss_error(
+            "{}: the hub sent more than the {} bytes it lists for the file (at least {} bytes{}{}); stopped there, "
+            "nothing was kept",
+            where, file.size, r.reached,
+            r.announced >= 0 ? fmt::format(", a body of {} announced", r.announced) : std::string(", no Content-Length"),
+            r.encoding.empty() ? std::string()
+                               : fmt::format(", Content-Encoding {} though identity was asked", r.encoding.substr(0, 40)));
+      }
+      if (r.write_errno != 0) return write_error(r.write_errno, where, partial, have, file.size);
+      if (!closed) return write_error(close_errno, where, partial, have, file.size);
       if (cancelled(o_)) return cancelled_error("{}: interrupted; {} is kept to resume", where, partial);
       have = fs::file_size(partial, ec);
+      if (ec) have = 0;
+      SX_RETURN_IF_ERROR(final_transfer_error(o_, r, repo, fmt::format("downloading {} of", file.path), url, sink.max_body,
+                                              "an answer that is not the file"));
       if (r.curl == CURLE_OK) SX_RETURN_IF_ERROR(client_error(o_, r, repo, fmt::format("downloading {} of", file.path)));
       if (r.curl == CURLE_OK && r.status == 429) {
         if (++throttled > o_.max_429) {
@@ -472,9 +669,12 @@ Result<DownloadStats> HubClient::download(std::string_view repo, std::string_vie
       }
       const bool served = r.curl == CURLE_OK && (r.status == 200 || r.status == 206 || r.status == 416);
       if (!served || have < file.size) {
-        // An attempt that moved the file on starts the count again: only attempts in a row that
-        // brought nothing are bounded, so a long file over a flaky link still completes.
-        if (sink.received > 0) failures = 0, backoff = o_.backoff_seconds;
+        // An attempt that took the file further than any before starts the count again: only
+        // attempts in a row that brought it no further are bounded, so a long file over a flaky
+        // link still completes, and a hub that ignores Range and drops each answer at the same
+        // byte (every attempt brings bytes, from 0) does not retry for ever.
+        if (have > furthest) failures = 0, backoff = o_.backoff_seconds;
+        furthest = std::max(furthest, have);
         if (++failures >= o_.max_attempts) {
           return unavailable_error("{}: {} after {} attempts ({} of {} kept in {} for the next run)", where,
                                    r.curl != CURLE_OK ? r.curl_error : fmt::format("HTTP {}{}", r.status, error_text(r)),
@@ -490,23 +690,15 @@ Result<DownloadStats> HubClient::download(std::string_view repo, std::string_vie
         continue;
       }
     }
-    // The published size is here: check it before it gets its name.
-    std::string problem;
-    const std::string sha = hash->finish_hex();
-    if (have != file.size) {
-      problem = fmt::format("{} bytes where the hub lists {}", have, file.size);
-    } else if (!file.sha256.empty() && sha != file.sha256) {
-      problem = fmt::format("SHA-256 {} where the hub publishes {}", sha, file.sha256);
-    } else if (file.sha256.empty() && file.blob_id.size() == 40) {
-      SX_ASSIGN_OR_RETURN(std::string id, git_blob_id(partial, have));
-      if (id != file.blob_id) problem = fmt::format("git blob id {} where the hub lists {}", id, file.blob_id);
-    }
+    // The listed size is here: the bytes on disk, and nothing else, decide whether it gets its name.
+    auto d = digest_file(partial);
+    const std::string problem = d.ok() ? mismatch(file, *d) : d.status().message();
     if (!problem.empty()) {
       fs::remove(partial, ec);
       ++stats.checksum_failures;
       if (++failures >= o_.max_attempts) {
-        return data_loss_error("{}: the download is corrupt ({}) after {} attempts; nothing was kept", where, problem,
-                               failures);
+        return data_loss_error("{}: the hub sent a corrupt file ({}) {} times in a row; nothing was kept", where,
+                               problem, failures);
       }
       if (o_.note) o_.note(fmt::format("{}: corrupt download ({}); fetching it again", where, problem));
       continue;
@@ -514,7 +706,7 @@ Result<DownloadStats> HubClient::download(std::string_view repo, std::string_vie
     fs::create_directories(fs::path(final_path).parent_path(), ec);
     fs::rename(partial, final_path, ec);
     if (ec) return internal_error("{}: cannot rename {} to {}: {}", where, partial, final_path, ec.message());
-    stats.sha256 = sha;
+    stats.sha256 = d->sha256;
     return stats;
   }
 }

@@ -1,6 +1,8 @@
 // pull_model(): select, download (a few files at a time), lay out, checksum (pull.h).
 #include "runtime/hub/pull.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
@@ -13,6 +15,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/base/json_depth.h"
+#include "runtime/base/json_parse.h"
+#include "runtime/base/regular_file.h"
 #include "runtime/base/sha256.h"
 
 namespace sx::hub {
@@ -28,8 +33,10 @@ constexpr std::string_view kCompanions[] = {
     "special_tokens_map.json", "vocab.json",          "merges.txt",           "added_tokens.json",
     "chat_template.jinja",  "chat_template.json",     "preprocessor_config.json"};
 
+// Through a temporary of this process's own, so that two pulls writing the same SHA256SUMS or ref
+// never interleave their bytes in one file.
 std::string write_atomically(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".partial";
+  const fs::path tmp = fmt::format("{}.tmp.{}", path.string(), ::getpid());
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << text;
@@ -140,9 +147,14 @@ Result<std::vector<RemoteFile>> select_files(const RepoListing& listing, const M
   if (by_path.contains(std::string(kIndex))) {
     SX_ASSIGN_OR_RETURN(std::string text, index_json());
     std::set<std::string> shards;
+    if (json_shape(text).depth > kMaxJsonDepth) {
+      return data_loss_error("{}: {} is not a safetensors index (nested over {} levels deep)", ref.text, kIndex,
+                             kMaxJsonDepth);
+    }
+    const auto parsed = parse_json(text);
+    if (!parsed.ok()) return data_loss_error("{}: {} is not a safetensors index ({})", ref.text, kIndex, parsed.error);
     try {
-      const nlohmann::json j = nlohmann::json::parse(text);
-      for (const auto& [tensor, shard] : j.at("weight_map").items()) shards.insert(shard.get<std::string>());
+      for (const auto& [tensor, shard] : parsed.value.at("weight_map").items()) shards.insert(shard.get<std::string>());
     } catch (const nlohmann::json::exception& e) {
       return data_loss_error("{}: {} is not a safetensors index ({})", ref.text, kIndex, e.what());
     }
@@ -182,6 +194,7 @@ Result<PullResult> pull_model(const PullOptions& o) {
   const std::string revision = !o.revision.empty() ? o.revision
                                : o.ref.source == HubSource::kModelScope ? "master"
                                                                         : "main";
+  SX_RETURN_IF_ERROR(check_revision(revision));
   SX_ASSIGN_OR_RETURN(RepoListing listing, client.list(o.ref.repo, revision));
   const std::string cache = o.cache.empty() ? hub_cache_dir() : o.cache;
   const fs::path repo_root = fs::path(cache) / repo_folder_name(o.ref.repo);
@@ -189,33 +202,43 @@ Result<PullResult> pull_model(const PullOptions& o) {
   const fs::path dir = local ? fs::path(o.local_dir) : repo_root / "snapshots" / listing.commit;
   std::error_code ec;
 
-  // The blob (cache) or file (local dir) a remote file ends in, and its partial.
+  // The blob (cache) or file (local dir) a remote file ends in, its partial and its lock.
   auto etag = [](const RemoteFile& f) { return !f.sha256.empty() ? f.sha256 : f.blob_id; };
   auto final_of = [&](const RemoteFile& f) {
     return local ? (dir / f.path).string() : (repo_root / "blobs" / etag(f)).string();
   };
+  auto target_of = [&](const RemoteFile& f) {
+    DownloadTarget t;
+    t.final_path = final_of(f);
+    t.partial = t.final_path + ".partial";
+    // huggingface_hub's lock for the blob (so its downloads and ours exclude each other too);
+    // beside the partial in a plain folder, deleted when done.
+    t.lock = local ? t.partial + ".lock"
+                   : (fs::path(cache) / ".locks" / repo_folder_name(o.ref.repo) / (etag(f) + ".lock")).string();
+    t.remove_lock = local;
+    return t;
+  };
+  // What an earlier pull of this snapshot (or into this folder) hashed on disk.
   std::map<std::string, std::string> sums;  // path -> sha256, for SHA256SUMS
-  if (local) {  // what an earlier pull into this folder verified
-    std::ifstream in(dir / "SHA256SUMS");
-    for (std::string line; std::getline(in, line);) {
-      if (line.size() > 66) sums[line.substr(66)] = line.substr(0, 64);
-    }
+  if (auto text = read_regular_file((dir / "SHA256SUMS").string(), 64ull << 20); text.ok()) {
+    sums = parse_sha256sums(*text);
   }
+  // A file is taken as it is, unread, only when it has its listed size and SHA256SUMS vouches for
+  // the SHA-256 the hub publishes for it. Anything else that looks complete (a blob another tool
+  // or an interrupted pull left, a small git file) goes to download(), which hashes it on disk
+  // before trusting it: one read of what is unvouched, none of what is.
   auto have = [&](const RemoteFile& f) {
     const std::string path = final_of(f);
     if (!fs::is_regular_file(path, ec) || fs::file_size(path, ec) != f.size) return false;
-    if (local) return !f.sha256.empty() && sums.contains(f.path) && sums[f.path] == f.sha256;
-    return true;  // a blob is named by its checksum and only renamed there once verified
+    const auto it = sums.find(f.path);
+    return !f.sha256.empty() && it != sums.end() && it->second == f.sha256;
   };
 
   std::vector<RemoteFile> files;
   {
     const std::function<Result<std::string>()> index = [&]() -> Result<std::string> {
       for (const RemoteFile& f : listing.files) {
-        if (f.path == kIndex && have(f)) {
-          std::ifstream in(final_of(f), std::ios::binary);
-          return std::string(std::istreambuf_iterator<char>(in), {});
-        }
+        if (f.path == kIndex && have(f)) return read_regular_file(final_of(f), o.hub.max_text_bytes);
       }
       return client.fetch_text(o.ref.repo, listing.commit, kIndex);
     };
@@ -264,13 +287,11 @@ Result<PullResult> pull_model(const PullOptions& o) {
         if (next >= todo.size() || stop) return;
         f = todo[next++];
       }
-      const std::string final_path = final_of(*f);
-      auto stats = worker_client.download(o.ref.repo, listing.commit, *f, final_path + ".partial", final_path,
-                                          [&](std::int64_t n) {
-                                            done += static_cast<std::uint64_t>(n);
-                                            if (o.hub.cancel != nullptr && o.hub.cancel->load()) any_cancel = true;
-                                            report();
-                                          });
+      auto stats = worker_client.download(o.ref.repo, listing.commit, *f, target_of(*f), [&](std::int64_t n) {
+        done += static_cast<std::uint64_t>(n);
+        if (o.hub.cancel != nullptr && o.hub.cancel->load()) any_cancel = true;
+        report();
+      });
       std::lock_guard lock(mu);
       if (!stats.ok()) {
         if (failure.ok()) failure = stats.status();
@@ -279,7 +300,8 @@ Result<PullResult> pull_model(const PullOptions& o) {
         return;
       }
       ++files_done;
-      ++result.files_fetched;
+      if (stats->reused) done += f->size;  // there already, and verified on disk
+      if (!stats->reused) ++result.files_fetched;
       result.bytes_fetched += stats->bytes_received;
       result.resumes += stats->resumes;
       result.checksum_failures += stats->checksum_failures;

@@ -9,10 +9,21 @@
 // generation config and tokenizer files; else a GGUF repository's only GGUF file (several: an
 // error listing them and asking for :QUANT).
 //
+// What is trusted without a download (cheap and correct): a file is taken unread only when it has
+// its listed size and the snapshot's (or folder's) SHA256SUMS, which a pull writes from the bytes
+// it hashed on disk, gives the SHA-256 the hub publishes for it. Every other file that looks
+// complete (a blob left by another tool, another pull or an older Sextant; a small git file) is
+// hashed on disk under its lock by download() and kept when it matches, fetched again when not.
+// Concurrent pulls of one repository on one cache (or into one folder) are safe: each file is
+// fetched under its BlobLock (huggingface_hub's .locks/ in the cache), so a second pull waits
+// ("another download holds ...; waiting for it") and then finds the file done; SHA256SUMS and refs
+// are written through temporaries of each process's own.
+//
 // Errors: those of hub_client.h and hub_cache.h, INVALID_ARGUMENT for a selection that matches
-// nothing (naming what the repository holds). Threading: pull_model runs its downloads on
-// `parallel` threads of its own and returns when all are done or one failed (the others stop at
-// their next chunk; their .partial files are kept).
+// nothing (naming what the repository holds) and for a revision check_revision refuses (before any
+// request). Threading: pull_model runs its downloads on `parallel` threads of its own and returns
+// when all are done or one failed (the others stop at their next chunk; their .partial files are
+// kept).
 #pragma once
 
 #include <atomic>
