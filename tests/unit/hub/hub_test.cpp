@@ -1,16 +1,34 @@
 // runtime/hub: model references, quantisation names and split parts, the Hugging Face cache layout
-// (snapshots through refs, what serve loads from one, `ls`, `rm`), globs and the choice of files.
+// (snapshots through refs, what serve loads from one, `ls`, `rm`), revisions, SHA256SUMS, globs
+// and the choice of files; the blob lock; and HubClient against a one-thread HTTP server on
+// loopback that misbehaves as a hostile hub does (a body past the listed size, an endless or
+// trickling listing, redirects to ftp:// and file://, a full disk, Range ignored while two
+// downloads share a file). The whole pull is tested end to end against tests/e2e/hub_mirror.py.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "runtime/base/sha256.h"
+#include "runtime/hub/blob_lock.h"
 #include "runtime/hub/hub_cache.h"
+#include "runtime/hub/hub_client.h"
 #include "runtime/hub/pull.h"
 
 namespace sx::hub {
@@ -179,6 +197,369 @@ TEST(HubCache, ListsAndRemoves) {
   EXPECT_TRUE(remove_cached_model(dir.path(), "org/m").ok());
   EXPECT_EQ(list_cached_models(dir.path()).size(), 1u);
   EXPECT_EQ(remove_cached_model(dir.path(), "org/m").code(), StatusCode::kNotFound);
+}
+
+TEST(HubCache, RevisionsThatStayInTheCache) {
+  for (const std::string& good : {std::string("main"), std::string("v1.0"), std::string("refs/pr/1"),
+                                  std::string(40, 'a'), std::string("feature-x_y")}) {
+    EXPECT_TRUE(check_revision(good).ok()) << good;
+  }
+  for (const char* bad : {"", "../../x", "..", ".", "/abs", "a//b", "a/", "a/./b", "a\\b", "main\n", "x\x7f"}) {
+    const Status s = check_revision(bad);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("revision"), std::string::npos) << bad;
+  }
+  EXPECT_FALSE(check_revision(std::string(257, 'a')).ok());
+  TempDir dir;
+  write(dir.path() / "x" / "models--org--m" / "snapshots" / std::string(40, 'c') / "f", "");
+  EXPECT_FALSE(find_snapshot((dir.path() / "x").string(), "org/m", "../../x").has_value());
+}
+
+TEST(HubCache, Sha256Sums) {
+  const std::string a(64, 'a'), b(64, 'B');
+  const auto sums = parse_sha256sums(a + "  config.json\n" + b + " *sub/w.bin\r\nnot a line\n" + a.substr(1) +
+                                     "  short.json\n" + a + "  \n" + a + "  config.json");
+  EXPECT_EQ(sums.size(), 2u);
+  EXPECT_EQ(sums.at("config.json"), a);
+  EXPECT_EQ(sums.at("sub/w.bin"), std::string(64, 'b'));
+}
+
+// ---- the blob lock ----------------------------------------------------------------------------
+
+TEST(BlobLock, ASecondHolderWaitsAndAnOrphanIsNotHeld) {
+  TempDir dir;
+  const std::string path = (dir.path() / "locks" / "x.lock").string();
+  auto first = BlobLock::acquire(path, /*remove_when_done=*/true, nullptr, {});
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  ASSERT_TRUE(first->locked());
+  std::atomic<bool> waited{false}, got{false};
+  std::thread second([&] {
+    auto lock = BlobLock::acquire(path, false, nullptr, [&] { waited = true; });
+    ASSERT_TRUE(lock.ok());
+    got = true;
+    // The first holder deleted its file: this lock is on the file now at the path, not on the orphan.
+    EXPECT_TRUE(fs::exists(path));
+  });
+  for (int i = 0; i < 100 && !waited; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(waited.load());
+  EXPECT_FALSE(got.load());
+  *first = BlobLock();  // released (and its file deleted)
+  second.join();
+  EXPECT_TRUE(got.load());
+  // Cancelled while waiting.
+  auto held = BlobLock::acquire(path, false, nullptr, {});
+  ASSERT_TRUE(held.ok());
+  std::atomic<bool> cancel{true};
+  auto refused = BlobLock::acquire(path, false, &cancel, {});
+  EXPECT_EQ(refused.status().code(), StatusCode::kCancelled);
+}
+
+// ---- HubClient against a misbehaving hub on loopback --------------------------------------------
+
+// One thread accepting connections on 127.0.0.1; each is answered by `respond(request, fd)` and
+// closed. `respond` may write for ever: send() fails once the client has gone or stop() was called.
+class TinyHub {
+ public:
+  using Respond = std::function<void(const std::string& request, int fd)>;
+  explicit TinyHub(Respond respond) : respond_(std::move(respond)) {
+    listen_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    EXPECT_EQ(::bind(listen_, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    EXPECT_EQ(::listen(listen_, 16), 0);
+    ::getsockname(listen_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~TinyHub() {
+    stop_ = true;
+    thread_.join();
+    ::close(listen_);
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  int port() const { return port_; }
+  int connections() const { return connections_.load(); }
+  std::vector<std::string> requests() {
+    std::lock_guard lock(mu_);
+    return requests_;
+  }
+  bool stopping() const { return stop_.load(); }
+
+  // Whole writes; false once the client has gone (or the hub stops).
+  static bool send_all(int fd, std::string_view data) {
+    while (!data.empty()) {
+      const ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      data.remove_prefix(static_cast<std::size_t>(n));
+    }
+    return true;
+  }
+
+ private:
+  void serve() {
+    std::vector<std::thread> workers;
+    while (!stop_) {
+      pollfd p{listen_, POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      const int fd = ::accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      ++connections_;
+      workers.emplace_back([this, fd] {
+        std::string request;
+        char buf[4096];
+        while (request.find("\r\n\r\n") == std::string::npos) {
+          const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+          if (n <= 0) break;
+          request.append(buf, static_cast<std::size_t>(n));
+        }
+        {
+          std::lock_guard lock(mu_);
+          requests_.push_back(request);
+        }
+        respond_(request, fd);
+        ::close(fd);
+      });
+    }
+    for (std::thread& t : workers) t.join();
+  }
+
+  Respond respond_;
+  int listen_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> connections_{0};
+  std::mutex mu_;
+  std::vector<std::string> requests_;
+  std::thread thread_;
+};
+
+std::string sha256_of(std::string_view data) {
+  Sha256 h;
+  h.update({reinterpret_cast<const std::uint8_t*>(data.data()), data.size()});
+  return h.finish_hex();
+}
+
+std::string read_all(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+HubOptions quick(const std::string& endpoint) {
+  HubOptions o;
+  o.endpoint = endpoint;
+  o.backoff_seconds = 0.01;
+  o.stall_seconds = 5;
+  return o;
+}
+
+// A file of `size` bytes as the hub lists it, and where a download puts it.
+struct Fixture {
+  TempDir dir;
+  std::string data;
+  RemoteFile file;
+  DownloadTarget target;
+  explicit Fixture(std::size_t size) {
+    for (std::size_t i = 0; i < size; ++i) data += static_cast<char>('a' + (i * 7) % 26);
+    file = RemoteFile{"w.bin", size, sha256_of(data), std::string(40, 'b')};
+    target.final_path = (dir.path() / "blobs" / file.sha256).string();
+    target.partial = target.final_path + ".partial";
+    target.lock = (dir.path() / ".locks" / (file.sha256 + ".lock")).string();
+  }
+};
+
+std::string ok_head(std::size_t length, std::string_view status = "200 OK") {
+  return fmt::format("HTTP/1.1 {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", status, length);
+}
+
+TEST(HubClient, AFileSentPastItsListedSizeIsStoppedAtIt) {
+  Fixture fx(1000);
+  for (const bool announced : {false, true}) {
+    TinyHub hub([&](const std::string&, int fd) {
+      const std::string head = announced ? ok_head(fx.data.size() + (8 << 20))
+                                         : std::string("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n");
+      if (!TinyHub::send_all(fd, head + fx.data)) return;
+      const std::string more(64 << 10, 'z');
+      while (TinyHub::send_all(fd, more)) {
+      }
+    });
+    const HubClient client(quick(hub.url()));
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = client.download("org/m", std::string(40, 'c'), fx.file, fx.target);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+    const std::string& m = r.status().message();
+    EXPECT_NE(m.find("w.bin"), std::string::npos) << m;
+    EXPECT_NE(m.find("more than the 1000 bytes"), std::string::npos) << m;
+    EXPECT_NE(m.find("the hub sent"), std::string::npos) << m;
+    EXPECT_NE(m.find(announced ? "announced" : "no Content-Length"), std::string::npos) << m;
+    EXPECT_EQ(hub.connections(), 1) << "retried";
+    EXPECT_FALSE(fs::exists(fx.target.partial));
+    EXPECT_FALSE(fs::exists(fx.target.final_path));
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  }
+}
+
+TEST(HubClient, AWriteErrorIsFinalAndNamesTheFile) {
+  Fixture fx(256 << 10);
+  TinyHub hub([&](const std::string&, int fd) { TinyHub::send_all(fd, ok_head(fx.data.size()) + fx.data); });
+  const HubClient client(quick(hub.url()));
+  // A file size limit fails fwrite as a full disk does (EFBIG rather than ENOSPC), without root.
+  rlimit old{};
+  ::getrlimit(RLIMIT_FSIZE, &old);
+  const auto old_handler = ::signal(SIGXFSZ, SIG_IGN);
+  rlimit small = old;
+  small.rlim_cur = 64 << 10;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  auto r = client.download("org/m", std::string(40, 'c'), fx.file, fx.target);
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  ::signal(SIGXFSZ, old_handler);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status().to_string();
+  EXPECT_NE(r.status().message().find(fx.target.partial), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find(std::strerror(EFBIG)), std::string::npos) << r.status().message();
+  EXPECT_EQ(hub.connections(), 1) << "retried";
+  EXPECT_TRUE(fs::exists(fx.target.partial));  // kept for the next run
+}
+
+TEST(HubClient, RedirectsAreFollowedToHttpOnlyAndRefusedOnce) {
+  EXPECT_EQ(allowed_protocols("https://huggingface.co"), "https");
+  EXPECT_EQ(allowed_protocols("HTTPS://hf-mirror.com"), "https");
+  EXPECT_EQ(allowed_protocols("http://127.0.0.1:8080"), "http,https");
+  TinyHub ftp([](const std::string&, int fd) { TinyHub::send_all(fd, "220 ftp\r\n"); });
+  Fixture fx(100);
+  for (const std::string& location : {"ftp://127.0.0.1:" + std::to_string(ftp.port()) + "/w.bin",
+                                     std::string("file:///etc/passwd"),
+                                     "gopher://127.0.0.1:" + std::to_string(ftp.port()) + "/1"}) {
+    TinyHub hub([&](const std::string&, int fd) {
+      TinyHub::send_all(fd, "HTTP/1.1 302 Found\r\nLocation: " + location + "\r\nContent-Length: 0\r\n\r\n");
+    });
+    const HubClient client(quick(hub.url()));
+    auto r = client.download("org/m", std::string(40, 'c'), fx.file, fx.target);
+    ASSERT_FALSE(r.ok()) << location;
+    EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition) << r.status().to_string();
+    EXPECT_NE(r.status().message().find(location.substr(0, location.find(':') + 3)), std::string::npos)
+        << r.status().message();
+    EXPECT_NE(r.status().message().find("does not follow"), std::string::npos) << r.status().message();
+    EXPECT_EQ(hub.connections(), 1) << location << " retried";
+    auto listed = client.list("org/m", "main");
+    EXPECT_EQ(listed.status().code(), StatusCode::kFailedPrecondition) << listed.status().to_string();
+    EXPECT_EQ(hub.connections(), 2) << location << " retried";
+  }
+  EXPECT_EQ(ftp.connections(), 0);
+}
+
+TEST(HubClient, AHubThatIgnoresRangeAndDropsAtOneByteIsNotRetriedForEver) {
+  Fixture fx(256 << 10);
+  TinyHub hub([&](const std::string&, int fd) {  // a 200 with everything, cut after 100 KiB
+    TinyHub::send_all(fd, ok_head(fx.data.size()) + fx.data.substr(0, 100 << 10));
+  });
+  HubOptions o = quick(hub.url());
+  o.max_attempts = 3;
+  auto r = HubClient(o).download("org/m", std::string(40, 'c'), fx.file, fx.target);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().to_string();
+  EXPECT_EQ(hub.connections(), 3);  // each brought 100 KiB from byte 0: the file no further than the first
+}
+
+TEST(HubClient, SmallRequestsAreBoundedBySizeAndTime) {
+  const std::string head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n";
+  const std::string item = R"({"rfilename": "f.bin", "size": 1},)";
+  std::string chunk;
+  while (chunk.size() < (64 << 10)) chunk += item;
+  TinyHub endless([&](const std::string&, int fd) {
+    if (!TinyHub::send_all(fd, head + R"({"sha": ")" + std::string(40, '0') + R"(", "siblings": [)")) return;
+    while (TinyHub::send_all(fd, chunk)) {
+    }
+  });
+  HubOptions o = quick(endless.url());
+  o.max_listing_bytes = 1 << 20;
+  o.max_text_bytes = 256 << 10;
+  auto listed = HubClient(o).list("org/m", "main");
+  ASSERT_FALSE(listed.ok());
+  EXPECT_EQ(listed.status().code(), StatusCode::kDataLoss) << listed.status().to_string();
+  for (const std::string& word : {std::string("listing org/m"), endless.url(), std::string("1 MiB"),
+                                  std::string("the hub sent")}) {
+    EXPECT_NE(listed.status().message().find(word), std::string::npos) << listed.status().message();
+  }
+  auto text = HubClient(o).fetch_text("org/m", std::string(40, 'c'), "model.safetensors.index.json");
+  EXPECT_EQ(text.status().code(), StatusCode::kDataLoss) << text.status().to_string();
+  EXPECT_NE(text.status().message().find("256 KiB"), std::string::npos) << text.status().message();
+  EXPECT_EQ(endless.connections(), 2);
+  // A trickle never reaches the size: the deadline ends it.
+  TinyHub trickle([&](const std::string&, int fd) {
+    if (!TinyHub::send_all(fd, head + "{")) return;
+    for (int i = 0; i < 400 && TinyHub::send_all(fd, " "); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  });
+  o = quick(trickle.url());
+  o.request_timeout_seconds = 1;
+  const auto t0 = std::chrono::steady_clock::now();
+  listed = HubClient(o).list("org/m", "main");
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(listed.status().code(), StatusCode::kDeadlineExceeded) << listed.status().to_string();
+  EXPECT_NE(listed.status().message().find("1 s"), std::string::npos) << listed.status().message();
+  EXPECT_NE(listed.status().message().find("SEXTANT_HUB_TIMEOUT"), std::string::npos) << listed.status().message();
+  EXPECT_LT(took, std::chrono::milliseconds(2500));
+  EXPECT_EQ(trickle.connections(), 1);
+}
+
+TEST(HubClient, DeepListingsAreRefusedBeforeTheyAreParsed) {
+  const std::string deep = R"({"sha": ")" + std::string(40, '0') + R"(", "siblings": )" + std::string(100000, '[') +
+                           std::string(100000, ']') + "}";
+  auto r = parse_repo_listing(HubSource::kHuggingFace, deep, "org/m", "main");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(r.status().message().find("the hub sent"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("levels deep"), std::string::npos) << r.status().message();
+}
+
+// Serves `data` as a file (Range ignored: always a 200 with everything), `rate` bytes a second.
+TinyHub::Respond file_server(const std::string& data, std::size_t rate) {
+  return [&data, rate](const std::string&, int fd) {
+    if (!TinyHub::send_all(fd, ok_head(data.size()))) return;
+    for (std::size_t at = 0; at < data.size(); at += rate / 50) {
+      if (!TinyHub::send_all(fd, std::string_view(data).substr(at, rate / 50))) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  };
+}
+
+TEST(HubClient, TwoDownloadsOfOneFileTakeTurnsAndTheFileOnDiskDecides) {
+  Fixture fx(200 << 10);
+  TinyHub hub(file_server(fx.data, 400 << 10));
+  HubOptions o = quick(hub.url());
+  std::atomic<int> waits{0};
+  o.note = [&](const std::string& s) {
+    if (s.find("waiting") != std::string::npos) ++waits;
+  };
+  const HubClient client(o);
+  // Half a file left by an interrupted run, so each download would start with a Range.
+  fs::create_directories(fs::path(fx.target.partial).parent_path());
+  std::ofstream(fx.target.partial, std::ios::binary) << fx.data.substr(0, fx.data.size() / 2);
+  Result<DownloadStats> a = internal_error("not run"), b = internal_error("not run");
+  std::thread first([&] { a = client.download("org/m", std::string(40, 'c'), fx.file, fx.target); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::thread second([&] { b = client.download("org/m", std::string(40, 'c'), fx.file, fx.target); });
+  first.join();
+  second.join();
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  EXPECT_EQ(waits.load(), 1);
+  EXPECT_EQ(hub.connections(), 1);
+  EXPECT_TRUE(a->reused != b->reused);
+  EXPECT_EQ(read_all(fx.target.final_path), fx.data);
+  EXPECT_EQ(a->sha256, fx.file.sha256);
+  EXPECT_EQ(b->sha256, fx.file.sha256);
+  // A file with the final name whose bytes are not the file's (a hole of zeros): fetched again.
+  std::string holed = fx.data;
+  std::fill(holed.begin() + 1000, holed.begin() + 5000, '\0');
+  std::ofstream(fx.target.final_path, std::ios::binary | std::ios::trunc) << holed;
+  auto again = client.download("org/m", std::string(40, 'c'), fx.file, fx.target);
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_FALSE(again->reused);
+  EXPECT_EQ(read_all(fx.target.final_path), fx.data);
+  EXPECT_EQ(hub.connections(), 2);
 }
 
 TEST(Pull, Globs) {
