@@ -24,6 +24,12 @@ Test routes:
     POST /_control   JSON body, see Mirror.control
     GET  /_stats     see Mirror.stats
 
+Misbehaviours (Mirror.control) imitate a hostile or broken hub: dropped connections, corrupt bytes,
+429, gated repositories, a slow link, a file sent past its listed size (no Content-Length, an
+endless body, a gzip body the client never asked for), a listing that never ends (fast or a
+trickle), a listing with any body, Range ignored, redirects to anywhere (ftp://, file://), any
+revision accepted.
+
 REV is "main" (Hugging Face) or "master" (ModelScope), or the commit hash.
 """
 import argparse
@@ -39,6 +45,7 @@ import sys
 import threading
 import time
 import urllib.parse
+import zlib
 
 CHUNK = 64 * 1024
 LFS_SUFFIXES = (".safetensors", ".gguf", ".bin")
@@ -188,6 +195,11 @@ class Mirror:
         self._file_gets = {}
         self._requests = []
         self._too_many_times = []
+        self._oversize = {}  # "ORG/NAME/FILE" -> {"extra_bytes", "content_length", "encoding"}
+        self._listings = {}  # "ORG/NAME" -> {"body"} or {"endless", "bytes_per_second"}
+        self._ignore_range = set()  # "ORG/NAME/FILE"; "*": every file
+        self._redirects = {}  # "ORG/NAME/FILE" or "ORG/NAME" (its listing) -> Location
+        self._any_revision = False
 
     def control(self, body):
         """Applies a /_control body (a dict); returns {"ok": True} or raises ValueError.
@@ -197,11 +209,25 @@ class Mirror:
         {"too_many": {"count": K, "retry_after": S}}
         {"gated": {"repo": "ORG/NAME", "token": "TOKEN"}}                   (or a list; null: none)
         {"throttle": {"bytes_per_second": N}}                               (0 / null: unthrottled)
+        {"oversize": {"path": "ORG/NAME/FILE", "extra_bytes": N, "content_length": false,
+                      "encoding": "gzip"}}
+            the file followed by N more bytes (-1: a body that never ends), announced with a
+            Content-Length (of the whole body, when true) or none (the connection closes at the end);
+            with "encoding": "gzip" the body is a gzip stream (of the file, then zeros) sent as
+            Content-Encoding: gzip, though the client asked for identity        (or a list)
+        {"listing": {"repo": "ORG/NAME", "body": "TEXT"}}                   any listing body
+        {"listing": {"repo": "ORG/NAME", "endless": true, "bytes_per_second": N}}
+            a listing that never ends (no Content-Length), as fast as it goes or N bytes a second
+        {"ignore_range": true | ["ORG/NAME/FILE", ...]}                     a 200 with everything
+        {"redirect": {"path": "ORG/NAME/FILE" | "ORG/NAME", "location": "ftp://..."}}
+            a 302 to that location for the file (or the repository's listing)  (or a list)
+        {"any_revision": true}    the listing answers for any revision (as the commit)
         {"reset": true}    {"rescan": true}
         """
         if not isinstance(body, dict):
             raise ValueError("control body must be a JSON object")
-        known = {"drop", "corrupt", "too_many", "gated", "throttle", "reset", "rescan"}
+        known = {"drop", "corrupt", "too_many", "gated", "throttle", "reset", "rescan", "oversize", "listing",
+                 "ignore_range", "redirect", "any_revision"}
         unknown = set(body) - known
         if unknown:
             raise ValueError(f"unknown control keys: {sorted(unknown)}")
@@ -214,6 +240,19 @@ class Mirror:
             too_many = [int(tm.get("count", 1)) if tm else 0, tm.get("retry_after", 1)]
             th = body.get("throttle")
             throttle = int((th.get("bytes_per_second") if isinstance(th, dict) else th) or 0)
+            oversize = {o["path"]: {"extra_bytes": int(o.get("extra_bytes", -1)),
+                                    "content_length": bool(o.get("content_length", False)),
+                                    "encoding": o.get("encoding")}
+                        for o in _as_list(body.get("oversize"))}
+            listings = {}
+            for l in _as_list(body.get("listing")):
+                if "body" in l:
+                    listings[l["repo"]] = {"body": str(l["body"]).encode()}
+                else:
+                    listings[l["repo"]] = {"endless": True, "bytes_per_second": int(l.get("bytes_per_second") or 0)}
+            ir = body.get("ignore_range")
+            ignore_range = {"*"} if ir is True else set(_as_list(ir or None))
+            redirects = {r["path"]: str(r["location"]) for r in _as_list(body.get("redirect"))}
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ValueError(f"bad control body: {e!r}") from None
         if body.get("rescan"):
@@ -231,6 +270,16 @@ class Mirror:
                 self._too_many = too_many
             if "throttle" in body:
                 self._throttle = max(0, throttle)
+            if "oversize" in body:
+                self._oversize = oversize
+            if "listing" in body:
+                self._listings = listings
+            if "ignore_range" in body:
+                self._ignore_range = ignore_range
+            if "redirect" in body:
+                self._redirects = redirects
+            if "any_revision" in body:
+                self._any_revision = bool(body["any_revision"])
         return {"ok": True}
 
     def stats(self):
@@ -276,6 +325,16 @@ class Mirror:
     def _count_bytes(self, key, n):
         with self._lock:
             self._bytes[key] = self._bytes.get(key, 0) + n
+
+    def _misbehaviours(self, key):
+        """(oversize or None, ignore Range?, redirect location or None) for a file or listing `key`."""
+        with self._lock:
+            return (self._oversize.get(key), "*" in self._ignore_range or key in self._ignore_range,
+                    self._redirects.get(key))
+
+    def _listing_override(self, repo_id):
+        with self._lock:
+            return self._listings.get(repo_id), self._any_revision
 
     def _throttle_rate(self):
         with self._lock:
@@ -480,6 +539,19 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 return self._json(404, {"Code": 10010205001, "Success": False, "Message": "model not found"})
             return self._error(404, "Repository not found", "RepoNotFound")
 
+        if route in ("info", "ms_files"):
+            override, any_revision = mirror._listing_override(repo_id)
+            location = mirror._misbehaviours(repo_id)[2]
+            if location:
+                return self._start(302, [("Location", location), ("Content-Length", "0")])
+            if override and "body" in override:
+                self._start(200, [("Content-Type", "application/json"), ("Content-Length", str(len(override["body"])))])
+                return self.wfile.write(override["body"]) if self._method != "HEAD" else None
+            if override:
+                return self._endless_listing(override["bytes_per_second"])
+            if any_revision and route == "info":
+                rev = repo.commit
+
         if self._route_kind == "ms":
             rev = params.get("revision") or "master"
             if rev not in ("master", repo.commit):
@@ -510,6 +582,51 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if f is None:
             return self._error(404, "Entry not found", "EntryNotFound")
         return self._serve_file(repo, f)
+
+    def _endless_listing(self, rate):
+        """A listing that never ends: the start of a valid one, then siblings for ever (no length)."""
+        self._start(200, [("Content-Type", "application/json"), ("Connection", "close")])
+        self.close_connection = True
+        item = b'{"rfilename": "f.bin", "size": 1, "blobId": "' + b"0" * 40 + b'"},'
+        chunk = item * (CHUNK // len(item))
+        self.wfile.write(b'{"sha": "' + b"0" * 40 + b'", "siblings": [')
+        while True:  # until the client goes away (OSError, handled by handle())
+            if rate:
+                self.wfile.write(chunk[:max(1, rate // 20)])
+                self.wfile.flush()
+                time.sleep(0.05)
+            else:
+                self.wfile.write(chunk)
+
+    def _oversize_body(self, key, f, o, headers):
+        """The file and more: `extra_bytes` more (-1: for ever), raw or gzip-encoded."""
+        data = open(f.abspath, "rb").read()
+        extra = o["extra_bytes"]
+        gz = zlib.compressobj(9, zlib.DEFLATED, 31) if o["encoding"] == "gzip" else None
+        if gz is not None:
+            headers.append(("Content-Encoding", "gzip"))
+        if o["content_length"] and extra >= 0 and gz is None:
+            headers.append(("Content-Length", str(len(data) + extra)))
+        else:
+            headers.append(("Connection", "close"))
+            self.close_connection = True
+        self._start(200, headers)
+        mirror = self.server.mirror
+
+        def send(raw):
+            out = gz.compress(raw) + gz.flush(zlib.Z_SYNC_FLUSH) if gz is not None else raw
+            self.wfile.write(out)
+            mirror._count_bytes(key, len(out))
+
+        send(data)
+        zeros = b"\0" * CHUNK
+        left = extra
+        while left != 0:  # until the client goes away (OSError) when endless
+            n = CHUNK if left < 0 else min(CHUNK, left)
+            send(zeros[:n])
+            left = left - n if left > 0 else left
+        if gz is not None:
+            self.wfile.write(gz.flush())
 
     def _info(self, repo, gated):
         siblings = []
@@ -553,7 +670,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._error(405, f"{self._method} not allowed")
         if self._method == "GET":
             mirror._count_get(key)
-        rng = _parse_range(self.headers.get("Range"), f.size)
+        oversize, ignore_range, location = mirror._misbehaviours(key)
+        if location:
+            return self._start(302, [("Location", location), ("Content-Length", "0")])
+        rng = None if ignore_range else _parse_range(self.headers.get("Range"), f.size)
+        if oversize and self._method == "GET":
+            return self._oversize_body(key, f, oversize, headers)  # a 200 from the start, whatever the Range
         if rng == "unsatisfiable":
             return self._start(416, headers + [("Content-Range", f"bytes */{f.size}"), ("Content-Length", "0")])
         if rng is None:

@@ -17,6 +17,18 @@ here) serving repositories made from the bundled model: a sharded safetensors re
   * huggingface_hub.snapshot_download's cache is served with no request to the hub, and its
     snapshot_download makes no download after a `sextant pull`;
   * ModelScope's API (ms: prefix) and --local-dir.
+What a hostile or broken hub does (issue 53), each refused once with a message naming the file or
+the request and the bound, never retried as a network error:
+  * a file sent past its listed size (8 MiB more, a body that never ends, an endless gzip body):
+    stopped the moment it passes the size, the .partial never longer than the listed size;
+  * a listing that never ends: cut at its size bound (as fast as it comes) or its deadline (a
+    trickle; SEXTANT_HUB_TIMEOUT), for `pull` and `serve --pull`;
+  * two pulls of one repository on one cache while the hub ignores Range: the second waits for the
+    first, and a blob on disk hashes to its name from the moment it has it;
+  * redirects to ftp://, file:// and gopher://: not followed (no connection to the ftp port);
+  * a listing with a path outside the repository: refused with advice that can help;
+  * a full disk (a 1 MiB tmpfs, or RLIMIT_FSIZE where no tmpfs can be mounted): the write error
+    itself, once; --revision ../../x: refused before any request.
 
 Usage: pull_test.py SEXTANT_BINARY MODELS_DIR. Prints "N passed, N failed"."""
 import glob
@@ -25,9 +37,12 @@ import json
 import os
 import shutil
 import signal
+import resource
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -84,8 +99,9 @@ def fresh_home(name):
     return home
 
 
-def pull(home, *args, check=True, timeout=120, **more):
-    p = subprocess.run([SEXTANT, "pull", *args], capture_output=True, env=env(home, **more), timeout=timeout)
+def pull(home, *args, check=True, timeout=120, preexec_fn=None, **more):
+    p = subprocess.run([SEXTANT, "pull", *args], capture_output=True, env=env(home, **more), timeout=timeout,
+                       preexec_fn=preexec_fn)
     out, err = p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
     if check and p.returncode != 0:
         raise AssertionError(f"sextant pull {' '.join(args)} exited {p.returncode}:\n{out}\n{err[-3000:]}")
@@ -376,6 +392,262 @@ def modelscope_and_a_local_dir():
     _, out, _ = pull(home, "test-org/memorise", "--local-dir", local)  # verified earlier: only the small files again
     print(f"  ms:test-org/memorise through ModelScope's API; --local-dir {os.path.basename(local)}: a plain folder "
           f"with SHA256SUMS that generates the bundled ids; again: {out.strip().splitlines()[0][:120]}")
+
+
+class LargestFile:
+    """The largest size any file in `folder` reaches while it runs (polled every 2 ms)."""
+
+    def __init__(self, folder):
+        self.folder, self.largest, self._stop = folder, 0, threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self):
+        while not self._stop.is_set():
+            for x in glob.glob(os.path.join(self.folder, "*")):
+                try:
+                    self.largest = max(self.largest, os.path.getsize(x))
+                except OSError:
+                    pass
+            time.sleep(0.002)
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join()
+        return self.largest
+
+
+def git_blob_id(data):
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def blob_mismatches(blobs):
+    """Blobs in `blobs` whose bytes do not hash to their name (SHA-256, or git's blob id)."""
+    bad = []
+    for x in glob.glob(os.path.join(blobs, "*")):
+        name = os.path.basename(x)
+        if len(name) not in (40, 64):
+            continue
+        data = open(x, "rb").read()
+        got = hashlib.sha256(data).hexdigest() if len(name) == 64 else git_blob_id(data)
+        if got != name:
+            zeros = len(data) - len(data.lstrip(b"\0")) if data[:1] == b"\0" else data.count(b"\0" * 4096) * 4096
+            bad.append(f"{name[:12]}: {got[:12]} ({len(data)} bytes, ~{zeros} in runs of zeros)")
+    return bad
+
+
+@case
+def a_file_sent_past_its_listed_size_is_stopped_at_it():
+    name = "model-00002-of-00003.safetensors"
+    size = os.path.getsize(os.path.join(ROOT, "test-org", "memorise", name))
+    said = []
+    for what, how in (("8 MiB more, no Content-Length", {"extra_bytes": 8 << 20}),
+                      ("8 MiB more with a Content-Length", {"extra_bytes": 8 << 20, "content_length": True}),
+                      ("a body that never ends", {"extra_bytes": -1}),
+                      ("an endless gzip body", {"extra_bytes": -1, "encoding": "gzip"})):
+        home = fresh_home("oversize")
+        MIRROR.control({"oversize": {"path": f"test-org/memorise/{name}", **how}})
+        blobs = os.path.join(repo_dir(home, "test-org/memorise"), "blobs")
+        watch = LargestFile(blobs)
+        t0 = time.time()
+        try:
+            rc, out, err = pull(home, "test-org/memorise", "--include", name, check=False, timeout=30)
+        finally:
+            largest = watch.stop()
+        took = time.time() - t0
+        gets = resolve_gets(MIRROR.stats(), name)
+        assert rc != 0, (what, out)
+        assert name in err and f"{size} bytes" in err and "more than" in err, (what, err[-1500:])
+        assert "download or copy it again" not in err, (what, err[-1500:])
+        assert len(gets) == 1, (what, len(gets), err[-1500:])
+        assert largest <= size, (what, largest, size)
+        assert not os.path.isdir(blobs) or not os.listdir(blobs), (what, os.listdir(blobs))
+        said.append(f"{what}: {took:.2f} s, 1 request, the file never over {largest} bytes")
+    line = [ln for ln in err.splitlines() if "more than" in ln][-1]
+    print(f"  {name} listed as {size} bytes: " + "; ".join(said) + f"\n  {line[:300]}")
+
+
+@case
+def a_listing_that_never_ends_is_cut_at_its_bounds():
+    home = fresh_home("endless-listing")
+    listing_gets = lambda: [r for r in MIRROR.stats()["requests"] if r["path"].startswith("/api/")]  # noqa: E731
+    MIRROR.control({"listing": {"repo": "test-org/memorise", "endless": True}})
+    t0 = time.time()
+    rc, out, err = pull(home, "test-org/memorise", check=False, timeout=60)
+    fast = time.time() - t0
+    assert rc != 0 and "64 MiB" in err and "listing" in err and "test-org/memorise" in err and ENDPOINT in err, \
+        err[-1500:]
+    assert len(listing_gets()) == 1, len(listing_gets())
+    size_line = [ln for ln in err.splitlines() if "64 MiB" in ln][-1]
+    # A trickle never passes the size: the deadline stops it, pull's and serve --pull's alike.
+    MIRROR.control({"reset": True, "listing": {"repo": "test-org/memorise", "endless": True, "bytes_per_second": 200}})
+    t0 = time.time()
+    rc, out, err = pull(home, "test-org/memorise", check=False, timeout=60, SEXTANT_HUB_TIMEOUT="2")
+    slow = time.time() - t0
+    assert rc != 0 and "2 s" in err and "SEXTANT_HUB_TIMEOUT" in err and "test-org/memorise" in err, err[-1500:]
+    assert len(listing_gets()) == 1 and slow < 10, (len(listing_gets()), slow)
+    time_line = [ln for ln in err.splitlines() if "SEXTANT_HUB_TIMEOUT" in ln][-1]
+    t0 = time.time()
+    p = subprocess.run([SEXTANT, "serve", "--model", "test-org/memorise", "--pull", "--port", "0"], capture_output=True,
+                       env=env(home, SEXTANT_HUB_TIMEOUT="2"), timeout=60)
+    served = time.time() - t0
+    said = p.stderr.decode(errors="replace")
+    assert p.returncode != 0 and "SEXTANT_HUB_TIMEOUT" in said and served < 15, (p.returncode, served, said[-1500:])
+    print(f"  endless listing: refused after {fast:.2f} s, 1 request ({size_line[:200]}); a trickle: after "
+          f"{slow:.2f} s ({time_line[:200]}); serve --pull: exit {p.returncode} after {served:.2f} s")
+
+
+@case
+def two_pulls_of_one_repository_keep_each_blob_true_to_its_name():
+    home = fresh_home("two-pulls")
+    shard = "model-00002-of-00003.safetensors"
+    data = open(os.path.join(ROOT, "test-org", "memorise", shard), "rb").read()
+    sha = hashlib.sha256(data).hexdigest()
+    blobs = os.path.join(repo_dir(home, "test-org/memorise"), "blobs")
+    MIRROR.control({"ignore_range": True, "throttle": {"bytes_per_second": 400_000}})
+    args = [SEXTANT, "pull", "test-org/memorise", "--include", shard]
+    first = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env(home))
+    partial = os.path.join(blobs, sha + ".partial")
+    deadline = time.time() + 30
+    while time.time() < deadline and not (os.path.exists(partial) and os.path.getsize(partial) > 0.6 * len(data)):
+        time.sleep(0.01)
+    second = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env(home))
+    # The blob, the moment it has its name: its bytes must be the file's.
+    at_first_sight = None
+    deadline = time.time() + 60
+    while time.time() < deadline and at_first_sight is None:
+        if os.path.exists(os.path.join(blobs, sha)):
+            at_first_sight = hashlib.sha256(open(os.path.join(blobs, sha), "rb").read()).hexdigest()
+        elif first.poll() is not None and second.poll() is not None:
+            break
+        time.sleep(0.002)
+    out1, err1 = first.communicate(timeout=60)
+    out2, err2 = second.communicate(timeout=60)
+    err1, err2 = err1.decode(errors="replace"), err2.decode(errors="replace")
+    MIRROR.control({"throttle": None})
+    assert at_first_sight == sha, f"the blob appeared as {at_first_sight} (not its name {sha[:12]}); " \
+                                  f"now: {blob_mismatches(blobs)}"
+    assert not blob_mismatches(blobs), blob_mismatches(blobs)
+    assert first.returncode == 0 and second.returncode == 0, (first.returncode, err1[-1500:], second.returncode,
+                                                              err2[-1500:])
+    assert "waiting" in err2, err2[-1500:]
+    gets = resolve_gets(MIRROR.stats(), shard)
+    assert len(gets) == 1, [g["range"] for g in gets]
+    snap, _ = snapshot(home, "test-org/memorise")
+    assert open(os.path.join(snap, shard), "rb").read() == data
+    print(f"  the second pull: {[ln for ln in err2.splitlines() if 'waiting' in ln][0][:200]}; then "
+          f"{out2.decode().strip().splitlines()[0][:120]}; the blob hashed to its name when it appeared; 1 request")
+
+
+class Listener:
+    """A TCP port that records who connects (an FTP server's banner, then silence)."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port, self.connections = self.sock.getsockname()[1], 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            try:
+                c.sendall(b"220 hub_mirror ftp\r\n")
+            except OSError:
+                pass
+
+    def close(self):
+        self.sock.close()
+
+
+@case
+def redirects_to_other_protocols_are_refused_once():
+    ftp = Listener()
+    said = []
+    try:
+        for where, location in (("file", f"ftp://127.0.0.1:{ftp.port}/config.json"),
+                                ("file", "file:///etc/passwd"),
+                                ("file", f"gopher://127.0.0.1:{ftp.port}/1"),
+                                ("listing", f"ftp://127.0.0.1:{ftp.port}/listing")):
+            home = fresh_home("redirect")
+            path = "test-org/memorise/config.json" if where == "file" else "test-org/memorise"
+            MIRROR.control({"redirect": {"path": path, "location": location}})
+            t0 = time.time()
+            rc, out, err = pull(home, "test-org/memorise", "--include", "config.json", check=False, timeout=60)
+            took = time.time() - t0
+            scheme = location.split(":")[0]
+            asked = [r for r in MIRROR.stats()["requests"] if r["status"] == 302]
+            assert rc != 0 and f"{scheme}://" in err and "not follow" in err, (location, err[-1500:])
+            assert len(asked) == 1 and took < 10, (location, len(asked), took, err[-1500:])
+            said.append(f"{scheme} ({where}): {took:.2f} s, 1 request")
+        assert ftp.connections == 0, f"{ftp.connections} connection(s) to the ftp:// port"
+    finally:
+        ftp.close()
+    line = [ln for ln in err.splitlines() if "not follow" in ln][-1]
+    print(f"  redirects: {'; '.join(said)}; no connection to the ftp port\n  {line[:300]}")
+
+
+@case
+def a_listing_with_a_path_outside_the_repository_gets_advice_that_helps():
+    home = fresh_home("hostile-listing")
+    body = json.dumps({"sha": "1" * 40, "siblings": [{"rfilename": "../../escape.json", "size": 2,
+                                                      "blobId": "2" * 40}]})
+    MIRROR.control({"listing": {"repo": "test-org/memorise", "body": body}})
+    rc, out, err = pull(home, "test-org/memorise", check=False)
+    assert rc != 0 and "outside the repository" in err, err[-1500:]
+    assert "download or copy it again" not in err, err[-1500:]
+    assert "another endpoint" in err, err[-1500:]
+    assert not resolve_gets(MIRROR.stats())
+    print(f"  {[ln for ln in err.splitlines() if 'cause' in ln][-1][:300]}")
+
+
+@case
+def a_full_disk_is_the_error_itself_not_a_retry():
+    home = fresh_home("full")
+    shard = "model-00001-of-00003.safetensors"
+    hub = os.path.join(home, "hub")
+    os.makedirs(hub)
+    mounted = os.geteuid() == 0 and subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", hub],
+                                                   capture_output=True).returncode == 0
+    limit = None
+    if not mounted:  # no tmpfs: a file size limit fails the same fwrite (EFBIG)
+        def limit():
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+    try:
+        rc, out, err = pull(home, "test-org/memorise", "--include", shard, check=False, timeout=60, preexec_fn=limit)
+    finally:
+        if mounted:
+            subprocess.run(["umount", hub], check=True)
+    why = "No space left on device" if mounted else "File too large"
+    gets = resolve_gets(MIRROR.stats(), shard)
+    assert rc != 0 and why in err and ".partial" in err, err[-1500:]
+    assert len(gets) == 1, (len(gets), err[-1500:])
+    assert not mounted or "free space" in err, err[-1500:]  # the catalogue's cause and fix
+    print(f"  {'a 1 MiB tmpfs' if mounted else 'RLIMIT_FSIZE 1 MiB'}: 1 request, then "
+          f"{[ln for ln in err.splitlines() if why in ln][-1][:300]}")
+
+
+@case
+def a_revision_that_leaves_the_cache_is_refused():
+    home = fresh_home("revision")
+    MIRROR.control({"any_revision": True})
+    said = []
+    for rev in ("../../../escaped", "a/../../b", "main\n", "/abs", "a\\b"):
+        rc, out, err = pull(home, "test-org/memorise", "--revision", rev, check=False)
+        assert rc == 2 and "--revision" in err, (rev, rc, err[-1500:])
+        said.append(err.strip().splitlines()[-1])
+    assert not MIRROR.stats()["requests"], MIRROR.stats()["requests"][:2]
+    assert not os.path.exists(os.path.join(home, "escaped")), os.listdir(home)
+    pull(home, "test-org/memorise", "--revision", "refs/pr/1", "--include", "config.json")
+    assert os.path.isfile(os.path.join(repo_dir(home, "test-org/memorise"), "refs", "refs", "pr", "1"))
+    print(f"  ../../../escaped, a/../../b, a newline, /abs, a backslash: refused before any request, exit 2 "
+          f"({said[0][:200]}); refs/pr/1 accepted")
 
 
 daemon_harness.run_cases("SX_PULL_ONLY")
