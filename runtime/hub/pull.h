@@ -14,6 +14,9 @@
 // it hashed on disk, gives the SHA-256 the hub publishes for it. Every other file that looks
 // complete (a blob left by another tool, another pull or an older Sextant; a small git file) is
 // hashed on disk under its lock by download() and kept when it matches, fetched again when not.
+// (A SHA256SUMS written by a Sextant from before this rule, which hashed bytes in flight, is taken
+// at its word too; `sextant inspect --verify-checksums` re-hashes a snapshot, and `sextant rm`
+// then a pull fetches it again.)
 // Concurrent pulls of one repository on one cache (or into one folder) are safe: each file is
 // fetched under its BlobLock (huggingface_hub's .locks/ in the cache), so a second pull waits
 // ("another download holds ...; waiting for it") and then finds the file done; SHA256SUMS and refs

@@ -35,9 +35,9 @@ import glob
 import hashlib
 import json
 import os
+import resource
 import shutil
 import signal
-import resource
 import socket
 import subprocess
 import sys
@@ -431,8 +431,8 @@ def blob_mismatches(blobs):
         data = open(x, "rb").read()
         got = hashlib.sha256(data).hexdigest() if len(name) == 64 else git_blob_id(data)
         if got != name:
-            zeros = len(data) - len(data.lstrip(b"\0")) if data[:1] == b"\0" else data.count(b"\0" * 4096) * 4096
-            bad.append(f"{name[:12]}: {got[:12]} ({len(data)} bytes, ~{zeros} in runs of zeros)")
+            zeros = data.count(b"\0" * 4096) * 4096
+            bad.append(f"{name[:12]}: {got[:12]} ({len(data)} bytes, ~{zeros} of them in runs of zeros)")
     return bad
 
 
