@@ -407,6 +407,9 @@ std::vector<Field> build_fields() {
   v.push_back(int_field("limits.max_stop_strings", SX_AT(limits.max_stop_strings), 0, 1024));
   v.push_back(int_field("limits.max_n", SX_AT(limits.max_n), 1, 1024));
   v.push_back(int_field("limits.max_prompt_tokens", SX_AT(limits.max_prompt_tokens), 0, Int{1} << 24));
+  v.push_back(int_field("limits.grammar_compile_timeout_ms", SX_AT(limits.grammar_compile_timeout_ms), 1, kMaxInt));
+  v.push_back(int_field("limits.grammar_compile_threads", SX_AT(limits.grammar_compile_threads), 1, 64));
+  v.push_back(int_field("limits.max_queued_grammar_compiles", SX_AT(limits.max_queued_grammar_compiles), 0, 1 << 20));
   // log
   v.push_back(enum_field<LogFormat>("log.format", SX_AT(log.format),
                                     {{"text", LogFormat::kText}, {"json", LogFormat::kJson}}));

@@ -105,6 +105,12 @@ struct LimitsSection {
   std::int64_t max_stop_strings = 16;     // stop strings one request may give
   std::int64_t max_n = 8;                 // completions one request may ask for
   std::int64_t max_prompt_tokens = 0;     // 0 = engine.max_model_len
+  // Structured output: the time one grammar compile may take (past it: a 400 naming the field),
+  // the threads that compile (their own, never the pool that tokenizes; read at start) and the
+  // compiles that may wait for one (past it: a 429).
+  std::int64_t grammar_compile_timeout_ms = 10000;
+  std::int64_t grammar_compile_threads = 2;
+  std::int64_t max_queued_grammar_compiles = 16;
   bool operator==(const LimitsSection&) const = default;
 };
 

@@ -140,12 +140,20 @@ int Daemon::run() {
   }
   auto loaded = loop::AsyncQueue<Loaded>::create(&loop_, [this](Loaded l) { on_loaded(std::move(l)); });
   auto events = loop::AsyncQueue<EngineEvent>::create(&loop_, [this](EngineEvent e) { on_event(std::move(e)); });
-  if (!loaded.ok() || !events.ok()) {
-    log_error("serve: failed in phase loop: {}", (!loaded.ok() ? loaded.status() : events.status()).to_string());
+  auto compiled = loop::AsyncQueue<std::unique_ptr<TokenizeWork>>::create(
+      &loop_, [this](std::unique_ptr<TokenizeWork> w) {
+        if (w == nullptr) return compiled_->close();  // stop_compiles: the last of them came back
+        start_generate(std::move(*w), 0);
+      });
+  if (!loaded.ok() || !events.ok() || !compiled.ok()) {
+    log_error("serve: failed in phase loop: {}",
+              (!loaded.ok() ? loaded.status() : !events.ok() ? events.status() : compiled.status()).to_string());
     return 1;
   }
   loaded_queue_ = std::move(loaded).value();
   events_ = std::move(events).value();
+  compiled_ = std::move(compiled).value();
+  compiles_ = std::make_unique<CompilePool>(static_cast<int>(config_.limits.grammar_compile_threads));
   start_signals();
   {
     char path[4096];
@@ -469,6 +477,7 @@ void Daemon::close_everything() {
   if (admin_) admin_->stop([] {});
   for (loop::Signal& s : signals_) s.close();
   drain_timer_.close();
+  stop_compiles(/*close_queue=*/false);  // what they held comes back through compiled_ (closed below)
   if (loader_.joinable()) {
     // The loader still runs (a failure elsewhere): let its result arrive, then close the queue.
     return;
@@ -477,6 +486,7 @@ void Daemon::close_everything() {
   for (const auto& r : all_replicas()) r->stop();
   successor_.reset();  // its handles close; the process (if it is the daemon now) runs on
   if (events_) events_->close();
+  stop_compiles(/*close_queue=*/true);
 }
 
 }  // namespace detail

@@ -5,8 +5,9 @@
 //   requests.cpp     the OpenAI routes: a request's parse and prompt on the thread pool, routing to a
 //                    replica, engine events, streamed and whole responses, retries, cancellation
 //   status.cpp       /health, ctl status and the admin commands
-// Everything runs on the loop thread except TokenizeWork::run (libuv's thread pool) and the loader
-// thread of load_in_background.
+// Everything runs on the loop thread except TokenizeWork::run (libuv's thread pool),
+// TokenizeWork::compile (the compile pool's threads, compile_pool.h) and the loader thread of
+// load_in_background.
 #pragma once
 
 #include <uv.h>
@@ -42,6 +43,7 @@
 #include "daemon/openai/response.h"
 #include "daemon/openai/utility.h"
 #include "daemon/replicas/replica.h"
+#include "daemon/serve/compile_pool.h"
 #include "daemon/serve/handover.h"
 #include "daemon/serve/metrics.h"
 #include "daemon/serve/start_log.h"
@@ -160,6 +162,9 @@ class Daemon;
 // thread pool: a body of up to http.max_body_bytes never costs the loop thread its parse. When a
 // reload put another generation in service meanwhile, the parsed request is tokenized again with
 // the new generation's tokenizer (`parsed` set: run() skips the parse).
+// A request with a format (structured output, a forced tool call) then has it compiled on the
+// compile pool (compile(); the loop hands it over, its answer comes back through the loop's
+// compiled_ queue): libuv's pool, which every request needs, never waits for a compile.
 struct TokenizeWork {
   uv_work_t req;
   Daemon* self = nullptr;
@@ -172,9 +177,14 @@ struct TokenizeWork {
   openai::GenerateRequest request;       // out
   std::vector<std::int32_t> prompt;      // out
   std::vector<std::int32_t> script;      // out: request.test_script's tokens
-  std::shared_ptr<const chat::CompiledFormat> format;  // out: the answer's grammar (null: free)
+  bool needs_format = false;  // out of run(): a format to compile (compile() not run yet)
+  std::shared_ptr<const chat::CompiledFormat> format;  // out of compile(): the answer's grammar
   std::optional<openai::ApiError> error;  // out
-  void run();  // thread pool
+  void run();  // libuv's thread pool
+  // The compile pool: the format within `budget` (its timeout, for the message too), or the error.
+  void compile(const chat::CompileBudget& budget);
+  // tool_choice "required" or named, with tools shown: the answer is a call held to their schemas.
+  bool call_required() const;
 };
 
 class Daemon {
@@ -236,6 +246,12 @@ class Daemon {
   // /tokenize, /detokenize, /apply-template (openai/utility.h), on the thread pool.
   void handle_utility(openai::UtilityEndpoint endpoint, http::Request request, http::ResponderPtr responder);
   void queue_tokenize(std::unique_ptr<TokenizeWork> work);
+  // Hands a tokenized request's format to the compile pool (a 429 when limits.
+  // max_queued_grammar_compiles wait already); it returns to start_generate through compiled_.
+  void queue_compile(std::unique_ptr<TokenizeWork> work);
+  // Shutdown: the compile pool stops (what it still holds comes back to the loop at once, and is
+  // answered); then, with `close_queue`, the queue that brings compiles back closes behind them.
+  void stop_compiles(bool close_queue);
   friend struct TokenizeWork;
   // Loop thread, after the prompt was tokenized (status: the work request's, UV_ECANCELED if cancelled).
   void start_generate(TokenizeWork work, int status);
@@ -317,6 +333,10 @@ class Daemon {
   std::unordered_map<std::uint64_t, std::unique_ptr<Active>> active_;
   std::uint64_t next_key_ = 1;
   ServeMetrics metrics_;
+  // Structured output's compiles: requests come back from the pool through compiled_. Declared
+  // last: the pool's threads are joined first, while what their jobs use is still alive.
+  std::unique_ptr<loop::AsyncQueue<std::unique_ptr<TokenizeWork>>> compiled_;
+  std::unique_ptr<CompilePool> compiles_;
 };
 
 }  // namespace sx::daemon::serve::detail

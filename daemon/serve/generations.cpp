@@ -94,6 +94,7 @@ void Daemon::on_loaded(Loaded l) {
     if (reload) reload_reply_(unavailable_error("the daemon is shutting down"));
     loaded_queue_->close();
     events_->close();
+    stop_compiles(/*close_queue=*/true);
     return;
   }
   if (reload) {

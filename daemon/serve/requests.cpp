@@ -233,6 +233,82 @@ void Daemon::queue_tokenize(std::unique_ptr<TokenizeWork> work) {
   (void)work.release();  // owned by the work request until its after-work callback
 }
 
+namespace {
+
+// The answer to a request whose compile stopped because its client left (no one reads it) or the
+// server stops.
+openai::ApiError cancelled() {
+  openai::ApiError err;
+  err.status = 503;
+  err.type = "service_unavailable";
+  err.message = "the request was cancelled: its client left, or the server is stopping";
+  return err;
+}
+
+// A request's format on a compile pool thread, then back to the loop through `done`. The budget:
+// limits.grammar_compile_timeout_ms, and a stop when the client leaves (Responder::closed may be
+// read from any thread) or the pool stops.
+class CompileJob final : public CompilePool::Job {
+ public:
+  CompileJob(std::unique_ptr<TokenizeWork> work, loop::AsyncQueue<std::unique_ptr<TokenizeWork>>::Sender done,
+             std::chrono::milliseconds timeout)
+      : work_(std::move(work)), done_(std::move(done)), timeout_(timeout) {}
+
+  void run(const std::atomic<bool>& stopping) override {
+    chat::CompileBudget budget;
+    budget.timeout = timeout_;
+    const http::ResponderPtr& responder = work_->responder;
+    budget.cancelled = [&stopping, &responder] { return stopping.load() || responder->closed(); };
+    if (!budget.cancelled()) {
+      work_->compile(budget);
+    } else {  // a client that left while its compile waited costs nothing
+      work_->error = cancelled();
+    }
+    // Refused only once the loop closed the queue, which it does after stopping the pool: never.
+    (void)done_.push(std::move(work_));
+  }
+
+ private:
+  std::unique_ptr<TokenizeWork> work_;
+  loop::AsyncQueue<std::unique_ptr<TokenizeWork>>::Sender done_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace
+
+void Daemon::queue_compile(std::unique_ptr<TokenizeWork> work) {
+  http::ResponderPtr responder = work->responder;
+  Status queued = compiles_ && compiled_ ? ok_status() : unavailable_error("the server is stopping");
+  if (queued.ok()) {
+    queued = compiles_->submit(std::make_unique<CompileJob>(std::move(work), compiled_->sender(),
+                                                            std::chrono::milliseconds(
+                                                                config_.limits.grammar_compile_timeout_ms)),
+                               static_cast<std::size_t>(config_.limits.max_queued_grammar_compiles));
+  }
+  if (queued.ok()) return;
+  openai::ApiError err;
+  if (queued.code() == StatusCode::kResourceExhausted) {
+    err.status = 429;
+    err.type = "rate_limit_error";
+    err.message = fmt::format("{} (limits.max_queued_grammar_compiles = {}); retry later", queued.message(),
+                              config_.limits.max_queued_grammar_compiles);
+    ++metrics_.http_rejected_busy;
+  } else {
+    err.status = 503;
+    err.type = "service_unavailable";
+    err.message = std::string(queued.message());
+  }
+  send_error(responder, err);
+}
+
+void Daemon::stop_compiles(bool close_queue) {
+  if (compiles_) compiles_->stop();
+  // The pool's jobs have all come back into compiled_: each is answered (503: stopping; an unanswered
+  // request would keep its connection, and the HTTP server, open) before the null behind them closes
+  // the queue.
+  if (close_queue && compiled_ && !compiled_->closed()) (void)compiled_->push(nullptr);
+}
+
 chat::Grammars* Generation::grammars(std::string* error) const {
   std::call_once(grammars_once_, [this] {
     try {
@@ -301,12 +377,20 @@ void TokenizeWork::run() {
   } else {
     prompt = tok->encode(req.prompt_text);
   }
-  // Structured output: the format compiled (xgrammar caches it) before the request is queued, so
-  // a format that cannot be compiled is a 400 and the engine only ever asks for masks.
-  const bool call_required = request.tool_syntax != chat::ToolSyntax::kNone &&
-                             (req.tool_choice == openai::ToolChoice::kRequired ||
-                              req.tool_choice == openai::ToolChoice::kNamed);
-  if (req.output_format.kind == chat::OutputFormat::Kind::kText && !call_required) return;
+  // Structured output: the format is compiled next, on the compile pool (compile()).
+  needs_format = req.output_format.kind != chat::OutputFormat::Kind::kText || call_required();
+}
+
+bool TokenizeWork::call_required() const {
+  return request.tool_syntax != chat::ToolSyntax::kNone && (request.tool_choice == openai::ToolChoice::kRequired ||
+                                                            request.tool_choice == openai::ToolChoice::kNamed);
+}
+
+void TokenizeWork::compile(const chat::CompileBudget& budget) {
+  // The format compiled (xgrammar caches it) before the request is queued, so a format that cannot
+  // be compiled is a 400 and the engine only ever asks for masks.
+  const openai::GenerateRequest& req = request;
+  const bool call_required = this->call_required();
   std::string why;
   chat::Grammars* grammars = generation->grammars(&why);
   if (grammars == nullptr) {
@@ -322,12 +406,24 @@ void TokenizeWork::run() {
                                                                req.tool_choice == openai::ToolChoice::kNamed
                                                                    ? req.tool_choice_name
                                                                    : std::string(),
-                                                               close_thinking)
-                                : grammars->compile(req.output_format, close_thinking);
+                                                               close_thinking, budget)
+                                : grammars->compile(req.output_format, close_thinking, budget);
   if (!compiled.ok()) {
     error = openai::ApiError{};
     error->param = call_required ? "tools" : req.output_format.param;
     error->message = std::string(compiled.status().message());
+    switch (compiled.status().code()) {
+      case StatusCode::kDeadlineExceeded:
+        error->code = "grammar_compile_timeout";
+        error->message += fmt::format(" (limits.grammar_compile_timeout_ms = {})", budget.timeout.count());
+        break;
+      case StatusCode::kCancelled: error = cancelled(); break;
+      case StatusCode::kUnavailable:
+        error->status = 503;
+        error->type = "service_unavailable";
+        break;
+      default: break;
+    }
     return;
   }
   format = *compiled;
@@ -341,12 +437,19 @@ void Daemon::start_generate(TokenizeWork w, int status) {
   // The state may have changed while the prompt was tokenized.
   if (status != 0 || state_ != State::kReady) return refuse_not_ready(responder);
   if (w.generation != current_) {
-    // A reload put another generation in service meanwhile: its tokenizer makes the prompt.
+    // A reload put another generation in service meanwhile: its tokenizer makes the prompt (and its
+    // vocabulary the format's grammar).
     auto again = std::make_unique<TokenizeWork>(std::move(w));
     again->generation = current_;
     again->responder = std::move(responder);
     again->prompt.clear();
+    again->format.reset();
     return queue_tokenize(std::move(again));
+  }
+  if (w.needs_format && !w.format) {  // tokenized: the format's compile comes next
+    auto next = std::make_unique<TokenizeWork>(std::move(w));
+    next->responder = std::move(responder);
+    return queue_compile(std::move(next));
   }
   openai::GenerateRequest& req = w.request;
   const openai::Endpoint endpoint = req.endpoint;

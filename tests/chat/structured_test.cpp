@@ -204,7 +204,7 @@ TEST_F(StructuredTest, An800DeepSchemaCompilesInWellUnderASecond) {
   auto r = grammars_->compile(schema(deep));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_TRUE(r.ok()) << r.status().to_string();
-  EXPECT_LT(s, 3.0);  // about 0.1 s here; slack for a sanitizer build and a busy machine
+  EXPECT_LT(s, 5.0);  // about 0.3 s here; slack for a sanitizer build and a busy machine
 }
 
 }  // namespace

@@ -5,17 +5,22 @@ to a response_format json_schema request parses and validates against its schema
 package), 200 requests over 20 schemas, 16 at a time, sampled at temperature 1 with their own seeds;
 vLLM's structured_outputs (json, regex, choice, grammar, json_object) likewise; tool_choice
 "required" and named give a call of a listed tool whose arguments validate against its parameters,
-in the hermes and the XML syntax; a format that cannot be compiled is a 400 naming the field.
+in the hermes and the XML syntax; a format that cannot be compiled, or that matches no text, is a 400
+naming the field. Compiles (issue 53) run on threads of their own within limits.grammar_compile_
+timeout_ms: four compile bombs leave a plain completion its sub-second answer; a compile whose client
+left stops; a full compile queue is a 429.
 Usage: structured_output_test.py SEXTANT_BINARY TEMPLATES_DIR TOKENIZER_JSON."""
 import concurrent.futures
 import json
 import os
 import re
 import sys
+import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import daemon_harness  # noqa: E402
-from daemon_harness import Daemon, case, post  # noqa: E402
+from daemon_harness import Daemon, case, get, post  # noqa: E402
 
 import jsonschema  # noqa: E402
 import openai  # noqa: E402
@@ -266,6 +271,182 @@ def a_format_that_cannot_be_compiled_is_a_400_naming_it():
         e = err({"response_format": {"type": "xml"}})
         assert e["param"] == "response_format.type", e
         print("  a dangling $ref, a bad regex, an undefined rule, two formats, a 70 KB schema: 400s naming the field")
+    finally:
+        d.stop()
+
+
+def bomb(k, rules=1400):
+    """An EBNF grammar (37 KB) whose compile takes minutes on a 151k vocabulary (every state's mask
+    walks each token through a chain of `rules` rules that almost any byte continues); `k` makes each
+    one different (xgrammar's cache would share one)."""
+    lines = ["root ::= r0"]
+    for i in range(rules):
+        c = chr(97 + (i + k) % 26)
+        lines.append(f"r{i} ::= [^{c}]* r{i + 1} | [{c}]")
+    lines.append(f'r{rules} ::= "x{k}"')
+    return "\n".join(lines)
+
+
+def leave_after(d, body, seconds):
+    """Sends a chat request and closes the connection after `seconds` without reading the answer."""
+    import socket
+    payload = json.dumps(body).encode()
+    s = socket.create_connection(("127.0.0.1", d.port))
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+    time.sleep(seconds)
+    s.close()
+
+
+def plain_completion(d):
+    """A 4-token completion without a format: its latency in seconds."""
+    t0 = time.time()
+    status, text = post(d.port, "/v1/completions", {"model": NAME, "prompt": "hello", "max_tokens": 4,
+                                                     "temperature": 0, "ignore_eos": True}, timeout=120)
+    assert status == 200, (status, text)
+    return time.time() - t0
+
+
+@case
+def four_compile_bombs_beside_a_plain_completion():
+    # Issue 53 item 5: four compiles that would take minutes held libuv's four pool threads, which
+    # every request's tokenization needs: an unrelated 4-token completion waited for 112 s. They run
+    # on threads of their own now, stop at limits.grammar_compile_timeout_ms (a 400 naming the
+    # field), and stop when their client leaves.
+    d = start("--set", "limits.grammar_compile_timeout_ms=3000")
+    try:
+        plain_completion(d)  # warm
+        answers = {}
+
+        def waiting(k):
+            t0 = time.time()
+            answers[k] = (*post(d.port, "/v1/chat/completions", {
+                "model": NAME, "messages": MESSAGES, "max_tokens": 8,
+                "structured_outputs": {"grammar": bomb(k)}}, timeout=120), time.time() - t0)
+
+        threads = [threading.Thread(target=waiting, args=(k,)) for k in (0, 1)]
+        threads += [threading.Thread(target=leave_after, args=(d, {
+            "model": NAME, "messages": MESSAGES, "max_tokens": 8, "structured_outputs": {"grammar": bomb(k)}}, 1.0))
+            for k in (2, 3)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)  # the four are parsed, tokenized and compiling or queued
+        latencies = [plain_completion(d) for _ in range(3)]
+        status, health = get(d.port, "/health")
+        for t in threads:
+            t.join()
+        assert max(latencies) < 1.0, latencies
+        assert status == 200, (status, health)
+        for k in (0, 1):
+            code, text, took = answers[k]
+            assert code == 400, (code, text)
+            e = json.loads(text)["error"]
+            assert e["param"] == "structured_outputs.grammar" and e["code"] == "grammar_compile_timeout", e
+            assert "did not compile within 3000 ms" in e["message"], e
+            assert "limits.grammar_compile_timeout_ms" in e["message"], e
+            assert took < 12, took  # 3 s each on two threads; the left clients' compiles stopped at once
+        # The bombs are gone: a small schema compiles and answers at once.
+        t0 = time.time()
+        r = client_of(d).chat.completions.create(
+            model=NAME, messages=MESSAGES, max_tokens=20, temperature=0,
+            response_format={"type": "json_schema", "json_schema": {"name": "n", "schema": SCHEMAS[13]}})
+        jsonschema.validate(json.loads(r.choices[0].message.content), SCHEMAS[13])
+        print(f"  4 bombs (2 waiting: 400 after {answers[0][2]:.1f} s and {answers[1][2]:.1f} s, 2 left): plain "
+              f"4-token completions answered in {', '.join(f'{x:.2f}' for x in latencies)} s; /health ok; a small "
+              f"schema after them in {time.time() - t0:.2f} s")
+    finally:
+        d.stop()
+
+
+@case
+def a_compile_whose_client_left_stops_and_a_full_compile_queue_is_a_429():
+    d = start("--set", "limits.grammar_compile_threads=1", "--set", "limits.max_queued_grammar_compiles=1",
+              "--set", "limits.grammar_compile_timeout_ms=120000")
+    try:
+        small = {"model": NAME, "messages": MESSAGES, "max_tokens": 20, "temperature": 0,
+                 "response_format": {"type": "json_schema", "json_schema": {"schema": SCHEMAS[13]}}}
+        # The only compile thread takes a bomb whose client leaves after 1 s: the compile stops, and
+        # the small schema behind it waits about that long, not the 120 s budget.
+        t0 = time.time()
+        left = threading.Thread(target=leave_after, args=(d, {
+            "model": NAME, "messages": MESSAGES, "structured_outputs": {"grammar": bomb(10)}}, 1.0))
+        left.start()
+        time.sleep(0.3)
+        status, text = post(d.port, "/v1/chat/completions", small, timeout=120)
+        waited = time.time() - t0
+        left.join()
+        assert status == 200, (status, text)
+        assert waited < 10, waited
+        # One bomb compiles, one waits: a third is refused at once, naming the limit.
+        leavers = [threading.Thread(target=leave_after, args=(d, {
+            "model": NAME, "messages": MESSAGES, "structured_outputs": {"grammar": bomb(k)}}, 3.0)) for k in (11, 12)]
+        for t in leavers:
+            t.start()
+            time.sleep(0.3)
+        t1 = time.time()
+        status, text = post(d.port, "/v1/chat/completions", {
+            "model": NAME, "messages": MESSAGES, "structured_outputs": {"grammar": bomb(13)}})
+        refused_in = time.time() - t1
+        assert status == 429, (status, text)
+        e = json.loads(text)["error"]
+        assert e["type"] == "rate_limit_error" and "limits.max_queued_grammar_compiles = 1" in e["message"], e
+        assert refused_in < 1.0, refused_in
+        # Plain requests never wait for them.
+        latency = plain_completion(d)
+        assert latency < 1.0, latency
+        for t in leavers:
+            t.join()
+        # Both left: the queue drains at once, and the small schema is served again.
+        t2 = time.time()
+        status, text = post(d.port, "/v1/chat/completions", small, timeout=120)
+        assert status == 200 and time.time() - t2 < 10, (status, text, time.time() - t2)
+        # A shutdown while a bomb compiles stops it: its client gets a 503, and the daemon exits cleanly.
+        shut = {}
+        pending = threading.Thread(target=lambda: shut.update(answer=post(d.port, "/v1/chat/completions", {
+            "model": NAME, "messages": MESSAGES, "structured_outputs": {"grammar": bomb(14)}}, timeout=120)))
+        pending.start()
+        time.sleep(0.5)
+        t3 = time.time()
+        rc, _ = d.stop()
+        pending.join()
+        assert rc == 0 and time.time() - t3 < 10, (rc, time.time() - t3)
+        assert shut["answer"][0] == 503 and b"the server is stopping" in shut["answer"][1], shut
+        print(f"  a left client's compile stopped (the next compile waited {waited:.1f} s, not 120); a third bomb "
+              f"refused in {refused_in * 1000:.0f} ms with a 429; a plain completion beside them in {latency:.2f} s; "
+              f"a shutdown during a compile took {time.time() - t3:.1f} s")
+    finally:
+        if d.proc.poll() is None:
+            d.stop()
+
+
+@case
+def a_schema_that_matches_nothing_is_a_400_and_min_items_without_items_is_served():
+    # Issue 53 item 7: each $ref leads only to the other; the answer was 200, empty, "stop".
+    # Item 9: xgrammar's strict mode refused {"type": "array", "minItems": 1} as unsatisfiable.
+    d = start()
+    try:
+        status, text = post(d.port, "/v1/chat/completions", {
+            "model": NAME, "messages": MESSAGES, "response_format": {"type": "json_schema", "json_schema": {
+                "name": "loop", "schema": {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/b"},
+                                                                          "b": {"$ref": "#/$defs/a"}}}}}})
+        assert status == 400, (status, text)
+        e = json.loads(text)["error"]
+        assert e["param"] == "response_format.json_schema.schema" and "no text matches it" in e["message"], e
+        client = client_of(d)
+        stopped = 0
+        for seed in range(3):
+            r = client.chat.completions.create(
+                model=NAME, messages=MESSAGES, temperature=1.0, seed=seed, max_tokens=200,
+                response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": {
+                    "type": "array", "minItems": 1}}})
+            text = r.choices[0].message.content
+            assert text.startswith("[") and not text.replace(" ", "").startswith("[]"), text
+            if r.choices[0].finish_reason == "stop":
+                value = json.loads(text)
+                assert isinstance(value, list) and len(value) >= 1, text
+                stopped += 1
+        print(f"  a $ref cycle: 400 naming the field ({e['message'][:60]}...); minItems 1 without items: 3 answers "
+              f"that start an array with an item, {stopped} whole")
     finally:
         d.stop()
 

@@ -76,6 +76,9 @@ TEST(ServeConfigDefaults, MatchTheDocumentedValues) {
   EXPECT_EQ(c.limits.max_stop_strings, 16);
   EXPECT_EQ(c.limits.max_n, 8);
   EXPECT_EQ(c.limits.max_prompt_tokens, 0);
+  EXPECT_EQ(c.limits.grammar_compile_timeout_ms, 10000);
+  EXPECT_EQ(c.limits.grammar_compile_threads, 2);
+  EXPECT_EQ(c.limits.max_queued_grammar_compiles, 16);
   EXPECT_EQ(c.log.format, LogFormat::kText);
   EXPECT_EQ(c.log.level, LogLevel::kInfo);
   EXPECT_TRUE(validate(c, {.require_model = false}).ok());
