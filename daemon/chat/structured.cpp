@@ -404,7 +404,10 @@ Result<std::shared_ptr<const CompiledFormat>> Grammars::compile_tool_call(ToolSy
     const std::string head = std::string(close_thinking ? kCloseThinking : "") +
                              (syntax == ToolSyntax::kHermes ? hermes_head(fn) : xml_head(fn, parameters_of(t)));
     const std::string param = fmt::format("tools[{}].function.parameters", called[c]);
-    auto ok = interrupts.run<bool>(param, [&] { return impl_->can_continue(*compiled, head); });
+    auto ok = interrupts.run<bool>(param, [&] {
+      xgrammar::CheckCompileInterrupt();  // between tools: a mask each
+      return impl_->can_continue(*compiled, head);
+    });
     if (!ok.ok()) return ok.status();
     if (!*ok) return invalid_argument_error("{}", no_answer(param));
   }

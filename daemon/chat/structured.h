@@ -49,7 +49,7 @@ inline constexpr std::size_t kMaxFormatBytes = std::size_t{1} << 16;
 
 // What one compile may spend. xgrammar's compiler is patched to call back (the xgrammar wrap's
 // xgrammar-compile-interrupt.patch) between a schema's nodes, between its optimizer's passes,
-// before each parser state whose token mask it computes and every 1024 tokens within one: a compile
+// before each parser state whose token mask it computes and every 128 tokens within one: a compile
 // stops within milliseconds of its deadline or its cancellation.
 struct CompileBudget {
   // The time the compile may take; zero or less: no limit.

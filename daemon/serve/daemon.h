@@ -246,8 +246,9 @@ class Daemon {
   // /tokenize, /detokenize, /apply-template (openai/utility.h), on the thread pool.
   void handle_utility(openai::UtilityEndpoint endpoint, http::Request request, http::ResponderPtr responder);
   void queue_tokenize(std::unique_ptr<TokenizeWork> work);
-  // Hands a tokenized request's format to the compile pool (a 429 when limits.
-  // max_queued_grammar_compiles wait already); it returns to start_generate through compiled_.
+  // Hands a tokenized request's format to the compile pool (a 429 when as many compiles as
+  // limits.max_queued_grammar_compiles wait already); it comes back to start_generate through
+  // compiled_.
   void queue_compile(std::unique_ptr<TokenizeWork> work);
   // Shutdown: the compile pool stops (what it still holds comes back to the loop at once, and is
   // answered); then, with `close_queue`, the queue that brings compiles back closes behind them.
