@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <minja.hpp>
 
+#include "runtime/base/json_parse.h"
 #include "runtime/base/regular_file.h"
 
 namespace sx::chat {
@@ -292,11 +293,14 @@ Status parse_tool_call_arguments(nlohmann::ordered_json& messages) {
       if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
       auto& fn = call["function"];
       if (!fn.contains("arguments") || !fn["arguments"].is_string()) continue;
-      auto parsed = nlohmann::ordered_json::parse(fn["arguments"].get<std::string>(), nullptr, /*allow_exceptions=*/false);
-      if (parsed.is_discarded() || !parsed.is_object()) {
+      auto parsed = parse_json_within<nlohmann::ordered_json>(fn["arguments"].get<std::string>(), JsonLimits{});
+      if (parsed.over_limits) {
+        return invalid_argument_error("messages[{}].tool_calls[{}].function.arguments {}", i, j, parsed.error);
+      }
+      if (!parsed.ok() || !parsed.value.is_object()) {
         return invalid_argument_error("messages[{}].tool_calls[{}].function.arguments is not a JSON object", i, j);
       }
-      fn["arguments"] = std::move(parsed);
+      fn["arguments"] = std::move(parsed.value);
     }
   }
   return ok_status();

@@ -4,11 +4,21 @@
 #include <algorithm>
 #include <utility>
 
+#include "runtime/base/json_parse.h"
+
 namespace sx::chat {
 
 namespace {
 
 using nlohmann::ordered_json;
+
+// JSON the model wrote (a call, its arguments, a parameter's value), within the limits every JSON
+// the server parses gets (runtime/base/json_parse.h); a discarded value when it is not JSON or is
+// over them, so that the text comes back as content.
+ordered_json parse_model_json(std::string_view text) {
+  auto parsed = parse_json_within<ordered_json>(text, JsonLimits{});
+  return parsed.ok() ? std::move(parsed.value) : ordered_json(ordered_json::value_t::discarded);
+}
 
 constexpr std::string_view kOpen = "<tool_call>";
 constexpr std::string_view kClose = "</tool_call>";
@@ -75,7 +85,7 @@ Match hermes_head(std::string_view s, std::string* name, std::size_t* used) {
     }
   }
   ++i;
-  const ordered_json parsed = ordered_json::parse(s.substr(start, i - start), nullptr, /*allow_exceptions=*/false);
+  const ordered_json parsed = parse_model_json(s.substr(start, i - start));
   if (!parsed.is_string()) return Match::kNo;
   for (std::string_view l : {std::string_view(","), std::string_view("\"arguments\""), std::string_view(":"),
                              std::string_view("{")}) {
@@ -165,11 +175,11 @@ void ToolCallParser::give_back(Output& out) {
 void ToolCallParser::read_whole(Output& out, std::string body) {
   // Any key order, "parameters" for "arguments", arguments as a JSON string: what a model may write
   // that the streaming head does not take, read once the call is whole.
-  const ordered_json call = ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+  const ordered_json call = parse_model_json(body);
   if (syntax_ == ToolSyntax::kHermes && call.is_object() && call.contains("name") && call["name"].is_string() &&
       known(call["name"].get<std::string>())) {
     ordered_json args = call.contains("arguments") ? call["arguments"] : call.value("parameters", ordered_json());
-    if (args.is_string()) args = ordered_json::parse(args.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+    if (args.is_string()) args = parse_model_json(args.get<std::string>());
     if (args.is_null()) args = ordered_json::object();
     if (args.is_object()) {
       begin(out, call["name"].get<std::string>());
@@ -192,7 +202,7 @@ std::string ToolCallParser::xml_value(const std::string& key, std::string raw) c
   const bool plain_string = schema == nullptr || !schema->is_object() || schema->value("type", ordered_json()) == "string";
   if (!plain_string) {
     if (raw == "True" || raw == "False" || raw == "None") return raw == "True" ? "true" : raw == "False" ? "false" : "null";
-    const ordered_json v = ordered_json::parse(raw, nullptr, /*allow_exceptions=*/false);
+    const ordered_json v = parse_model_json(raw);
     if (!v.is_discarded()) return v.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
   }
   return ordered_json(raw).dump(-1, ' ', false, ordered_json::error_handler_t::replace);
@@ -282,7 +292,7 @@ void ToolCallParser::step(Output& out, bool at_end) {
           if (at_end) end(out, false);
           return;
         }
-        const ordered_json parsed = ordered_json::parse(args_, nullptr, /*allow_exceptions=*/false);
+        const ordered_json parsed = parse_model_json(args_);
         if (!parsed.is_object()) {
           end(out, false);
           break;

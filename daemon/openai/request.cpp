@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/base/json_depth.h"
+#include "runtime/base/json_parse.h"
 
 namespace sx::daemon::openai {
 
@@ -22,7 +23,21 @@ using json = nlohmann::ordered_json;
 
 struct Parser {
   ApiError* error;
+  // The body's tree limits, which JSON held in a string field (tool-call arguments, a schema's
+  // text) gets too.
+  JsonLimits json_limits{};
   bool failed = false;
+
+  // A string field's JSON within json_limits (a discarded value when it is not JSON), or nullopt
+  // after failing with the field's 400 when its tree is over them.
+  std::optional<json> parse_string_json(const std::string& text, const std::string& field) {
+    auto parsed = parse_json_within<json>(text, json_limits);
+    if (parsed.over_limits) {
+      fail(field, fmt::format("'{}' {}", field, parsed.error));
+      return std::nullopt;
+    }
+    return parsed.ok() ? std::move(parsed.value) : json(json::value_t::discarded);
+  }
 
   bool fail(std::string param, std::string message) {
     if (!failed) {
@@ -216,8 +231,9 @@ struct Parser {
           } else {
             return fail(field, fmt::format("'{}' must be a string holding a JSON object, got {}", field, type_name(val)));
           }
-          const json parsed = json::parse(call.arguments, nullptr, /*allow_exceptions=*/false);
-          if (!parsed.is_object()) {
+          const std::optional<json> parsed = parse_string_json(call.arguments, field);
+          if (!parsed) return false;
+          if (!parsed->is_object()) {
             return fail(field, fmt::format("'{}' must hold a JSON object; got '{}'", field,
                                            call.arguments.substr(0, 80)));
           }
@@ -369,9 +385,10 @@ struct Parser {
       if (val.is_null()) continue;
       if (k == "json") {
         if (val.is_string()) {
-          const json parsed = json::parse(val.get<std::string>(), nullptr, /*allow_exceptions=*/false);
-          if (!parsed.is_object()) return fail(field, "'structured_outputs.json' must be a JSON schema (an object or its text)");
-          out = {chat::OutputFormat::Kind::kJsonSchema, dump(parsed), {}, field};
+          const std::optional<json> parsed = parse_string_json(val.get<std::string>(), field);
+          if (!parsed) return false;
+          if (!parsed->is_object()) return fail(field, "'structured_outputs.json' must be a JSON schema (an object or its text)");
+          out = {chat::OutputFormat::Kind::kJsonSchema, dump(*parsed), {}, field};
         } else if (val.is_object()) {
           out = {chat::OutputFormat::Kind::kJsonSchema, dump(val), {}, field};
         } else {
@@ -539,7 +556,7 @@ bool parse_chat_tools(const json& v, json& out, ApiError* error) {
 
 std::optional<GenerateRequest> parse_request(Endpoint endpoint, std::string_view body, const ParseLimits& limits,
                                              ApiError* error) {
-  Parser ps{error};
+  Parser ps{error, JsonLimits{limits.max_json_depth, limits.max_json_values}};
   std::optional<json> parsed = parse_body_object(body, limits, error);
   if (!parsed) return std::nullopt;
   json doc = std::move(*parsed);

@@ -4,6 +4,7 @@
 // calls come back as text, counted.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -178,6 +179,28 @@ TEST(ToolCallParser, ACallThatBreaksAfterItsNameEndsNotOkAndItsTextFollows) {
   const ToolCallParser::Whole w = ToolCallParser::parse(answer, ToolSyntax::kHermes, kTools);
   EXPECT_TRUE(w.calls.empty());
   EXPECT_EQ(w.text, answer);
+}
+
+// A model's call whose JSON nests deeper than the server parses anything (runtime/base/json_parse.h:
+// 32 levels): text, counted as malformed, never a parse that recurses 100,000 levels (issue 53).
+TEST(ToolCallParser, ACallNestedDeeperThanTheJsonLimitsIsText) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string hermes = "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": " + deep + "}}\n</tool_call>";
+  const std::string as_string = "<tool_call>{\"arguments\": \"{\\\"q\\\": " + deep + "}\", \"name\": \"search\"}</tool_call>";
+  const std::string xml = "<tool_call>\n<function=get_weather>\n<parameter=where>\n{\"a\": " + deep +
+                          "}\n</parameter>\n</function>\n</tool_call>";
+  for (const auto& [answer, syntax] : {std::pair{hermes, ToolSyntax::kHermes}, std::pair{as_string, ToolSyntax::kHermes}}) {
+    const ToolCallParser::Whole w = ToolCallParser::parse(answer, syntax, kTools);
+    EXPECT_TRUE(w.calls.empty());
+    EXPECT_EQ(w.text, answer);
+    const Joined j = stream(answer, syntax, 4096);
+    EXPECT_EQ(j.malformed, 1u);
+    EXPECT_TRUE(std::none_of(j.ok.begin(), j.ok.end(), [](bool ok) { return ok; }));
+  }
+  // An XML parameter's value that is not JSON within the limits is kept as the text it is.
+  const ToolCallParser::Whole x = ToolCallParser::parse(xml, ToolSyntax::kXml, kTools);
+  ASSERT_EQ(x.calls.size(), 1u);
+  EXPECT_EQ(ordered_json::parse(x.calls[0].arguments)["where"], "{\"a\": " + deep + "}");
 }
 
 TEST(ToolCallParser, AnXmlCallCutInAParameterGivesAllItsTextBack) {

@@ -136,6 +136,41 @@ def nested_and_oversized_bodies_get_400_fast_with_no_peak_rss_growth():
 
 
 @case
+def deep_json_inside_a_string_field_gets_400_on_every_route():
+    """JSON 100,000 levels deep (200 KB, far under the body limit) held in a string: tool-call
+    arguments and structured_outputs.json, on every route that reads them. Issue 53 found the
+    daemon killed (SIGSEGV) by each: the string was parsed without the body's depth limit."""
+    deep = '{"a": ' + "[" * 100000 + "]" * 100000 + "}"  # an object, as the fields must hold
+    wide = '{"a": [' + "1," * 1100000 + "1]}"  # 2.2 MB: over the values bound, at depth 2
+    call = {"role": "assistant", "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": deep}}]}
+    talk = [{"role": "user", "content": "hi"}, call, {"role": "tool", "tool_call_id": "c1", "content": "x"}]
+    chat = {"model": NAME, "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
+    cases = [
+        ("/v1/chat/completions", {**chat, "messages": talk}, "messages[1].tool_calls[0].function.arguments"),
+        ("/v1/chat/completions", {**chat, "structured_outputs": {"json": deep}}, "structured_outputs.json"),
+        ("/v1/completions", {"model": NAME, "prompt": "x", "max_tokens": 4, "structured_outputs": {"json": deep}},
+         "structured_outputs.json"),
+        ("/v1/completions", {"model": NAME, "prompt": "x", "max_tokens": 4, "structured_outputs": {"json": wide}},
+         "structured_outputs.json"),
+        ("/apply-template", {"messages": talk}, "messages[1].tool_calls[0].function.arguments"),
+        ("/tokenize", {"model": NAME, "messages": talk}, "messages[1].tool_calls[0].function.arguments"),
+    ]
+    for path, body, field in cases:
+        t0 = time.time()
+        out = raw(D.port, request(path, json.dumps(body).encode()))
+        took = time.time() - t0
+        assert D.proc.poll() is None, f"{path} {field}: the daemon died ({D.proc.returncode})"
+        assert status_of(out) == 400, (path, field, out[:400])
+        answer = json.loads(out.split(b"\r\n\r\n", 1)[1])
+        assert answer["error"]["param"] == field and ("levels deep" in answer["error"]["message"] or
+                                                      "values" in answer["error"]["message"]), (path, answer)
+        print(f"  {path} with {field} of {len(json.dumps(body)) // 1000} KB: 400 in {took * 1000:.0f} ms: "
+              f"{answer['error']['message'][:90]}")
+    assert status_of(raw(D.port, b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")) == 200
+
+
+@case
 def a_stream_whose_reader_stops_is_ended_with_an_error_event_and_done():
     body = completion(True, max_tokens=500, n=32, logprobs=5, ignore_eos=True)
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

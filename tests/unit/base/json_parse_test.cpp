@@ -49,5 +49,26 @@ TEST(ParseJson, RefusesADuplicateKeyWhenAsked) {
   EXPECT_EQ(fine.value["x"][1]["k"], 2);
 }
 
+TEST(ParseJsonWithin, RefusesATreeOverItsLimitsBeforeParsingAndKeepsKeyOrderWhenAsked) {
+  const JsonLimits limits{4, 10};
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const JsonParse d = parse_json_within(deep, limits);
+  EXPECT_TRUE(d.over_limits);
+  EXPECT_EQ(d.error, "nests JSON 100000 levels deep; at most 4 are accepted");
+  const JsonParse w = parse_json_within("[1,2,3,4,5,6,7,8,9,10,11]", limits);
+  EXPECT_TRUE(w.over_limits);
+  EXPECT_EQ(w.error, "holds 12 JSON values; at most 10 are accepted");
+  // Brackets and commas inside strings are text, not tree.
+  const JsonParse s = parse_json_within(R"({"a": "[[[[[[,,,,,,,,,,,,"})", limits);
+  ASSERT_TRUE(s.ok()) << s.error;
+  const JsonParse bad = parse_json_within("[[1]", limits);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_FALSE(bad.over_limits);
+  const OrderedJsonParse o = parse_json_within<nlohmann::ordered_json>(R"({"z": 1, "a": {"y": 2}})", limits);
+  ASSERT_TRUE(o.ok()) << o.error;
+  EXPECT_EQ(o.value.dump(), R"({"z":1,"a":{"y":2}})");
+  EXPECT_TRUE(parse_json_within(std::string(4, '[') + std::string(4, ']'), limits).ok());
+}
+
 }  // namespace
 }  // namespace sx
