@@ -179,19 +179,30 @@ Result<std::unique_ptr<hal::Event>> CpuDevice::create_event() {
   return std::unique_ptr<hal::Event>(std::move(e));
 }
 
+namespace {
+
+// The layout a weight is kept in: weight_layout's, unless its row groups would straddle the stacked
+// matrices of w.row_unit rows (then the file's format: an expert must start on a group).
+hal::DType layout_of(const hal::WeightDesc& w) {
+  const hal::DType layout = weight_layout(w.format, w.cols);
+  return w.row_unit > 0 && w.row_unit % interleaved_rows(layout) != 0 ? w.format : layout;
+}
+
+}  // namespace
+
 std::size_t CpuDevice::weight_bytes(const hal::WeightDesc& w) const {
-  return cpu::tensor_bytes(weight_layout(w.format), w.rows, w.cols);
+  return cpu::tensor_bytes(layout_of(w), w.rows, w.cols);
 }
 
 Result<std::unique_ptr<hal::Buffer>> CpuDevice::upload_weight(hal::Stream& stream, const hal::WeightDesc& w,
                                                               std::span<const std::byte> bytes) {
   SX_RETURN_IF_ERROR(hal::check_weight_bytes(w, bytes));
-  const hal::DType layout = weight_layout(w.format);
+  const hal::DType layout = layout_of(w);
   SX_ASSIGN_OR_RETURN(std::unique_ptr<hal::Buffer> b, alloc(weight_bytes(w)));
   if (layout == w.format) {
     SX_RETURN_IF_ERROR(stream.upload(*b, 0, bytes));
   } else {
-    if (w.cols % hal::kQK != 0) {
+    if (hal::dtype_info(w.format).quantized && w.cols % hal::kQK != 0) {
       return invalid_argument_error("upload_weight: {} x {} {}: columns are not a multiple of 32", w.rows, w.cols,
                                     hal::dtype_name(w.format));
     }
@@ -452,7 +463,7 @@ struct Dispatch {
         const std::int64_t i = ids[t] - a.vocab_offset;
         local[static_cast<std::size_t>(t)] = i >= 0 && i < a.vocab ? static_cast<std::int32_t>(i) : 0;
       }
-      embedding(pool(), table, table_type, local.data(), out, a.n_tokens, a.dim);
+      embedding(pool(), table, table_type, a.vocab, local.data(), out, a.n_tokens, a.dim);
       for (std::int64_t t = 0; t < a.n_tokens; ++t) {
         const std::int64_t i = ids[t] - a.vocab_offset;
         if (i < 0 || i >= a.vocab) std::fill_n(out + t * a.dim, a.dim, 0.0f);
@@ -465,7 +476,7 @@ struct Dispatch {
                                   a.vocab);
       }
     }
-    embedding(pool(), table, table_type, ids, out, a.n_tokens, a.dim);
+    embedding(pool(), table, table_type, a.vocab, ids, out, a.n_tokens, a.dim);
     return ok_status();
   }
   Status operator()(const hal::RmsNormArgs& a) {

@@ -84,8 +84,9 @@ class CpuDevice final : public hal::Device {
   const hal::DeviceInfo& info() const override { return info_; }
   hal::MemoryInfo memory() const override;
   Status supports(const hal::Op& op) const override;
-  // Q8_0, Q5_0 and Q4_0 weights are kept as kQ8_0R16 / kQ5_0R8 / kQ4_0R8 where the vector kernels
-  // for them are built (AVX2; cpu::weight_layout), every other format as the file holds it.
+  // Weights are kept in the interleaved layouts of cpu::weight_layout (Q8_0 as kQ8_0R16, F32 as
+  // kF32R16, ...) where the vector kernels for them are built (AVX2), every other format as the
+  // file holds it.
   std::size_t weight_bytes(const hal::WeightDesc& w) const override;
   Result<std::unique_ptr<hal::Buffer>> upload_weight(hal::Stream& stream, const hal::WeightDesc& w,
                                                      std::span<const std::byte> bytes) override;

@@ -212,8 +212,9 @@ class Uploader {
     }
     const std::size_t bytes = hal::tensor_bytes(t.type, rows, cols);
     if (info->dims.size() >= 2) {
-      // A matrix: the device keeps it in its own layout (hal::Device::upload_weight).
-      const hal::WeightDesc desc{t.type, rows, cols};
+      // A matrix: the device keeps it in its own layout (hal::Device::upload_weight); stacked experts
+      // are taken one at a time.
+      const hal::WeightDesc desc{t.type, rows, cols, info->dims.size() >= 3 ? info->dims[1] : 0};
       SX_ASSIGN_OR_RETURN(t.buffer, device_.upload_weight(stream_, desc, {rows_data, bytes}));
     } else {
       SX_ASSIGN_OR_RETURN(t.buffer, device_.alloc(bytes));

@@ -116,6 +116,9 @@ class Stream {
 struct WeightDesc {
   DType format = DType::kF32;
   std::int64_t rows = 0, cols = 0;
+  // > 0: the weight stacks matrices of this many rows each (a mixture's experts), which an op takes
+  // one at a time: a device layout that groups rows must not let a group straddle two of them.
+  std::int64_t row_unit = 0;
 };
 
 // OK when `bytes` is exactly a `w` as its file holds it (tensor_bytes); INVALID_ARGUMENT naming

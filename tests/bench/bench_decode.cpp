@@ -166,6 +166,9 @@ DType layout_at(const sx::cpu::KernelTable& kt, DType format) {
   if (format == DType::kQ5_1) return sx::cpu::kQ5_1R8;
   if (format == DType::kQ4_K) return sx::cpu::kQ4_KR8;
   if (format == DType::kQ5_K) return sx::cpu::kQ5_KR8;
+  if (format == DType::kF32) return sx::cpu::kF32R16;
+  if (format == DType::kF16) return sx::cpu::kF16R16;
+  if (format == DType::kBF16) return sx::cpu::kBF16R16;
   return format;
 }
 

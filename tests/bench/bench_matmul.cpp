@@ -308,7 +308,8 @@ void run_prefill_model(benchmark::State& state, DType t, std::int64_t m, int thr
 }
 
 void register_all() {
-  const DType types[] = {sx::cpu::kQ8_0R16, DType::kQ8_0, DType::kF16, DType::kF32, DType::kBF16};
+  const DType types[] = {sx::cpu::kQ8_0R16, DType::kQ8_0,     DType::kF16,      DType::kF32,
+                         DType::kBF16,      sx::cpu::kF16R16, sx::cpu::kF32R16, sx::cpu::kBF16R16};
   const Shape shapes[] = {{"896x896", 896, 896}, {"4864x896", 4864, 896}, {"896x4864", 896, 4864},
                           {"151936x896", 151936, 896}};
   using sx::cpu::MatmulPath;

@@ -657,7 +657,7 @@ void gemv_dequant(ThreadPool& pool, const MatmulProblem& p) {
     thread_local std::vector<float> row;
     row.resize(static_cast<std::size_t>(p.k));
     for (std::int64_t r = r0; r < r1; ++r) {
-      dequantize_tensor_row(p.w_type, p.w, p.k, r, row.data());
+      dequantize_tensor_row(p.w_type, p.w, p.k, r, p.n, row.data());
       for (std::int64_t t = 0; t < p.m; ++t) {
         p.y[t * p.n + r] = dot_f32(row.data(), p.x + t * p.k, p.k) + (p.bias != nullptr ? p.bias[r] : 0.0f);
       }

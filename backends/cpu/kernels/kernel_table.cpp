@@ -23,7 +23,7 @@ void run_matmul(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p, Matm
       } else if (hal::dtype_info(layout_source(p.w_type)).quantized) {
         detail::gemv_quant(pool, scratch, p);
       } else {
-        detail::gemv_float(pool, p);
+        detail::gemm_f32(pool, scratch, p);  // F32, F16, BF16: the GEMM's arithmetic at every m
       }
       return;
     case MatmulPath::kGemmQ8:

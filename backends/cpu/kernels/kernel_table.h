@@ -18,9 +18,9 @@ namespace sx::cpu {
 struct KernelTable {
   const char* level;        // "avx2", ...
   bool vector_interleaved;  // the CPU device's interleaved layouts (layouts.h) have vector kernels here
-  // The prefill GEMM of BF16 and F16 weights rounds x (and F16 W) to BF16 and multiplies with
-  // vdpbf16ps (avx512-bf16 and amx): |error| <= 2^-8 * sum_i |x_i w_i| beyond the F32 path's for
-  // BF16 weights, (2^-7 + 2^-16) * sum_i |x_i w_i| for F16 ones (gemm_f32.cpp).
+  // The GEMM of BF16 and F16 weights (every m: prefill and decode) rounds x (and F16 W) to BF16 and
+  // multiplies with vdpbf16ps (avx512-bf16 and amx): |error| <= 2^-8 * sum_i |x_i w_i| beyond the
+  // F32 path's for BF16 weights, (2^-7 + 2^-16) * sum_i |x_i w_i| for F16 ones (gemm_f32.cpp).
   bool bf16_dot_gemm;
   void (*matmul)(ThreadPool&, Scratch&, const MatmulProblem&, MatmulPath);
   void (*quantize_activations_q8)(const float* x, std::int64_t k, std::int8_t* qs, float* d);

@@ -21,6 +21,9 @@ hal::DType layout_source(hal::DType t) {
   if (t == kQ5_1R8) return hal::DType::kQ5_1;
   if (t == kQ4_KR8) return hal::DType::kQ4_K;
   if (t == kQ5_KR8) return hal::DType::kQ5_K;
+  if (t == kF32R16) return hal::DType::kF32;
+  if (t == kF16R16) return hal::DType::kF16;
+  if (t == kBF16R16) return hal::DType::kBF16;
   return t;
 }
 
@@ -29,11 +32,15 @@ int interleaved_rows(hal::DType t) {
   if (t == kQ5_0R8) return kQ5_0R8Rows;
   if (t == kQ4_0R8) return kQ4_0R8Rows;
   if (t == kQ4_1R8 || t == kQ5_1R8 || t == kQ4_KR8 || t == kQ5_KR8) return 8;
+  if (t == kF32R16 || t == kF16R16 || t == kBF16R16) return kFloatR16Rows;
   return 1;
 }
 
-hal::DType weight_layout(hal::DType format) {
+hal::DType weight_layout(hal::DType format, std::int64_t cols) {
   if (!vector_interleaved()) return format;
+  if (format == hal::DType::kF32) return kF32R16;
+  if (format == hal::DType::kF16 && cols % 2 == 0) return kF16R16;
+  if (format == hal::DType::kBF16 && cols % 2 == 0) return kBF16R16;
   if (format == hal::DType::kQ8_0) return kQ8_0R16;
   if (format == hal::DType::kQ5_0) return kQ5_0R8;
   if (format == hal::DType::kQ4_0) return kQ4_0R8;
@@ -47,7 +54,7 @@ hal::DType weight_layout(hal::DType format) {
 std::size_t row_bytes(hal::DType t, std::int64_t n) { return hal::row_bytes(layout_source(t), n); }
 
 std::size_t tensor_bytes(hal::DType t, std::int64_t rows, std::int64_t cols) {
-  const int g = interleaved_rows(t);
+  const int g = t == kF32R16 || t == kF16R16 || t == kBF16R16 ? 1 : interleaved_rows(t);  // tails kept plain
   rows = (rows + g - 1) / g * g;
   return cpu::row_bytes(t, cols) * static_cast<std::size_t>(rows);
 }
@@ -60,6 +67,9 @@ std::string_view type_name(hal::DType t) {
   if (t == kQ5_1R8) return "q5_1_r8";  // Q5_1, 8 rows interleaved
   if (t == kQ4_KR8) return "q4_k_r8";  // Q4_K, 8 rows interleaved
   if (t == kQ5_KR8) return "q5_k_r8";  // Q5_K, 8 rows interleaved
+  if (t == kF32R16) return "f32_r16";  // F32, 16 rows interleaved
+  if (t == kF16R16) return "f16_r16";  // F16, 16 rows interleaved by pairs
+  if (t == kBF16R16) return "bf16_r16";  // BF16, 16 rows interleaved by pairs
   return hal::dtype_name(t);
 }
 
@@ -78,12 +88,14 @@ void repack_rows(hal::DType layout, const void* src, std::int64_t rows, std::int
     repack_k_r8(static_cast<const hal::BlockQ4_K*>(src), rows, k, dst);
   } else if (layout == kQ5_KR8) {
     repack_k_r8(static_cast<const hal::BlockQ5_K*>(src), rows, k, dst);
+  } else if (layout == kF32R16 || layout == kF16R16 || layout == kBF16R16) {
+    repack_float_r16(layout, src, rows, k, dst);
   } else {
     fatal("repack_rows", std::string(type_name(layout)) + " is not an interleaved layout");
   }
 }
 
-void unpack_row(hal::DType layout, const void* src, std::int64_t k, std::int64_t row, void* dst) {
+void unpack_row(hal::DType layout, const void* src, std::int64_t k, std::int64_t row, std::int64_t rows, void* dst) {
   if (layout == kQ8_0R16) {
     unpack_row_q8_0_r16(static_cast<const BlockQ8_0x16*>(src), k, row, static_cast<hal::BlockQ8_0*>(dst));
   } else if (layout == kQ5_0R8) {
@@ -98,12 +110,15 @@ void unpack_row(hal::DType layout, const void* src, std::int64_t k, std::int64_t
     unpack_row_k_r8(src, k, row, static_cast<hal::BlockQ4_K*>(dst));
   } else if (layout == kQ5_KR8) {
     unpack_row_k_r8(src, k, row, static_cast<hal::BlockQ5_K*>(dst));
+  } else if (layout == kF32R16 || layout == kF16R16 || layout == kBF16R16) {
+    unpack_row_float_r16(layout, src, k, row, rows, dst);
   } else {
     fatal("unpack_row", std::string(type_name(layout)) + " is not an interleaved layout");
   }
 }
 
-void dequantize_tensor_row(hal::DType t, const void* tensor, std::int64_t k, std::int64_t row, float* dst) {
+void dequantize_tensor_row(hal::DType t, const void* tensor, std::int64_t k, std::int64_t row, std::int64_t rows,
+                           float* dst) {
   const hal::DType source = layout_source(t);
   if (source == t) {
     hal::dequantize_row(t, static_cast<const std::byte*>(tensor) + hal::row_bytes(t, k) * static_cast<std::size_t>(row),
@@ -112,8 +127,52 @@ void dequantize_tensor_row(hal::DType t, const void* tensor, std::int64_t k, std
   }
   thread_local std::vector<std::byte> gathered;
   gathered.resize(hal::row_bytes(source, k));
-  unpack_row(t, tensor, k, row, gathered.data());
+  unpack_row(t, tensor, k, row, rows, gathered.data());
   hal::dequantize_row(source, gathered.data(), dst, k);
+}
+
+namespace {
+
+// Where element i of row r of a panel lies, in elements of the layout's type from the panel's start.
+std::int64_t float_r16_index(hal::DType layout, int r, std::int64_t i) {
+  if (layout == kF32R16) return i * kFloatR16Rows + r;
+  return (i / 2) * 2 * kFloatR16Rows + 2 * r + i % 2;  // pairs: word (i / 2) * 16 + r, half i % 2
+}
+
+}  // namespace
+
+void repack_float_r16(hal::DType layout, const void* src, std::int64_t rows, std::int64_t k, void* dst) {
+  const std::size_t elem = layout == kF32R16 ? 4 : 2;
+  const auto* in = static_cast<const std::byte*>(src);
+  auto* out = static_cast<std::byte*>(dst);
+  const std::int64_t whole = rows / kFloatR16Rows * kFloatR16Rows;
+  const std::size_t panel = elem * static_cast<std::size_t>(k) * kFloatR16Rows;
+  for (std::int64_t row = 0; row < whole; ++row) {
+    std::byte* p = out + panel * static_cast<std::size_t>(row / kFloatR16Rows);
+    const std::byte* from = in + elem * static_cast<std::size_t>(row * k);
+    for (std::int64_t i = 0; i < k; ++i) {
+      std::memcpy(p + elem * static_cast<std::size_t>(float_r16_index(layout, static_cast<int>(row % kFloatR16Rows), i)),
+                  from + elem * static_cast<std::size_t>(i), elem);
+    }
+  }
+  const std::size_t tail = elem * static_cast<std::size_t>(whole * k);  // the last rows % 16 rows as they are
+  std::memcpy(out + tail, in + tail, elem * static_cast<std::size_t>((rows - whole) * k));
+}
+
+void unpack_row_float_r16(hal::DType layout, const void* src, std::int64_t k, std::int64_t row, std::int64_t rows,
+                          void* dst) {
+  const std::size_t elem = layout == kF32R16 ? 4 : 2;
+  const auto* in = static_cast<const std::byte*>(src);
+  auto* out = static_cast<std::byte*>(dst);
+  if (row >= rows / kFloatR16Rows * kFloatR16Rows) {  // a tail row, as the file holds it
+    std::memcpy(out, in + elem * static_cast<std::size_t>(row * k), elem * static_cast<std::size_t>(k));
+    return;
+  }
+  const std::byte* p = in + elem * static_cast<std::size_t>(k) * kFloatR16Rows * static_cast<std::size_t>(row / kFloatR16Rows);
+  for (std::int64_t i = 0; i < k; ++i) {
+    std::memcpy(out + elem * static_cast<std::size_t>(i),
+                p + elem * static_cast<std::size_t>(float_r16_index(layout, static_cast<int>(row % kFloatR16Rows), i)), elem);
+  }
 }
 
 void repack_q8_0_r16(const hal::BlockQ8_0* src, std::int64_t rows, std::int64_t k, BlockQ8_0x16* dst) {

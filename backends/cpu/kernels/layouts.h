@@ -1,10 +1,10 @@
-// The CPU backend's weight layouts: Q8_0, Q5_0 and Q4_0 matrices with their rows interleaved in groups,
-// so that the SIMD kernels stream one contiguous run per group of rows (CpuDevice::upload_weight
-// repacks a weight into them where those kernels are built). They hold the same values and bytes
-// as the file's blocks, and the last group is padded with zero rows.
+// The CPU backend's weight layouts: block-format, F32, F16 and BF16 matrices with their rows
+// interleaved in groups, so that the SIMD kernels stream one contiguous run per group of rows
+// (CpuDevice::upload_weight repacks a weight into them where those kernels are built). They hold
+// the same values and bytes as the file's rows, and the last group is padded with zero rows.
 //
 // Inside backends/cpu a kernel's weight type is a hal::DType: a file format as is, or one of the
-// three layout values below, which lie past hal's formats (hal::DType's underlying type is uint8_t,
+// layout values below, which lie past hal's formats (hal::DType's underlying type is uint8_t,
 // so they are valid values of it) and never leave this backend. hal::dtype_info does not know
 // them: CPU code asks layout_source / row_bytes / tensor_bytes / type_name here instead.
 // Pure functions; thread-safe.
@@ -27,6 +27,19 @@ inline constexpr hal::DType kQ4_KR8 = static_cast<hal::DType>(0x83);   // Q4_K, 
 inline constexpr hal::DType kQ5_KR8 = static_cast<hal::DType>(0x84);   // Q5_K, 8 rows interleaved
 inline constexpr hal::DType kQ4_1R8 = static_cast<hal::DType>(0x85);   // Q4_1, 8 rows interleaved
 inline constexpr hal::DType kQ5_1R8 = static_cast<hal::DType>(0x86);   // Q5_1, 8 rows interleaved
+inline constexpr hal::DType kF32R16 = static_cast<hal::DType>(0x87);   // F32, 16 rows interleaved
+inline constexpr hal::DType kF16R16 = static_cast<hal::DType>(0x88);   // F16, 16 rows interleaved by pairs
+inline constexpr hal::DType kBF16R16 = static_cast<hal::DType>(0x89);  // BF16, 16 rows interleaved by pairs
+
+// F32, F16 and BF16 with 16 rows interleaved (issue 53): the panel of rows [16g, 16g + 16) is
+// row_bytes * 16 bytes at g * 16 * row_bytes, laid out as the GEMM's microkernels read a panel, so
+// that every m (decode's one token too) runs the GEMM's own arithmetic without transposing W:
+//   kF32R16: [k][16]: element i of row r at float i * 16 + r;
+//   kF16R16, kBF16R16 (k even): [k / 2][16] 32-bit words, word p * 16 + r holding elements 2p (low
+//   half) and 2p + 1 (high half) of row r: a BF16 row's pairs as vdpbf16ps multiplies them.
+// The rows past the last whole group (rows % 16) follow as the file holds them, so these layouts
+// take exactly the file's bytes (row r of such a tail at r * row_bytes, as in the file).
+inline constexpr int kFloatR16Rows = 16;
 
 // Q8_0 with 16 rows interleaved (kQ8_0R16): rows [16g, 16g + 16) x block b of a [rows][k] tensor is
 // BlockQ8_0x16 number g * (k / 32) + b, arranged so that each k-pair of the 16 rows is in 32
@@ -117,10 +130,11 @@ static_assert(sizeof(BlockQ5_Kx8) == kQ4_KR8Rows * sizeof(hal::BlockQ5_K));
 // group (1 for a file format).
 hal::DType layout_source(hal::DType t);
 int interleaved_rows(hal::DType t);
-// The layout CpuDevice keeps a weight of file format `format` in: kQ8_0R16 / kQ5_0R8 / kQ4_0R8 /
-// kQ4_1R8 / kQ5_1R8 / kQ4_KR8 / kQ5_KR8 for Q8_0 / Q5_0 / Q4_0 / Q4_1 / Q5_1 / Q4_K / Q5_K where the
-// vector kernels for them are built (AVX2 + FMA + F16C), else `format`.
-hal::DType weight_layout(hal::DType format);
+// The layout CpuDevice keeps a weight of file format `format` with rows of `cols` elements in:
+// kQ8_0R16 / kQ5_0R8 / kQ4_0R8 / kQ4_1R8 / kQ5_1R8 / kQ4_KR8 / kQ5_KR8 for Q8_0 / Q5_0 / Q4_0 / Q4_1
+// / Q5_1 / Q4_K / Q5_K, kF32R16 / kF16R16 / kBF16R16 for F32 / F16 / BF16 (the 16-bit ones with
+// cols even) where the vector kernels for them are built (AVX2 + FMA + F16C), else `format`.
+hal::DType weight_layout(hal::DType format, std::int64_t cols);
 // hal's row_bytes / tensor_bytes / dtype_name for every CPU weight type: a row of a layout is its
 // share of its group, and a layout's tensor has its rows rounded up to a whole group.
 std::size_t row_bytes(hal::DType t, std::int64_t n);
@@ -130,13 +144,19 @@ std::string_view type_name(hal::DType t);
 // [rows][k] of layout_source(layout) -> layout (dst holds tensor_bytes(layout, rows, k)), and row
 // `row` of such a tensor back to its source blocks (dst holds hal::row_bytes(source, k)). layout is
 // kQ8_0R16, kQ5_0R8, kQ4_0R8, kQ4_1R8, kQ5_1R8 (k a multiple of 32), kQ4_KR8 or kQ5_KR8 (k a
-// multiple of 256).
+// multiple of 256), kF32R16, kF16R16 or kBF16R16 (k even for the last two).
 void repack_rows(hal::DType layout, const void* src, std::int64_t rows, std::int64_t k, void* dst);
-void unpack_row(hal::DType layout, const void* src, std::int64_t k, std::int64_t row, void* dst);
+// (`rows`: the tensor's, where the float layouts' plain tail begins.)
+void unpack_row(hal::DType layout, const void* src, std::int64_t k, std::int64_t row, std::int64_t rows, void* dst);
 // Row `row` of a [rows][k] tensor of type t as F32: hal::dequantize_row on the row, or, for a
 // layout, on the row gathered from its group first.
-void dequantize_tensor_row(hal::DType t, const void* tensor, std::int64_t k, std::int64_t row, float* dst);
+void dequantize_tensor_row(hal::DType t, const void* tensor, std::int64_t k, std::int64_t row, std::int64_t rows,
+                           float* dst);
 
+// kF32R16 / kF16R16 / kBF16R16 <-> their file formats (repack_rows, unpack_row).
+void repack_float_r16(hal::DType layout, const void* src, std::int64_t rows, std::int64_t k, void* dst);
+void unpack_row_float_r16(hal::DType layout, const void* src, std::int64_t k, std::int64_t row, std::int64_t rows,
+                          void* dst);
 void repack_q8_0_r16(const hal::BlockQ8_0* src, std::int64_t rows, std::int64_t k, BlockQ8_0x16* dst);
 void unpack_row_q8_0_r16(const BlockQ8_0x16* src, std::int64_t k, std::int64_t row, hal::BlockQ8_0* dst);
 void repack_q5_0_r8(const hal::BlockQ5_0* src, std::int64_t rows, std::int64_t k, BlockQ5_0x8* dst);

@@ -78,7 +78,7 @@ const hal::BlockQ8_0* q8_row(const MatmulProblem& p, std::int64_t j, std::vector
 void matmul_reference(const MatmulProblem& p) {
   std::vector<float> w(static_cast<std::size_t>(p.k));
   for (std::int64_t j = 0; j < p.n; ++j) {
-    dequantize_tensor_row(p.w_type, p.w, p.k, j, w.data());
+    dequantize_tensor_row(p.w_type, p.w, p.k, j, p.n, w.data());
     for (std::int64_t i = 0; i < p.m; ++i) {
       const float* x = p.x + i * p.k;
       double acc = p.bias != nullptr ? p.bias[j] : 0.0;

@@ -38,21 +38,27 @@ class Scratch {
 };
 
 // True where the kernels in use (kernel_table.h) have vector code for the interleaved layouts
-// (kQ8_0R16, kQ5_0R8, kQ4_0R8: AVX2 + FMA + F16C and up); elsewhere they work through scalar code
-// only, so the CPU device keeps Q8_0, Q5_0 and Q4_0 weights as they are.
+// (kQ8_0R16, kQ5_0R8, kQ4_0R8, kF32R16, ...: AVX2 + FMA + F16C and up); elsewhere they work through
+// scalar code only, so the CPU device keeps weights as the file holds them.
 bool vector_interleaved();
 
-// Supported formats: F32, F16, BF16, Q8_0 and kQ8_0R16 (k a multiple of 32 for the last two), and
-// every other GGML block format (Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K; k a multiple
-// of the block), Q5_0 and Q4_0 also as kQ5_0R8 / kQ4_0R8. Small m (kGemv) runs int8 kernels for
-// the block formats where the level has vector code (gemv_quant.cpp has their error bound:
-// activation quantisation per 256 / 32 elements) and dequantises rows to F32 elsewhere; large m
-// packs W panels dequantised to F32 (kGemmF32) or takes the int8 GEMM.
+// Supported formats: F32, F16, BF16 (also as kF32R16 / kF16R16 / kBF16R16), Q8_0 and kQ8_0R16 (k a
+// multiple of 32 for the last two), and every other GGML block format (Q4_0, Q4_1, Q5_0, Q5_1,
+// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K; k a multiple of the block), Q5_0 and Q4_0 also as kQ5_0R8 /
+// kQ4_0R8. F32, F16 and BF16 run the GEMM (gemm_f32.cpp) at every m, whatever the path asked. Small
+// m (kGemv) runs int8 kernels for the block formats where the level has vector code
+// (gemv_quant.cpp has their error bound: activation quantisation per 256 / 32 elements) and
+// dequantises rows to F32 elsewhere; large m packs W panels dequantised to F32 (kGemmF32) or takes
+// the int8 GEMM.
 // Inputs are validated by the caller (shapes, k % 32 == 0 for Q8_0, non-null pointers); x rows,
 // y rows and W rows need no particular alignment.
 //
 // Numerics: F32 accumulation everywhere. F32/F16/BF16 weights, and Q8_0 on the kGemmF32 path, are
-// exact products of the stored values (only the summation order differs from the reference). The
+// exact products of the stored values (only the summation order differs from the reference),
+// except F16 and BF16 on the levels with BF16 dot products (avx512-bf16, amx), where x, and F16
+// W, are rounded to BF16 (kernel_table.h states the bound). F32, F16 and BF16 give a token the same
+// bits whatever m (its batch) and whichever layout: each element is one chain of FMAs per k block
+// of the GEMM, the blocks added in order (gemm_f32.cpp). The
 // Q8_0 int8 paths (kGemv, kGemmQ8) first quantise each row of x with quantize_activations_q8;
 // per element that adds at most amax(block of x) / 254 of error, so
 //   |y_int8 - y_f32| <= sum over blocks b of (amax_b(x) / 254) * sum_{j in b} |w_j|
@@ -65,7 +71,8 @@ void matmul(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p);
 // Which kernel family runs a matmul (kQ8_0R16 weights always take the int8 microkernels of
 // gemm_q8_0.cpp, whatever the path). kAuto picks per (format, m) what measured fastest:
 //   kGemv     small m (decode): rows of W split over threads, streamed once; Q8_0 quantises x and
-//             uses int8 dot products, the other formats convert W to F32 in registers.
+//             uses int8 dot products, the other block formats int8 kernels or F32 rows; F32, F16
+//             and BF16 the GEMM's few-token kernels (the same bits as kGemmF32).
 //   kGemmF32  large m (prefill): W panels dequantised to F32 and packed, register-tiled FMA GEMM.
 //   kGemmQ8   large m, Q8_0, and Q4_0 / Q5_0 (their values as Q8_0 blocks, layouts.h) where the
 //             kernels in use are vector ones: x quantised once, int8 register-tiled GEMM.

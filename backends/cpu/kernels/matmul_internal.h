@@ -22,15 +22,15 @@ inline constexpr int kSlotActs = 0;
 inline constexpr int kSlotPackedX = 1;
 inline constexpr int kSlotThread0 = 2;
 
-// Small m: W streamed once, converted in registers (F32, F16, BF16).
-void gemv_float(ThreadPool& pool, const MatmulProblem& p);
 // Small m, Q8_0: x quantised to int8 blocks, int8 dot products.
 void gemv_q8_0(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p);
 // Small m, the other GGML block formats (Q4_0 ... Q6_K): int8 kernels for Q4_K, Q6_K and Q5_0
 // where has_quant_gemv_kernel says so, else each row dequantised to F32 (gemv_quant.cpp).
 void gemv_quant(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p);
 bool has_quant_gemv_kernel(hal::DType t);
-// Large m, any format: W panels dequantised to F32, packed, register-tiled FMA microkernel.
+// Any m for F32, F16 and BF16 (and their 16-row layouts), large m for the other formats: W panels
+// dequantised to F32 (or BF16 pairs), packed unless the layout holds them so, register-tiled
+// microkernels; below 8 tokens W panel by panel with fewer token accumulators, the same arithmetic.
 void gemm_f32(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p);
 // Large m, Q8_0: x quantised once, W interleaved into 16-row panels, int8 register-tiled microkernel.
 void gemm_q8_0(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p);

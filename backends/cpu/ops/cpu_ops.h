@@ -12,8 +12,9 @@
 
 namespace sx::cpu {
 
-void embedding(ThreadPool& pool, const void* table, hal::DType type, const std::int32_t* ids, float* out,
-               std::int64_t n_tokens, std::int64_t dim);
+// `rows`: the table's (a layout's plain tail begins by it).
+void embedding(ThreadPool& pool, const void* table, hal::DType type, std::int64_t rows, const std::int32_t* ids,
+               float* out, std::int64_t n_tokens, std::int64_t dim);
 
 void rmsnorm(ThreadPool& pool, float* x, const float* add, const float* weight, float* out,
              std::int64_t n_rows, std::int64_t dim, float eps);

@@ -7,11 +7,11 @@
 
 namespace sx::cpu {
 
-void embedding(ThreadPool& pool, const void* table, hal::DType type, const std::int32_t* ids, float* out,
-               std::int64_t n_tokens, std::int64_t dim) {
+void embedding(ThreadPool& pool, const void* table, hal::DType type, std::int64_t rows, const std::int32_t* ids,
+               float* out, std::int64_t n_tokens, std::int64_t dim) {
   if (interleaved_rows(type) > 1) {  // a row is spread over its group
     pool.parallel_for(n_tokens,
-                      [&](std::int64_t t) { dequantize_tensor_row(type, table, dim, ids[t], out + t * dim); });
+                      [&](std::int64_t t) { dequantize_tensor_row(type, table, dim, ids[t], rows, out + t * dim); });
     return;
   }
   const std::size_t row = cpu::row_bytes(type, dim);

@@ -192,6 +192,51 @@ TEST(CpuIsaParity, FloatAndBlockFormatsAgreeWithinTolerance) {
   }
 }
 
+// F32, F16 and BF16 weights, as the file holds them and in the CPU device's 16-row layouts, on every
+// level: a token's output is the same bits alone, in any batch and in either layout (issue 53: the
+// few-token path runs the GEMM's own chain of FMAs per element, so a decode batched beside a
+// prefill chunk, or a prompt cut into other chunks, gives the same logits). n = 40 leaves a partial
+// last panel; k = 1030 gives the F32 path k blocks that are not multiples of 32 (and odd ones
+// starting inside a pair); the batch sizes cover the few-token kernels (1-7, one to four panels side
+// by side), the tiles of AVX2 (6) and AVX-512 (12) and their partial ones.
+TEST(CpuIsaParity, FloatFormatsGiveATokenTheSameBitsInEveryBatchAndLayout) {
+  ThreadPool pool(2);
+  std::mt19937 rng(53);
+  struct Layout {
+    DType plain, r16;
+  };
+  for (const Layout l : {Layout{DType::kF32, kF32R16}, Layout{DType::kF16, kF16R16}, Layout{DType::kBF16, kBF16R16}}) {
+    for (const auto& [n, k] : {std::pair<std::int64_t, std::int64_t>{40, 64}, {80, 1030}, {16, 896}}) {
+      const Weights w = make_weights(l.plain, n, k, rng);
+      std::vector<std::byte> r16_store(cpu::tensor_bytes(l.r16, n, k) + 64);
+      void* r16 = r16_store.data() + (64 - reinterpret_cast<std::uintptr_t>(r16_store.data()) % 64) % 64;
+      repack_rows(l.r16, w.plain.data(), n, k, r16);
+      std::vector<float> bias(static_cast<std::size_t>(n));
+      for (std::size_t j = 0; j < bias.size(); ++j) bias[j] = 0.01f * static_cast<float>(j % 5) - 0.02f;
+      const std::int64_t most = 30;
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      std::vector<float> x(static_cast<std::size_t>(most * k));
+      for (float& v : x) v = nd(rng);
+      for (const KernelTable* t : supported_levels()) {
+        for (const float* b : {static_cast<const float*>(nullptr), static_cast<const float*>(bias.data())}) {
+          const auto all = run(*t, pool, w.plain.data(), l.plain, x, most, n, k, MatmulPath::kAuto, b);
+          for (const std::int64_t m : {1, 2, 3, 4, 5, 7, 8, 12, 13, 17}) {
+            for (const std::int64_t t0 : {std::int64_t{0}, most - m}) {  // the batch's first and last tokens
+              const std::vector<float> xs(x.begin() + t0 * k, x.begin() + (t0 + m) * k);
+              for (const auto& [wp, type] : {std::pair<const void*, DType>{w.plain.data(), l.plain}, {r16, l.r16}}) {
+                const auto got = run(*t, pool, wp, type, xs, m, n, k, MatmulPath::kAuto, b);
+                ASSERT_EQ(0, std::memcmp(all.data() + t0 * n, got.data(), got.size() * sizeof(float)))
+                    << t->level << " " << type_name(type) << " n=" << n << " k=" << k << " tokens [" << t0 << ", "
+                    << t0 + m << ") of " << most << (b != nullptr ? " with bias" : "");
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(CpuIsaParity, VectorMathAndAttentionAgreeWithinTolerance) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 1.0f);

@@ -31,18 +31,52 @@ TEST(CpuLayouts, ValuesLiePastHalsFormatsAndNameTheirSource) {
   EXPECT_EQ(cpu::row_bytes(kQ8_0R16, 64), hal::row_bytes(DType::kQ8_0, 64));
   EXPECT_EQ(type_name(kQ5_0R8), "q5_0_r8");
   EXPECT_EQ(type_name(DType::kQ4_K), "q4_k");
-  EXPECT_EQ(weight_layout(DType::kQ8_0), vector_interleaved() ? kQ8_0R16 : DType::kQ8_0);
-  EXPECT_EQ(weight_layout(DType::kQ5_0), vector_interleaved() ? kQ5_0R8 : DType::kQ5_0);
-  EXPECT_EQ(weight_layout(DType::kQ4_0), vector_interleaved() ? kQ4_0R8 : DType::kQ4_0);
+  EXPECT_EQ(weight_layout(DType::kQ8_0, 64), vector_interleaved() ? kQ8_0R16 : DType::kQ8_0);
+  EXPECT_EQ(weight_layout(DType::kQ5_0, 64), vector_interleaved() ? kQ5_0R8 : DType::kQ5_0);
+  EXPECT_EQ(weight_layout(DType::kQ4_0, 64), vector_interleaved() ? kQ4_0R8 : DType::kQ4_0);
   EXPECT_EQ(type_name(kQ4_0R8), "q4_0_r8");
-  EXPECT_EQ(weight_layout(DType::kQ4_K), vector_interleaved() ? kQ4_KR8 : DType::kQ4_K);
-  EXPECT_EQ(weight_layout(DType::kQ5_K), vector_interleaved() ? kQ5_KR8 : DType::kQ5_K);
-  EXPECT_EQ(weight_layout(DType::kQ6_K), DType::kQ6_K);
-  EXPECT_EQ(weight_layout(DType::kQ4_1), vector_interleaved() ? kQ4_1R8 : DType::kQ4_1);
-  EXPECT_EQ(weight_layout(DType::kQ5_1), vector_interleaved() ? kQ5_1R8 : DType::kQ5_1);
+  EXPECT_EQ(weight_layout(DType::kQ4_K, 64), vector_interleaved() ? kQ4_KR8 : DType::kQ4_K);
+  EXPECT_EQ(weight_layout(DType::kQ5_K, 64), vector_interleaved() ? kQ5_KR8 : DType::kQ5_K);
+  EXPECT_EQ(weight_layout(DType::kQ6_K, 64), DType::kQ6_K);
+  EXPECT_EQ(weight_layout(DType::kQ4_1, 64), vector_interleaved() ? kQ4_1R8 : DType::kQ4_1);
+  EXPECT_EQ(weight_layout(DType::kQ5_1, 64), vector_interleaved() ? kQ5_1R8 : DType::kQ5_1);
   EXPECT_EQ(type_name(kQ5_1R8), "q5_1_r8");
   EXPECT_EQ(type_name(kQ4_KR8), "q4_k_r8");
   EXPECT_EQ(type_name(kQ5_KR8), "q5_k_r8");
+  EXPECT_EQ(weight_layout(DType::kF32, 63), vector_interleaved() ? kF32R16 : DType::kF32);
+  EXPECT_EQ(weight_layout(DType::kF16, 64), vector_interleaved() ? kF16R16 : DType::kF16);
+  EXPECT_EQ(weight_layout(DType::kBF16, 64), vector_interleaved() ? kBF16R16 : DType::kBF16);
+  EXPECT_EQ(weight_layout(DType::kF16, 63), DType::kF16);  // pairs need an even k
+  EXPECT_EQ(weight_layout(DType::kBF16, 63), DType::kBF16);
+  EXPECT_EQ(type_name(kBF16R16), "bf16_r16");
+  EXPECT_EQ(layout_source(kF16R16), DType::kF16);
+}
+
+// kF32R16 / kF16R16 / kBF16R16 hold the file's elements where layouts.h says (element i of row r of
+// a whole panel at i * 16 + r, resp. in word (i / 2) * 16 + r, half i % 2; the rows past the last
+// whole panel as the file holds them), in exactly the file's bytes, and unpack_row gives each row
+// back.
+TEST(CpuLayouts, FloatR16RepackRoundTrip) {
+  const std::int64_t rows = 37, k = 10;
+  for (const DType layout : {kF32R16, kF16R16, kBF16R16}) {
+    const DType plain = layout_source(layout);
+    const std::size_t elem = plain == DType::kF32 ? 4 : 2;
+    EXPECT_EQ(cpu::tensor_bytes(layout, rows, k), rows * k * elem);
+    std::mt19937 rng(9);
+    std::vector<std::uint8_t> src(rows * k * elem);
+    for (auto& b : src) b = static_cast<std::uint8_t>(rng());
+    std::vector<std::uint8_t> packed(cpu::tensor_bytes(layout, rows, k));
+    repack_rows(layout, src.data(), rows, k, packed.data());
+    const std::int64_t r = 19, i = 7;  // panel 1, row 3 of it
+    const std::size_t at = 16 * k * elem + elem * (layout == kF32R16 ? i * 16 + 3 : (i / 2) * 32 + 2 * 3 + i % 2);
+    EXPECT_EQ(std::memcmp(packed.data() + at, src.data() + (r * k + i) * elem, elem), 0) << type_name(layout);
+    EXPECT_EQ(std::memcmp(packed.data() + 32 * k * elem, src.data() + 32 * k * elem, 5 * k * elem), 0);  // the tail
+    std::vector<std::uint8_t> row(k * elem);
+    for (std::int64_t j = 0; j < rows; ++j) {
+      unpack_row(layout, packed.data(), k, j, rows, row.data());
+      ASSERT_EQ(std::memcmp(row.data(), src.data() + j * k * elem, k * elem), 0) << type_name(layout) << " row " << j;
+    }
+  }
 }
 
 // kQ8_0R16 holds the same blocks as Q8_0, 16 rows interleaved; padding rows are zero.
@@ -111,7 +145,7 @@ TEST(CpuLayouts, Q5_0R8RepackRoundTrip) {
   std::vector<BlockQ5_0> row(static_cast<std::size_t>(nb));
   std::vector<float> want_f(static_cast<std::size_t>(k)), got_f(static_cast<std::size_t>(k));
   for (std::int64_t i = 0; i < 24; ++i) {
-    unpack_row(kQ5_0R8, packed.data(), k, i, row.data());
+    unpack_row(kQ5_0R8, packed.data(), k, i, rows, row.data());
     for (std::int64_t j = 0; j < nb; ++j) {
       const BlockQ5_0 want = i < rows ? plain[static_cast<std::size_t>(i * nb + j)] : BlockQ5_0{};
       ASSERT_EQ(std::memcmp(&row[static_cast<std::size_t>(j)], &want, sizeof(BlockQ5_0)), 0) << i << " " << j;
@@ -155,7 +189,7 @@ TEST(CpuLayouts, Q4_0R8RepackRoundTrip) {
   std::vector<BlockQ8_0> as_q8(static_cast<std::size_t>(nb));
   std::vector<float> want_f(static_cast<std::size_t>(k)), got_f(static_cast<std::size_t>(k));
   for (std::int64_t i = 0; i < 24; ++i) {
-    unpack_row(kQ4_0R8, packed.data(), k, i, row.data());
+    unpack_row(kQ4_0R8, packed.data(), k, i, rows, row.data());
     for (std::int64_t j = 0; j < nb; ++j) {
       const hal::BlockQ4_0 want = i < rows ? plain[static_cast<std::size_t>(i * nb + j)] : hal::BlockQ4_0{};
       ASSERT_EQ(std::memcmp(&row[static_cast<std::size_t>(j)], &want, sizeof(hal::BlockQ4_0)), 0) << i << " " << j;
@@ -215,7 +249,7 @@ void check_1_r8(DType layout, DType source, std::uint32_t seed) {
   std::vector<Block> row(static_cast<std::size_t>(nb));
   std::vector<float> want_f(static_cast<std::size_t>(k)), got_f(static_cast<std::size_t>(k));
   for (std::int64_t i = 0; i < 16; ++i) {
-    unpack_row(layout, packed.data(), k, i, row.data());
+    unpack_row(layout, packed.data(), k, i, rows, row.data());
     for (std::int64_t j = 0; j < nb; ++j) {
       const Block want = i < rows ? plain[static_cast<std::size_t>(i * nb + j)] : Block{};
       ASSERT_EQ(std::memcmp(&row[static_cast<std::size_t>(j)], &want, sizeof(Block)), 0) << i << " " << j;
@@ -276,7 +310,7 @@ void check_k_r8(DType layout, DType source, std::uint32_t seed) {
   std::vector<Block> row(static_cast<std::size_t>(nsb));
   std::vector<BlockQ8_0> as_q8(static_cast<std::size_t>(k / kQK)), want_q8(static_cast<std::size_t>(k / kQK));
   for (std::int64_t i = 0; i < 16; ++i) {
-    unpack_row(layout, packed.data(), k, i, row.data());
+    unpack_row(layout, packed.data(), k, i, rows, row.data());
     for (std::int64_t j = 0; j < nsb; ++j) {
       const Block want = i < rows ? plain[static_cast<std::size_t>(i * nsb + j)] : Block{};
       ASSERT_EQ(std::memcmp(&row[static_cast<std::size_t>(j)], &want, sizeof(Block)), 0) << i << " " << j;

@@ -164,12 +164,11 @@ void check(DType t, std::int64_t m, std::int64_t n, std::int64_t k, bool bias, M
     }
   } else {
     matmul_reference(rp);
-    // BF16 weights on the GEMM of a level with BF16 dot products: x rounded to BF16 too, at most
-    // half a unit of its 8-bit significand (2^-8 of the element) per element; F16 weights there are
-    // rounded to BF16 as well: (1 + 2^-8)^2 - 1 = 2^-7 + 2^-16.
-    // (kGemmQ8 asked for a format it cannot read runs the F32 GEMM.)
-    const bool bf16_dot = (t == DType::kBF16 || t == DType::kF16) && actual != MatmulPath::kGemv &&
-                          sx::cpu::kernels().bf16_dot_gemm && k % 2 == 0;
+    // BF16 weights on a level with BF16 dot products (every path: F32, F16 and BF16 run the GEMM at
+    // every m): x rounded to BF16 too, at most half a unit of its 8-bit significand (2^-8 of the
+    // element) per element; F16 weights there are rounded to BF16 as well: (1 + 2^-8)^2 - 1 =
+    // 2^-7 + 2^-16. (kGemmQ8 asked for a format it cannot read runs the F32 GEMM.)
+    const bool bf16_dot = (t == DType::kBF16 || t == DType::kF16) && sx::cpu::kernels().bf16_dot_gemm && k % 2 == 0;
     const double rel = !bf16_dot ? 1e-5 : t == DType::kBF16 ? 0x1p-8 + 1e-5 : 0x1p-7 + 0x1p-16 + 1e-5;
     for (std::size_t i = 0; i < got.size(); ++i) {
       ASSERT_NEAR(got[i], ref[i], rel * scale[i] + 1e-6) << "index " << i;
