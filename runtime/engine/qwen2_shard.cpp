@@ -387,8 +387,13 @@ SsmShare ssm_share(const model::ModelConfig& c, const parallel::RankPlan& rp) {
   return s;
 }
 
-// Prefill steps run the delta rule in chunks of this many tokens; decode-only steps token by token.
-constexpr std::int64_t kDeltaChunk = 64;
+// Every step runs the delta rule in its recurrent form, a token at a time: a sequence's state after
+// position p is then the same bits however its tokens were split into steps (prefill chunks of any
+// size, decodes batched beside a prefill or alone, a preempted sequence computed again), which the
+// chunked form cannot give when a step boundary falls inside one of its chunks (issue 53: greedy
+// answers of a hybrid changed under load). The work is the same in both forms (3 d_k d_v
+// multiply-adds per token and V head); the chunked one only reads the state once per chunk.
+constexpr std::int64_t kDeltaChunk = 0;
 
 // A DeltaNet layer's conv and delta rule over a step of T tokens in n_seqs sequences (buffers
 // unset; the whole layer on one rank): the same for the step and for step_ops.
@@ -488,10 +493,8 @@ std::vector<hal::Op> Qwen2Shard::step_ops(const model::ModelConfig& c, const par
     if (c.is_hybrid()) {
       const SsmShare share = ssm_share(c, rp);
       ops.emplace_back(hal::SigmoidMulArgs{{}, {}, {}, T * nq, hd, 0, 0, 0, false});  // the attention's gate
-      for (const std::int64_t chunk : {kDeltaChunk, std::int64_t{0}}) {
-        ops.emplace_back(conv_state_args(c, share, o, T, std::min(T, R)));
-        ops.emplace_back(delta_rule_args(c, share, o, T, std::min(T, R), chunk));
-      }
+      ops.emplace_back(conv_state_args(c, share, o, T, std::min(T, R)));
+      ops.emplace_back(delta_rule_args(c, share, o, T, std::min(T, R), kDeltaChunk));
       ops.emplace_back(hal::GatedNormArgs{{}, {}, {}, {}, T * share.nv(), share.d, static_cast<float>(c.rms_eps)});
       if (rp.has_shared_expert) {
         ops.emplace_back(hal::SiluMulArgs{{}, {}, {}, T, c.shared_expert_ffn, 0, 0, 0});
@@ -920,8 +923,8 @@ Status Qwen2Shard::run_step(const ForwardBatch& batch, int top_k) {
     return matmul(L.o_w, nullptr, V(im.attn), V(im.delta), T, H, nq * hd);
   };
   // A Gated DeltaNet layer (of xn, into delta): q|k|v, z, alpha, beta; the causal conv with each
-  // sequence's conv state; the delta rule on its recurrent state (chunked when a sequence brings
-  // more than one token); the gated norm with z; ssm_out.
+  // sequence's conv state; the delta rule on its recurrent state (token by token, kDeltaChunk);
+  // the gated norm with z; ssm_out.
   auto run_deltanet = [&](const Layer& L, std::int64_t T, std::int64_t n_seqs) -> Status {
     const SsmShare share = ssm_share(c, rp);
     const std::int64_t C = share.channels(), inner = share.inner(), nv = share.nv(), d = share.d;
@@ -939,7 +942,7 @@ Status Qwen2Shard::run_step(const ForwardBatch& batch, int top_k) {
     cs.seq_context_len = im.input(im.in.seq_ctx);
     cs.seq_slot = im.input(im.in.state_slot);
     SX_RETURN_IF_ERROR(s.run(cs));
-    hal::DeltaRuleArgs dr = delta_rule_args(c, share, im.options, T, n_seqs, T > n_seqs ? kDeltaChunk : 0);
+    hal::DeltaRuleArgs dr = delta_rule_args(c, share, im.options, T, n_seqs, kDeltaChunk);
     dr.q = V(im.conv_out);
     dr.k = dr.q.at(f32_bytes(share.nk * d));
     dr.v = dr.q.at(f32_bytes(2 * share.nk * d));

@@ -199,9 +199,11 @@ struct ConvStateArgs {
 //   qn = q_g / sqrt(|q_g|^2 + eps) * scale,  kn = k_g / sqrt(|k_g|^2 + eps)
 //   decay = exp(a[h] * softplus(alpha[t][h] + dt_bias[h])),  b = sigmoid(beta[t][h])
 //   S = decay * S;  S = S + kn (b (v_h - S^T kn))^T;  out[t][h] = S^T qn
-// and the last S is written back. chunk == 0 computes it token by token (the recurrent form);
-// chunk > 0 takes a sequence's tokens chunk at a time in the equivalent chunked form (the state is
-// read and written once per chunk), equal to the recurrent form within F32 rounding.
+// and the last S is written back. chunk == 0 computes it token by token (the recurrent form, which
+// the engine runs: a sequence's bits do not depend on how its tokens are split into steps);
+// chunk > 0 takes a sequence's tokens in the equivalent chunked form over chunks at absolute
+// positions [k chunk, (k + 1) chunk) (the state read and written once per chunk; a step that starts
+// inside a chunk takes the rest of it first), equal to the recurrent form within F32 rounding.
 struct DeltaRuleArgs {
   BufView q, k, v;          // F32 rows of qkv_stride: q [n_k_heads][d_k], k [n_k_heads][d_k], v [n_v_heads][d_v]
   BufView alpha, beta;      // F32 [n_tokens][gate_stride], heads [0, n_v_heads) used

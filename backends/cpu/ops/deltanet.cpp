@@ -88,17 +88,19 @@ void delta_recurrent(const DeltaRulePtrs& p, const hal::DeltaRuleArgs& a, std::i
   }
 }
 
-// The same in the chunked form. Within a chunk of C tokens with log-decays g_i and their running
-// sums G_i (so that the state after token i is e^{G_i} S0 + sum_{j<=i} e^{G_i - G_j} k_j u_j^T):
+// The same in the chunked form, over chunks at absolute positions [kC, (k+1)C): `first` is the
+// position of token t0, so a step that begins inside a chunk takes the rest of that chunk first.
+// Within a chunk of C tokens with log-decays g_i and their running sums G_i (so that the state
+// after token i is e^{G_i} S0 + sum_{j<=i} e^{G_i - G_j} k_j u_j^T):
 //   u_i = beta_i (v_i - e^{G_i} S0^T k_i) - beta_i sum_{j<i} e^{G_i - G_j} (k_i . k_j) u_j   (forward substitution)
 //   o_i = e^{G_i} S0^T q_i + sum_{j<=i} e^{G_i - G_j} (q_i . k_j) u_j
 //   S   = e^{G_C} S0 + sum_j e^{G_C - G_j} k_j u_j^T
 void delta_chunked(const DeltaRulePtrs& p, const hal::DeltaRuleArgs& a, std::int64_t t0, std::int64_t t1,
-                   std::int64_t h, std::int64_t g, float* S) {
+                   std::int64_t first, std::int64_t h, std::int64_t g, float* S) {
   const std::int64_t dk = a.d_k, dv = a.d_v, C = a.chunk;
   std::vector<float> qn(C * dk), kn(C * dk), u(C * dv), G(C), beta(C), kk(C * C), qk(C * C);
-  for (std::int64_t c0 = t0; c0 < t1; c0 += C) {
-    const std::int64_t n = std::min(C, t1 - c0);
+  for (std::int64_t c0 = t0, n = 0; c0 < t1; c0 += n) {
+    n = std::min(C - (first + (c0 - t0)) % C, t1 - c0);
     float run = 0.0f;
     for (std::int64_t i = 0; i < n; ++i) {
       const std::int64_t t = c0 + i;
@@ -154,7 +156,7 @@ void delta_rule(ThreadPool& pool, const DeltaRulePtrs& p, const hal::DeltaRuleAr
     float* S = p.state + (static_cast<std::int64_t>(p.batch.seq_slot[s]) * a.n_v_heads + h) * state_elems;
     if (p.batch.seq_context_len[s] == t1 - t0) std::fill_n(S, state_elems, 0.0f);
     if (a.chunk > 0) {
-      delta_chunked(p, a, t0, t1, h, g, S);
+      delta_chunked(p, a, t0, t1, p.batch.seq_context_len[s] - (t1 - t0), h, g, S);
     } else {
       delta_recurrent(p, a, t0, t1, h, g, S);
     }

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -205,6 +206,44 @@ TEST(DeltaRule, OneCallManyChunksAndTokenByTokenEndAlike) {
   EXPECT_LT(max_abs_diff(c.out, a.out), 1e-5);
   EXPECT_LT(max_abs_diff(b.state, a.state), 1e-5);
   EXPECT_LT(max_abs_diff(c.state, a.state), 1e-5);
+}
+
+// The outputs and final state of one sequence fed in pieces of the given sizes.
+DeltaRun in_pieces(Dev& d, const DeltaShape& sh, const DeltaInputs& in, const std::vector<std::int32_t>& pieces,
+                   std::int64_t chunk) {
+  DeltaDevice dev(d, sh, in, 2, std::vector<float>(2 * sh.n_v * sh.dk * sh.dv, 0.0f));
+  std::int32_t done = 0;
+  for (const std::int32_t n : pieces) {
+    EXPECT_TRUE(dev.run(done, {0, n}, {done + n}, {1}, chunk).ok());
+    done += n;
+  }
+  return dev.result(done);
+}
+
+bool same_bits(const DeltaRun& a, const DeltaRun& b) {
+  return a.out.size() == b.out.size() && a.state.size() == b.state.size() &&
+         std::memcmp(a.out.data(), b.out.data(), a.out.size() * 4) == 0 &&
+         std::memcmp(a.state.data(), b.state.data(), a.state.size() * 4) == 0;
+}
+
+// What the engine relies on (issue 53): the recurrent form gives a sequence the same bits however
+// its tokens are split into steps; the chunked form does so for splits that fall on its chunks,
+// whose boundaries are absolute positions, not the step's first token.
+TEST(DeltaRule, TheSplitIntoStepsChangesNoBit) {
+  Dev d;
+  DeltaShape sh;
+  sh.n_k = 1, sh.n_v = 3, sh.dk = 32, sh.dv = 32;
+  const DeltaInputs in = delta_inputs(sh, 100, 31);
+  const DeltaRun whole = in_pieces(d, sh, in, {100}, 0);
+  for (const auto& pieces : std::vector<std::vector<std::int32_t>>{{37, 37, 26}, {16, 16, 16, 16, 16, 16, 4},
+                                                                     {1, 63, 1, 35}, std::vector<std::int32_t>(100, 1)}) {
+    EXPECT_TRUE(same_bits(in_pieces(d, sh, in, pieces, 0), whole)) << "recurrent, " << pieces.size() << " pieces";
+  }
+  // Chunks of 5 from position 0: a step starting at 3 takes [3, 5) first, so these two splits
+  // compute the same chunks ([0, 3) | [3, 5) [5, 10) ... against [0, 3) | [3, 5) | [5, 10) ...).
+  const DeltaRun a = in_pieces(d, sh, in, {3, 97}, 5), b = in_pieces(d, sh, in, {3, 2, 95}, 5);
+  EXPECT_TRUE(same_bits(a, b));
+  EXPECT_TRUE(same_bits(in_pieces(d, sh, in, {10, 90}, 5), in_pieces(d, sh, in, {100}, 5)));
 }
 
 TEST(DeltaRule, BadBatchesAreRefusedNamingTheField) {
