@@ -174,8 +174,9 @@ Status make_model(const Args& args) {
 
 int cmd_make_model(int argc, char** argv) {
   Args args("make-model",
-            "Write a random-weight qwen2 or qwen3 GGUF (default: the Qwen2.5-0.5B shape), or a Hugging Face "
-            "safetensors directory of the same weights or of --from FILE.gguf.",
+            "Write a random-weight GGUF of a qwen2, qwen3, qwen3moe, qwen35 or qwen35moe model (--arch; default: "
+            "the Qwen2.5-0.5B shape), or a Hugging Face safetensors directory of the same weights or of --from "
+            "FILE.gguf.",
             {
                 {{"-o", "--out"}, true, false, "output file (a directory with --format safetensors)", "PATH"},
                 {{"--format"}, true, false, "gguf (default) or safetensors", "FORMAT"},
