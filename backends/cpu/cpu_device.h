@@ -63,7 +63,7 @@ class CpuBuffer final : public hal::Buffer {
   CpuDevice& cpu_device() const { return device_; }
   // Backend-internal: the memory. In strict mode it is only accessible while the device executes.
   std::byte* data() const { return data_; }
-  std::size_t mapped_bytes() const { return mapped_bytes_; }  // > 0: an mmap of this size (strict)
+  std::size_t mapped_bytes() const { return mapped_bytes_; }  // > 0: an mmap of this size (large or strict)
   // A weight buffer made by upload_weight: the layout its bytes are in (layouts.h), which ops
   // that name the weight by its file format read it as. Empty for every other buffer.
   std::optional<hal::DType> layout() const { return layout_; }
