@@ -1,6 +1,7 @@
 // Fuzz target: the OpenAI request-body parser (daemon/openai/request.h, parse_request) on arbitrary
 // bytes as the body, for both endpoints. Invariants (request.h, sampler.h):
-// * success: the endpoint is the one asked for; 1 <= n <= limits.max_n; at most
+// * success: the endpoint is the one asked for; JSON held in strings (tool-call arguments, a schema's
+//   text) within the body's depth limit; 1 <= n <= limits.max_n; at most
 //   limits.max_stop_strings stop strings, none empty; every sampling value finite and in the
 //   range the API allows (SamplingParams::validate() agrees); max_tokens in 1..2^31-1;
 //   chat: at least one message, every role one of system/user/assistant/tool (so the chat
@@ -19,6 +20,7 @@
 #include <string_view>
 
 #include "daemon/openai/request.h"
+#include "runtime/base/json_depth.h"
 #include "runtime/tokenizer/chat_template.h"
 #include "tests/fuzz/fuzz_check.h"
 
@@ -57,12 +59,20 @@ void check_success(openai::Endpoint endpoint, const openai::GenerateRequest& r) 
   FUZZ_CHECK(p.validate().ok());
   if (r.max_tokens) FUZZ_CHECK(*r.max_tokens >= 1 && *r.max_tokens <= std::numeric_limits<std::int32_t>::max());
   if (r.include_usage) FUZZ_CHECK(r.stream);
+  if (r.output_format.kind == sx::chat::OutputFormat::Kind::kJsonSchema) {
+    FUZZ_CHECK(sx::json_shape(r.output_format.source).depth <= kLimits.max_json_depth);
+  }
   if (chat) {
     FUZZ_CHECK(!r.messages.empty());
     for (const auto& m : r.messages) {
       FUZZ_CHECK(m.role == "system" || m.role == "user" || m.role == "assistant" || m.role == "tool");
     }
     FUZZ_CHECK(sx::tokenizer::render_chatml_checked(r.messages).ok());
+    // JSON held in a string field is within the body's tree limits (issue 53: 100,000 levels in
+    // arguments killed the daemon).
+    for (const auto& m : r.messages) {
+      for (const auto& c : m.tool_calls) FUZZ_CHECK(sx::json_shape(c.arguments).depth <= kLimits.max_json_depth);
+    }
     FUZZ_CHECK(r.prompt_text.empty() && r.prompt_ids.empty() && !r.prompt_is_ids);
     FUZZ_CHECK(!r.echo);
     FUZZ_CHECK(r.top_logprobs >= -1 && r.top_logprobs <= 20);

@@ -1,8 +1,9 @@
 // Fuzz target: the tool-call parser (daemon/chat/tool_calls.h) on answers a model may write. Input:
 // one mode byte (bit 0: XML, else hermes; the rest + 1: the size of the pieces the answer streams
 // in), then the answer. Invariants: the answer streamed in pieces and the answer whole give the same
-// text and the same calls (names, arguments); every call's arguments are a JSON object; a call that
-// failed after its name went out is followed by its text, so the text is the same either way.
+// text and the same calls (names, arguments); every call's arguments are a JSON object within the
+// server's JSON limits (runtime/base/json_parse.h); a call that failed after its name went out is
+// followed by its text, so the text is the same either way.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/chat/tool_calls.h"
+#include "runtime/base/json_parse.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace {
@@ -37,6 +39,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (const auto& c : whole.calls) {
     const auto args = nlohmann::ordered_json::parse(c.arguments, nullptr, /*allow_exceptions=*/false);
     FUZZ_CHECK(args.is_object());
+    FUZZ_CHECK(sx::json_shape(c.arguments).depth <= sx::JsonLimits{}.max_depth);  // a deeper call is text
   }
   FUZZ_CHECK(whole.text.size() <= answer.size());
 
