@@ -374,6 +374,20 @@ void pack_x_panel(const float* x, std::int64_t m, std::int64_t k, std::int64_t t
   }
 }
 
+// c[r][0, nr) = (accumulate ? c : bias or 0) + tile[r] for r < mr: how every kernel below adds its
+// tile to y (one rounding, the same in vector and scalar code).
+template <int R>
+void add_tile(const float (&tile)[R][kNR], float* c, std::int64_t ldc, int mr, int nr, const float* bias,
+              bool accumulate) {
+  for (int r = 0; r < mr; ++r) {
+    float* cr = c + r * ldc;
+    for (int j = 0; j < nr; ++j) {
+      const float base = accumulate ? cr[j] : (bias != nullptr ? bias[j] : 0.0f);
+      cr[j] = base + tile[r][j];
+    }
+  }
+}
+
 // c[mr][nr] (row stride ldc) = (accumulate ? c : bias or 0) + a[kc][kMR]^T . b[kc][16].
 #if SX_GEMM_AVX512
 // c[r][0, nr) = (accumulate ? c : bias or 0) + tile[r], for r < mr.
@@ -588,13 +602,7 @@ void kernel_tile(std::int64_t kc, const float* a, const float* b, float* c, std:
     }
     return;
   }
-  for (int r = 0; r < mr; ++r) {
-    float* cr = c + r * ldc;
-    for (int j = 0; j < nr; ++j) {
-      const float base = accumulate ? cr[j] : (bias != nullptr ? bias[j] : 0.0f);
-      cr[j] = base + tile[r][j];
-    }
-  }
+  add_tile(tile, c, ldc, mr, nr, bias, accumulate);
 }
 
 // y of the few-token kernels' NP panels: as kernel_tile adds its tile to y (base + tile).
@@ -607,15 +615,7 @@ void store_tiles_few(const __m256 (&acc)[NP][MR][2], float* c, std::int64_t ldc,
       _mm256_store_ps(tile[r], acc[q][r][0]);
       _mm256_store_ps(tile[r] + 8, acc[q][r][1]);
     }
-    const int nq = q + 1 < NP ? kNR : nr;
-    const float* bq = bias != nullptr ? bias + q * kNR : nullptr;
-    for (int r = 0; r < mr; ++r) {
-      float* cr = c + r * ldc + q * kNR;
-      for (int j = 0; j < nq; ++j) {
-        const float base = accumulate ? cr[j] : (bq != nullptr ? bq[j] : 0.0f);
-        cr[j] = base + tile[r][j];
-      }
-    }
+    add_tile(tile, c + q * kNR, ldc, mr, q + 1 < NP ? kNR : nr, bias != nullptr ? bias + q * kNR : nullptr, accumulate);
   }
 }
 
@@ -677,13 +677,7 @@ void kernel_tile(std::int64_t kc, const float* a, const float* b, float* c, std:
   for (std::int64_t p = 0; p < kc; ++p)
     for (int r = 0; r < kMR; ++r)
       for (int j = 0; j < kNR; ++j) tile[r][j] += a[p * kMR + r] * b[p * kNR + j];
-  for (int r = 0; r < mr; ++r) {
-    float* cr = c + r * ldc;
-    for (int j = 0; j < nr; ++j) {
-      const float base = accumulate ? cr[j] : (bias != nullptr ? bias[j] : 0.0f);
-      cr[j] = base + tile[r][j];
-    }
-  }
+  add_tile(tile, c, ldc, mr, nr, bias, accumulate);
 }
 // The portable build's few-token tiles: kernel_tile's arithmetic (a product, then a sum: this level
 // has no FMA) for MR tokens of row-major x, panel after panel.
@@ -695,15 +689,7 @@ void kernel_tile_few(std::int64_t kc, const float* a, std::int64_t lda, const fl
     for (std::int64_t p = 0; p < kc; ++p)
       for (int r = 0; r < MR; ++r)
         for (int j = 0; j < kNR; ++j) tile[r][j] += a[r * lda + p] * b[q][p * kNR + j];
-    const int nq = q + 1 < NP ? kNR : nr;
-    const float* bq = bias != nullptr ? bias + q * kNR : nullptr;
-    for (int r = 0; r < mr; ++r) {
-      float* cr = c + r * ldc + q * kNR;
-      for (int j = 0; j < nq; ++j) {
-        const float base = accumulate ? cr[j] : (bq != nullptr ? bq[j] : 0.0f);
-        cr[j] = base + tile[r][j];
-      }
-    }
+    add_tile(tile, c + q * kNR, ldc, mr, q + 1 < NP ? kNR : nr, bias != nullptr ? bias + q * kNR : nullptr, accumulate);
   }
 }
 #endif
