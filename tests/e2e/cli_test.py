@@ -152,6 +152,17 @@ def tokenize_prints_ids():
 
 
 @case
+def help_names_every_architecture_make_model_writes():
+    """Issue 53 item 9: `sextant --help` and `make-model --help` said qwen2 (and qwen3) only."""
+    top = run("--help").stdout.decode()
+    line = [x for x in top.splitlines() if x.strip().startswith("make-model")]
+    assert line and "Qwen3.5" in top and "MoE" in top, top
+    mm = run("make-model", "--help").stdout.decode()
+    summary = mm.split("options:")[0]
+    assert all(a in summary for a in ("qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe")), summary
+
+
+@case
 def errors_name_the_cause():
     with tempfile.TemporaryDirectory() as d:
         missing = os.path.join(d, "nope.gguf")
