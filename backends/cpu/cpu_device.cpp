@@ -47,8 +47,20 @@ void describe_memory(hal::DeviceInfo& info, std::uint64_t budget) {
 
 constexpr std::size_t kAlign = 64;
 constexpr std::size_t kHugePage = std::size_t{2} << 20;
-// Buffers from this size on are mappings of their own (CpuDevice::alloc).
+// Buffers from this size on are mappings of their own (CpuDevice::alloc); under AddressSanitizer
+// none are, so that its checks see every buffer's bounds.
+#if defined(__SANITIZE_ADDRESS__)
+#define SX_CPU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SX_CPU_ASAN 1
+#endif
+#endif
+#if defined(SX_CPU_ASAN)
+constexpr std::size_t kOwnMapping = SIZE_MAX;
+#else
 constexpr std::size_t kOwnMapping = std::size_t{64} << 10;
+#endif
 
 }  // namespace
 
@@ -235,7 +247,7 @@ Result<std::unique_ptr<hal::Buffer>> CpuDevice::upload_weight(hal::Stream& strea
     SX_RETURN_IF_ERROR(stream.upload(*b, 0, repacked));
     SX_RETURN_IF_ERROR(stream.sync());  // the upload reads `repacked` until then
   }
-  static_cast<CpuBuffer&>(*b).set_layout(layout);
+  static_cast<CpuBuffer&>(*b).set_layout(layout, w.rows);
   return b;
 }
 
@@ -338,6 +350,14 @@ Result<const void*> resolve_rows(const CpuDevice& d, const hal::BufView& v, hal:
                                     type_name(*cb->layout()), hal::dtype_name(format));
     }
     t = *cb->layout();
+    // A float layout's plain tail begins where the uploaded rows' last whole panel ends: an op takes
+    // all of its rows, or whole panels from its start (layouts.h).
+    if ((t == kF32R16 || t == kF16R16 || t == kBF16R16) && rows != cb->layout_rows() &&
+        (rows % kFloatR16Rows != 0 || v.offset != 0 || rows > cb->layout_rows())) {
+      return invalid_argument_error("{}: {} rows of the {} weight's {} (in 16-row panels) can be read only all of them "
+                                    "or whole panels from its first row",
+                                    op, rows, what, cb->layout_rows());
+    }
   }
   const int block = hal::dtype_info(format).block_elems;
   if (cols % block != 0) {

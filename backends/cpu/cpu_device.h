@@ -67,7 +67,12 @@ class CpuBuffer final : public hal::Buffer {
   // A weight buffer made by upload_weight: the layout its bytes are in (layouts.h), which ops
   // that name the weight by its file format read it as. Empty for every other buffer.
   std::optional<hal::DType> layout() const { return layout_; }
-  void set_layout(hal::DType layout) { layout_ = layout; }
+  // The rows upload_weight was given (where a float layout's plain tail begins).
+  std::int64_t layout_rows() const { return layout_rows_; }
+  void set_layout(hal::DType layout, std::int64_t rows) {
+    layout_ = layout;
+    layout_rows_ = rows;
+  }
 
  private:
   CpuDevice& device_;
@@ -75,6 +80,7 @@ class CpuBuffer final : public hal::Buffer {
   std::size_t size_;
   std::size_t mapped_bytes_;
   std::optional<hal::DType> layout_;
+  std::int64_t layout_rows_ = 0;
   hal::BufferUsage usage_;
 };
 

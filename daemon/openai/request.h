@@ -18,6 +18,7 @@
 
 #include "daemon/chat/structured.h"
 #include "daemon/chat/tool_calls.h"
+#include "runtime/base/json_parse.h"
 #include "runtime/base/status.h"
 #include "runtime/engine/sampler.h"
 #include "runtime/tokenizer/chat_template.h"
@@ -89,8 +90,8 @@ struct ApiError {
 struct ParseLimits {
   std::int64_t max_stop_strings = 16;
   std::int64_t max_n = 8;
-  std::size_t max_json_depth = 32;
-  std::size_t max_json_values = std::size_t{1} << 20;
+  std::size_t max_json_depth = JsonLimits{}.max_depth;  // 32; JSON held in strings gets them too
+  std::size_t max_json_values = JsonLimits{}.max_values;  // 2^20
   // Accepts `sextant_test_script` (serve's SEXTANT_TEST_HOOKS=1): end-to-end tests of tool calls
   // make a model "write" a call. Never on in a served deployment by default.
   bool test_hooks = false;

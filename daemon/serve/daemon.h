@@ -218,6 +218,8 @@ class Daemon {
   Result<config::ServeConfig> reload_config(const json& request) const;
   // Drained replicas of older generations with nothing left in flight: stopped and freed.
   void reap_retired();
+  // Returns the host memory malloc keeps free to the system, on libuv's pool (glibc only).
+  void trim_heap();
   // Every replica there is: the generation in service's, then the older ones still draining.
   std::vector<std::shared_ptr<Replica>> all_replicas() const;
   // The replica for a new request's prompt among the current generation's (nullptr: none ready),

@@ -203,11 +203,19 @@ void Daemon::reap_retired() {
     it = retiring_.erase(it);  // freed when the last request that held it is gone
     reaped = true;
   }
+  if (reaped) trim_heap();
+}
+
+void Daemon::trim_heap() {
 #if defined(__GLIBC__)
   // What the retired replicas' host side (tokenizer, grammar caches, scheduler, staging) freed goes
   // back to the system instead of staying in malloc's arenas (issue 53: RSS grew with every reload;
-  // the device buffers are mappings of their own, backends/cpu/cpu_device.cpp).
-  if (reaped) malloc_trim(0);
+  // the device buffers are mappings of their own, backends/cpu/cpu_device.cpp). malloc_trim walks
+  // every arena under its lock: on libuv's pool, never on the loop.
+  auto work = std::make_unique<uv_work_t>();
+  const int rc = uv_queue_work(&loop_, work.get(), [](uv_work_t*) { malloc_trim(0); },
+                               [](uv_work_t* w, int) { std::unique_ptr<uv_work_t> done(w); });
+  if (rc == 0) (void)work.release();  // owned by the request until its after-work callback
 #endif
 }
 

@@ -203,7 +203,8 @@ struct ConvStateArgs {
 // the engine runs: a sequence's bits do not depend on how its tokens are split into steps);
 // chunk > 0 takes a sequence's tokens in the equivalent chunked form over chunks at absolute
 // positions [k chunk, (k + 1) chunk) (the state read and written once per chunk; a step that starts
-// inside a chunk takes the rest of it first), equal to the recurrent form within F32 rounding.
+// inside a chunk takes the rest of it first), equal to the recurrent form within F32 rounding, and
+// to itself bit for bit over any split into steps that end on multiples of chunk.
 struct DeltaRuleArgs {
   BufView q, k, v;          // F32 rows of qkv_stride: q [n_k_heads][d_k], k [n_k_heads][d_k], v [n_v_heads][d_v]
   BufView alpha, beta;      // F32 [n_tokens][gate_stride], heads [0, n_v_heads) used

@@ -165,6 +165,13 @@ const float* panel_f32_r16(const std::byte* w, std::size_t row_bytes, std::int64
   return reinterpret_cast<const float*>(w + row_bytes * static_cast<std::size_t>(row0)) + pc * kNR;
 }
 
+// A whole panel (row0 + 16 <= n) of kBF16R16 or kF16R16 from pair pc on, as the layout holds it:
+// run_panels_few's full path (a last, partial panel takes its tail path).
+const float* panel_pairs_r16_whole(const std::byte* w, std::size_t row_bytes, std::int64_t row0, std::int64_t,
+                                   std::int64_t pc, std::int64_t, float*) {
+  return reinterpret_cast<const float*>(w + row_bytes * static_cast<std::size_t>(row0)) + pc * kNR;
+}
+
 // A kBF16R16 panel's pairs [pc, pc + kc): the BF16 pair kernels' panel as it is (a plain BF16 row
 // holds its pairs as the layout's words do).
 const float* panel_pairs_r16(const std::byte* w, std::size_t row_bytes, std::int64_t row0, std::int64_t n,
@@ -208,7 +215,7 @@ const float* pack_pairs_r16_as_f32(const std::byte* w, std::size_t row_bytes, st
 // Element loaders of the pair layouts: get(panel, index) reads one 16-bit element as F32;
 // split8(words, lo, hi) reads 8 rows' pair words (16 elements) as their first and second elements.
 struct PairsF16 {
-  static float get(const std::uint16_t* p, std::int64_t i) { return f16_to_f32(p[i]); }
+  static float get(const std::uint16_t* p, std::int64_t i) { return f16_to_f32(load_unaligned<std::uint16_t>(p, i)); }
 #if SX_GEMM_AVX2
   static void split8(const std::uint16_t* words, __m256* first, __m256* second) {
     // Rows 0-3 and 4-7 as [r e0, r e1, ...] pairs, then evens and odds (in-lane), then lanes in order.
@@ -239,7 +246,7 @@ struct PairsF16 {
 #endif
 };
 struct PairsBF16 {
-  static float get(const std::uint16_t* p, std::int64_t i) { return bf16_to_f32(p[i]); }
+  static float get(const std::uint16_t* p, std::int64_t i) { return bf16_to_f32(load_unaligned<std::uint16_t>(p, i)); }
 #if SX_GEMM_AVX2
   static void split8(const std::uint16_t* words, __m256* first, __m256* second) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(words));
@@ -836,8 +843,8 @@ void run_panels_few(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p, 
 }
 
 #if SX_GEMM_AVX2
-// A kF16R16 / kBF16R16 panel's pair words from element pc (even) on, as they are: for
-// kernel_tile_pairs_few.
+// A whole kF16R16 / kBF16R16 panel's pair words from element pc (even) on, as they are: for
+// kernel_tile_pairs_few (run_panels_few's full path).
 const float* panel_pairs_r16_at(const std::byte* w, std::size_t row_bytes, std::int64_t row0, std::int64_t,
                                 std::int64_t pc, std::int64_t, float*) {
   return reinterpret_cast<const float*>(w + row_bytes * static_cast<std::size_t>(row0)) + pc / 2 * kNR;
@@ -876,9 +883,9 @@ void x_to_bf16_pairs(const float* x, std::int64_t k, std::uint32_t* dst) {
 const float* pack_f16_r16_as_bf16_pairs(const std::byte* w, std::size_t row_bytes, std::int64_t row0, std::int64_t n,
                                         std::int64_t pc, std::int64_t kc, float* dst) {
   if (row0 + kNR > n) return pack_w_panel<RowF16AsBF16Pairs>(w, row_bytes, row0, n, pc, kc, dst);
-  const auto* words = reinterpret_cast<const __m512i*>(w + row_bytes * static_cast<std::size_t>(row0)) + pc;
+  const std::byte* words = w + row_bytes * static_cast<std::size_t>(row0) + 64 * static_cast<std::size_t>(pc);
   for (std::int64_t q = 0; q < kc; ++q) {
-    const __m512i v = _mm512_loadu_si512(words + q);  // 16 rows' pairs of F16
+    const __m512i v = _mm512_loadu_si512(words + 64 * q);  // 16 rows' pairs of F16
     const __m512 lo = _mm512_cvtph_ps(_mm512_castsi512_si256(v)), hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1));
     _mm512_storeu_ps(dst + q * kNR, reinterpret_cast<__m512>(_mm512_cvtne2ps_pbh(hi, lo)));
   }
@@ -947,7 +954,7 @@ void gemm_f32(ThreadPool& pool, Scratch& scratch, const MatmulProblem& p) {
       }
       case kF16R16:  // decode converts the panel in registers as its packer does
         return gemm_bf16_dot(pool, scratch, p, &pack_f16_r16_as_bf16_pairs,
-                             FewPath{&panel_pairs_r16, &few_kernel<FewBF16<PairsF16>::K>}, packed_f16);
+                             FewPath{&panel_pairs_r16_whole, &few_kernel<FewBF16<PairsF16>::K>}, packed_f16);
       default: break;
     }
   }

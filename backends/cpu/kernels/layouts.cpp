@@ -131,47 +131,49 @@ void dequantize_tensor_row(hal::DType t, const void* tensor, std::int64_t k, std
   hal::dequantize_row(source, gathered.data(), dst, k);
 }
 
+
 namespace {
 
-// Where element i of row r of a panel lies, in elements of the layout's type from the panel's start.
-std::int64_t float_r16_index(hal::DType layout, int r, std::int64_t i) {
-  if (layout == kF32R16) return i * kFloatR16Rows + r;
-  return (i / 2) * 2 * kFloatR16Rows + 2 * r + i % 2;  // pairs: word (i / 2) * 16 + r, half i % 2
+// The float layouts as 32-bit words: kF32R16's elements, kF16R16's / kBF16R16's pairs (k even), the
+// panel of rows [16g, 16g + 16) holding word w of row r at w * 16 + r.
+std::int64_t float_r16_words(hal::DType layout, std::int64_t k) {
+  if (layout != kF32R16 && k % 2 != 0) fatal("float R16 layout", std::string(type_name(layout)) + " needs an even k");
+  return layout == kF32R16 ? k : k / 2;
 }
 
 }  // namespace
 
 void repack_float_r16(hal::DType layout, const void* src, std::int64_t rows, std::int64_t k, void* dst) {
-  const std::size_t elem = layout == kF32R16 ? 4 : 2;
+  const std::int64_t words = float_r16_words(layout, k);
   const auto* in = static_cast<const std::byte*>(src);
   auto* out = static_cast<std::byte*>(dst);
   const std::int64_t whole = rows / kFloatR16Rows * kFloatR16Rows;
-  const std::size_t panel = elem * static_cast<std::size_t>(k) * kFloatR16Rows;
-  for (std::int64_t row = 0; row < whole; ++row) {
-    std::byte* p = out + panel * static_cast<std::size_t>(row / kFloatR16Rows);
-    const std::byte* from = in + elem * static_cast<std::size_t>(row * k);
-    for (std::int64_t i = 0; i < k; ++i) {
-      std::memcpy(p + elem * static_cast<std::size_t>(float_r16_index(layout, static_cast<int>(row % kFloatR16Rows), i)),
-                  from + elem * static_cast<std::size_t>(i), elem);
+  for (std::int64_t g = 0; g < whole / kFloatR16Rows; ++g) {
+    const std::byte* from = in + 4 * static_cast<std::size_t>(g * kFloatR16Rows * words);
+    std::byte* panel = out + 4 * static_cast<std::size_t>(g * kFloatR16Rows * words);
+    for (std::int64_t w = 0; w < words; ++w) {
+      for (int r = 0; r < kFloatR16Rows; ++r) {
+        std::memcpy(panel + 4 * static_cast<std::size_t>(w * kFloatR16Rows + r), from + 4 * static_cast<std::size_t>(r * words + w), 4);
+      }
     }
   }
-  const std::size_t tail = elem * static_cast<std::size_t>(whole * k);  // the last rows % 16 rows as they are
-  std::memcpy(out + tail, in + tail, elem * static_cast<std::size_t>((rows - whole) * k));
+  const std::size_t tail = 4 * static_cast<std::size_t>(whole * words);  // the last rows % 16 rows as they are
+  std::memcpy(out + tail, in + tail, 4 * static_cast<std::size_t>((rows - whole) * words));
 }
 
 void unpack_row_float_r16(hal::DType layout, const void* src, std::int64_t k, std::int64_t row, std::int64_t rows,
                           void* dst) {
-  const std::size_t elem = layout == kF32R16 ? 4 : 2;
+  const std::int64_t words = float_r16_words(layout, k);
   const auto* in = static_cast<const std::byte*>(src);
   auto* out = static_cast<std::byte*>(dst);
   if (row >= rows / kFloatR16Rows * kFloatR16Rows) {  // a tail row, as the file holds it
-    std::memcpy(out, in + elem * static_cast<std::size_t>(row * k), elem * static_cast<std::size_t>(k));
+    std::memcpy(out, in + 4 * static_cast<std::size_t>(row * words), 4 * static_cast<std::size_t>(words));
     return;
   }
-  const std::byte* p = in + elem * static_cast<std::size_t>(k) * kFloatR16Rows * static_cast<std::size_t>(row / kFloatR16Rows);
-  for (std::int64_t i = 0; i < k; ++i) {
-    std::memcpy(out + elem * static_cast<std::size_t>(i),
-                p + elem * static_cast<std::size_t>(float_r16_index(layout, static_cast<int>(row % kFloatR16Rows), i)), elem);
+  const std::byte* panel = in + 4 * static_cast<std::size_t>(row / kFloatR16Rows * kFloatR16Rows * words);
+  const int r = static_cast<int>(row % kFloatR16Rows);
+  for (std::int64_t w = 0; w < words; ++w) {
+    std::memcpy(out + 4 * static_cast<std::size_t>(w), panel + 4 * static_cast<std::size_t>(w * kFloatR16Rows + r), 4);
   }
 }
 

@@ -1,7 +1,8 @@
 // The CPU backend's weight layouts: block-format, F32, F16 and BF16 matrices with their rows
 // interleaved in groups, so that the SIMD kernels stream one contiguous run per group of rows
 // (CpuDevice::upload_weight repacks a weight into them where those kernels are built). They hold
-// the same values and bytes as the file's rows, and the last group is padded with zero rows.
+// the same values and bytes as the file's rows; the block formats' last group is padded with zero
+// rows, the float layouts keep their last rows % 16 rows plain.
 //
 // Inside backends/cpu a kernel's weight type is a hal::DType: a file format as is, or one of the
 // layout values below, which lie past hal's formats (hal::DType's underlying type is uint8_t,
@@ -38,7 +39,9 @@ inline constexpr hal::DType kBF16R16 = static_cast<hal::DType>(0x89);  // BF16, 
 //   kF16R16, kBF16R16 (k even): [k / 2][16] 32-bit words, word p * 16 + r holding elements 2p (low
 //   half) and 2p + 1 (high half) of row r: a BF16 row's pairs as vdpbf16ps multiplies them.
 // The rows past the last whole group (rows % 16) follow as the file holds them, so these layouts
-// take exactly the file's bytes (row r of such a tail at r * row_bytes, as in the file).
+// take exactly the file's bytes (row r of such a tail at r * row_bytes, as in the file). A matmul
+// takes all of such a tensor's rows or whole panels of it (where its tail begins depends on the
+// rows uploaded), from a 64-byte boundary (CpuDevice's buffers; the kernels read panels directly).
 inline constexpr int kFloatR16Rows = 16;
 
 // Q8_0 with 16 rows interleaved (kQ8_0R16): rows [16g, 16g + 16) x block b of a [rows][k] tensor is
@@ -126,8 +129,8 @@ struct BlockQ5_Kx8 {
 static_assert(sizeof(BlockQ5_Kx8) == kQ4_KR8Rows * sizeof(hal::BlockQ5_K));
 
 // The file format a type holds (Q8_0 for kQ8_0R16, Q5_0 for kQ5_0R8, Q4_0 for kQ4_0R8, Q4_1 / Q5_1
-// for kQ4_1R8 / kQ5_1R8, Q4_K / Q5_K for kQ4_KR8 / kQ5_KR8, t itself otherwise) and the rows per
-// group (1 for a file format).
+// for kQ4_1R8 / kQ5_1R8, Q4_K / Q5_K for kQ4_KR8 / kQ5_KR8, F32 / F16 / BF16 for kF32R16 / kF16R16 /
+// kBF16R16, t itself otherwise) and the rows per group (1 for a file format).
 hal::DType layout_source(hal::DType t);
 int interleaved_rows(hal::DType t);
 // The layout CpuDevice keeps a weight of file format `format` with rows of `cols` elements in:
@@ -136,7 +139,8 @@ int interleaved_rows(hal::DType t);
 // cols even) where the vector kernels for them are built (AVX2 + FMA + F16C), else `format`.
 hal::DType weight_layout(hal::DType format, std::int64_t cols);
 // hal's row_bytes / tensor_bytes / dtype_name for every CPU weight type: a row of a layout is its
-// share of its group, and a layout's tensor has its rows rounded up to a whole group.
+// share of its group, and a block layout's tensor has its rows rounded up to a whole group (a float
+// layout's takes exactly the file's bytes).
 std::size_t row_bytes(hal::DType t, std::int64_t n);
 std::size_t tensor_bytes(hal::DType t, std::int64_t rows, std::int64_t cols);
 std::string_view type_name(hal::DType t);

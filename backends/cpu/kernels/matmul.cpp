@@ -28,8 +28,9 @@ namespace {
 // Below these m the GEMV kernels (W streamed once per call, tokens tiled in registers) beat
 // packing W panels (measured on Zen 3, Qwen2.5-0.5B shapes, batched decode through
 // `sextant bench --concurrency`: at m = 8 the int8 GEMV gave 75 vs 66 tokens/s, at m = 16 the
-// packed GEMM 86 vs 73; the F32-converting GEMV only wins up to m ~ 6-8). The two int8 paths
-// compute identical bits, so the threshold changes speed only.
+// packed GEMM 86 vs 73). The two int8 paths compute identical bits, so the threshold changes speed
+// only. F32, F16 and BF16 run gemm_f32 on either path (it picks its few-token kernels below 8
+// tokens itself): their threshold only names the path.
 constexpr std::int64_t kGemmMinM_Q8 = 12;
 constexpr std::int64_t kGemmMinM_Float = 8;
 

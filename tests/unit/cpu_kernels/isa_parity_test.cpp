@@ -196,9 +196,10 @@ TEST(CpuIsaParity, FloatAndBlockFormatsAgreeWithinTolerance) {
 // level: a token's output is the same bits alone, in any batch and in either layout (issue 53: the
 // few-token path runs the GEMM's own chain of FMAs per element, so a decode batched beside a
 // prefill chunk, or a prompt cut into other chunks, gives the same logits). n = 40 leaves a partial
-// last panel; k = 1030 gives the F32 path k blocks that are not multiples of 32 (and odd ones
-// starting inside a pair); the batch sizes cover the few-token kernels (1-7, one to four panels side
-// by side), the tiles of AVX2 (6) and AVX-512 (12) and their partial ones.
+// last panel, n = 12 has no whole one; k = 1030 gives the F32 path k blocks of 206 (not multiples
+// of 32), k = 258 blocks of 129, which start inside a pair (the pair layouts' packed few-token
+// path); the batch sizes cover the few-token kernels (1-7, one to four panels side by side), the
+// tiles of AVX2 (6) and AVX-512 (12) and their partial ones.
 TEST(CpuIsaParity, FloatFormatsGiveATokenTheSameBitsInEveryBatchAndLayout) {
   ThreadPool pool(2);
   std::mt19937 rng(53);
@@ -206,7 +207,7 @@ TEST(CpuIsaParity, FloatFormatsGiveATokenTheSameBitsInEveryBatchAndLayout) {
     DType plain, r16;
   };
   for (const Layout l : {Layout{DType::kF32, kF32R16}, Layout{DType::kF16, kF16R16}, Layout{DType::kBF16, kBF16R16}}) {
-    for (const auto& [n, k] : {std::pair<std::int64_t, std::int64_t>{40, 64}, {80, 1030}, {16, 896}}) {
+    for (const auto& [n, k] : {std::pair<std::int64_t, std::int64_t>{40, 64}, {80, 1030}, {16, 896}, {48, 258}, {12, 128}}) {
       const Weights w = make_weights(l.plain, n, k, rng);
       std::vector<std::byte> r16_store(cpu::tensor_bytes(l.r16, n, k) + 64);
       void* r16 = r16_store.data() + (64 - reinterpret_cast<std::uintptr_t>(r16_store.data()) % 64) % 64;

@@ -59,6 +59,24 @@ TEST_F(CpuOps, UploadedWeightsTakeTheCpuLayout) {
   ASSERT_TRUE(b.ok()) << b.status().to_string();
   ASSERT_TRUE(stream_->sync().ok());
   EXPECT_EQ(static_cast<cpu::CpuBuffer&>(**b).layout(), hal::DType::kF32);
+  // A 16-row layout's matmul takes all its rows or whole panels from the first: where its plain
+  // tail begins depends on the rows uploaded (layouts.h).
+  if (!cpu::vector_interleaved()) return;
+  const int n = 40, k = 64;
+  const auto wv = random(static_cast<std::size_t>(n * k));
+  auto w = device_->upload_weight(*stream_, hal::WeightDesc{hal::DType::kF32, n, k}, std::as_bytes(std::span(wv)));
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  auto x = *device_->alloc(4 * k), y = *device_->alloc(4 * n);
+  ASSERT_TRUE(stream_->fill(*x, 0, 4 * k, 0).ok());
+  for (const int rows : {40, 32, 16, 20}) {
+    auto st = stream_->run(hal::MatmulArgs{{w->get(), 0}, hal::DType::kF32, {x.get(), 0}, {}, {y.get(), 0}, 1, rows, k});
+    if (st.ok()) st = stream_->sync();
+    EXPECT_EQ(st.ok(), rows != 20) << rows << ": " << st.to_string();
+    if (!st.ok()) {
+      EXPECT_NE(st.message().find("whole panels from its first row"), std::string::npos) << st.message();
+      stream_ = std::move(device_->create_stream()).value();  // the error latched in that stream
+    }
+  }
 }
 
 TEST(CpuVectorMath, ExpAndSiluMatchLibm) {
