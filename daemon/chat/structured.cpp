@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include "runtime/base/json_depth.h"
+
 namespace sx::chat {
 
 class CompiledFormat {
@@ -320,6 +322,12 @@ Result<std::shared_ptr<const CompiledFormat>> Grammars::compile(const OutputForm
   if (bytes > kMaxFormatBytes) {
     return invalid_argument_error("'{}' has {} bytes; at most {} are accepted", f.param, bytes, kMaxFormatBytes);
   }
+  if (f.kind == OutputFormat::Kind::kJsonSchema) {
+    if (const std::size_t depth = json_shape(f.source).depth; depth > kMaxFormatDepth) {
+      return invalid_argument_error("'{}' nests {} levels deep; at most {} are accepted", f.param, depth,
+                                    kMaxFormatDepth);
+    }
+  }
   // A format's grammar; an object for json_object (xgrammar's built-in JSON grammar allows arrays too).
   auto grammar = [&]() -> xgrammar::Grammar {
     switch (f.kind) {
@@ -382,8 +390,13 @@ Result<std::shared_ptr<const CompiledFormat>> Grammars::compile_tool_call(ToolSy
     const ordered_json& t = tools[i];
     if (!name.empty() && t["function"]["name"] != name) continue;
     const std::string param = fmt::format("tools[{}].function.parameters", i);
-    if (dump(parameters_of(t)).size() > kMaxFormatBytes) {
+    const std::string text = dump(parameters_of(t));
+    if (text.size() > kMaxFormatBytes) {
       return invalid_argument_error("'{}' is over {} bytes", param, kMaxFormatBytes);
+    }
+    if (const std::size_t depth = json_shape(text).depth; depth > kMaxFormatDepth) {
+      return invalid_argument_error("'{}' nests {} levels deep; at most {} are accepted", param, depth,
+                                    kMaxFormatDepth);
     }
     auto call = interrupts.run<xgrammar::Grammar>(param, [&] { return tool_call_grammar(syntax, t); });
     if (!call.ok()) return call.status();

@@ -46,6 +46,10 @@ struct OutputFormat {
 
 // The largest schema, pattern or grammar a request may send (its text).
 inline constexpr std::size_t kMaxFormatBytes = std::size_t{1} << 16;
+// The deepest a JSON schema (or a tool's parameters) may nest. xgrammar walks a schema
+// recursively (its cache key, its converter), so depth costs stack; an HTTP request cannot nest
+// past OpenAiLimits::max_json_depth (32) anyway, this bounds callers of the library itself.
+inline constexpr std::size_t kMaxFormatDepth = 64;
 
 // What one compile may spend. xgrammar's compiler is patched to call back (the xgrammar wrap's
 // xgrammar-compile-interrupt.patch) between a schema's nodes, between its optimizer's passes,
@@ -70,7 +74,7 @@ class Grammars {
 
   // INVALID_ARGUMENT naming format.param and the part at fault (xgrammar's message) when the
   // format cannot be compiled: a schema it does not support, a regex or grammar that does not
-  // parse, a format over kMaxFormatBytes; likewise when its grammar allows no first token and no
+  // parse, a format over kMaxFormatBytes or a schema nested deeper than kMaxFormatDepth; likewise when its grammar allows no first token and no
   // end (a $ref cycle with no way out: the answer could only be empty and broken). A grammar that
   // allows only the empty text is accepted: its answer is empty.
   // A JSON schema is compiled in xgrammar's strict mode (an array without "items" takes no items, an

@@ -2,8 +2,9 @@
 // byte-level vocabulary: a grammar that matches no text is refused naming the field (one that
 // matches only the empty text is not); strict mode's reading of {"type": "array", "minItems": 1}
 // gives way to JSON Schema's; a compile stops at its deadline or when cancelled, and what it left
-// in xgrammar's cache does not answer the next compile of the same format; an 800-deep schema
-// compiles in well under a second (its cache key was cubic).
+// in xgrammar's cache does not answer the next compile of the same format; a schema nested
+// kMaxFormatDepth deep compiles in well under a second (its cache key was cubic), a deeper one is
+// refused before xgrammar's recursive walks see it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,9 +16,11 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "daemon/chat/structured.h"
+#include "runtime/base/json_depth.h"
 #include "tests/unit/tokenizer/tiny_vocab.h"
 
 namespace sx::chat {
@@ -35,6 +38,16 @@ class StructuredTest : public ::testing::Test {
     ASSERT_TRUE(tok.ok()) << tok.status().to_string();
     tok_ = std::move(*tok);
     grammars_ = std::make_unique<Grammars>(*tok_, std::vector<std::int32_t>{kEnd});
+  }
+
+  // A schema of `levels` arrays, each the items of the one around it, around an integer: JSON
+  // nested levels + 1 deep.
+  static std::string nested_arrays(std::size_t levels) {
+    std::string s;
+    for (std::size_t i = 0; i < levels; ++i) s += R"({"type":"array","items":)";
+    s += R"({"type":"integer"})";
+    s.append(levels, '}');
+    return s;
   }
 
   static OutputFormat schema(const std::string& text) {
@@ -171,10 +184,7 @@ TEST_F(StructuredTest, ACancelledCompileStopsAndLeavesNothingCached) {
 TEST_F(StructuredTest, AnotherCompilesInterruptionIsNotThisOnes) {
   // Two threads ask for one schema: the first computes it in xgrammar's cache and is cancelled
   // midway; the second, which waited for that entry, compiles it itself.
-  std::string deep;
-  for (int i = 0; i < 300; ++i) deep += R"({"type":"array","items":)";
-  deep += R"({"type":"integer"})";
-  for (int i = 0; i < 300; ++i) deep += "}";
+  const std::string deep = nested_arrays(kMaxFormatDepth - 1);
   std::atomic<bool> first_started{false}, release{false};
   CompileBudget first;
   first.cancelled = [&] {
@@ -194,17 +204,34 @@ TEST_F(StructuredTest, AnotherCompilesInterruptionIsNotThisOnes) {
   EXPECT_TRUE(b.ok()) << b.status().to_string();
 }
 
-TEST_F(StructuredTest, An800DeepSchemaCompilesInWellUnderASecond) {
-  // Item 5: 800 nested arrays (20 KB) took 45 s in xgrammar's schema cache key alone, on any vocabulary.
-  std::string deep;
-  for (int i = 0; i < 800; ++i) deep += R"({"type":"array","items":)";
-  deep += R"({"type":"integer"})";
-  for (int i = 0; i < 800; ++i) deep += "}";
+TEST_F(StructuredTest, ASchemaAtTheDepthLimitCompilesQuicklyAndADeeperOneIsRefusedAtOnce) {
+  // Item 5: 800 nested arrays (20 KB) took 45 s in xgrammar's schema cache key alone, on any
+  // vocabulary; under AddressSanitizer its recursive walks overflowed the stack.
+  const std::string at_limit = nested_arrays(kMaxFormatDepth - 1);  // the integer's object is one more
+  ASSERT_EQ(json_shape(at_limit).depth, kMaxFormatDepth);
   const auto t0 = std::chrono::steady_clock::now();
-  auto r = grammars_->compile(schema(deep));
+  auto r = grammars_->compile(schema(at_limit));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_TRUE(r.ok()) << r.status().to_string();
-  EXPECT_LT(s, 5.0);  // about 0.3 s here; slack for a sanitizer build and a busy machine
+  EXPECT_LT(s, 5.0);  // well under 0.1 s here; slack for a sanitizer build and a busy machine
+  for (const int levels : {static_cast<int>(kMaxFormatDepth), 800, 2000}) {
+    auto deep = grammars_->compile(schema(nested_arrays(levels)));
+    ASSERT_FALSE(deep.ok()) << levels;
+    EXPECT_EQ(deep.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(deep.status().message(), fmt::format("'response_format.json_schema.schema' nests {} levels deep; at most "
+                                                   "{} are accepted",
+                                                   levels + 1, kMaxFormatDepth));
+  }
+  // A tool's parameters likewise, named by their index.
+  nlohmann::ordered_json tools = nlohmann::ordered_json::array();
+  tools.push_back({{"type", "function"}, {"function", {{"name", "ok"}, {"parameters", {{"type", "object"}}}}}});
+  tools.push_back({{"type", "function"},
+                   {"function", {{"name", "deep"}, {"parameters", nlohmann::ordered_json::parse(nested_arrays(100))}}}});
+  auto call = grammars_->compile_tool_call(ToolSyntax::kHermes, tools, "");
+  ASSERT_FALSE(call.ok());
+  EXPECT_EQ(call.status().message(),
+            fmt::format("'tools[1].function.parameters' nests 101 levels deep; at most {} are accepted", kMaxFormatDepth));
+  EXPECT_TRUE(grammars_->compile_tool_call(ToolSyntax::kHermes, tools, "ok").ok());
 }
 
 }  // namespace
