@@ -16,8 +16,11 @@ namespace sx::hal {
 // INVALID_ARGUMENT naming the field.
 Status check_moe_ffn(const MoeFfnArgs& a);
 
-// What the DeltaNet ops are written for on every backend.
-inline constexpr std::int64_t kMaxConvKernel = 8, kMaxDeltaHeadDim = 256, kMaxDeltaChunk = 128;
+// What the DeltaNet ops are written for on every backend (the kernel and head limits in
+// runtime/base/op_limits.h, which the model config reads too).
+using op_limits::kMaxConvKernel;
+using op_limits::kMaxDeltaHeadDim;
+inline constexpr std::int64_t kMaxDeltaChunk = 128;
 
 // A ConvStateArgs' counts: sequences, tokens and slots >= 0, channels > 0 within rows of x_stride,
 // 2 <= kernel <= kMaxConvKernel. INVALID_ARGUMENT naming the field.

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <variant>
 
+#include "runtime/base/op_limits.h"
 #include "runtime/hal/dtype.h"
 
 namespace sx::hal {
@@ -123,8 +124,8 @@ struct AddArgs {
 // (greedy is k = 1) so that only the candidates are read back. Order: larger value first, the
 // lower index first among equal values, NaN below every number (and equal to NaN). values[r][i]
 // is the i-th of row r, ids[r][i] its column + id_offset (the vocab shard's first token id).
-// 1 <= k <= min(n_cols, kMaxTopK).
-inline constexpr std::int64_t kMaxTopK = 64;
+// 1 <= k <= min(n_cols, kMaxTopK) (runtime/base/op_limits.h: the model config reads it too).
+using op_limits::kMaxTopK;
 // The order of TopKArgs: true when value a at index ia comes before value b at index ib.
 inline bool top_k_before(float a, std::int64_t ia, float b, std::int64_t ib) {
   const bool a_nan = a != a, b_nan = b != b;

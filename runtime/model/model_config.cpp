@@ -8,8 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "runtime/hal/op_checks.h"
-#include "runtime/hal/ops.h"
+#include "runtime/base/op_limits.h"
 #include "runtime/model/model_check.h"
 
 namespace sx::model {
@@ -253,13 +252,13 @@ Status validate_hybrid(const ModelConfig& c, std::string_view where) {
     return invalid_argument_error("{}: {} DeltaNet V heads is not a multiple of {} K heads", where, c.ssm_v_heads,
                                   c.ssm_k_heads);
   }
-  if (c.ssm_head_dim > hal::kMaxDeltaHeadDim) {
+  if (c.ssm_head_dim > op_limits::kMaxDeltaHeadDim) {
     return invalid_argument_error("{}: DeltaNet heads of {} (ssm.state_size); the ops take at most {}", where,
-                                  c.ssm_head_dim, hal::kMaxDeltaHeadDim);
+                                  c.ssm_head_dim, op_limits::kMaxDeltaHeadDim);
   }
-  if (c.ssm_conv_kernel < 2 || c.ssm_conv_kernel > hal::kMaxConvKernel) {
+  if (c.ssm_conv_kernel < 2 || c.ssm_conv_kernel > op_limits::kMaxConvKernel) {
     return invalid_argument_error("{}: ssm.conv_kernel is {}; it must be in 2..{}", where, c.ssm_conv_kernel,
-                                  hal::kMaxConvKernel);
+                                  op_limits::kMaxConvKernel);
   }
   if (static_cast<std::int64_t>(c.recurrent_layers.size()) != c.n_layers) {
     return invalid_argument_error("{}: the layer pattern names {} layers but the model has {}", where,
@@ -311,9 +310,9 @@ Status validate_model_config(const ModelConfig& c, std::string_view where) {
       return invalid_argument_error("{}: {} experts of {} rows; the experts must be 1..4096 of 1..2^31-1 rows", where,
                                     c.n_experts, c.expert_ffn);
     }
-    if (c.n_experts_used < 1 || c.n_experts_used > c.n_experts || c.n_experts_used > hal::kMaxTopK) {
-      return invalid_argument_error("{}: {} experts used per token of {}; it must be 1..min(experts, 64)", where,
-                                    c.n_experts_used, c.n_experts);
+    if (c.n_experts_used < 1 || c.n_experts_used > c.n_experts || c.n_experts_used > op_limits::kMaxTopK) {
+      return invalid_argument_error("{}: {} experts used per token of {}; it must be 1..min(experts, {})", where,
+                                    c.n_experts_used, c.n_experts, op_limits::kMaxTopK);
     }
   }
   SX_RETURN_IF_ERROR(validate_hybrid(c, where));
