@@ -788,6 +788,23 @@ Status check_isa() {
 class CpuBackend final : public hal::Backend {
  public:
   std::string_view name() const override { return "cpu"; }
+  // The ISA level of the kernels (isa.h), for bench and doctor: a SEXTANT_CPU_ISA this machine or
+  // build cannot honour is a failure, as create_device's.
+  std::optional<hal::KernelReport> kernel_report() const override {
+    const Result<IsaChoice>& isa = cpu_isa();
+    hal::KernelReport k;
+    k.line = cpu_isa_line();
+    if (!isa.ok()) {
+      k.status = isa.status();
+      k.evidence = isa.status().message();
+      k.fix = "unset SEXTANT_CPU_ISA or name a level this machine has";
+      return k;
+    }
+    std::string levels;
+    for (const std::string& l : isa->available) levels += (levels.empty() ? "" : ", ") + l;
+    k.evidence = fmt::format("{}; levels this machine can run: {}", k.line.substr(name().size() + 2), levels);
+    return k;
+  }
   // Logical devices share the host's cores and memory: each is one rank of a TP/PP group.
   Result<std::vector<hal::DeviceInfo>> devices() const override {
     std::vector<hal::DeviceInfo> out;

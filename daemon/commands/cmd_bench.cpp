@@ -6,7 +6,7 @@
 #include <random>
 #include <string>
 
-#include "backends/cpu/kernels/isa.h"
+#include "backends/registry.h"
 #include "daemon/commands/bench_serving.h"
 #include "daemon/commands/commands.h"
 #include "daemon/commands/model_session.h"
@@ -17,6 +17,15 @@
 namespace sx::daemon {
 
 namespace {
+
+// What the session's backend says about its kernels (the CPU: "cpu: using avx2 kernels"), or
+// nothing; the daemon names no backend (hal::Backend::kernel_report).
+void print_kernel_line(const ModelSession& session) {
+  if (session.devices.devices.empty()) return;
+  auto backend = backends::default_registry().find(session.devices.devices[0]->info().backend);
+  if (!backend.ok()) return;
+  if (const auto k = (*backend)->kernel_report(); k && !k->line.empty()) std::printf("%s\n", k->line.c_str());
+}
 
 struct Spread {
   double median = 0, min = 0, max = 0;
@@ -85,7 +94,7 @@ int cmd_bench(int argc, char** argv) {
       }
       SX_ASSIGN_OR_RETURN(ModelSession session, open_session(args, std::move(opened), ctx, seqs));
       std::printf("model: %s; device: %s\n", args.get("--model")->c_str(), session.devices_summary().c_str());
-      if (session.devices_summary().find("cpu:") != std::string::npos) std::printf("%s\n", cpu::cpu_isa_line().c_str());
+      print_kernel_line(session);
       if (concurrency > 0) {
         SX_RETURN_IF_ERROR(bench_concurrency(*session.model, *session.opened.tokenizer, concurrency, n_prompt, n_gen,
                                              static_cast<std::uint64_t>(seed)));
@@ -117,7 +126,7 @@ int cmd_bench(int argc, char** argv) {
                 static_cast<long long>(cfg.hidden), static_cast<long long>(cfg.n_heads),
                 static_cast<long long>(cfg.n_kv_heads), static_cast<double>(model.weight_bytes()) / 1e6);
     std::printf("device: %s\n", session.devices_summary().c_str());
-    if (session.devices_summary().find("cpu:") != std::string::npos) std::printf("%s\n", cpu::cpu_isa_line().c_str());
+    print_kernel_line(session);
 
     std::vector<float> logits;
     auto prefill = [&]() { return engine::prefill(model, prompt, logits); };

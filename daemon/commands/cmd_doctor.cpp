@@ -33,7 +33,6 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "backends/cpu/kernels/isa.h"
 #include "backends/cuda/nccl_api.h"
 #include "backends/registry.h"
 #include "daemon/commands/commands.h"
@@ -112,13 +111,16 @@ void check_system(Report& r) {
         fmt::format("{}, {} logical CPUs ({}); {:.1f} GiB memory, {:.1f} GiB available", model.empty() ? "CPU" : model,
                     std::thread::hardware_concurrency(), isa.empty() ? "no AVX2" : fmt::format("{}", fmt::join(isa, " ")),
                     total, avail));
-  // The CPU kernels this binary chose (backends/cpu/kernels/isa.h): an invalid SEXTANT_CPU_ISA fails.
-  const Result<cpu::IsaChoice>& k = cpu::cpu_isa();
-  if (!k.ok()) {
-    r.add("cpu kernels", "fail", k.status().message(), "unset SEXTANT_CPU_ISA or name a level this machine has");
-  } else {
-    r.add("cpu kernels", "ok",
-          fmt::format("{}; levels this machine can run: {}", cpu::cpu_isa_line().substr(5), fmt::join(k->available, ", ")));
+  // The kernels each backend chose for this machine, as it reports them (the CPU's ISA level: an
+  // invalid SEXTANT_CPU_ISA fails).
+  for (const std::string& name : backends::default_registry().names()) {
+    const auto k = (*backends::default_registry().find(name))->kernel_report();
+    if (!k) continue;
+    if (!k->status.ok()) {
+      r.add(fmt::format("{} kernels", name), "fail", k->evidence, k->fix);
+    } else {
+      r.add(fmt::format("{} kernels", name), "ok", k->evidence);
+    }
   }
 }
 

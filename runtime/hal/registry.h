@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -27,6 +28,16 @@ struct MachineCheck {
   Verdict verdict = Verdict::kOk;
   std::string check;    // "driver", "architecture", "pcie", ...
   std::string message;  // the evidence, and the fix where one is needed
+};
+
+// Which kernels a backend's devices run, when the backend chooses them at start-up (the CPU's
+// instruction-set level, SEXTANT_CPU_ISA), for `sextant bench` and `sextant doctor`, which name no
+// backend (DESIGN.md §2) and print what the backend says.
+struct KernelReport {
+  Status status;         // OK, or why no kernels can run (its devices will not open), e.g. a bad SEXTANT_CPU_ISA
+  std::string line;      // one line naming the backend, e.g. "cpu: using avx2 kernels" (on failure: the error)
+  std::string evidence;  // the choice and the alternatives this machine has (on failure: status's message)
+  std::string fix;       // on failure, what to do
 };
 
 class Backend {
@@ -58,6 +69,9 @@ class Backend {
   // What the backend checks about the machine before serving (empty by default: nothing beyond its
   // device list). Cheap enough for `sextant doctor`; never creates a device.
   virtual std::vector<MachineCheck> machine_checks() const { return {}; }
+  // The kernels this backend chose for this machine (KernelReport above); nullopt (the default)
+  // when it has no choice to report. Cheap, never creates a device.
+  virtual std::optional<KernelReport> kernel_report() const { return std::nullopt; }
   // Device memory a channel of `group_size` ranks of this backend takes on each of its devices
   // beyond what the channel's user allocates (NCCL's buffers), for the memory plan. 0 by default.
   virtual std::uint64_t channel_reserve_bytes(int group_size) const {
