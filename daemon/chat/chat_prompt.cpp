@@ -5,33 +5,33 @@
 
 namespace sx::chat {
 
-Result<std::string> render_chat_prompt(const ChatTemplate* tmpl, std::span<const tokenizer::ChatMessage> messages,
+Result<std::string> render_chat_prompt(const ChatTemplate* tmpl, std::span<const ChatMessage> messages,
                                        const nlohmann::ordered_json& tools,
                                        const nlohmann::ordered_json& chat_template_kwargs, bool add_generation_prompt,
                                        const tokenizer::Tokenizer& tok) {
   using nlohmann::ordered_json;
   const bool has_tools = tools.is_array() && !tools.empty();
   if (tmpl == nullptr) {
-    SX_RETURN_IF_ERROR(tokenizer::check_chat_tokens(tok));
+    SX_RETURN_IF_ERROR(check_chat_tokens(tok));
     bool calls = false;
-    for (const tokenizer::ChatMessage& m : messages) calls = calls || !m.tool_calls.empty();
+    for (const ChatMessage& m : messages) calls = calls || !m.tool_calls.empty();
     if (has_tools || calls) {
       return failed_precondition_error(
           "the model has no chat template, and the built-in ChatML has no way to show tools or tool calls: serve it "
           "with its template (--chat-template FILE)");
     }
-    return tokenizer::render_chatml_checked(messages, add_generation_prompt);
+    return render_chatml_checked(messages, add_generation_prompt);
   }
   ordered_json context = ordered_json::object();
   auto& list = context["messages"] = ordered_json::array();
-  for (const tokenizer::ChatMessage& m : messages) {
+  for (const ChatMessage& m : messages) {
     ordered_json msg = {{"role", m.role}, {"content", m.content}};
     if (m.reasoning_content) msg["reasoning_content"] = *m.reasoning_content;
     if (m.name) msg["name"] = *m.name;
     if (m.tool_call_id) msg["tool_call_id"] = *m.tool_call_id;
     if (!m.tool_calls.empty()) {
       auto& calls = msg["tool_calls"] = ordered_json::array();
-      for (const tokenizer::ToolCall& c : m.tool_calls) {
+      for (const ToolCall& c : m.tool_calls) {
         calls.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
       }
     }

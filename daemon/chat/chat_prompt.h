@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/chat/chat_template.h"
+#include "daemon/chat/chatml.h"
 #include "runtime/base/status.h"
-#include "runtime/tokenizer/chat_template.h"
 #include "runtime/tokenizer/tokenizer.h"
 
 namespace sx::chat {
@@ -22,7 +22,7 @@ namespace sx::chat {
 // `tmpl` null: ChatML (FAILED_PRECONDITION when the tokenizer has no ChatML tokens, and for tools or
 // tool calls, which it has no way to show). The template's failures are INVALID_ARGUMENT with its
 // message.
-Result<std::string> render_chat_prompt(const ChatTemplate* tmpl, std::span<const tokenizer::ChatMessage> messages,
+Result<std::string> render_chat_prompt(const ChatTemplate* tmpl, std::span<const ChatMessage> messages,
                                        const nlohmann::ordered_json& tools,
                                        const nlohmann::ordered_json& chat_template_kwargs, bool add_generation_prompt,
                                        const tokenizer::Tokenizer& tok);

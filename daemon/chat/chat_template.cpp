@@ -262,7 +262,9 @@ Result<std::shared_ptr<const ChatTemplate>> choose_chat_template(const std::stri
                                                                  const std::string& model_template,
                                                                  const std::string& model_origin, std::string* said) {
   if (!override_path.empty()) {
-    SX_ASSIGN_OR_RETURN(std::string text, read_regular_file(override_path, std::uint64_t{1} << 20, "chat template"));
+    // The label names the file: "chat template FILE: No such file or directory".
+    SX_ASSIGN_OR_RETURN(std::string text, read_regular_file(override_path, std::uint64_t{1} << 20,
+                                                            fmt::format("chat template {}", override_path)));
     SX_ASSIGN_OR_RETURN(auto t, ChatTemplate::parse(text, override_path));
     *said = fmt::format("chat template: {} ({} bytes, given instead of the model's own)", override_path, text.size());
     return t;

@@ -35,6 +35,7 @@
 
 #include "backends/cuda/nccl_api.h"
 #include "backends/registry.h"
+#include "daemon/chat/chatml.h"
 #include "daemon/commands/commands.h"
 #include "daemon/commands/model_session.h"
 #include "daemon/config/serve_flags.h"
@@ -44,7 +45,6 @@
 #include "runtime/model/model_check.h"
 #include "runtime/parallel/placement.h"
 #include "runtime/parallel/shard_plan.h"
-#include "runtime/tokenizer/chat_template.h"
 
 namespace sx::daemon {
 
@@ -286,7 +286,7 @@ std::optional<engine::OpenedModel> check_model(Report& r, const std::string& giv
   } else {
     r.add("checksums", "skip", "--no-checksums");
   }
-  if (Status chat = tokenizer::check_chat_tokens(*opened->tokenizer); !chat.ok()) {
+  if (Status chat = chat::check_chat_tokens(*opened->tokenizer); !chat.ok()) {
     r.add("chat template", "warn", chat.message(), "serve it for /v1/completions only");
   } else {
     r.add("chat template", "ok", "ChatML (<|im_start|> / <|im_end|>) for /v1/chat/completions");

@@ -2,10 +2,10 @@
 #include <cstdio>
 #include <string>
 
+#include "daemon/commands/chat_args.h"
 #include "daemon/commands/commands.h"
 #include "daemon/commands/model_session.h"
 #include "runtime/engine/generator.h"
-#include "runtime/tokenizer/chat_template.h"
 
 namespace sx::daemon {
 
@@ -50,8 +50,6 @@ int cmd_generate(int argc, char** argv) {
   std::vector<Args::Spec> specs = model_session_specs();
   std::vector<Args::Spec> own = {
       {{"-p", "--prompt"}, true, false, "prompt text (or give it as the argument)", "TEXT"},
-      {{"--chat"}, false, false, "render the prompt as one user turn of the chat template", ""},
-      {{"--system"}, true, false, "system message for --chat (default: the model's default)", "TEXT"},
       {{"-n", "--max-tokens"}, true, false, "tokens to generate (default 128)", "N"},
       {{"--temp", "--temperature"}, true, false, "sampling temperature; 0 = greedy (default 0)", "T"},
       {{"--top-k"}, true, false, "top-k (0 = off)", "K"},
@@ -67,6 +65,9 @@ int cmd_generate(int argc, char** argv) {
       {{"--ids"}, false, false, "print generated token ids instead of text", ""},
   };
   specs.insert(specs.end(), own.begin(), own.end());
+  const std::vector<Args::Spec> chat_flags = chat_specs("the prompt");
+  specs.insert(specs.begin() + static_cast<std::ptrdiff_t>(specs.size() - own.size() + 1), chat_flags.begin(),
+               chat_flags.end());
   Args args("generate", "Generate text from a prompt, streaming it to stdout.", specs, "[PROMPT]");
   if (Status s = args.parse(argc, argv); !s.ok()) return report_error("generate", s);
   if (args.has("--help")) {
@@ -83,15 +84,18 @@ int cmd_generate(int argc, char** argv) {
   }
   auto opts = generate_options(args);
   if (!opts.ok()) return report_error("generate", opts.status());
+  auto chat = chat_args(args);
+  if (!chat.ok()) return report_error("generate", chat.status());
 
   // Open the model first to tokenize, then size the cache for prompt + max_tokens.
   auto opened = open_model_arg(args);
   if (!opened.ok()) return report_error("generate", opened.status());
-  if (args.has("--chat")) {
-    std::vector<tokenizer::ChatMessage> msgs;
-    if (auto sys = args.get("--system")) msgs.push_back({"system", *sys});
-    msgs.push_back({"user", prompt});
-    prompt = tokenizer::render_chatml(msgs, /*add_generation_prompt=*/true);
+  if (chat->chat) {  // as serve's /apply-template renders [system?, user]
+    std::string said;
+    auto rendered = render_chat_args(*chat, *opened->tokenizer, *args.get("--model"), prompt, &said);
+    if (!rendered.ok()) return report_error("generate", rendered.status());
+    std::fprintf(stderr, "sextant generate: %s\n", said.c_str());
+    prompt = std::move(rendered).value();
   }
   std::vector<std::int32_t> ids = opened->tokenizer->encode(prompt);
   const std::int64_t need = static_cast<std::int64_t>(ids.size()) + opts->max_tokens;

@@ -141,14 +141,14 @@ struct Parser {
     return true;
   }
 
-  bool get_messages(const json& v, std::vector<tokenizer::ChatMessage>& out) {
+  bool get_messages(const json& v, std::vector<chat::ChatMessage>& out) {
     if (!v.is_array()) return fail("messages", fmt::format("'messages' must be an array, got {}", type_name(v)));
     if (v.empty()) return fail("messages", "'messages' must contain at least one message");
     for (std::size_t i = 0; i < v.size(); ++i) {
       const std::string name = fmt::format("messages[{}]", i);
       const json& m = v[i];
       if (!m.is_object()) return fail(name, fmt::format("'{}' must be an object, got {}", name, type_name(m)));
-      tokenizer::ChatMessage msg;
+      chat::ChatMessage msg;
       bool has_role = false;
       for (const auto& [k, val] : m.items()) {
         const std::string field = name + "." + k;
@@ -196,13 +196,13 @@ struct Parser {
 
   // An assistant message's tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}],
   // arguments a JSON string (OpenAI's wire format) or an object.
-  bool get_tool_calls(const json& v, const std::string& name, std::vector<tokenizer::ToolCall>& out) {
+  bool get_tool_calls(const json& v, const std::string& name, std::vector<chat::ToolCall>& out) {
     if (!v.is_array()) return fail(name, fmt::format("'{}' must be an array, got {}", name, type_name(v)));
     for (std::size_t j = 0; j < v.size(); ++j) {
       const std::string at = fmt::format("{}[{}]", name, j);
       const json& c = v[j];
       if (!c.is_object()) return fail(at, fmt::format("'{}' must be an object, got {}", at, type_name(c)));
-      tokenizer::ToolCall call;
+      chat::ToolCall call;
       const json* fn = nullptr;
       for (const auto& [k, val] : c.items()) {
         if (k == "id") {
@@ -544,7 +544,7 @@ std::optional<json> parse_body_object(std::string_view body, const ParseLimits& 
   return doc;
 }
 
-bool parse_chat_messages(const json& v, std::vector<tokenizer::ChatMessage>& out, ApiError* error) {
+bool parse_chat_messages(const json& v, std::vector<chat::ChatMessage>& out, ApiError* error) {
   Parser ps{error};
   return ps.get_messages(v, out);
 }

@@ -16,12 +16,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/chat/chatml.h"
 #include "daemon/chat/structured.h"
 #include "daemon/chat/tool_calls.h"
 #include "runtime/base/json_parse.h"
 #include "runtime/base/status.h"
 #include "runtime/engine/sampler.h"
-#include "runtime/tokenizer/chat_template.h"
 
 namespace sx::daemon::openai {
 
@@ -35,7 +35,7 @@ enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
 struct GenerateRequest {
   Endpoint endpoint = Endpoint::kChat;
   std::string model;
-  std::vector<tokenizer::ChatMessage> messages;  // chat
+  std::vector<chat::ChatMessage> messages;  // chat
   // chat: passed to the model's chat template beside messages (enable_thinking, preserve_thinking,
   // any key the template reads): an object, empty when not given.
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
@@ -109,7 +109,7 @@ ApiError chat_prompt_error(const Status& status);
 std::optional<nlohmann::ordered_json> parse_body_object(std::string_view body, const ParseLimits& limits, ApiError* error);
 // A chat request's `messages` (the rules of /v1/chat/completions), or false with the 400 naming the
 // message at fault in `error`.
-bool parse_chat_messages(const nlohmann::ordered_json& v, std::vector<tokenizer::ChatMessage>& out, ApiError* error);
+bool parse_chat_messages(const nlohmann::ordered_json& v, std::vector<chat::ChatMessage>& out, ApiError* error);
 // A chat request's `tools` (checked as /v1/chat/completions checks them, kept as sent), or false
 // with the 400 naming the tool at fault.
 bool parse_chat_tools(const nlohmann::ordered_json& v, nlohmann::ordered_json& out, ApiError* error);

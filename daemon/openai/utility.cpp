@@ -34,7 +34,7 @@ bool flag(const json& doc, const char* key, bool fallback, bool* ok, ApiError* e
 // The rendered conversation of a body with "messages"; nullopt with the error set.
 std::optional<std::string> chat_prompt(const json& doc, const UtilityContext& ctx, bool add_generation_prompt,
                                        ApiError* error) {
-  std::vector<tokenizer::ChatMessage> messages;
+  std::vector<chat::ChatMessage> messages;
   if (!parse_chat_messages(doc["messages"], messages, error)) return std::nullopt;
   json kwargs = json::object();
   if (const auto it = doc.find("chat_template_kwargs"); it != doc.end() && !it->is_null()) {

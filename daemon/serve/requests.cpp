@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "daemon/chat/chatml.h"
 #include "daemon/http/router.h"
 #include "daemon/http/server.h"
 #include "daemon/loop/async_queue.h"
@@ -30,7 +31,6 @@
 #include "runtime/base/log.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/generator.h"
-#include "runtime/tokenizer/chat_template.h"
 
 namespace sx::daemon::serve::detail {
 

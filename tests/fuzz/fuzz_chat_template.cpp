@@ -1,4 +1,4 @@
-// Fuzz target: the ChatML chat template (runtime/tokenizer/chat_template.h) on conversations
+// Fuzz target: the ChatML chat template (daemon/chat/chatml.h) on conversations
 // built from the input. Input: one flag byte (bit 0: add_generation_prompt; bits 1-2: the default
 // system prompt: 0 Qwen's, 1 none, 2 the first piece's text), then pieces separated by NUL bytes,
 // each "role:content" (the role is everything before the first ':'; a piece without one is a role
@@ -23,12 +23,12 @@
 
 #include <fmt/format.h>
 
-#include "runtime/tokenizer/chat_template.h"
+#include "daemon/chat/chatml.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace {
 
-using sx::tokenizer::ChatMessage;
+using sx::chat::ChatMessage;
 
 bool known_role(std::string_view r) { return r == "system" || r == "user" || r == "assistant" || r == "tool"; }
 
@@ -72,7 +72,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (nul == std::string_view::npos) break;
     rest.remove_prefix(nul + 1);
   }
-  std::string default_system(sx::tokenizer::kQwenDefaultSystem);
+  std::string default_system(sx::chat::kQwenDefaultSystem);
   if (((flags >> 1) & 3) == 1) default_system.clear();
   if (((flags >> 1) & 3) == 2 && !pieces.empty()) {
     default_system = std::string(pieces.front());
@@ -85,8 +85,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                         colon == std::string_view::npos ? std::string() : std::string(p.substr(colon + 1))});
   }
 
-  const std::string with_prompt = sx::tokenizer::render_chatml(messages, true, default_system);
-  const std::string without = sx::tokenizer::render_chatml(messages, false, default_system);
+  const std::string with_prompt = sx::chat::render_chatml(messages, true, default_system);
+  const std::string without = sx::chat::render_chatml(messages, false, default_system);
   FUZZ_CHECK(with_prompt == without + "<|im_start|>assistant\n");
   const std::string& out = add_generation_prompt ? with_prompt : without;
   FUZZ_CHECK(out == jinja_reference(messages, add_generation_prompt, default_system));
@@ -96,12 +96,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::size_t step = std::max<std::size_t>(1, n / 16);
   for (std::size_t k = 1; k < n; k += step) {
     if (messages[k - 1].role == "tool" && messages[k].role == "tool") continue;
-    const std::string part = sx::tokenizer::render_chatml(std::span(messages).first(k), false, default_system);
+    const std::string part = sx::chat::render_chatml(std::span(messages).first(k), false, default_system);
     FUZZ_CHECK(without.starts_with(part));
   }
 
   const sx::Result<std::string> checked =
-      sx::tokenizer::render_chatml_checked(messages, add_generation_prompt, default_system);
+      sx::chat::render_chatml_checked(messages, add_generation_prompt, default_system);
   const auto bad = std::find_if(messages.begin(), messages.end(), [](const ChatMessage& m) { return !known_role(m.role); });
   if (messages.empty() || bad != messages.end()) {
     FUZZ_CHECK(!checked.ok());

@@ -19,9 +19,9 @@
 #include <string>
 #include <string_view>
 
+#include "daemon/chat/chatml.h"
 #include "daemon/openai/request.h"
 #include "runtime/base/json_depth.h"
-#include "runtime/tokenizer/chat_template.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace {
@@ -67,7 +67,7 @@ void check_success(openai::Endpoint endpoint, const openai::GenerateRequest& r) 
     for (const auto& m : r.messages) {
       FUZZ_CHECK(m.role == "system" || m.role == "user" || m.role == "assistant" || m.role == "tool");
     }
-    FUZZ_CHECK(sx::tokenizer::render_chatml_checked(r.messages).ok());
+    FUZZ_CHECK(sx::chat::render_chatml_checked(r.messages).ok());
     // JSON held in a string field is within the body's tree limits (issue 53: 100,000 levels in
     // arguments killed the daemon).
     for (const auto& m : r.messages) {

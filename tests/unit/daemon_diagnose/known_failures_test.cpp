@@ -20,6 +20,7 @@
 #include "backends/cuda/device_order.h"
 #include "backends/cuda/preflight.h"
 #include "backends/registry.h"
+#include "daemon/chat/chatml.h"
 #include "daemon/loop/uv_status.h"
 #include "runtime/engine/device_group.h"
 #include "runtime/engine/memory_planner.h"
@@ -28,7 +29,6 @@
 #include "runtime/model/model_config.h"
 #include "runtime/model/random_model.h"
 #include "runtime/parallel/shard_plan.h"
-#include "runtime/tokenizer/chat_template.h"
 #include "tests/unit/model/gguf_test_util.h"
 #include "tests/unit/tokenizer/tiny_vocab.h"
 
@@ -179,7 +179,7 @@ TEST(KnownFailures, APortInUseAndAChatWithoutTemplate) {
   expect_known(loop::uv_status(UV_EADDRINUSE, "listen on 127.0.0.1:8000"), "port-in-use");
   auto tok = tokenizer::Tokenizer::from_data(tokenizer::testing::tiny_data({}));
   ASSERT_TRUE(tok.ok());
-  expect_known(tokenizer::check_chat_tokens(**tok), "no-chat-template");
+  expect_known(chat::check_chat_tokens(**tok), "no-chat-template");
 }
 
 TEST(KnownFailures, ASmokeTestThroughAWrongRank) {

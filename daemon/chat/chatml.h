@@ -1,5 +1,7 @@
-// ChatML chat template as Qwen2.5 renders it (tokenizer_config.json "chat_template", no-tools
-// case): a system turn first (the caller's, or the default system prompt), then
+// ChatML, the built-in chat format for a model with no chat template of its own (chat_prompt.h
+// falls back to it), as Qwen2.5's tokenizer_config.json "chat_template" renders it without tools,
+// and the messages every chat path shares (the OpenAI routes, `sextant generate / tokenize --chat`):
+// a system turn first (the caller's, or the default system prompt), then
 // "<|im_start|>{role}\n{content}<|im_end|>\n" per turn, consecutive tool messages grouped into one
 // user turn of <tool_response> blocks, and "<|im_start|>assistant\n" as the generation prompt.
 //
@@ -17,7 +19,7 @@
 #include "runtime/base/status.h"
 #include "runtime/tokenizer/tokenizer.h"
 
-namespace sx::tokenizer {
+namespace sx::chat {
 
 inline constexpr std::string_view kQwenDefaultSystem =
     "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
@@ -53,6 +55,6 @@ Result<std::string> render_chatml_checked(std::span<const ChatMessage> messages,
 // Whether `tok` can carry a ChatML conversation: FAILED_PRECONDITION, naming the missing token,
 // when it has no <|im_start|> or <|im_end|> token (a base model's or a foreign tokenizer: the
 // rendered markers would be split into ordinary text and the model would not see turns).
-Status check_chat_tokens(const Tokenizer& tok);
+Status check_chat_tokens(const tokenizer::Tokenizer& tok);
 
-}  // namespace sx::tokenizer
+}  // namespace sx::chat

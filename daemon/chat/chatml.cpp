@@ -1,7 +1,7 @@
-// ChatML rendering (Qwen2.5 template, no tools).
-#include "runtime/tokenizer/chat_template.h"
+// ChatML rendering (chatml.h): Qwen2.5's template without tools.
+#include "daemon/chat/chatml.h"
 
-namespace sx::tokenizer {
+namespace sx::chat {
 
 std::string render_chatml(std::span<const ChatMessage> messages, bool add_generation_prompt,
                           std::string_view default_system) {
@@ -53,7 +53,7 @@ Result<std::string> render_chatml_checked(std::span<const ChatMessage> messages,
   return render_chatml(messages, add_generation_prompt, default_system);
 }
 
-Status check_chat_tokens(const Tokenizer& tok) {
+Status check_chat_tokens(const tokenizer::Tokenizer& tok) {
   for (const std::string_view marker : {std::string_view("<|im_start|>"), std::string_view("<|im_end|>")}) {
     if (!tok.token_id(marker)) {
       return failed_precondition_error(
@@ -65,4 +65,4 @@ Status check_chat_tokens(const Tokenizer& tok) {
   return ok_status();
 }
 
-}  // namespace sx::tokenizer
+}  // namespace sx::chat
