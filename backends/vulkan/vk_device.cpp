@@ -1612,7 +1612,7 @@ Status VulkanStream::run_attention(const hal::AttentionArgs& a) {
 
 // ---- Gated DeltaNet and gated attention (hal::SigmoidMulArgs, GatedNormArgs, ConvStateArgs,
 // DeltaRuleArgs). The batch arrays of the state ops are the engine's, checked before the step
-// (Qwen2Model::validate), as attention's block tables are.
+// (Model::validate), as attention's block tables are.
 
 Status VulkanStream::run_sigmoid_mul(const hal::SigmoidMulArgs& a) {
   const std::int64_t gate_cols = a.gate_per_row ? 1 : a.n_cols;

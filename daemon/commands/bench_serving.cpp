@@ -38,7 +38,7 @@ struct RunFigures {
   std::vector<Timeline> requests;
 };
 
-engine::EngineConfig engine_config(const engine::Qwen2Model& model, std::int64_t max_seqs, bool prefix) {
+engine::EngineConfig engine_config(const engine::Model& model, std::int64_t max_seqs, bool prefix) {
   engine::EngineConfig c;
   c.scheduler.max_num_batched_tokens = model.options().max_batch_tokens;
   c.scheduler.max_num_seqs = max_seqs;
@@ -111,7 +111,7 @@ void print_run(const char* label, std::int64_t n, const RunFigures& f) {
 
 }  // namespace
 
-Status bench_concurrency(engine::Qwen2Model& model, const tokenizer::Tokenizer& tok, std::int64_t concurrency,
+Status bench_concurrency(engine::Model& model, const tokenizer::Tokenizer& tok, std::int64_t concurrency,
                          std::int64_t prompt_tokens, std::int64_t gen_tokens, std::uint64_t seed) {
   std::mt19937 rng(static_cast<std::uint32_t>(seed));
   const std::int64_t vocab = model.config().vocab;
@@ -138,7 +138,7 @@ Status bench_concurrency(engine::Qwen2Model& model, const tokenizer::Tokenizer& 
   return ok_status();
 }
 
-Status bench_prefix_cache(engine::Qwen2Model& model, const tokenizer::Tokenizer& tok, std::int64_t prefix_tokens,
+Status bench_prefix_cache(engine::Model& model, const tokenizer::Tokenizer& tok, std::int64_t prefix_tokens,
                           std::int64_t gen_tokens, std::uint64_t seed) {
   std::mt19937 rng(static_cast<std::uint32_t>(seed));
   const std::int64_t vocab = model.config().vocab;

@@ -7,15 +7,15 @@
 #include <cstdint>
 
 #include "runtime/base/status.h"
-#include "runtime/engine/qwen2_model.h"
+#include "runtime/engine/model.h"
 #include "runtime/tokenizer/tokenizer.h"
 
 namespace sx::daemon {
 
-Status bench_concurrency(engine::Qwen2Model& model, const tokenizer::Tokenizer& tok, std::int64_t concurrency,
+Status bench_concurrency(engine::Model& model, const tokenizer::Tokenizer& tok, std::int64_t concurrency,
                          std::int64_t prompt_tokens, std::int64_t gen_tokens, std::uint64_t seed);
 
-Status bench_prefix_cache(engine::Qwen2Model& model, const tokenizer::Tokenizer& tok, std::int64_t prefix_tokens,
+Status bench_prefix_cache(engine::Model& model, const tokenizer::Tokenizer& tok, std::int64_t prefix_tokens,
                           std::int64_t gen_tokens, std::uint64_t seed);
 
 }  // namespace sx::daemon

@@ -113,7 +113,7 @@ int cmd_bench(int argc, char** argv) {
                                     cfg.context_length);
     }
     SX_ASSIGN_OR_RETURN(ModelSession session, open_session(args, std::move(opened), ctx));
-    engine::Qwen2Model& model = *session.model;
+    engine::Model& model = *session.model;
     const engine::ModelOptions& mo = model.options();
 
     std::mt19937 rng(static_cast<std::uint32_t>(seed));

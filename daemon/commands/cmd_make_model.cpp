@@ -155,13 +155,13 @@ Status make_model(const Args& args) {
     // The random weights in F32 first, then converted: the same values as an F32 GGUF of this seed.
     spec.weight_type = hal::DType::kF32;
     const std::string tmp = *out + ".source.gguf";
-    SX_RETURN_IF_ERROR(model::write_random_qwen2_gguf(spec, tmp));
+    SX_RETURN_IF_ERROR(model::write_random_gguf(spec, tmp));
     const Status s = write_safetensors(tmp, *out, st_dtype, static_cast<int>(shards), int4);
     std::error_code ec;
     std::filesystem::remove(tmp, ec);
     return s;
   }
-  SX_RETURN_IF_ERROR(model::write_random_qwen2_gguf(spec, *out));
+  SX_RETURN_IF_ERROR(model::write_random_gguf(spec, *out));
   std::printf("wrote %s: %s %lld layers, hidden %lld, %lld/%lld heads of %lld, ffn %lld, vocab %lld, %s weights\n",
               out->c_str(), c.architecture.c_str(), static_cast<long long>(c.n_layers), static_cast<long long>(c.hidden),
               static_cast<long long>(c.n_heads), static_cast<long long>(c.n_kv_heads),

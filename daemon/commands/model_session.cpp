@@ -228,7 +228,7 @@ Result<ModelSession> open_session(const SessionOptions& o, engine::OpenedModel o
   if (!o.on_phase) std::fprintf(stderr, "memory plan: %s\n", s.plan_summary.c_str());
   phase("plan", s.plan_summary);
   if (o.plan_only) return s;
-  SX_ASSIGN_OR_RETURN(s.model, engine::Qwen2Model::load(*s.opened.weights, c, *backend, s.devices.devices, po, mo));
+  SX_ASSIGN_OR_RETURN(s.model, engine::Model::load(*s.opened.weights, c, *backend, s.devices.devices, po, mo));
   return s;
 }
 

@@ -18,7 +18,7 @@
 #include "runtime/engine/device_group.h"
 #include "runtime/engine/memory_planner.h"
 #include "runtime/engine/model_loader.h"
-#include "runtime/engine/qwen2_model.h"
+#include "runtime/engine/model.h"
 #include "runtime/hal/device.h"
 
 namespace sx::daemon {
@@ -62,7 +62,7 @@ SessionOptions session_options(const config::ServeConfig& c);
 struct ModelSession {
   engine::OpenedModel opened;
   engine::DeviceGroup devices;  // tp x pp devices, rank order
-  std::unique_ptr<engine::Qwen2Model> model;
+  std::unique_ptr<engine::Model> model;
   std::string plan_text;     // the memory plan as printed by `sextant plan --verbose`
   std::string plan_summary;  // its one-line summary
   std::optional<engine::MemoryPlan> memory_plan;

@@ -49,7 +49,7 @@ struct Engine::Pending {
   std::unique_ptr<Live> live;
 };
 
-Engine::Engine(Qwen2Model& model, const tokenizer::Tokenizer& tok, const EngineConfig& config)
+Engine::Engine(Model& model, const tokenizer::Tokenizer& tok, const EngineConfig& config)
     : model_(model),
       tok_(tok),
       config_(config),
@@ -64,7 +64,7 @@ Engine::Engine(Qwen2Model& model, const tokenizer::Tokenizer& tok, const EngineC
 
 Engine::~Engine() = default;
 
-Result<std::unique_ptr<Engine>> Engine::create(Qwen2Model& model, const tokenizer::Tokenizer& tok,
+Result<std::unique_ptr<Engine>> Engine::create(Model& model, const tokenizer::Tokenizer& tok,
                                                const EngineConfig& config) {
   const ModelOptions& mo = model.options();
   const sched::SchedulerConfig& sc = config.scheduler;

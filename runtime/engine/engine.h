@@ -25,7 +25,7 @@
 
 #include "runtime/base/status.h"
 #include "runtime/engine/constraint.h"
-#include "runtime/engine/qwen2_model.h"
+#include "runtime/engine/model.h"
 #include "runtime/engine/sampler.h"
 #include "runtime/kv/kv_cache_manager.h"
 #include "runtime/sched/scheduler.h"
@@ -113,7 +113,7 @@ class Engine {
  public:
   // The scheduler's token budget and sequence cap must fit the model's max_batch_tokens and
   // max_logit_rows; the KV pool is the model's cache (block 0 is the null block).
-  static Result<std::unique_ptr<Engine>> create(Qwen2Model& model, const tokenizer::Tokenizer& tok,
+  static Result<std::unique_ptr<Engine>> create(Model& model, const tokenizer::Tokenizer& tok,
                                                 const EngineConfig& config);
   ~Engine();
 
@@ -128,14 +128,14 @@ class Engine {
  private:
   struct Live;
   struct Pending;
-  Engine(Qwen2Model& model, const tokenizer::Tokenizer& tok, const EngineConfig& config);
+  Engine(Model& model, const tokenizer::Tokenizer& tok, const EngineConfig& config);
   void drain_inbox();
   // Final events of the requests the scheduler finished; a non-OK `error` reports them as kError.
   void emit_finished(const Status& error = Status());
   // Copies the scheduler's state for other threads (stats(), has_work()).
   void publish_state();
 
-  Qwen2Model& model_;
+  Model& model_;
   const tokenizer::Tokenizer& tok_;
   EngineConfig config_;
   std::vector<std::int32_t> default_stops_;

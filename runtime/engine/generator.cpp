@@ -21,7 +21,7 @@ std::vector<std::int32_t> default_stop_ids(const tokenizer::Tokenizer& tok, std:
   return ids;
 }
 
-Status prefill(Qwen2Model& model, std::span<const std::int32_t> prompt, std::vector<float>& logits) {
+Status prefill(Model& model, std::span<const std::int32_t> prompt, std::vector<float>& logits) {
   const ModelOptions& mo = model.options();
   const auto n_prompt = static_cast<std::int64_t>(prompt.size());
   // Only the last chunk asks for logits.
@@ -35,7 +35,7 @@ Status prefill(Qwen2Model& model, std::span<const std::int32_t> prompt, std::vec
   return ok_status();
 }
 
-Result<GenerateResult> generate(Qwen2Model& model, const tokenizer::Tokenizer& tok,
+Result<GenerateResult> generate(Model& model, const tokenizer::Tokenizer& tok,
                                 std::span<const std::int32_t> prompt, const GenerateOptions& options,
                                 const std::function<void(std::string_view)>& on_text) {
   using Clock = std::chrono::steady_clock;

@@ -1,4 +1,4 @@
-// Single-request generation on a Qwen2Model: prefill in chunks, then decode token by token with
+// Single-request generation on a Model: prefill in chunks, then decode token by token with
 // the sampler, streaming text through a callback, until a stop condition.
 //
 // Threading: runs on the calling thread; the model must not be used by anyone else meanwhile.
@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/engine/qwen2_model.h"
+#include "runtime/engine/model.h"
 #include "runtime/engine/sampler.h"
 #include "runtime/tokenizer/tokenizer.h"
 
@@ -40,13 +40,13 @@ struct GenerateResult {
 };
 
 // on_text receives text pieces as they become final (may be empty-never-called).
-Result<GenerateResult> generate(Qwen2Model& model, const tokenizer::Tokenizer& tok,
+Result<GenerateResult> generate(Model& model, const tokenizer::Tokenizer& tok,
                                 std::span<const std::int32_t> prompt, const GenerateOptions& options,
                                 const std::function<void(std::string_view)>& on_text = {});
 
 // Runs the prompt through the model from position 0 in chunks of max_batch_tokens (one sequence,
 // identity block table); logits receives the last token's logits.
-Status prefill(Qwen2Model& model, std::span<const std::int32_t> prompt, std::vector<float>& logits);
+Status prefill(Model& model, std::span<const std::int32_t> prompt, std::vector<float>& logits);
 
 // Default stop ids for a tokenizer: EOS plus <|im_end|> and <|endoftext|> when present.
 // The tokenizer's EOS, <|im_end|> and <|endoftext|> when the vocabulary has them, and `eos_ids`.

@@ -11,7 +11,7 @@
 
 #include <fmt/format.h>
 
-#include "runtime/engine/qwen2_shard.h"
+#include "runtime/engine/shard.h"
 #include "runtime/parallel/weight_recipes.h"
 
 namespace sx::engine {
@@ -339,7 +339,7 @@ Workspace rank_workspace(const model::ModelConfig& c, const parallel::ShardPlan&
   for (const parallel::RankPlan& x : shards.ranks) {
     if (x.has_lm_head) vocab_shard = std::max(vocab_shard, x.vocab.size());
   }
-  w.io = Qwen2Shard::step_io_bytes(mo, r, shards.tp, vocab_shard);
+  w.io = Shard::step_io_bytes(mo, r, shards.tp, vocab_shard);
   if (r.has_lm_head) {
     const std::uint64_t tp = u64(shards.tp);
     const std::uint64_t v = (u64(c.vocab) + tp - 1) / tp;

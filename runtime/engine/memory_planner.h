@@ -7,7 +7,7 @@
 //   usable_r     = floor(capacity_r x memory_utilization)
 //   weights_r    = the shard plan's weight bytes of the rank
 //   workspace_r  = activations + logits + step I/O + matmul scratch for the largest step, as the
-//                  engine allocates them (qwen2_shard.cpp), with T = max_num_batched_tokens,
+//                  engine allocates them (shard.cpp), with T = max_num_batched_tokens,
 //                  S = max_num_seqs, H = hidden, q / kv = the rank's query / KV heads x head_dim,
 //                  f = its FFN rows, V = ceil(vocab / tp) (the largest vocab shard),
 //                  B = ceil(max_model_len / block_size), r(n) = n rounded up to 256:
@@ -16,7 +16,7 @@
 //       logits      = last stage only: 4 S 3H + 4 S V (1 + tp when tp > 1)
 //                     (the S selected rows, their delta and norm; the rank's logits and, with TP,
 //                     the all-gathered copy)
-//       io          = Qwen2Shard::step_io_bytes: 2 (3 r(4T) + r(4(S + 1)) + r(4S) + r(4 S B))
+//       io          = Shard::step_io_bytes: 2 (3 r(4T) + r(4(S + 1)) + r(4S) + r(4 S B))
 //                     (token ids, positions, KV slots, sequence starts, lengths and the block
 //                     table, in device memory and in upload staging), + on the last stage
 //                     c = r(4 S 64) + 4 S 64 (top-64 values and ids of S rows), tp c more when

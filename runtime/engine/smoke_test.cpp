@@ -13,7 +13,7 @@
 #include <fmt/ranges.h>
 
 #include "runtime/engine/model_loader.h"
-#include "runtime/engine/qwen2_model.h"
+#include "runtime/engine/model.h"
 #include "runtime/engine/sampler.h"
 
 namespace sx::engine {
@@ -73,11 +73,11 @@ Result<SmokeResult> run_smoke_test(const std::string& model_path, hal::Backend& 
   ParallelOptions po;
   po.tp = tp;
   po.pp = pp;
-  std::unique_ptr<Qwen2Model> model;
+  std::unique_ptr<Model> model;
   if (devices.size() == 1 && tp == 1 && pp == 1) {
-    SX_ASSIGN_OR_RETURN(model, Qwen2Model::load(*m.weights, c, *devices[0], mo));
+    SX_ASSIGN_OR_RETURN(model, Model::load(*m.weights, c, *devices[0], mo));
   } else {
-    SX_ASSIGN_OR_RETURN(model, Qwen2Model::load(*m.weights, c, backend, devices, po, mo));
+    SX_ASSIGN_OR_RETURN(model, Model::load(*m.weights, c, backend, devices, po, mo));
   }
   std::vector<std::string> names;
   for (const hal::Device* d : devices) names.push_back(d->info().name);

@@ -8,7 +8,7 @@
 // The bundled model allows TP up to 14 and PP up to 2; larger layouts are reported as not
 // testable (the caller logs it and goes on).
 //
-// Threading: as Qwen2Model::load (the caller's thread; the devices not in use elsewhere).
+// Threading: as Model::load (the caller's thread; the devices not in use elsewhere).
 #pragma once
 
 #include <span>

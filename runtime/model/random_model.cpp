@@ -480,7 +480,7 @@ hal::DType mixed_weight_type(const ModelConfig& c, WeightMix mix, hal::DType uni
   return k_quant_or_fallback(hal::DType::kQ4_K, row_len);
 }
 
-Status add_random_qwen2_model(const RandomModelSpec& spec_in, GgufWriter& w) {
+Status add_random_model(const RandomModelSpec& spec_in, GgufWriter& w) {
   SX_RETURN_IF_ERROR(validate_spec(spec_in));
   auto spec = std::make_shared<RandomModelSpec>(spec_in);
   if (spec->tokenizer.tokens.empty()) {
@@ -510,9 +510,9 @@ Status add_random_qwen2_model(const RandomModelSpec& spec_in, GgufWriter& w) {
   return ok_status();
 }
 
-Status write_random_qwen2_gguf(const RandomModelSpec& spec, const std::string& path) {
+Status write_random_gguf(const RandomModelSpec& spec, const std::string& path) {
   GgufWriter w;
-  SX_RETURN_IF_ERROR(add_random_qwen2_model(spec, w));
+  SX_RETURN_IF_ERROR(add_random_model(spec, w));
   return w.write(path);
 }
 

@@ -96,9 +96,9 @@ hal::DType mixed_weight_type(const ModelConfig& config, WeightMix mix, hal::DTyp
 
 // Fills `w` with the metadata and (streamed) tensors of the model; nothing is generated until the
 // writer writes.
-Status add_random_qwen2_model(const RandomModelSpec& spec, GgufWriter& w);
-// add_random_qwen2_model + write(path).
-Status write_random_qwen2_gguf(const RandomModelSpec& spec, const std::string& path);
+Status add_random_model(const RandomModelSpec& spec, GgufWriter& w);
+// add_random_model + write(path).
+Status write_random_gguf(const RandomModelSpec& spec, const std::string& path);
 
 // The generator behind the weights: fills `out` with the values of elements
 // [first, first + out.size()) of tensor `name` in row-major order. Exposed so tests can rebuild

@@ -68,7 +68,7 @@ std::vector<float> last_logits(const std::string& path) {
   engine::ModelOptions mo;
   mo.kv.num_blocks = 4;
   mo.max_logit_rows = 1;
-  auto m = engine::Qwen2Model::load(*opened->weights, opened->config, *device, mo);
+  auto m = engine::Model::load(*opened->weights, opened->config, *device, mo);
   EXPECT_TRUE(m.ok()) << m.status().to_string();
   if (!m.ok()) return {};
   std::vector<float> logits;
@@ -150,7 +150,7 @@ void check_int4_checkpoint(model::Int4Checkpoint format) {
   spec.init_std = 0.08f;
   spec.seed = 3;
   const std::string f32 = Variants::path(tag + "-source.gguf");
-  ASSERT_TRUE(model::write_random_qwen2_gguf(spec, f32).ok());
+  ASSERT_TRUE(model::write_random_gguf(spec, f32).ok());
   auto source = engine::open_model(f32);
   ASSERT_TRUE(source.ok()) << source.status().to_string();
   const Status written = engine::export_safetensors(*source, hal::DType::kF16, 2, Variants::path(tag), format);
@@ -193,7 +193,7 @@ void check_int4_checkpoint(model::Int4Checkpoint format) {
     engine::ModelOptions mo;
     mo.kv.num_blocks = 4;
     mo.max_logit_rows = 1;
-    auto model = engine::Qwen2Model::load(*m->weights, m->config, *device, mo);
+    auto model = engine::Model::load(*m->weights, m->config, *device, mo);
     EXPECT_TRUE(model.ok()) << model.status().to_string();
     std::vector<float> out;
     EXPECT_TRUE((*model)->forward(engine::single_sequence_batch(prompt, 0, mo.kv.num_blocks), out).ok());

@@ -20,7 +20,7 @@
 #include "backends/registry.h"
 #include "runtime/engine/generator.h"
 #include "runtime/engine/model_loader.h"
-#include "runtime/engine/qwen2_model.h"
+#include "runtime/engine/model.h"
 #include "runtime/hal/dtype.h"
 #include "runtime/model/gguf.h"
 #include "runtime/model/gguf_types.h"

@@ -34,7 +34,7 @@ nlohmann::json reference() {
 struct Loaded {
   engine::OpenedModel opened;
   std::unique_ptr<hal::Device> device;
-  std::unique_ptr<engine::Qwen2Model> model;
+  std::unique_ptr<engine::Model> model;
 };
 
 Loaded load(const std::string& file, std::int64_t ctx, int threads) {
@@ -51,7 +51,7 @@ Loaded load(const std::string& file, std::int64_t ctx, int threads) {
   mo.kv.num_blocks = (ctx + 15) / 16 + 1;  // + the null block
   mo.max_batch_tokens = 64;  // several prefill chunks for long prompts
   mo.max_logit_rows = 1;
-  auto m = engine::Qwen2Model::load(*l.opened.weights, l.opened.config, *l.device, mo);
+  auto m = engine::Model::load(*l.opened.weights, l.opened.config, *l.device, mo);
   EXPECT_TRUE(m.ok()) << m.status().to_string();
   l.model = std::move(m).value();
   return l;
@@ -140,7 +140,7 @@ TEST_P(MemoriseParallel, GreedyReproducesTheText) {
   engine::ParallelOptions po;
   po.tp = pc.tp;
   po.pp = pc.pp;
-  auto m = engine::Qwen2Model::load(*opened->weights, opened->config, backend, group->devices, po, mo);
+  auto m = engine::Model::load(*opened->weights, opened->config, backend, group->devices, po, mo);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   engine::GenerateOptions g;
   g.sampling.temperature = 0.0f;
@@ -178,7 +178,7 @@ TEST(Memorise, F32EveryLayoutMatchesOneDevice) {
   mo.kv.num_blocks = 6;
   mo.max_batch_tokens = 16;
   mo.max_logit_rows = 1;
-  auto greedy = [&](engine::Qwen2Model& m, std::vector<std::vector<float>>& all, std::vector<std::int32_t>& toks) {
+  auto greedy = [&](engine::Model& m, std::vector<std::vector<float>>& all, std::vector<std::int32_t>& toks) {
     std::vector<float> logits;
     ASSERT_TRUE(m.forward(engine::single_sequence_batch(prompt, 0, mo.kv.num_blocks), logits).ok());
     auto pos = static_cast<std::int32_t>(prompt.size());
@@ -193,7 +193,7 @@ TEST(Memorise, F32EveryLayoutMatchesOneDevice) {
   std::vector<std::int32_t> ref_tokens;
   {
     auto g = engine::create_device_group(backend, 1, o);
-    auto m = engine::Qwen2Model::load(*opened->weights, opened->config, *g->devices[0], mo);
+    auto m = engine::Model::load(*opened->weights, opened->config, *g->devices[0], mo);
     ASSERT_TRUE(m.ok());
     greedy(**m, ref_logits, ref_tokens);
   }
@@ -207,7 +207,7 @@ TEST(Memorise, F32EveryLayoutMatchesOneDevice) {
     engine::ParallelOptions po;
     po.tp = tp;
     po.pp = pp;
-    auto m = engine::Qwen2Model::load(*opened->weights, opened->config, backend, g->devices, po, mo);
+    auto m = engine::Model::load(*opened->weights, opened->config, backend, g->devices, po, mo);
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     std::vector<std::vector<float>> got;
     std::vector<std::int32_t> toks;
@@ -238,7 +238,7 @@ TEST(Memorise, Q8_0AtTp8IsAClearPlannerError) {
     ASSERT_TRUE(group.ok());
     engine::ParallelOptions po;
     po.tp = tp;
-    auto m = engine::Qwen2Model::load(*opened->weights, opened->config, backend, group->devices, po, mo);
+    auto m = engine::Model::load(*opened->weights, opened->config, backend, group->devices, po, mo);
     if (tp == 6) {
       EXPECT_TRUE(m.ok()) << m.status().to_string();
       continue;

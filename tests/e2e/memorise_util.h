@@ -14,7 +14,7 @@
 #include "backends/registry.h"
 #include "runtime/engine/generator.h"
 #include "runtime/engine/model_loader.h"
-#include "runtime/engine/qwen2_model.h"
+#include "runtime/engine/model.h"
 
 namespace sx {
 
@@ -42,7 +42,7 @@ inline std::size_t greedy_tokens_kept(const std::string& path) {
   mo.kv.num_blocks = static_cast<std::int64_t>(prompt.size() + expect.size() + 15) / 16 + 1;
   mo.max_batch_tokens = 64;
   mo.max_logit_rows = 1;
-  auto m = engine::Qwen2Model::load(*opened->weights, opened->config, *device, mo);
+  auto m = engine::Model::load(*opened->weights, opened->config, *device, mo);
   EXPECT_TRUE(m.ok()) << m.status().to_string();
   if (!m.ok()) return 0;
   engine::GenerateOptions g;

@@ -58,7 +58,7 @@ bool tiny_model(const std::string& dir) {
   t.pad_id = 3;
   t.chat_template = "{{ m }}";
   GgufWriter w;
-  if (!check(add_random_qwen2_model(spec, w))) return false;
+  if (!check(add_random_model(spec, w))) return false;
   auto bytes = w.to_bytes();
   if (!check(bytes.status())) return false;
   // The seed must get through every reader, or the fuzzer starts far from the interesting paths.

@@ -21,7 +21,7 @@
 
 #include "backends/registry.h"
 #include "runtime/engine/device_group.h"
-#include "runtime/engine/qwen2_model.h"
+#include "runtime/engine/model.h"
 #include "runtime/engine/sampler.h"
 #include "runtime/model/gguf.h"
 #include "runtime/model/model_config.h"
@@ -38,7 +38,7 @@ struct GreedyRun {
 // `steps` decode steps after a prompt of `prompt_tokens` tokens; each step feeds back the argmax of
 // the previous logits or, when `forced` is given, forced[step] (teacher forcing: the same inputs
 // whatever this backend chose).
-Result<GreedyRun> greedy(Qwen2Model& m, int steps, int prompt_tokens = 20,
+Result<GreedyRun> greedy(Model& m, int steps, int prompt_tokens = 20,
                          const std::vector<std::int32_t>* forced = nullptr) {
   GreedyRun run;
   std::vector<std::int32_t> prompt;
@@ -134,7 +134,7 @@ struct RandomFile {
 Result<RandomFile> write_random_file(const model::RandomModelSpec& spec, std::string_view stem) {
   RandomFile r;
   r.path = (std::filesystem::temp_directory_path() / fmt::format("{}_{}.gguf", stem, ::getpid())).string();
-  SX_RETURN_IF_ERROR(model::write_random_qwen2_gguf(spec, r.path));
+  SX_RETURN_IF_ERROR(model::write_random_gguf(spec, r.path));
   SX_ASSIGN_OR_RETURN(r.file, model::GgufFile::open(r.path));
   SX_ASSIGN_OR_RETURN(r.config, model::model_config_from_gguf(*r.file));
   return r;
@@ -186,7 +186,7 @@ void check_head_layout(hal::Backend* gpu, const char* backend_name, const char* 
   hal::Backend& cpu = **backends::default_registry().find("cpu");
   auto one = create_device_group(cpu, 1, hal::DeviceOptions{});
   ASSERT_TRUE(one.ok()) << one.status().to_string();
-  auto ref_model = Qwen2Model::load(file, config, *one->devices[0], mo);
+  auto ref_model = Model::load(file, config, *one->devices[0], mo);
   ASSERT_TRUE(ref_model.ok()) << ref_model.status().to_string();
   auto ref = greedy(**ref_model, kSteps);
   ASSERT_TRUE(ref.ok()) << ref.status().to_string();
@@ -204,7 +204,7 @@ void check_head_layout(hal::Backend* gpu, const char* backend_name, const char* 
     ParallelOptions po;
     po.tp = lay.tp;
     po.pp = lay.pp;
-    auto m = Qwen2Model::load(file, config, *gpu, group->devices, po, mo);
+    auto m = Model::load(file, config, *gpu, group->devices, po, mo);
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     auto got = greedy(**m, kSteps);
     ASSERT_TRUE(got.ok()) << got.status().to_string();
@@ -310,7 +310,7 @@ TEST_P(ModelParity, FullShapeQwen2_5_0_5BGivesTheCpuGreedyIds) {
       hal::Backend& cpu = **backends::default_registry().find("cpu");
       auto one = create_device_group(cpu, 1, hal::DeviceOptions{});
       ASSERT_TRUE(one.ok()) << one.status().to_string();
-      auto m = Qwen2Model::load(file, config, *one->devices[0], mo);
+      auto m = Model::load(file, config, *one->devices[0], mo);
       ASSERT_TRUE(m.ok()) << m.status().to_string();
       auto r = greedy(**m, kSteps, kPrompt);
       ASSERT_TRUE(r.ok()) << r.status().to_string();
@@ -319,7 +319,7 @@ TEST_P(ModelParity, FullShapeQwen2_5_0_5BGivesTheCpuGreedyIds) {
     {
       auto group = create_device_group(*gpu, 1, hal::DeviceOptions{});
       ASSERT_TRUE(group.ok()) << group.status().to_string();
-      auto m = Qwen2Model::load(file, config, *group->devices[0], mo);
+      auto m = Model::load(file, config, *group->devices[0], mo);
       ASSERT_TRUE(m.ok()) << m.status().to_string();
       auto r = greedy(**m, kSteps, kPrompt, forced ? &ref.ids : nullptr);
       ASSERT_TRUE(r.ok()) << r.status().to_string();
@@ -386,7 +386,7 @@ TEST_P(ModelParity, QuantisedQwen3MoeAtTp6StaysWithinTheQuantisedTolerance) {
     hal::Backend& cpu = **backends::default_registry().find("cpu");
     auto one = create_device_group(cpu, 1, hal::DeviceOptions{});
     ASSERT_TRUE(one.ok()) << one.status().to_string();
-    auto ref_model = Qwen2Model::load(*rf->file, rf->config, *one->devices[0], mo);
+    auto ref_model = Model::load(*rf->file, rf->config, *one->devices[0], mo);
     ASSERT_TRUE(ref_model.ok()) << ref_model.status().to_string();
     auto ref = greedy(**ref_model, kSteps);
     ASSERT_TRUE(ref.ok()) << ref.status().to_string();
@@ -400,7 +400,7 @@ TEST_P(ModelParity, QuantisedQwen3MoeAtTp6StaysWithinTheQuantisedTolerance) {
       ParallelOptions po;
       po.tp = tp;
       po.requantize_unaligned = true;
-      auto m = Qwen2Model::load(*rf->file, rf->config, *gpu, group->devices, po, mo);
+      auto m = Model::load(*rf->file, rf->config, *gpu, group->devices, po, mo);
       ASSERT_TRUE(m.ok()) << m.status().to_string();
       auto got = greedy(**m, kSteps, 20, &ref->ids);
       ASSERT_TRUE(got.ok()) << got.status().to_string();

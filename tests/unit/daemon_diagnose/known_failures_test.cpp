@@ -57,7 +57,7 @@ struct ModelFile {
     path = (std::filesystem::temp_directory_path() / fmt::format("{}_{}.gguf", stem, ::getpid())).string();
     model::RandomModelSpec spec;
     spec.config = model::testing::tiny_qwen2_config(300, true);
-    const Status written = model::write_random_qwen2_gguf(spec, path);
+    const Status written = model::write_random_gguf(spec, path);
     EXPECT_TRUE(written.ok()) << written.to_string();
     config = spec.config;
   }

@@ -4,7 +4,7 @@
 // * A refused op fails the load with rank, device, op, format and shape, before that rank uploads
 //   or allocates anything.
 // * Every op a step runs (prefill and decode, TP 1 and 2, PP 2) was asked at load, with the same
-//   kind, formats and fixed dimensions and no larger a batch (Qwen2Shard::step_ops stays complete),
+//   kind, formats and fixed dimensions and no larger a batch (Shard::step_ops stays complete),
 //   and no supports() call happens once the model is loaded; nor does an allocation.
 #include <gtest/gtest.h>
 
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "backends/registry.h"
-#include "runtime/engine/qwen2_model.h"
+#include "runtime/engine/model.h"
 #include "runtime/model/gguf.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/random_model.h"
@@ -184,14 +184,14 @@ class Capability : public ::testing::Test {
     spec.seed = 3;
     path_ = (std::filesystem::temp_directory_path() / ("sx_capability_" + std::to_string(::getpid()) + ".gguf"))
                 .string();
-    const Status written = model::write_random_qwen2_gguf(spec, path_);
+    const Status written = model::write_random_gguf(spec, path_);
     ASSERT_TRUE(written.ok()) << written.to_string();
   }
   static void TearDownTestSuite() { std::filesystem::remove(path_); }
 
   struct Loaded {
     std::vector<std::unique_ptr<hal::Device>> devices;
-    Result<std::unique_ptr<Qwen2Model>> model = internal_error("not loaded");
+    Result<std::unique_ptr<Model>> model = internal_error("not loaded");
   };
 
   // The model on tp x pp devices of `backend`; its file must outlive the result (kept in file_).
@@ -221,7 +221,7 @@ class Capability : public ::testing::Test {
     ParallelOptions po;
     po.tp = tp;
     po.pp = pp;
-    out.model = Qwen2Model::load(*file_, *config, backend, raw, po, mo);
+    out.model = Model::load(*file_, *config, backend, raw, po, mo);
     return out;
   }
 
@@ -325,7 +325,7 @@ void Capability::expect_every_op_asked_at_load(const std::string& path) {
     PickyBackend backend(nullptr);
     Loaded l = load(backend, lay.tp, lay.pp, path);
     ASSERT_TRUE(l.model.ok()) << l.model.status().to_string();
-    Qwen2Model& m = **l.model;
+    Model& m = **l.model;
     std::vector<std::size_t> asked_at_load;
     std::vector<int> allocs_at_load;
     for (const auto& d : l.devices) {
@@ -375,7 +375,7 @@ TEST_F(Capability, EveryOpOfAHybridStepWasAskedAtLoad) {
   spec.weight_type = hal::DType::kQ8_0;
   const std::string path =
       (std::filesystem::temp_directory_path() / ("sx_capability_hybrid_" + std::to_string(::getpid()) + ".gguf")).string();
-  ASSERT_TRUE(model::write_random_qwen2_gguf(spec, path).ok());
+  ASSERT_TRUE(model::write_random_gguf(spec, path).ok());
   expect_every_op_asked_at_load(path);
   std::filesystem::remove(path);
 }

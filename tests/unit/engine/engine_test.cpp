@@ -33,7 +33,7 @@ std::string models_dir() {
 struct Loaded {
   OpenedModel opened;
   std::unique_ptr<hal::Device> device;
-  std::unique_ptr<Qwen2Model> model;
+  std::unique_ptr<Model> model;
 };
 
 Loaded open(const std::string& path, std::int64_t blocks) {
@@ -48,7 +48,7 @@ Loaded open(const std::string& path, std::int64_t blocks) {
   mo.kv.num_blocks = blocks;
   mo.max_batch_tokens = 256;
   mo.max_logit_rows = 16;
-  auto m = Qwen2Model::load(*s.opened.weights, s.opened.config, *s.device, mo);
+  auto m = Model::load(*s.opened.weights, s.opened.config, *s.device, mo);
   EXPECT_TRUE(m.ok()) << m.status().to_string();
   s.model = std::move(*m);
   return s;
@@ -80,7 +80,7 @@ RequestOptions greedy(std::int64_t n) {
 }
 
 // Runs the prompts through one engine; request i is submitted at step arrive[i].
-std::vector<Result1> run_batch(Qwen2Model& m, const tokenizer::Tokenizer& tok,
+std::vector<Result1> run_batch(Model& m, const tokenizer::Tokenizer& tok,
                                const std::vector<std::vector<std::int32_t>>& prompts, const std::vector<int>& arrive,
                                std::int64_t max_seqs, bool prefix, std::int64_t n_new, EngineStats* stats = nullptr) {
   auto engine = Engine::create(m, tok, engine_config(max_seqs, prefix));
@@ -168,7 +168,7 @@ TEST(Engine, Qwen05ShapedModelBatchedEqualsAlone) {
   spec.weight_type = hal::DType::kQ8_0;
   spec.seed = 11;
   const std::string path = (std::filesystem::temp_directory_path() / ("sx_engine_q05_" + std::to_string(::getpid()) + ".gguf")).string();
-  ASSERT_TRUE(model::write_random_qwen2_gguf(spec, path).ok());
+  ASSERT_TRUE(model::write_random_gguf(spec, path).ok());
   std::mt19937 rng(5);
   std::vector<std::vector<std::int32_t>> prompts;
   for (int i = 0; i < 16; ++i) {
@@ -315,7 +315,7 @@ TEST(Engine, ADeviceErrorFailsTheStepsRequestsAndKeepsCancelledOnesCancelled) {
   mo.kv.num_blocks = 9;
   mo.max_batch_tokens = 256;
   mo.max_logit_rows = 16;
-  auto m = Qwen2Model::load(*o->weights, o->config, *device, mo);
+  auto m = Model::load(*o->weights, o->config, *device, mo);
   ASSERT_TRUE(m.ok());
   auto engine = Engine::create(**m, *o->tokenizer, engine_config(4, true));
   ASSERT_TRUE(engine.ok());

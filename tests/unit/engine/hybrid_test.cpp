@@ -1,4 +1,4 @@
-// Hybrid (Qwen3.5: Gated DeltaNet + gated attention) models on the CPU, through Qwen2Model and the
+// Hybrid (Qwen3.5: Gated DeltaNet + gated attention) models on the CPU, through Model and the
 // engine: a prompt prefilled in one step, in uneven chunks and a token at a time gives the same
 // logits at every position, bit for bit (the DeltaNet states carry across steps in the recurrent
 // form); 200 requests, batched, preempted and cancelled at random, each give the ids and logprob
@@ -30,7 +30,7 @@ struct Hybrid {
   std::string path;
   OpenedModel opened;
   std::unique_ptr<hal::Device> device;
-  std::unique_ptr<Qwen2Model> model;
+  std::unique_ptr<Model> model;
   ~Hybrid() { std::filesystem::remove(path); }
 };
 
@@ -52,7 +52,7 @@ std::unique_ptr<Hybrid> make_hybrid(bool moe, std::int64_t blocks) {
   h->path = (std::filesystem::temp_directory_path() /
              ("sx_hybrid_" + std::string(moe ? "moe_" : "") + std::to_string(::getpid()) + ".gguf"))
                 .string();
-  EXPECT_TRUE(model::write_random_qwen2_gguf(spec, h->path).ok());
+  EXPECT_TRUE(model::write_random_gguf(spec, h->path).ok());
   auto o = open_model(h->path);
   EXPECT_TRUE(o.ok()) << o.status().to_string();
   h->opened = std::move(*o);
@@ -64,7 +64,7 @@ std::unique_ptr<Hybrid> make_hybrid(bool moe, std::int64_t blocks) {
   mo.max_batch_tokens = 256;
   mo.max_logit_rows = 160;  // every position's logits of a 150-token prompt
   mo.max_state_slots = 16;
-  auto m = Qwen2Model::load(*h->opened.weights, h->opened.config, *h->device, mo);
+  auto m = Model::load(*h->opened.weights, h->opened.config, *h->device, mo);
   EXPECT_TRUE(m.ok()) << m.status().to_string();
   h->model = std::move(*m);
   return h;
@@ -78,7 +78,7 @@ std::vector<std::int32_t> random_prompt(std::size_t n, unsigned seed) {
 }
 
 // The logits of every position of `prompt` when it is fed in pieces of the given sizes.
-std::vector<float> logits_in_pieces(Qwen2Model& m, const std::vector<std::int32_t>& prompt,
+std::vector<float> logits_in_pieces(Model& m, const std::vector<std::int32_t>& prompt,
                                     const std::vector<std::int32_t>& pieces) {
   std::vector<float> all, step;
   std::int32_t done = 0;
@@ -145,7 +145,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 // Runs the prompts through one engine of max_seqs sequences: request i arrives at step arrive[i]
 // and, when cancel_at[i] >= 0, is cancelled at that step.
-std::vector<Outcome> run(Qwen2Model& m, const tokenizer::Tokenizer& tok,
+std::vector<Outcome> run(Model& m, const tokenizer::Tokenizer& tok,
                          const std::vector<std::vector<std::int32_t>>& prompts, const std::vector<int>& arrive,
                          const std::vector<int>& cancel_at, std::int64_t max_seqs, std::int64_t n_new,
                          EngineStats* stats, std::int64_t max_batched_tokens = 256) {

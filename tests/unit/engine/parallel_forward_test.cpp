@@ -20,7 +20,7 @@
 #include "backends/registry.h"
 #include "runtime/engine/device_group.h"
 #include "runtime/engine/memory_planner.h"
-#include "runtime/engine/qwen2_model.h"
+#include "runtime/engine/model.h"
 #include "runtime/engine/sampler.h"
 #include "runtime/model/random_model.h"
 #include "runtime/parallel/shard_plan.h"
@@ -83,10 +83,10 @@ ModelOptions model_options() {
   return mo;
 }
 
-// The step `b` again, selecting on the devices (Qwen2Model::forward_top_k): its k best must be
+// The step `b` again, selecting on the devices (Model::forward_top_k): its k best must be
 // the first k of `logits` (the same step's) in hal::top_k_before's order, bit for bit, in every
 // layout (each tp rank selects from its vocab shard, the host merges).
-Status check_top_k(Qwen2Model& m, const ForwardBatch& b, const std::vector<float>& logits) {
+Status check_top_k(Model& m, const ForwardBatch& b, const std::vector<float>& logits) {
   for (int k : {1, 8}) {
     std::vector<float> values;
     std::vector<std::int32_t> ids;
@@ -110,7 +110,7 @@ Status check_top_k(Qwen2Model& m, const ForwardBatch& b, const std::vector<float
 
 // Prefill a fixed prompt, then kSteps greedy decode steps (or, with `forced`, decode steps that
 // feed forced[step] whatever the logits say).
-Result<GreedyRun> run_greedy(Qwen2Model& m, const std::vector<std::int32_t>& forced = {}) {
+Result<GreedyRun> run_greedy(Model& m, const std::vector<std::int32_t>& forced = {}) {
   GreedyRun run;
   std::vector<std::int32_t> prompt;
   for (int i = 0; i < 20; ++i) prompt.push_back((i * 37 + 11) % 509);
@@ -159,7 +159,7 @@ Result<GreedyRun> run_one_device(const model::GgufFile& file, const model::Model
   strict.set("strict", true);
   strict.set("threads", 1);
   SX_ASSIGN_OR_RETURN(auto one, create_device_group(backend, 1, strict));
-  SX_ASSIGN_OR_RETURN(auto m, Qwen2Model::load(file, config, *one.devices[0], model_options()));
+  SX_ASSIGN_OR_RETURN(auto m, Model::load(file, config, *one.devices[0], model_options()));
   return run_greedy(*m, forced);
 }
 
@@ -175,7 +175,7 @@ Result<GreedyRun> run_layout(const model::GgufFile& file, const model::ModelConf
   po.tp = lay.tp;
   po.pp = lay.pp;
   po.requantize_unaligned = lay.requantize_unaligned;
-  SX_ASSIGN_OR_RETURN(auto m, Qwen2Model::load(file, config, backend, group.devices, po, model_options()));
+  SX_ASSIGN_OR_RETURN(auto m, Model::load(file, config, backend, group.devices, po, model_options()));
   return run_greedy(*m, forced);
 }
 
@@ -200,9 +200,9 @@ Result<QuantTwins> write_twins(model::RandomModelSpec spec, const std::string& s
   QuantTwins t;
   t.f32_path = stem + ".f32.gguf";
   t.q_path = stem + ".q.gguf";
-  SX_RETURN_IF_ERROR(model::write_random_qwen2_gguf(spec, t.f32_path));
+  SX_RETURN_IF_ERROR(model::write_random_gguf(spec, t.f32_path));
   quantise(spec);
-  SX_RETURN_IF_ERROR(model::write_random_qwen2_gguf(spec, t.q_path));
+  SX_RETURN_IF_ERROR(model::write_random_gguf(spec, t.q_path));
   SX_ASSIGN_OR_RETURN(t.f32, model::GgufFile::open(t.f32_path));
   SX_ASSIGN_OR_RETURN(t.q, model::GgufFile::open(t.q_path));
   SX_ASSIGN_OR_RETURN(t.config, model::model_config_from_gguf(*t.q));
@@ -224,7 +224,7 @@ TEST_P(ParallelForward, EveryLayoutMatchesOneDevice) {
   spec.seed = 7;
   spec.init_std = 0.05f;
   const std::string path = model_path(shape);
-  ASSERT_TRUE(model::write_random_qwen2_gguf(spec, path).ok());
+  ASSERT_TRUE(model::write_random_gguf(spec, path).ok());
   auto file = model::GgufFile::open(path);
   ASSERT_TRUE(file.ok()) << file.status().to_string();
   auto config = model::model_config_from_gguf(**file);
@@ -397,7 +397,7 @@ struct OpenedModel {
   model::ModelConfig config;
 };
 Result<OpenedModel> write_and_open(const model::RandomModelSpec& spec, const std::string& path) {
-  SX_RETURN_IF_ERROR(model::write_random_qwen2_gguf(spec, path));
+  SX_RETURN_IF_ERROR(model::write_random_gguf(spec, path));
   OpenedModel m;
   SX_ASSIGN_OR_RETURN(m.file, model::GgufFile::open(path));
   SX_ASSIGN_OR_RETURN(m.config, model::model_config_from_gguf(*m.file));
@@ -446,7 +446,7 @@ TEST(ParallelMemory, ThePlanCountsWhatTheLoadAllocates) {
     ParallelOptions par;
     par.tp = lay.tp;
     par.pp = lay.pp;
-    auto m = Qwen2Model::load(file, *config, backend, group->devices, par, mo);
+    auto m = Model::load(file, *config, backend, group->devices, par, mo);
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     for (std::size_t r = 0; r < group->devices.size(); ++r) {
       const DeviceMemory& d = plan->devices[r];
@@ -489,7 +489,7 @@ TEST(ParallelFailure, ARankThatFailsMidForwardFailsTheStepWithinASecond) {
     po.tp = lay.tp;
     po.pp = lay.pp;
     po.channel.timeout = std::chrono::milliseconds(30'000);  // a hang would show as a 30 s wait
-    auto m = Qwen2Model::load(file, *config, backend, devices, po, model_options());
+    auto m = Model::load(file, *config, backend, devices, po, model_options());
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     std::vector<std::int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8};
     std::vector<float> logits;

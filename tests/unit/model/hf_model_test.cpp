@@ -43,7 +43,7 @@ Source make_source(const TempDir& dir, bool tied = false) {
   spec.weight_type = hal::DType::kF32;
   spec.seed = 7;
   const std::string path = dir.file("source.gguf");
-  EXPECT_TRUE(write_random_qwen2_gguf(spec, path).ok());
+  EXPECT_TRUE(write_random_gguf(spec, path).ok());
   Source s;
   s.gguf = std::move(GgufFile::open(path)).value();
   s.config = model_config_from_gguf(*s.gguf).value();
@@ -185,7 +185,7 @@ TEST(HfModel, Qwen3_5CheckpointReadsAsTheGgufTensors) {
   spec.seed = 35;
   spec.init_std = 0.3f;
   const std::string path = dir.file("q35.gguf");
-  ASSERT_TRUE(write_random_qwen2_gguf(spec, path).ok());
+  ASSERT_TRUE(write_random_gguf(spec, path).ok());
   Source src;
   src.gguf = std::move(GgufFile::open(path)).value();
   src.config = model_config_from_gguf(*src.gguf).value();
@@ -441,7 +441,7 @@ struct GptqCheckpoint {
     spec.weight_type = hal::DType::kF32;
     spec.seed = 11;
     const std::string path = dir.file("source.gguf");
-    EXPECT_TRUE(write_random_qwen2_gguf(spec, path).ok());
+    EXPECT_TRUE(write_random_gguf(spec, path).ok());
     src.gguf = std::move(GgufFile::open(path)).value();
     src.config = model_config_from_gguf(*src.gguf).value();
     HfWriteOptions o;

@@ -40,7 +40,7 @@ TEST_P(RandomModelTest, WritesAValidModelWithExpectedValues) {
   spec.weight_type = GetParam();
   spec.seed = 42;
   const std::string path = dir.file("tiny.gguf");
-  ASSERT_TRUE(write_random_qwen2_gguf(spec, path).ok());
+  ASSERT_TRUE(write_random_gguf(spec, path).ok());
   auto f = GgufFile::open(path);
   ASSERT_TRUE(f.ok()) << f.status().to_string();
   auto cfg = model_config_from_gguf(**f);
@@ -76,13 +76,13 @@ TEST(RandomModel, DeterministicPerSeedAndName) {
   spec.config = tiny_config();
   spec.seed = 7;
   GgufWriter a, b;
-  ASSERT_TRUE(add_random_qwen2_model(spec, a).ok());
-  ASSERT_TRUE(add_random_qwen2_model(spec, b).ok());
+  ASSERT_TRUE(add_random_model(spec, a).ok());
+  ASSERT_TRUE(add_random_model(spec, b).ok());
   EXPECT_EQ(*a.to_bytes(), *b.to_bytes());
   EXPECT_EQ(*a.to_bytes(), *a.to_bytes());  // producers can run again
   spec.seed = 8;
   GgufWriter c;
-  ASSERT_TRUE(add_random_qwen2_model(spec, c).ok());
+  ASSERT_TRUE(add_random_model(spec, c).ok());
   EXPECT_NE(*a.to_bytes(), *c.to_bytes());
 
   // Values depend only on (seed, name, index): a window equals the same slice of the whole.
@@ -153,7 +153,7 @@ TEST(RandomModel, CustomTokenizerIsWritten) {
   spec.tokenizer.merges = {"a b"};
   spec.tokenizer.eos_id = 2;
   GgufWriter w;
-  ASSERT_TRUE(add_random_qwen2_model(spec, w).ok());
+  ASSERT_TRUE(add_random_model(spec, w).ok());
   auto bytes = w.to_bytes();
   auto f = GgufFile::parse(*bytes, "t.gguf");
   ASSERT_TRUE(f.ok());
@@ -180,20 +180,20 @@ TEST(RandomModel, SpecValidation) {
   spec.config.hidden = 48;  // 4 heads x 12
   spec.config.head_dim = 12;
   spec.weight_type = hal::DType::kQ8_0;
-  EXPECT_TRUE(fails_with(write_random_qwen2_gguf(spec, "/tmp/never-written.gguf"), StatusCode::kInvalidArgument,
+  EXPECT_TRUE(fails_with(write_random_gguf(spec, "/tmp/never-written.gguf"), StatusCode::kInvalidArgument,
                          {"hidden 48", "q8_0", "32"}));
   EXPECT_FALSE(std::filesystem::exists("/tmp/never-written.gguf"));
   spec.weight_type = hal::DType::kI32;
   spec.config = tiny_config();
-  EXPECT_TRUE(fails_with(write_random_qwen2_gguf(spec, "/tmp/never-written.gguf"), StatusCode::kInvalidArgument,
+  EXPECT_TRUE(fails_with(write_random_gguf(spec, "/tmp/never-written.gguf"), StatusCode::kInvalidArgument,
                          {"i32"}));
   spec.weight_type = hal::DType::kF32;
   spec.config.vocab = 100;  // too small to synthesize
-  EXPECT_TRUE(fails_with(write_random_qwen2_gguf(spec, "/tmp/never-written.gguf"), StatusCode::kInvalidArgument,
+  EXPECT_TRUE(fails_with(write_random_gguf(spec, "/tmp/never-written.gguf"), StatusCode::kInvalidArgument,
                          {"100"}));
   spec.config = tiny_config();
   spec.config.n_kv_heads = 3;
-  EXPECT_TRUE(fails_with(write_random_qwen2_gguf(spec, "/tmp/never-written.gguf"), StatusCode::kInvalidArgument,
+  EXPECT_TRUE(fails_with(write_random_gguf(spec, "/tmp/never-written.gguf"), StatusCode::kInvalidArgument,
                          {"kv heads"}));
 }
 
@@ -206,7 +206,7 @@ TEST(RandomModel, Qwen25HalfShapedLayer) {
   spec.config.vocab = 4096;
   spec.weight_type = hal::DType::kQ8_0;
   const std::string path = dir.file("half.gguf");
-  ASSERT_TRUE(write_random_qwen2_gguf(spec, path).ok());
+  ASSERT_TRUE(write_random_gguf(spec, path).ok());
   auto f = GgufFile::open(path);
   ASSERT_TRUE(f.ok()) << f.status().to_string();
   auto cfg = model_config_from_gguf(**f);
@@ -263,7 +263,7 @@ TEST(RandomModel, Qwen3Shapes) {
   spec.config.n_layers = 1;
   spec.config.vocab = 512;
   const std::string path = ::testing::TempDir() + "/sx_random_qwen3.gguf";
-  ASSERT_TRUE(write_random_qwen2_gguf(spec, path).ok());
+  ASSERT_TRUE(write_random_gguf(spec, path).ok());
   auto f = GgufFile::open(path);
   ASSERT_TRUE(f.ok()) << f.status().to_string();
   auto back = model_config_from_gguf(**f);
@@ -333,7 +333,7 @@ TEST(RandomModel, Qwen35FilesReadBackAndCheck) {
     if (c.is_moe()) c.n_experts = 12, c.expert_ffn = 16, c.shared_expert_ffn = 24, c.ffn = 16;
     spec.weight_type = hal::DType::kF32;
     const std::string path = ::testing::TempDir() + "/sx_random_" + arch + ".gguf";
-    ASSERT_TRUE(write_random_qwen2_gguf(spec, path).ok());
+    ASSERT_TRUE(write_random_gguf(spec, path).ok());
     auto f = GgufFile::open(path);
     ASSERT_TRUE(f.ok()) << f.status().to_string();
     auto back = model_config_from_gguf(**f);

@@ -349,7 +349,7 @@ TEST(ShardPlan, TestTensorListMatchesTheLoadersForQwen2) {
 }
 
 // One rank holds exactly the bytes of every tensor the loader expects (1-D F32, 2-D in the type).
-TEST(ShardPlan, SingleRankHoldsTheWholeQwen2Model) {
+TEST(ShardPlan, SingleRankHoldsTheWholeModel) {
   for (std::string_view size : model::qwen2_5_sizes()) {
     for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0}) {
       const ModelConfig c = model::qwen2_5_config(size);
@@ -591,7 +591,7 @@ TEST(ShardPlan, WeightTypesFromAGgufFileAndItsBytes) {
       spec.config = model::testing::tiny_qwen2_config(320, tied);
       spec.weight_type = t;
       model::GgufWriter writer;
-      ASSERT_TRUE(model::add_random_qwen2_model(spec, writer).ok());
+      ASSERT_TRUE(model::add_random_model(spec, writer).ok());
       auto bytes = writer.to_bytes();
       ASSERT_TRUE(bytes.ok());
       auto file = model::testing::parse_bytes(*bytes);
@@ -622,7 +622,7 @@ TEST(ShardPlan, WeightTypesFromGgufNameAMissingTensor) {
   model::RandomModelSpec spec;
   spec.config = model::testing::tiny_qwen2_config(320, false);
   model::GgufWriter writer;
-  ASSERT_TRUE(model::add_random_qwen2_model(spec, writer).ok());
+  ASSERT_TRUE(model::add_random_model(spec, writer).ok());
   auto bytes = writer.to_bytes();
   ASSERT_TRUE(bytes.ok());
   auto file = model::testing::parse_bytes(*bytes);

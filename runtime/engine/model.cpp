@@ -1,49 +1,49 @@
-// Qwen2Model: loads the shards of a TP x PP group, drives their runner threads and assembles
-// the logits (the per-rank forward is in qwen2_shard.cpp).
-#include "runtime/engine/qwen2_model.h"
+// Model: loads the shards of a TP x PP group, drives their runner threads and assembles
+// the logits (the per-rank forward is in shard.cpp).
+#include "runtime/engine/model.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <string>
 
-#include "runtime/engine/qwen2_shard.h"
+#include "runtime/engine/shard.h"
 #include "runtime/engine/rank_runner.h"
 #include "runtime/parallel/shard_plan.h"
 
 namespace sx::engine {
 
-struct Qwen2Model::Impl {
+struct Model::Impl {
   parallel::ShardPlan plan;
   std::vector<std::unique_ptr<hal::Channel>> world;            // pp > 1
   std::vector<std::vector<std::unique_ptr<hal::Channel>>> tp;  // per stage, tp > 1
-  std::vector<std::unique_ptr<Qwen2Shard>> shards;             // rank order
+  std::vector<std::unique_ptr<Shard>> shards;             // rank order
   std::vector<std::string> device_names;
   std::vector<std::unique_ptr<RankRunner>> runners;  // one per rank when there are several
   std::atomic<int> first_failure{-1};
   Status failed;  // the group's failure; sticky
 };
 
-Qwen2Model::Qwen2Model(model::ModelConfig config, ModelOptions options, ParallelOptions parallel)
+Model::Model(model::ModelConfig config, ModelOptions options, ParallelOptions parallel)
     : config_(std::move(config)), options_(options), parallel_(parallel), impl_(std::make_unique<Impl>()) {}
 
-Qwen2Model::~Qwen2Model() {
+Model::~Model() {
   impl_->runners.clear();  // join the threads before the shards go away
 }
 
-Result<std::unique_ptr<Qwen2Model>> Qwen2Model::load(const model::TensorSource& file, const model::ModelConfig& config,
+Result<std::unique_ptr<Model>> Model::load(const model::TensorSource& file, const model::ModelConfig& config,
                                                      hal::Device& device, const ModelOptions& options) {
   hal::Device* devices[] = {&device};
   return load_group(file, config, nullptr, devices, ParallelOptions{}, options);  // one rank: no channels
 }
 
-Result<std::unique_ptr<Qwen2Model>> Qwen2Model::load(const model::TensorSource& file, const model::ModelConfig& config,
+Result<std::unique_ptr<Model>> Model::load(const model::TensorSource& file, const model::ModelConfig& config,
                                                      hal::Backend& backend, std::span<hal::Device* const> devices,
                                                      const ParallelOptions& parallel, const ModelOptions& options) {
   return load_group(file, config, &backend, devices, parallel, options);
 }
 
-Result<std::unique_ptr<Qwen2Model>> Qwen2Model::load_group(const model::TensorSource& file,
+Result<std::unique_ptr<Model>> Model::load_group(const model::TensorSource& file,
                                                            const model::ModelConfig& config, hal::Backend* backend,
                                                            std::span<hal::Device* const> devices,
                                                            const ParallelOptions& parallel,
@@ -71,7 +71,7 @@ Result<std::unique_ptr<Qwen2Model>> Qwen2Model::load_group(const model::TensorSo
   SX_ASSIGN_OR_RETURN(parallel::ShardPlan plan,
                       parallel::plan_shards(config, types,
                                             {parallel.tp, parallel.pp, options.kv.dtype, parallel.requantize_unaligned}));
-  auto m = std::unique_ptr<Qwen2Model>(new Qwen2Model(config, options, parallel));
+  auto m = std::unique_ptr<Model>(new Model(config, options, parallel));
   Impl& im = *m->impl_;
   im.plan = std::move(plan);
   const int tp = parallel.tp, pp = parallel.pp, n = tp * pp;
@@ -100,7 +100,7 @@ Result<std::unique_ptr<Qwen2Model>> Qwen2Model::load_group(const model::TensorSo
     ctx.world = pp > 1 ? im.world[static_cast<std::size_t>(r)].get() : nullptr;
     ctx.plan = &im.plan;
     ctx.rank = r;
-    auto shard = Qwen2Shard::load(file, config, ctx, options);
+    auto shard = Shard::load(file, config, ctx, options);
     if (!shard.ok()) {
       return Status(shard.status().code(),
                     fmt::format("rank {} ({}): {}", r, ctx.device->info().name, shard.status().message()));
@@ -126,7 +126,7 @@ Result<std::unique_ptr<Qwen2Model>> Qwen2Model::load_group(const model::TensorSo
   return m;
 }
 
-Status Qwen2Model::run_shards(const ForwardBatch& batch, int top_k) {
+Status Model::run_shards(const ForwardBatch& batch, int top_k) {
   Impl& im = *impl_;
   if (!im.failed.ok()) {
     return Status(im.failed.code(), fmt::format("the device group failed earlier ({}); load the model again",
@@ -137,7 +137,7 @@ Status Qwen2Model::run_shards(const ForwardBatch& batch, int top_k) {
   if (n == 1) return im.shards[0]->run(batch, top_k);
   for (int r = 0; r < n; ++r) {
     im.runners[static_cast<std::size_t>(r)]->start([&im, &batch, r, top_k]() -> Status {
-      Qwen2Shard& shard = *im.shards[static_cast<std::size_t>(r)];
+      Shard& shard = *im.shards[static_cast<std::size_t>(r)];
       Status st = shard.run(batch, top_k);
       if (!st.ok()) {
         int none = -1;
@@ -159,7 +159,7 @@ Status Qwen2Model::run_shards(const ForwardBatch& batch, int top_k) {
   return ok_status();
 }
 
-Status Qwen2Model::forward(const ForwardBatch& batch, std::vector<float>& logits) {
+Status Model::forward(const ForwardBatch& batch, std::vector<float>& logits) {
   SX_RETURN_IF_ERROR(run_shards(batch, 0));
   Impl& im = *impl_;
   const int tp = parallel_.tp;
@@ -168,7 +168,7 @@ Status Qwen2Model::forward(const ForwardBatch& batch, std::vector<float>& logits
   const std::int64_t V = config_.vocab;
   logits.assign(static_cast<std::size_t>(R * V), 0.0f);
   if (R == 0) return ok_status();
-  const Qwen2Shard& driver = *im.shards[static_cast<std::size_t>((parallel_.pp - 1) * tp)];
+  const Shard& driver = *im.shards[static_cast<std::size_t>((parallel_.pp - 1) * tp)];
   const std::span<const std::byte> back = driver.result();
   const std::int64_t chunk = R * driver.max_vocab_shard();
   if (back.size() != static_cast<std::size_t>(chunk * tp) * sizeof(float)) {
@@ -185,7 +185,7 @@ Status Qwen2Model::forward(const ForwardBatch& batch, std::vector<float>& logits
   return ok_status();
 }
 
-Status Qwen2Model::forward_top_k(const ForwardBatch& batch, int k, std::vector<float>& values,
+Status Model::forward_top_k(const ForwardBatch& batch, int k, std::vector<float>& values,
                                  std::vector<std::int32_t>& ids) {
   if (k < 1 || k > top_k_limit()) {
     return invalid_argument_error("forward: top-k of {} must be in [1, {}]", k, top_k_limit());
@@ -198,7 +198,7 @@ Status Qwen2Model::forward_top_k(const ForwardBatch& batch, int k, std::vector<f
   ids.assign(static_cast<std::size_t>(R * k), 0);
   if (R == 0) return ok_status();
   const std::span<const std::byte> back = im.shards[static_cast<std::size_t>((parallel_.pp - 1) * tp)]->result();
-  const std::size_t part = Qwen2Shard::top_k_bytes(R, k), ids_at = Qwen2Shard::top_k_ids_offset(R, k);
+  const std::size_t part = Shard::top_k_bytes(R, k), ids_at = Shard::top_k_ids_offset(R, k);
   if (back.size() != part * static_cast<std::size_t>(tp)) {
     return internal_error("forward: the last stage returned {} bytes of candidates, expected {}", back.size(),
                           part * static_cast<std::size_t>(tp));
@@ -233,7 +233,7 @@ Status Qwen2Model::forward_top_k(const ForwardBatch& batch, int k, std::vector<f
   return ok_status();
 }
 
-Status Qwen2Model::validate(const ForwardBatch& batch) const {
+Status Model::validate(const ForwardBatch& batch) const {
   const auto n_tokens = static_cast<std::int64_t>(batch.tokens.size());
   const auto n_seqs = static_cast<std::int64_t>(batch.seq_context_len.size());
   if (n_tokens == 0) return invalid_argument_error("forward: empty batch");

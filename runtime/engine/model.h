@@ -1,15 +1,16 @@
-// The Qwen2 forward pass, written once against the HAL op set (DESIGN.md §3 step 5, §4, §5).
+// A model's forward pass on a group of devices, written once against the HAL op set (DESIGN.md
+// §3 step 5, §4, §5) for every architecture the engine runs (runtime/engine/models/).
 //
-// Qwen2Model runs a model on one device or on a TP x PP group of devices. Each rank holds the part
+// Model runs a model on one device or on a TP x PP group of devices. Each rank holds the part
 // of the weights its shard plan assigns (runtime/parallel), a paged KV cache for its layers and KV
 // heads (slots = blocks x block_size, the same block ids on every rank) and the activation
-// workspace for up to max_batch_tokens tokens per step (see qwen2_shard.h). forward() runs one
+// workspace for up to max_batch_tokens tokens per step (see shard.h). forward() runs one
 // step for a batch of sequences described by a ForwardBatch (token ids, positions, KV slots, block
 // tables) and returns the logits of the requested rows. With more than one rank, every rank has a
 // runner thread; the caller's thread (rank 0's host side, which owns sampling) hands each step's
 // batch to all of them, waits, and assembles the vocab-split logits.
 //
-// Threading: one thread drives a Qwen2Model at a time.
+// Threading: one thread drives a Model at a time.
 // Lifetime: the devices (and backend) must outlive the model.
 // Errors: bad batches (ids outside the vocabulary, slots outside the cache, too many tokens) and
 // device errors come back as Status; nothing aborts. When a rank fails mid-step, the step fails
@@ -91,20 +92,20 @@ struct ParallelOptions {
   hal::ChannelOptions channel;  // collective timeout
 };
 
-class Qwen2Shard;
+class Shard;
 
-class Qwen2Model {
+class Model {
  public:
   // Checks every tensor against the config, uploads the weights and allocates the cache and
   // workspace on `device`.
-  static Result<std::unique_ptr<Qwen2Model>> load(const model::TensorSource& file, const model::ModelConfig& config,
+  static Result<std::unique_ptr<Model>> load(const model::TensorSource& file, const model::ModelConfig& config,
                                                    hal::Device& device, const ModelOptions& options);
   // The same on tp x pp devices of `backend` (rank order: stage * tp + tp rank), joined by the
   // backend's Channels. The shard plan comes from runtime/parallel for the file's weight types.
-  static Result<std::unique_ptr<Qwen2Model>> load(const model::TensorSource& file, const model::ModelConfig& config,
+  static Result<std::unique_ptr<Model>> load(const model::TensorSource& file, const model::ModelConfig& config,
                                                    hal::Backend& backend, std::span<hal::Device* const> devices,
                                                    const ParallelOptions& parallel, const ModelOptions& options);
-  ~Qwen2Model();
+  ~Model();
 
   // Runs one step. logits receives logit_rows.size() x vocab floats.
   Status forward(const ForwardBatch& batch, std::vector<float>& logits);
@@ -134,13 +135,13 @@ class Qwen2Model {
 
  private:
   struct Impl;
-  Qwen2Model(model::ModelConfig config, ModelOptions options, ParallelOptions parallel);
+  Model(model::ModelConfig config, ModelOptions options, ParallelOptions parallel);
   // Both load()s: `backend` creates the channels and may be null for a group of one.
-  static Result<std::unique_ptr<Qwen2Model>> load_group(const model::TensorSource& file, const model::ModelConfig& config,
+  static Result<std::unique_ptr<Model>> load_group(const model::TensorSource& file, const model::ModelConfig& config,
                                                         hal::Backend* backend, std::span<hal::Device* const> devices,
                                                         const ParallelOptions& parallel, const ModelOptions& options);
   Status validate(const ForwardBatch& batch) const;
-  // Validates the batch and runs every rank's part (top_k as in Qwen2Shard::run).
+  // Validates the batch and runs every rank's part (top_k as in Shard::run).
   Status run_shards(const ForwardBatch& batch, int top_k);
 
   model::ModelConfig config_;

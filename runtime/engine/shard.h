@@ -1,7 +1,11 @@
-// One rank's part of a Qwen2 model (DESIGN.md §3 step 5, §5): the weights its RankPlan assigns
-// (query heads, the KV heads they use, FFN rows, vocab rows, the stage's layers), its paged KV
-// cache for those layers and KV heads, its activation workspace, and the op sequence of one step
-// on its device's stream, joined to the other ranks by Channels:
+// One rank's part of a model of any architecture the engine runs (DESIGN.md §3 step 5, §5): the
+// weights its RankPlan assigns (query heads, the KV heads they use, DeltaNet heads, FFN rows or
+// experts, vocab rows, the stage's layers), its paged KV cache for those layers and KV heads, its
+// DeltaNet states, its activation workspace, and the op sequence of one step on its device's
+// stream, joined to the other ranks by Channels. The layers are built from the blocks of
+// runtime/engine/blocks/ as the model's architecture (runtime/engine/models/) says; what every
+// architecture shares is here: the step's inputs, the embedding, the layer loop with its
+// residuals and collectives, and the logits:
 //   all-reduce after the vocab-split embedding, after o and after down (tensor parallelism),
 //   all-gather of the vocab-split logits, and a send / recv of the hidden state between stages
 //   (pipeline parallelism). With one rank there are no collectives at all.
@@ -17,7 +21,7 @@
 #include <vector>
 
 #include "runtime/base/status.h"
-#include "runtime/engine/qwen2_model.h"
+#include "runtime/engine/model.h"
 #include "runtime/hal/channel.h"
 #include "runtime/hal/device.h"
 #include "runtime/model/gguf.h"
@@ -34,11 +38,11 @@ struct ShardContext {
   int rank = 0;
 };
 
-class Qwen2Shard {
+class Shard {
  public:
-  static Result<std::unique_ptr<Qwen2Shard>> load(const model::TensorSource& file, const model::ModelConfig& config,
+  static Result<std::unique_ptr<Shard>> load(const model::TensorSource& file, const model::ModelConfig& config,
                                                   const ShardContext& ctx, const ModelOptions& options);
-  ~Qwen2Shard();
+  ~Shard();
 
   // This rank's part of one step; top_k = 0 reads back logits, top_k in [1, hal::kMaxTopK] the
   // top_k candidates of each row instead (hal::TopKArgs over each rank's vocab shard).
@@ -80,7 +84,7 @@ class Qwen2Shard {
 
  private:
   struct Impl;
-  Qwen2Shard();
+  Shard();
   Status run_step(const ForwardBatch& batch, int top_k);
 
   std::unique_ptr<Impl> impl_;
