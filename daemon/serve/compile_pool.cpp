@@ -30,12 +30,14 @@ Status CompilePool::submit(std::unique_ptr<Job> job, std::size_t max_queued) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_.load()) return unavailable_error("the server is stopping");
-    // The jobs that would wait for a thread, this one included.
+    // The jobs that would wait for a thread, this one included; a queued job whose client left
+    // ends as soon as a thread takes it, and takes no place.
+    const auto queued = static_cast<std::size_t>(
+        std::count_if(queue_.begin(), queue_.end(), [](const std::unique_ptr<Job>& j) { return !j->abandoned(); }));
     const std::size_t idle = threads_ - running_;
-    const std::size_t waiting = queue_.size() + 1 > idle ? queue_.size() + 1 - idle : 0;
+    const std::size_t waiting = queued + 1 > idle ? queued + 1 - idle : 0;
     if (waiting > max_queued) {
-      return resource_exhausted_error("{} grammar compiles already wait for one of {} threads", queue_.size(),
-                                      threads_);
+      return resource_exhausted_error("{} grammar compiles already wait for one of {} threads", queued, threads_);
     }
     queue_.push_back(std::move(job));
   }

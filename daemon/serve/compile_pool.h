@@ -33,6 +33,10 @@ class CompilePool {
     virtual ~Job() = default;
     // On a pool thread, once. `stopping` turns true when the pool stops: the job ends early.
     virtual void run(const std::atomic<bool>& stopping) = 0;
+    // Whether nobody waits for the job's result any more (its client left): such a job ends as
+    // soon as it runs, so while queued it holds no place in the queue's bound. Asked of queued
+    // jobs only (never once run() began), under the pool's lock, from submit()'s thread.
+    virtual bool abandoned() const { return false; }
   };
 
   // `threads` at least 1.
@@ -42,7 +46,7 @@ class CompilePool {
   CompilePool& operator=(const CompilePool&) = delete;
 
   // Queues `job` unless `max_queued` jobs already wait for a thread (0: none may wait, a job runs
-  // only when a thread is free).
+  // only when a thread is free). Abandoned queued jobs do not count as waiting.
   Status submit(std::unique_ptr<Job> job, std::size_t max_queued);
   void stop();
 

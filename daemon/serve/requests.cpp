@@ -267,6 +267,8 @@ class CompileJob final : public CompilePool::Job {
     // Refused only once the loop closed the queue, which it does after stopping the pool: never.
     (void)done_.push(std::move(work_));
   }
+  // Its client left (asked while queued: work_ is still here).
+  bool abandoned() const override { return work_->responder->closed(); }
 
  private:
   std::unique_ptr<TokenizeWork> work_;
