@@ -309,6 +309,14 @@ struct Grammars::Impl {
 
 namespace {
 
+// INVALID_ARGUMENT naming `param` when the JSON `text` nests deeper than kMaxFormatDepth.
+Status check_format_depth(std::string_view param, std::string_view text) {
+  if (const std::size_t depth = json_shape(text).depth; depth > kMaxFormatDepth) {
+    return invalid_argument_error("'{}' nests {} levels deep; at most {} are accepted", param, depth, kMaxFormatDepth);
+  }
+  return ok_status();
+}
+
 std::string no_answer(std::string_view param) {
   return fmt::format("'{}' cannot be used: no text matches it (its grammar allows neither a first token nor an "
                      "empty answer, e.g. a $ref that leads only to itself)",
@@ -328,12 +336,7 @@ Result<std::shared_ptr<const CompiledFormat>> Grammars::compile(const OutputForm
   if (bytes > kMaxFormatBytes) {
     return invalid_argument_error("'{}' has {} bytes; at most {} are accepted", f.param, bytes, kMaxFormatBytes);
   }
-  if (f.kind == OutputFormat::Kind::kJsonSchema) {
-    if (const std::size_t depth = json_shape(f.source).depth; depth > kMaxFormatDepth) {
-      return invalid_argument_error("'{}' nests {} levels deep; at most {} are accepted", f.param, depth,
-                                    kMaxFormatDepth);
-    }
-  }
+  if (f.kind == OutputFormat::Kind::kJsonSchema) SX_RETURN_IF_ERROR(check_format_depth(f.param, f.source));
   // A format's grammar; an object for json_object (xgrammar's built-in JSON grammar allows arrays too).
   auto grammar = [&]() -> xgrammar::Grammar {
     switch (f.kind) {
@@ -400,10 +403,7 @@ Result<std::shared_ptr<const CompiledFormat>> Grammars::compile_tool_call(ToolSy
     if (text.size() > kMaxFormatBytes) {
       return invalid_argument_error("'{}' is over {} bytes", param, kMaxFormatBytes);
     }
-    if (const std::size_t depth = json_shape(text).depth; depth > kMaxFormatDepth) {
-      return invalid_argument_error("'{}' nests {} levels deep; at most {} are accepted", param, depth,
-                                    kMaxFormatDepth);
-    }
+    SX_RETURN_IF_ERROR(check_format_depth(param, text));
     auto call = interrupts.run<xgrammar::Grammar>(param, [&] { return tool_call_grammar(syntax, t); });
     if (!call.ok()) return call.status();
     calls.push_back(std::move(call).value());

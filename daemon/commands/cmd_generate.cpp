@@ -64,10 +64,9 @@ int cmd_generate(int argc, char** argv) {
       {{"--ignore-eos"}, false, false, "do not stop at end-of-sequence tokens", ""},
       {{"--ids"}, false, false, "print generated token ids instead of text", ""},
   };
-  specs.insert(specs.end(), own.begin(), own.end());
   const std::vector<Args::Spec> chat_flags = chat_specs("the prompt");
-  specs.insert(specs.begin() + static_cast<std::ptrdiff_t>(specs.size() - own.size() + 1), chat_flags.begin(),
-               chat_flags.end());
+  own.insert(own.begin() + 1, chat_flags.begin(), chat_flags.end());  // after --prompt
+  specs.insert(specs.end(), own.begin(), own.end());
   Args args("generate", "Generate text from a prompt, streaming it to stdout.", specs, "[PROMPT]");
   if (Status s = args.parse(argc, argv); !s.ok()) return report_error("generate", s);
   if (args.has("--help")) {
