@@ -55,7 +55,8 @@ Engine::Engine(Model& model, const tokenizer::Tokenizer& tok, const EngineConfig
       config_(config),
       default_stops_(default_stop_ids(tok, config.eos_ids)),
       kv_(kv::KvCacheConfig{model.options().kv.num_blocks, model.options().kv.block_size, config.prefix_caching,
-                            config.cache_salt, config.watermark}),
+                            config.cache_salt, config.watermark, model.config().is_hybrid(),
+                            model.options().state_snapshots}),
       scheduler_(config.scheduler, kv_) {
   if (model.config().is_hybrid()) {
     for (std::int64_t i = model.options().state_slots(); i-- > 0;) free_state_slots_.push_back(static_cast<std::int32_t>(i));
@@ -95,11 +96,14 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const tokenizer::To
       return invalid_argument_error("max_num_seqs {} exceeds the model's {} DeltaNet state slots", sc.max_num_seqs,
                                     mo.state_slots());
     }
-    if (ec.prefix_caching) {
+    if (ec.prefix_caching && mo.state_snapshots < 1) {
       // A cached prefix would restore its KV but not the DeltaNet states after it: never reuse one.
-      log_info("engine: prefix caching is off for {} (Gated DeltaNet states are not kept per prefix)",
+      log_info("engine: prefix caching is off for {} (no state snapshots: engine.prefix_snapshots is 0)",
                model.config().architecture);
       ec.prefix_caching = false;
+    }
+    if (config.snapshot_interval < 0) {
+      return invalid_argument_error("snapshot_interval {} must be 0 (none) or a number of tokens", config.snapshot_interval);
     }
   }
   auto engine = std::unique_ptr<Engine>(new Engine(model, tok, ec));
@@ -134,6 +138,21 @@ Result<std::uint64_t> Engine::submit(std::vector<std::int32_t> prompt, RequestOp
   r.stop_ids = p->live->options.stop_ids;
   if (!p->live->options.ignore_eos) r.stop_ids.insert(r.stop_ids.end(), default_stops_.begin(), default_stops_.end());
   p->live->stop_ids = r.stop_ids;
+  if (snapshots_on()) {
+    // Where this request's prefill chunks end so that its states can be kept: at or below each
+    // hinted position, the end of the prompt, and every snapshot_interval tokens.
+    const std::int64_t bs = kv_.block_size(), P = static_cast<std::int64_t>(r.prompt.size());
+    std::vector<std::int64_t>& at = r.snapshot_at;
+    for (std::int64_t h : p->live->options.snapshot_hints) {
+      if (h > 0 && h <= P) at.push_back(h / bs * bs);
+    }
+    at.push_back(P / bs * bs);
+    const std::int64_t every = config_.snapshot_interval / bs * bs;
+    for (std::int64_t x = every; every > 0 && x < P; x += every) at.push_back(x);
+    std::sort(at.begin(), at.end());
+    at.erase(std::unique(at.begin(), at.end()), at.end());
+    at.erase(std::remove(at.begin(), at.end(), 0), at.end());
+  }
   std::lock_guard<std::mutex> lock(mu_);
   r.id = next_id_++;
   const std::uint64_t id = r.id;
@@ -241,34 +260,81 @@ void Engine::emit_finished(const Status& error) {
       free_state_slots_.push_back(slot->second);
       state_slot_of_.erase(slot);
     }
+    answer_snapshot_.erase(r->id);  // its last one stays in the cache
   }
 }
 
-Result<std::int32_t> Engine::state_slot(const sched::Request& r, std::int64_t start) {
-  if (auto it = state_slot_of_.find(r.id); it != state_slot_of_.end()) return it->second;
-  if (free_state_slots_.empty()) {
-    // Slots of requests that wait after a preemption go back to the pool (they restart at 0).
-    for (auto it = state_slot_of_.begin(); it != state_slot_of_.end();) {
-      const sched::Request* holder = scheduler_.find(it->first);
-      if (holder == nullptr || holder->status != sched::RequestStatus::kRunning) {
-        free_state_slots_.push_back(it->second);
-        it = state_slot_of_.erase(it);
-      } else {
-        ++it;
+Result<std::int32_t> Engine::state_slot(const sched::Request& r, std::int64_t start, ForwardBatch& batch) {
+  // A request starting after a cached prefix: that prefix's snapshot goes into its slot first.
+  const std::optional<std::int32_t> restore = kv_.take_restore(r.id);
+  auto held = state_slot_of_.find(r.id);
+  std::int32_t slot = -1;
+  if (held != state_slot_of_.end()) {
+    slot = held->second;
+  } else {
+    if (free_state_slots_.empty()) {
+      // Slots of requests that wait after a preemption go back to the pool (they start again
+      // from 0 or from a snapshot).
+      for (auto it = state_slot_of_.begin(); it != state_slot_of_.end();) {
+        const sched::Request* holder = scheduler_.find(it->first);
+        if (holder == nullptr || holder->status != sched::RequestStatus::kRunning) {
+          free_state_slots_.push_back(it->second);
+          it = state_slot_of_.erase(it);
+        } else {
+          ++it;
+        }
       }
     }
+    if (free_state_slots_.empty()) {
+      return internal_error("request {}: no DeltaNet state slot is free ({} held)", r.id, state_slot_of_.size());
+    }
+    if (start != 0 && !restore) {
+      // Its state would be lost: never compute on from another sequence's.
+      return internal_error("request {} has no DeltaNet state for its {} computed tokens", r.id, start);
+    }
+    slot = free_state_slots_.back();
+    free_state_slots_.pop_back();
+    state_slot_of_[r.id] = slot;
   }
-  if (free_state_slots_.empty()) {
-    return internal_error("request {}: no DeltaNet state slot is free ({} held)", r.id, state_slot_of_.size());
+  if (restore) {
+    batch.restores.emplace_back(static_cast<std::int32_t>(model_.options().state_slots() + *restore), slot);
   }
-  if (start != 0) {
-    // Its state would be lost: never compute on from another sequence's.
-    return internal_error("request {} has no DeltaNet state for its {} computed tokens", r.id, start);
-  }
-  const std::int32_t slot = free_state_slots_.back();
-  free_state_slots_.pop_back();
-  state_slot_of_[r.id] = slot;
   return slot;
+}
+
+void Engine::plan_snapshots(const sched::SchedulerOutput& out, ForwardBatch& batch, std::vector<TakenSnapshot>& taken) {
+  if (!snapshots_on()) return;
+  const std::int64_t bs = kv_.block_size();
+  for (std::size_t i = 0; i < out.scheduled.size(); ++i) {
+    const sched::ScheduledRequest& s = out.scheduled[i];
+    const sched::Request& r = *s.request;
+    const std::int64_t end = s.start + s.num_tokens, P = static_cast<std::int64_t>(r.prompt.size());
+    // Where a chunk was made to end, and each block boundary of the answer (the latest kept).
+    const bool in_answer = end > P && end % bs == 0;
+    if (!in_answer && !std::binary_search(r.snapshot_at.begin(), r.snapshot_at.end(), end)) continue;
+    std::vector<std::int32_t> tokens = r.all_tokens();
+    tokens.resize(static_cast<std::size_t>(end));
+    if (kv_.has_snapshot(tokens, end)) continue;
+    const std::optional<std::int32_t> snap = kv_.reserve_snapshot();
+    if (!snap) continue;
+    batch.snapshots.emplace_back(batch.seq_state_slot[i], static_cast<std::int32_t>(model_.options().state_slots() + *snap));
+    taken.push_back({*snap, r.id, std::move(tokens), in_answer});
+  }
+}
+
+void Engine::register_snapshots(std::vector<TakenSnapshot>& taken, bool ran) {
+  for (TakenSnapshot& t : taken) {
+    if (!ran || !kv_.register_snapshot(t.snapshot, t.tokens, static_cast<std::int64_t>(t.tokens.size()))) {
+      kv_.drop_snapshot(t.snapshot);
+      continue;
+    }
+    if (!t.in_answer) continue;
+    // Inside the answer: it replaces the request's previous one there.
+    auto [it, fresh] = answer_snapshot_.try_emplace(t.request);
+    if (!fresh) kv_.drop_snapshot_at(it->second);
+    it->second = std::move(t.tokens);
+  }
+  taken.clear();
 }
 
 Status Engine::step() {
@@ -298,7 +364,7 @@ Status Engine::step() {
     b.seq_token_start.push_back(static_cast<std::int32_t>(b.tokens.size()));
     b.seq_context_len.push_back(static_cast<std::int32_t>(s.start + s.num_tokens));
     if (model_.config().is_hybrid()) {
-      auto slot = state_slot(r, s.start);
+      auto slot = state_slot(r, s.start, b);
       if (!slot.ok()) {
         emit_finished();
         for (const auto& f : out.scheduled) scheduler_.finish(f.request->id, sched::FinishReason::kCancelled);
@@ -340,12 +406,15 @@ Status Engine::step() {
       }
     });
   }
+  std::vector<TakenSnapshot> taken;
+  plan_snapshots(out, b, taken);
   const auto t0 = std::chrono::steady_clock::now();
   const Status st = on_device ? model_.forward_top_k(b, top_k, top_values_, top_ids_) : model_.forward(b, logits_);
   if (masks_made.valid()) masks_made.get();
   if (!st.ok()) {
     // The step is lost: fail its requests (their KV is unknown) and report the error. Requests
     // that finished before the step (cancelled) are reported as they were.
+    register_snapshots(taken, false);
     emit_finished();
     for (const auto& s : out.scheduled) scheduler_.finish(s.request->id, sched::FinishReason::kCancelled);
     emit_finished(st);
@@ -400,6 +469,7 @@ Status Engine::step() {
     events.push_back(std::move(e));
   }
   scheduler_.update(out, sampled);
+  register_snapshots(taken, true);
   // The step's time (forward and sampling) teaches the scheduler's cost model.
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   scheduler_.observe_step(out, seconds);
@@ -451,6 +521,12 @@ void Engine::publish_state() {
   stats_.prefix_queries = ks.prefix_queries;
   stats_.prefix_hits = ks.prefix_hits;
   stats_.prefix_caching = config_.prefix_caching;
+  stats_.snapshots_held = ks.snapshots_held;
+  stats_.snapshots_total = ks.snapshots_total;
+  stats_.snapshot_bytes = model_.state_slot_bytes();
+  stats_.snapshots_taken = ks.snapshots_taken;
+  stats_.snapshots_restored = ks.snapshots_restored;
+  stats_.snapshots_evicted = ks.snapshots_evicted;
   stats_.state_slots_free = static_cast<std::int64_t>(free_state_slots_.size());
   stats_.state_slots_total = static_cast<std::int64_t>(free_state_slots_.size() + state_slot_of_.size());
   stats_.max_step_ms = ss.max_step_ms;

@@ -41,6 +41,11 @@ struct EngineConfig {
   // EOS ids beyond the tokenizer's (a Hugging Face model's generation_config.json eos_token_id):
   // they end every request that does not ask for ignore_eos.
   std::vector<std::int32_t> eos_ids;
+  // A hybrid's prefix cache: besides the positions a request names (RequestOptions::
+  // snapshot_hints), the end of its prompt and each block boundary of its answer, its states are
+  // kept every this many tokens of a long prompt (rounded down to a block; 0: not). Needs the
+  // model's state snapshots (ModelOptions::state_snapshots).
+  std::int64_t snapshot_interval = 4096;
 };
 
 struct RequestOptions {
@@ -56,6 +61,9 @@ struct RequestOptions {
   // Structured output: the grammar the answer follows (one per request: it keeps the request's
   // place in the grammar); null: free text.
   std::shared_ptr<TokenConstraint> constraint;
+  // Positions of the prompt where a later request is likely to part from this one (the chat layer:
+  // where its messages start): a hybrid keeps its states at the block boundary at or below each.
+  std::vector<std::int64_t> snapshot_hints;
 };
 
 struct TokenLogprob {
@@ -90,8 +98,13 @@ struct EngineStats {
   double kv_usage = 0.0;
   std::int64_t kv_free_blocks = 0, kv_total_blocks = 0;  // usable blocks (the null block excluded)
   std::uint64_t prefix_queries = 0, prefix_hits = 0;  // tokens
-  bool prefix_caching = true;  // off for hybrid models (their DeltaNet states are not cached per prefix)
+  bool prefix_caching = true;  // off for a hybrid model without state snapshots
   std::int64_t state_slots_free = 0, state_slots_total = 0;  // a hybrid's DeltaNet state slots
+  // A hybrid's state snapshots (its prefix cache): held of the pool, bytes of each (all ranks),
+  // and taken / restored / evicted since start.
+  std::int64_t snapshots_held = 0, snapshots_total = 0;
+  std::uint64_t snapshot_bytes = 0;
+  std::uint64_t snapshots_taken = 0, snapshots_restored = 0, snapshots_evicted = 0;
   std::uint64_t preemptions = 0, steps = 0;
   std::uint64_t prompt_tokens = 0, generation_tokens = 0;
   // Paced steps (issue 24): the scheduler's step-time target (0: unpaced), its cost model of this
@@ -152,10 +165,24 @@ class Engine {
   std::vector<std::uint32_t> masks_;  // constrained rows' token masks, (vocab + 31) / 32 words a row
   // A hybrid model's DeltaNet state slots: the slot of each request that holds one, and the free
   // ones. A request takes one when it is first scheduled and keeps it until it finishes; a
-  // preempted request restarts from position 0, where its slot's state is read as zeros.
+  // request that starts at position 0 reads its slot's state as zeros, one that starts after a
+  // cached prefix gets the prefix's snapshot copied into its slot first (batch.restores).
   std::unordered_map<std::uint64_t, std::int32_t> state_slot_of_;
   std::vector<std::int32_t> free_state_slots_;
-  Result<std::int32_t> state_slot(const sched::Request& r, std::int64_t start);
+  Result<std::int32_t> state_slot(const sched::Request& r, std::int64_t start, ForwardBatch& batch);
+  // Snapshots a step takes (batch.snapshots), registered once it ran: the snapshot, its request,
+  // and the tokens whose states it holds.
+  struct TakenSnapshot {
+    std::int32_t snapshot;
+    std::uint64_t request;
+    std::vector<std::int32_t> tokens;
+    bool in_answer = false;  // past its prompt
+  };
+  void plan_snapshots(const sched::SchedulerOutput& out, ForwardBatch& batch, std::vector<TakenSnapshot>& taken);
+  void register_snapshots(std::vector<TakenSnapshot>& taken, bool ran);
+  bool snapshots_on() const { return config_.prefix_caching && model_.config().is_hybrid(); }
+  // Each request's latest snapshot inside its answer (replaced by the next one): its tokens.
+  std::unordered_map<std::uint64_t, std::vector<std::int32_t>> answer_snapshot_;
   std::vector<float> top_values_;  // a step whose choices the devices narrowed: k candidates a row
   std::vector<std::int32_t> top_ids_;
 };

@@ -21,6 +21,7 @@ namespace {
 constexpr std::uint64_t kF32 = 4;
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr int kMaxTp = 64;
+constexpr std::int64_t kMaxAutoSnapshots = 256;  // a hybrid's state snapshots when the plan chooses
 constexpr std::int64_t kMaxCount = std::int64_t{1} << 24;  // max_num_seqs, max_num_batched_tokens, block_size
 constexpr std::uint64_t kMaxBytes = std::uint64_t{1} << 56;  // a device's capacity or overhead (64 PiB)
 
@@ -35,6 +36,17 @@ std::string signed_gib_number(std::uint64_t have, std::uint64_t need) {
 }
 
 std::string gib_number(std::uint64_t bytes) { return fmt::format("{:.2f}", static_cast<double>(bytes) / kGiB); }
+
+// One state slot of rank r (a hybrid): every DeltaNet layer of the rank's conv state (kernel - 1)
+// x its channels and recurrent state of its V heads x d x d, F32; 0 for a model without them.
+std::uint64_t state_slot_bytes(const model::ModelConfig& c, const parallel::RankPlan& r) {
+  if (!c.is_hybrid()) return 0;
+  const std::uint64_t d = u64(c.ssm_head_dim), nk = u64(r.ssm_k_heads.size());
+  const std::uint64_t nv = nk * u64(c.ssm_v_heads / c.ssm_k_heads), C = (2 * nk + nv) * d;
+  std::uint64_t recurrent = 0;
+  for (std::int64_t l = r.layers.begin; l < r.layers.end; ++l) recurrent += c.is_recurrent(l) ? 1 : 0;
+  return kF32 * recurrent * ((u64(c.ssm_conv_kernel) - 1) * C + nv * d * d);
+}
 
 Status check_options(const model::ModelConfig& config, const parallel::ShardPlan& shards,
                      std::span<const DeviceBudget> devices, const MemoryPlanOptions& o) {
@@ -122,6 +134,7 @@ Result<MemoryPlan> core_plan(const model::ModelConfig& config, const parallel::S
     m.workspace = m.workspace_parts.total();
     m.overhead = d.overhead_bytes;
     m.kv_bytes_per_token = r.kv_bytes_per_token;
+    m.snapshot_bytes = state_slot_bytes(config, r);
     m.kv_bytes_per_token_layer = 2 * u64(m.kv_heads) * u64(config.head_dim) * kv_elem;
     const std::uint64_t need = m.weights + m.workspace + m.overhead;
     m.weights_fit = need <= m.usable;
@@ -146,6 +159,46 @@ Result<MemoryPlan> core_plan(const model::ModelConfig& config, const parallel::S
     plan.devices.push_back(std::move(m));
   }
   plan.blocks_per_request = (o.max_model_len + o.block_size - 1) / o.block_size;
+
+  // A hybrid's snapshot pool comes out of what the KV pool would take.
+  if (over == 0 && config.is_hybrid() && o.state_snapshots != 0) {
+    std::int64_t n = o.state_snapshots;
+    if (n < 0) {
+      n = kMaxAutoSnapshots;
+      // A quarter of what the KV pool would take, and never the room of one full-length request.
+      const std::uint64_t one_request = u64(plan.blocks_per_request + 1) * block;
+      for (const DeviceMemory& m : plan.devices) {
+        if (m.snapshot_bytes == 0) continue;
+        const std::uint64_t keep = one_request * m.kv_bytes_per_token;
+        const std::uint64_t spare = m.kv_budget > keep ? m.kv_budget - keep : 0;
+        n = std::min({n, static_cast<std::int64_t>(m.kv_budget / 4 / m.snapshot_bytes),
+                      static_cast<std::int64_t>(spare / m.snapshot_bytes)});
+      }
+    }
+    plan.state_snapshots = n;
+    for (DeviceMemory& m : plan.devices) {
+      m.snapshots = u64(n) * m.snapshot_bytes;
+      if (m.snapshots > m.kv_budget) {
+        ++over;
+        plan.limiting_rank = m.rank;
+        plan.refusal = fmt::format("{} state snapshots (engine.prefix_snapshots) of {} each do not fit on rank {} ({}), "
+                                   "which has {} left after its weights and workspace",
+                                   n, gib(m.snapshot_bytes), m.rank, m.name, gib(m.kv_budget));
+        m.kv_budget = 0;
+        m.max_blocks = 0;
+        continue;
+      }
+      m.kv_budget -= m.snapshots;
+      m.max_blocks = static_cast<std::int64_t>(m.kv_budget / (block * std::max<std::uint64_t>(m.kv_bytes_per_token, 1)));
+      if (m.kv_bytes_per_token == 0) {
+        m.max_blocks = std::min(m.max_blocks, o.max_num_seqs * plan.blocks_per_request + 1);
+      }
+    }
+    if (over > 0) {
+      for (DeviceMemory& m : plan.devices) m.free = m.kv_budget;
+      return plan;
+    }
+  }
 
   if (over > 0) {
     const DeviceMemory& w = plan.devices[static_cast<std::size_t>(plan.limiting_rank)];
@@ -350,9 +403,7 @@ Workspace rank_workspace(const model::ModelConfig& c, const parallel::ShardPlan&
   if (c.is_hybrid()) {
     const std::uint64_t d = u64(c.ssm_head_dim), nk = u64(r.ssm_k_heads.size());
     const std::uint64_t nv = nk * u64(c.ssm_v_heads / c.ssm_k_heads), C = (2 * nk + nv) * d;
-    std::uint64_t recurrent = 0;
-    for (std::int64_t l = r.layers.begin; l < r.layers.end; ++l) recurrent += c.is_recurrent(l) ? 1 : 0;
-    w.states = kF32 * S * recurrent * ((u64(c.ssm_conv_kernel) - 1) * C + nv * d * d);
+    w.states = S * state_slot_bytes(c, r);
     w.states += kF32 * T * (2 * C + 2 * nv * d + 2 * nv + q);
     if (r.has_shared_expert) w.states += kF32 * T * (2 * u64(c.shared_expert_ffn) + H + 1);
   }
@@ -502,6 +553,12 @@ std::string format_memory_plan(const MemoryPlan& plan, bool verbose) {
                : fmt::format("max_num_seqs {} cannot all reach full length at once (the scheduler preempts as they "
                              "grow)\n",
                              o.max_num_seqs);
+  }
+  if (plan.state_snapshots > 0) {
+    const DeviceMemory& m = *std::max_element(plan.devices.begin(), plan.devices.end(),
+                                              [](const DeviceMemory& a, const DeviceMemory& b) { return a.snapshots < b.snapshots; });
+    out += fmt::format("State snapshots (prefix cache): {} of {} each on rank {} ({} per rank at most)\n",
+                       plan.state_snapshots, gib(m.snapshot_bytes), m.rank, gib(m.snapshots));
   }
   if (plan.fits) {
     out += "Fits.\n";

@@ -34,7 +34,12 @@
 //                     heads x d, v its V heads; q the attention's gate), + 4 T (2 s + H + 1) for
 //                     a shared expert of s rows on the rank
 //   overhead_r   = the device's runtime overhead (DeviceBudget::overhead_bytes)
-//   kv budget_r  = usable_r - weights_r - workspace_r - overhead_r
+//   snapshots_r  = a hybrid only: its prefix cache's state snapshots, N copies of one state slot
+//                  (snapshot_bytes_r: the rank's DeltaNet layers' conv and recurrent states). N is
+//                  state_snapshots, or when that is -1 (auto) min(256, the most that fit in a
+//                  quarter of usable - weights - workspace - overhead on every rank, and in what
+//                  that leaves beyond one full-length request's KV blocks)
+//   kv budget_r  = usable_r - weights_r - workspace_r - overhead_r - snapshots_r
 // Every rank holds the same number of KV blocks (block ids are shared by the ranks), so
 //   num_blocks   = min over r of floor(kv budget_r / (block_size x kv_bytes_per_token_r))
 //   kv_pool_r    = num_blocks x block_size x kv_bytes_per_token_r;  free_r = kv budget_r - kv_pool_r
@@ -85,6 +90,8 @@ struct MemoryPlanOptions {
   std::int64_t max_num_seqs = 64;
   std::int64_t max_num_batched_tokens = 2048;
   std::int64_t block_size = 16;
+  // A hybrid's state snapshots (its prefix cache): -1 auto (see above), 0 none, else that many.
+  std::int64_t state_snapshots = -1;
 };
 
 // The workspace of one rank, in bytes (the formula above).
@@ -110,7 +117,9 @@ struct DeviceMemory {
   Workspace workspace_parts;
   std::uint64_t workspace = 0;
   std::uint64_t overhead = 0;
-  std::uint64_t kv_budget = 0;  // usable - weights - workspace - overhead (0 when those exceed usable)
+  std::uint64_t snapshot_bytes = 0;  // one state snapshot of the rank (a hybrid)
+  std::uint64_t snapshots = 0;       // the rank's snapshot pool: state_snapshots x snapshot_bytes
+  std::uint64_t kv_budget = 0;  // usable - weights - workspace - overhead - snapshots (0 when those exceed usable)
   std::uint64_t kv_pool = 0;
   std::uint64_t free = 0;       // usable memory left after the KV pool
   std::uint64_t kv_bytes_per_token = 0;        // all the rank's layers
@@ -127,6 +136,7 @@ struct MemoryPlan {
   std::uint64_t model_weight_bytes = 0;  // the model held once
   std::int64_t context_length = 0;       // the model's
   std::int64_t num_blocks = 0;
+  std::int64_t state_snapshots = 0;  // a hybrid's snapshot pool, in snapshots (0: none)
   std::int64_t kv_tokens = 0;
   std::int64_t blocks_per_request = 0;    // ceil(max_model_len / block_size)
   std::int64_t full_length_requests = 0;  // requests of max_model_len the pool holds at once

@@ -106,6 +106,7 @@ Result<std::unique_ptr<Model>> Model::load_group(const model::TensorSource& file
                     fmt::format("rank {} ({}): {}", r, ctx.device->info().name, shard.status().message()));
     }
     m->weight_bytes_ += (*shard)->weight_bytes();
+    m->state_slot_bytes_ += (*shard)->state_slot_bytes();
     per_token += (*shard)->weight_bytes() - (*shard)->embedding_only_bytes();
     m->kv_bytes_per_token_ += im.plan.ranks[static_cast<std::size_t>(r)].kv_bytes_per_token;
     im.device_names.push_back(ctx.device->info().name);
@@ -286,6 +287,15 @@ Status Model::validate(const ForwardBatch& batch) const {
     }
   } else if (config_.is_hybrid() && n_seqs > options_.state_slots()) {
     return invalid_argument_error("forward: {} sequences exceed the {} state slots", n_seqs, options_.state_slots());
+  }
+  for (const auto* copies : {&batch.restores, &batch.snapshots}) {
+    for (const auto& [from, to] : *copies) {
+      if (!config_.is_hybrid()) return invalid_argument_error("forward: state copies for a model without states");
+      if (from < 0 || to < 0 || from >= options_.total_state_slots() || to >= options_.total_state_slots() || from == to) {
+        return out_of_range_error("forward: state copy {} -> {} is outside the {} state slots or onto itself", from, to,
+                                  options_.total_state_slots());
+      }
+    }
   }
   for (std::int32_t slot : batch.slot_mapping) {
     if (slot >= options_.kv.num_blocks * options_.kv.block_size) {

@@ -47,6 +47,11 @@ struct ForwardBatch {
   // state_slots()), distinct; empty: sequence s uses slot s. A sequence whose context equals its
   // new tokens starts from a zero state whatever its slot held.
   std::vector<std::int32_t> seq_state_slot;
+  // State copies (a hybrid's prefix cache): each (from, to) copies every DeltaNet layer's conv and
+  // recurrent state of slot `from` into slot `to` on every rank, slots in [0, ModelOptions::
+  // total_state_slots()) (the running ones, then the snapshots). `restores` run before the step's
+  // layers, `snapshots` after them (the states the step left).
+  std::vector<std::pair<std::int32_t, std::int32_t>> restores, snapshots;
 };
 
 // The width of a batch's block table (ForwardBatch::max_blocks_per_seq) for sequences of at most
@@ -83,6 +88,10 @@ struct ModelOptions {
   // running sequence): 0 = max_logit_rows.
   std::int64_t max_state_slots = 0;
   std::int64_t state_slots() const { return max_state_slots > 0 ? max_state_slots : max_logit_rows; }
+  // A hybrid's state snapshots (its prefix cache): slots beside the running ones, after them in
+  // the same state buffers, that hold copies of a sequence's states at a block boundary.
+  std::int64_t state_snapshots = 0;
+  std::int64_t total_state_slots() const { return state_slots() + state_snapshots; }
 };
 
 struct ParallelOptions {
@@ -132,6 +141,9 @@ class Model {
   std::uint64_t weight_bytes() const { return weight_bytes_; }
   // KV bytes per token of context, all layers and ranks (replicated KV heads counted per rank).
   std::uint64_t kv_bytes_per_token() const { return kv_bytes_per_token_; }
+  // A hybrid's bytes of one state slot (or snapshot): every DeltaNet layer's conv and recurrent
+  // state, all ranks.
+  std::uint64_t state_slot_bytes() const { return state_slot_bytes_; }
 
  private:
   struct Impl;
@@ -148,6 +160,7 @@ class Model {
   ModelOptions options_;
   ParallelOptions parallel_;
   std::uint64_t kv_bytes_per_token_ = 0;
+  std::uint64_t state_slot_bytes_ = 0;
   std::uint64_t weight_bytes_per_token_ = 0;
   std::uint64_t weight_bytes_ = 0;
   int top_k_limit_ = 0;

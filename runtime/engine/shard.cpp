@@ -161,8 +161,23 @@ struct Shard::Impl {
   std::optional<LogitsHead> head;           // the last stage's
   std::vector<Layer> layers;                // the stage's layers
   std::vector<std::unique_ptr<hal::Buffer>> k_cache, v_cache;  // each attention layer's
-  // Each DeltaNet layer's states: conv [slots][kernel - 1][channels], recurrent [slots][v heads][d][d].
+  // Each DeltaNet layer's states: conv [slots][kernel - 1][channels], recurrent [slots][v heads][d][d]
+  // (the running slots, then the snapshots).
   std::vector<std::unique_ptr<hal::Buffer>> conv_state, delta_state;
+  std::size_t conv_slot_bytes = 0, delta_slot_bytes = 0;
+  // Copies slot from -> to of every DeltaNet layer's states (ForwardBatch::restores / snapshots).
+  Status copy_states(std::span<const std::pair<std::int32_t, std::int32_t>> copies) {
+    for (const auto& [from, to] : copies) {
+      const auto f = static_cast<std::size_t>(from), t = static_cast<std::size_t>(to);
+      for (std::size_t l = 0; l < conv_state.size(); ++l) {
+        SX_RETURN_IF_ERROR(stream->copy(*conv_state[l], t * conv_slot_bytes, *conv_state[l], f * conv_slot_bytes,
+                                        conv_slot_bytes));
+        SX_RETURN_IF_ERROR(stream->copy(*delta_state[l], t * delta_slot_bytes, *delta_state[l], f * delta_slot_bytes,
+                                        delta_slot_bytes));
+      }
+    }
+    return ok_status();
+  }
   Workspace ws;
   std::unique_ptr<hal::Buffer> gathered;           // every tp rank's logits (tp > 1)
   std::unique_ptr<hal::Buffer> top, top_gathered;  // candidates of a step that selects on the device
@@ -264,10 +279,12 @@ Result<std::unique_ptr<Shard>> Shard::load(const model::TensorSource& file, cons
   }
   // The DeltaNet layers' fixed-size states instead, a slot per running sequence.
   const SsmShare share = ssm_share(config, rp);
-  const std::int64_t slots = options.state_slots(), channels = share.channels();
+  const std::int64_t slots = options.total_state_slots(), channels = share.channels();
+  im.conv_slot_bytes = f32_bytes((config.ssm_conv_kernel - 1) * channels);
+  im.delta_slot_bytes = f32_bytes(share.nv() * share.d * share.d);
   for (std::int64_t l = 0; l < n_recurrent; ++l) {
-    SX_ASSIGN_OR_RETURN(auto cs, alloc_zeroed(device, s, f32_bytes(slots * (config.ssm_conv_kernel - 1) * channels)));
-    SX_ASSIGN_OR_RETURN(auto ds, alloc_zeroed(device, s, f32_bytes(slots * share.nv() * share.d * share.d)));
+    SX_ASSIGN_OR_RETURN(auto cs, alloc_zeroed(device, s, static_cast<std::size_t>(slots) * im.conv_slot_bytes));
+    SX_ASSIGN_OR_RETURN(auto ds, alloc_zeroed(device, s, static_cast<std::size_t>(slots) * im.delta_slot_bytes));
     im.conv_state.push_back(std::move(cs));
     im.delta_state.push_back(std::move(ds));
   }
@@ -332,6 +349,10 @@ Result<std::unique_ptr<Shard>> Shard::load(const model::TensorSource& file, cons
   SX_ASSIGN_OR_RETURN(im.inputs, device.alloc(im.in.bytes));
   SX_RETURN_IF_ERROR(s.sync());
   return shard;
+}
+
+std::uint64_t Shard::state_slot_bytes() const {
+  return impl_->conv_state.size() * (impl_->conv_slot_bytes + impl_->delta_slot_bytes);
 }
 
 Status Shard::run(const ForwardBatch& batch, int top_k) {
@@ -406,6 +427,7 @@ Status Shard::run_step(const ForwardBatch& batch, int top_k) {
     SX_RETURN_IF_ERROR(im.ctx.world->recv(s, V(ws.h), f32_bytes(T * H), im.ctx.rank - tp));
   }
 
+  SX_RETURN_IF_ERROR(im.copy_states(batch.restores));
   bool pending_delta = false;  // delta holds an output not yet added to h
   for (const Layer& L : im.layers) {
     // h += delta (the previous layer's FFN output); xn = norm(h).
@@ -430,6 +452,7 @@ Status Shard::run_step(const ForwardBatch& batch, int top_k) {
     SX_RETURN_IF_ERROR(all_reduce(ws.delta, T * H));
     pending_delta = true;
   }
+  SX_RETURN_IF_ERROR(im.copy_states(batch.snapshots));
 
   if (!rp.has_lm_head) {
     // Hand h (with the last delta added) to the next stage.

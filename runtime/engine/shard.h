@@ -70,6 +70,8 @@ class Shard {
   void abort_channels(const Status& why);
 
   std::uint64_t weight_bytes() const { return weight_bytes_; }
+  // Bytes of one state slot of this rank: its DeltaNet layers' conv and recurrent states.
+  std::uint64_t state_slot_bytes() const;
   // Bytes of the embedding table held only as an embedding (a step reads just its rows).
   std::uint64_t embedding_only_bytes() const { return embedding_only_bytes_; }
   std::int64_t max_vocab_shard() const { return max_vocab_shard_; }

@@ -46,6 +46,7 @@ class BlockPool {
   void cache(BlockId block, std::uint64_t hash, std::span<const std::int32_t> tokens);
 
   int ref_count(BlockId b) const { return refs_[static_cast<std::size_t>(b)]; }
+  bool is_cached(std::uint64_t hash) const { return cached_.count(hash) != 0; }
 
  private:
   void unlink(BlockId b);

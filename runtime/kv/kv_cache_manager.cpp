@@ -7,14 +7,35 @@ namespace sx::kv {
 
 const std::vector<BlockId> KvCacheManager::kEmpty;
 
-KvCacheManager::KvCacheManager(const KvCacheConfig& config) : config_(config), pool_(config.num_blocks) {}
+KvCacheManager::KvCacheManager(const KvCacheConfig& config)
+    : config_(config),
+      pool_(config.num_blocks),
+      snapshots_(static_cast<std::size_t>(config.needs_state && config.prefix_caching ? std::max<std::int64_t>(config.snapshots, 0) : 0)) {}
+
+std::uint64_t prefix_chain_hash(std::span<const std::int32_t> tokens, std::int64_t blocks, std::int64_t block_size,
+                                std::uint64_t salt) {
+  std::uint64_t h = 0;
+  for (std::int64_t i = 0; i < blocks; ++i) {
+    h = block_hash(h, tokens.subspan(static_cast<std::size_t>(i * block_size), static_cast<std::size_t>(block_size)),
+                   salt);
+  }
+  return h;
+}
 
 double KvCacheManager::usage() const {
   const auto usable = static_cast<double>(pool_.usable_blocks());
   return usable > 0 ? 1.0 - static_cast<double>(pool_.num_free()) / usable : 0.0;
 }
 
-KvCacheStats KvCacheManager::stats() const { return {queries_, hits_, pool_.evictions()}; }
+KvCacheStats KvCacheManager::stats() const {
+  KvCacheStats st{queries_, hits_, pool_.evictions()};
+  st.snapshots_total = static_cast<std::int64_t>(snapshots_.size());
+  for (const Snapshot& s : snapshots_) st.snapshots_held += s.hash ? 1 : 0;
+  st.snapshots_taken = snapshots_taken_;
+  st.snapshots_restored = snapshots_restored_;
+  st.snapshots_evicted = snapshots_evicted_;
+  return st;
+}
 
 std::int64_t KvCacheManager::acquire_cached_prefix(std::uint64_t request, std::span<const std::int32_t> tokens) {
   Table& t = tables_[request];
@@ -24,6 +45,8 @@ std::int64_t KvCacheManager::acquire_cached_prefix(std::uint64_t request, std::s
   const std::int64_t bs = config_.block_size;
   const std::int64_t max_blocks = (static_cast<std::int64_t>(tokens.size()) - 1) / bs;
   std::uint64_t parent = 0;
+  std::size_t keep = 0;  // a hybrid's blocks up to its deepest snapshot
+  std::optional<std::int32_t> snapshot;
   for (std::int64_t i = 0; i < max_blocks; ++i) {
     const auto chunk = tokens.subspan(static_cast<std::size_t>(i * bs), static_cast<std::size_t>(bs));
     const std::uint64_t h = block_hash(parent, chunk, config_.salt);
@@ -32,6 +55,21 @@ std::int64_t KvCacheManager::acquire_cached_prefix(std::uint64_t request, std::s
     t.blocks.push_back(*b);
     t.hashes.push_back(h);
     parent = h;
+    if (auto s = snapshot_of_.find(h); s != snapshot_of_.end()) {
+      keep = t.blocks.size();
+      snapshot = s->second;
+      // Every snapshot on a hit's chain counts as used: a conversation's early ones are where
+      // its branches part.
+      snapshots_[static_cast<std::size_t>(s->second)].used = tick();
+    }
+  }
+  if (config_.needs_state) {
+    // Blocks past the deepest snapshot are of no use without the states after them.
+    std::vector<BlockId> extra(t.blocks.rbegin(), t.blocks.rend() - static_cast<std::ptrdiff_t>(keep));
+    pool_.release(extra);
+    t.blocks.resize(keep);
+    t.hashes.resize(keep);
+    t.restore = snapshot;
   }
   const std::int64_t cached = static_cast<std::int64_t>(t.blocks.size()) * bs;
   hits_ += static_cast<std::uint64_t>(cached);
@@ -73,6 +111,80 @@ void KvCacheManager::free(std::uint64_t request) {
   std::vector<BlockId> reversed(it->second.blocks.rbegin(), it->second.blocks.rend());
   pool_.release(reversed);
   tables_.erase(it);
+}
+
+std::optional<std::int32_t> KvCacheManager::take_restore(std::uint64_t request) {
+  auto it = tables_.find(request);
+  if (it == tables_.end() || !it->second.restore) return std::nullopt;
+  const std::int32_t s = *it->second.restore;
+  it->second.restore.reset();
+  ++snapshots_restored_;
+  return s;
+}
+
+std::optional<std::int32_t> KvCacheManager::reserve_snapshot() {
+  if (snapshots_.empty()) return std::nullopt;
+  // A free one; else one no lookup can reach (a block of its chain is gone); else the least
+  // recently used.
+  std::optional<std::size_t> pick;
+  for (std::size_t i = 0; i < snapshots_.size() && !pick; ++i) {
+    if (!snapshots_[i].hash && !snapshots_[i].reserved) pick = i;
+  }
+  for (std::size_t i = 0; i < snapshots_.size() && !pick; ++i) {
+    if (snapshots_[i].hash && !pool_.is_cached(*snapshots_[i].hash)) pick = i;
+  }
+  if (!pick) {
+    for (std::size_t i = 0; i < snapshots_.size(); ++i) {
+      if (snapshots_[i].hash && (!pick || snapshots_[i].used < snapshots_[*pick].used)) pick = i;
+    }
+  }
+  if (!pick) return std::nullopt;  // every one is reserved (more than the pool in one step)
+  Snapshot& s = snapshots_[*pick];
+  if (s.hash) {
+    snapshot_of_.erase(*s.hash);
+    s.hash.reset();
+    ++snapshots_evicted_;
+  }
+  s.reserved = true;
+  s.used = tick();
+  return static_cast<std::int32_t>(*pick);
+}
+
+bool KvCacheManager::register_snapshot(std::int32_t snapshot, std::span<const std::int32_t> sequence,
+                                       std::int64_t tokens) {
+  Snapshot& s = snapshots_.at(static_cast<std::size_t>(snapshot));
+  s.reserved = false;
+  const std::int64_t bs = config_.block_size;
+  if (tokens <= 0 || tokens % bs != 0 || tokens > static_cast<std::int64_t>(sequence.size())) return false;
+  const std::uint64_t h = prefix_chain_hash(sequence, tokens / bs, bs, config_.salt);
+  if (!pool_.is_cached(h) || snapshot_of_.count(h) != 0) return false;
+  s.hash = h;
+  s.used = tick();
+  snapshot_of_[h] = snapshot;
+  ++snapshots_taken_;
+  return true;
+}
+
+void KvCacheManager::drop_snapshot(std::int32_t snapshot) {
+  Snapshot& s = snapshots_.at(static_cast<std::size_t>(snapshot));
+  if (s.hash) snapshot_of_.erase(*s.hash);
+  s = Snapshot{};
+}
+
+void KvCacheManager::drop_snapshot_at(std::span<const std::int32_t> sequence) {
+  const std::int64_t bs = config_.block_size, n = static_cast<std::int64_t>(sequence.size());
+  if (snapshots_.empty() || n == 0 || n % bs != 0) return;
+  if (auto it = snapshot_of_.find(prefix_chain_hash(sequence, n / bs, bs, config_.salt)); it != snapshot_of_.end()) {
+    drop_snapshot(it->second);
+  }
+}
+
+bool KvCacheManager::has_snapshot(std::span<const std::int32_t> sequence, std::int64_t tokens) const {
+  const std::int64_t bs = config_.block_size;
+  if (snapshots_.empty() || tokens <= 0 || tokens % bs != 0 || tokens > static_cast<std::int64_t>(sequence.size())) {
+    return false;
+  }
+  return snapshot_of_.count(prefix_chain_hash(sequence, tokens / bs, bs, config_.salt)) != 0;
 }
 
 const std::vector<BlockId>& KvCacheManager::block_table(std::uint64_t request) const {

@@ -7,11 +7,20 @@
 // of cached blocks matching its tokens (at most its length minus one token, so the last token is
 // always computed and yields logits).
 //
+// A hybrid model (Gated DeltaNet layers beside attention) also needs each layer's state after a
+// cached prefix: with `snapshots` > 0 the manager keeps a registry of state snapshots (slots of
+// the model's snapshot pool, ids 0..snapshots-1), each registered under the hash of the block that
+// ends where it was taken. A lookup then takes the chain of cached blocks only up to its deepest
+// snapshot, and hands that snapshot to the engine to restore (take_restore). Snapshots are reused
+// least recently used first (a hit uses every snapshot on its chain), the unreachable ones (the
+// block they are registered under was evicted) before any.
+//
 // Threading: not thread-safe (the engine thread). Errors: allocation failure is a `false` value
 // (wait or preempt), never an error.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -26,13 +35,24 @@ struct KvCacheConfig {
   bool prefix_caching = true;
   std::uint64_t salt = 0;       // hash of what else determines the KV (model revision, KV format)
   double watermark = 0.01;      // fraction of usable blocks (rounded down) an admission must leave free
+  // A hybrid's state snapshots (see above); with prefix caching, a hybrid without any caches nothing.
+  bool needs_state = false;
+  std::int64_t snapshots = 0;
 };
 
 struct KvCacheStats {
   std::uint64_t prefix_queries = 0;  // tokens looked up
   std::uint64_t prefix_hits = 0;     // tokens found cached
   std::uint64_t evictions = 0;
+  // A hybrid's state snapshots: held now, and taken / restored / evicted (reused for another
+  // position while still reachable, or found unreachable) since start.
+  std::int64_t snapshots_held = 0, snapshots_total = 0;
+  std::uint64_t snapshots_taken = 0, snapshots_restored = 0, snapshots_evicted = 0;
 };
+
+// The hash of the chain of the first `blocks` full blocks of `tokens` (block_hash chained from 0).
+std::uint64_t prefix_chain_hash(std::span<const std::int32_t> tokens, std::int64_t blocks, std::int64_t block_size,
+                                std::uint64_t salt);
 
 // Blocks a pool needs so that one request can hold `tokens` tokens: whole blocks plus the null block.
 inline std::int64_t blocks_for_tokens(std::int64_t tokens, std::int64_t block_size) {
@@ -68,6 +88,23 @@ class KvCacheManager {
   // tail is evicted before its head).
   void free(std::uint64_t request);
 
+  // A hybrid's snapshot to restore into the request's state slot before its first computed token
+  // (set by acquire_cached_prefix when it found cached tokens); cleared by this call and by free().
+  std::optional<std::int32_t> take_restore(std::uint64_t request);
+  // A snapshot id to copy a state into, reused from the least recently used one when none is free;
+  // nullopt when snapshots are off. Until register_snapshot() or drop_snapshot() it is nobody's.
+  std::optional<std::int32_t> reserve_snapshot();
+  // Registers a reserved snapshot: the state after the first `tokens` (a multiple of block_size) of
+  // `sequence`, whose blocks are now cached. false (the snapshot freed) when the position already
+  // has one or its last block is not cached.
+  bool register_snapshot(std::int32_t snapshot, std::span<const std::int32_t> sequence, std::int64_t tokens);
+  // Frees a reserved or registered snapshot.
+  void drop_snapshot(std::int32_t snapshot);
+  // Frees the snapshot of the state after all of `sequence`, if it has one.
+  void drop_snapshot_at(std::span<const std::int32_t> sequence);
+  // Whether the state after the first `tokens` of `sequence` has a snapshot.
+  bool has_snapshot(std::span<const std::int32_t> sequence, std::int64_t tokens) const;
+
   const std::vector<BlockId>& block_table(std::uint64_t request) const;
   bool has(std::uint64_t request) const { return tables_.count(request) != 0; }
 
@@ -75,11 +112,21 @@ class KvCacheManager {
   struct Table {
     std::vector<BlockId> blocks;
     std::vector<std::uint64_t> hashes;  // of the committed (cached or matched) full blocks, in order
+    std::optional<std::int32_t> restore;  // a hybrid's snapshot of its cached prefix, until taken
   };
+  struct Snapshot {
+    std::optional<std::uint64_t> hash;  // registered under; none: free or reserved
+    std::uint64_t used = 0;             // LRU tick
+    bool reserved = false;
+  };
+  std::uint64_t tick() { return ++tick_; }
   KvCacheConfig config_;
   BlockPool pool_;
   std::unordered_map<std::uint64_t, Table> tables_;
   std::uint64_t queries_ = 0, hits_ = 0;
+  std::vector<Snapshot> snapshots_;
+  std::unordered_map<std::uint64_t, std::int32_t> snapshot_of_;  // block hash -> snapshot
+  std::uint64_t tick_ = 0, snapshots_taken_ = 0, snapshots_restored_ = 0, snapshots_evicted_ = 0;
   static const std::vector<BlockId> kEmpty;
 };
 

@@ -1,6 +1,7 @@
 // A request as the scheduler sees it: token ids, limits and progress. Pure host data.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -15,6 +16,9 @@ struct Request {
   std::vector<std::int32_t> output;     // generated so far; kept when the request is preempted
   std::int64_t max_tokens = 16;         // new tokens at most
   std::vector<std::int32_t> stop_ids;   // a generated stop id ends the request (and is kept in output)
+  // Positions (ascending) where a prefill chunk ends, so that the states there can be kept (a
+  // hybrid's prefix-cache snapshots): a chunk never runs past the next one.
+  std::vector<std::int64_t> snapshot_at;
 
   RequestStatus status = RequestStatus::kWaiting;
   FinishReason finish = FinishReason::kNone;
@@ -31,6 +35,17 @@ struct Request {
     std::vector<std::int32_t> t(prompt);
     t.insert(t.end(), output.begin(), output.end());
     return t;
+  }
+  // The tokens of the next step of a prefill at most `budget` long: up to the next snapshot position.
+  std::int64_t next_chunk(std::int64_t budget) const {
+    std::int64_t n = std::min(num_tokens() - num_computed, budget);
+    for (std::int64_t p : snapshot_at) {
+      if (p > num_computed) {
+        n = std::min(n, p - num_computed);
+        break;
+      }
+    }
+    return n;
   }
   std::int32_t token_at(std::int64_t i) const {
     const auto p = static_cast<std::int64_t>(prompt.size());

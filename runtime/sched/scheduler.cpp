@@ -113,7 +113,7 @@ std::int64_t Scheduler::admit(Request* r, std::int64_t budget, SchedulerOutput& 
     r->num_computed = kv_.acquire_cached_prefix(r->id, r->all_tokens());
     if (r->num_preemptions == 0) r->num_cached_prompt = r->num_computed;
   }
-  const std::int64_t n = std::min(r->num_tokens() - r->num_computed, budget);
+  const std::int64_t n = r->next_chunk(budget);
   // The watermark keeps room for running requests; with none running it only blocks progress
   // (a request alone always fits: add() checks it against the whole pool).
   if (!kv_.allocate(r->id, r->num_computed + n, /*admission=*/!running_.empty())) {
@@ -134,7 +134,7 @@ SchedulerOutput Scheduler::schedule_unpaced() {
   // Running requests first: decodes and unfinished prefills, in admission order.
   for (std::size_t i = 0; i < running_.size() && budget > 0;) {
     Request* r = running_[i];
-    const std::int64_t n = std::min(r->num_tokens() - r->num_computed, budget);
+    const std::int64_t n = r->next_chunk(budget);
     if (!allocate_or_preempt(r, n, out)) break;  // r itself was the newest and is preempted
     out.scheduled.push_back({r, r->num_computed, n, r->num_computed + n == r->num_tokens()});
     budget -= n;
@@ -222,7 +222,7 @@ SchedulerOutput Scheduler::schedule_paced() {
   for (Request* r : candidates) {
     if (left <= 0) break;
     if (r->status == RequestStatus::kRunning) {
-      const std::int64_t n = std::min(r->num_tokens() - r->num_computed, left);
+      const std::int64_t n = r->next_chunk(left);
       if (!allocate_or_preempt(r, n, out)) {
         admitting = false;
         continue;

@@ -28,7 +28,7 @@ hal::ConvStateArgs conv_state_args(const model::ModelConfig& c, const SsmShare& 
   a.n_tokens = T;
   a.channels = share.channels();
   a.kernel = c.ssm_conv_kernel;
-  a.n_slots = o.state_slots();
+  a.n_slots = o.total_state_slots();
   return a;
 }
 
@@ -40,7 +40,7 @@ hal::DeltaRuleArgs delta_rule_args(const model::ModelConfig& c, const SsmShare& 
   a.n_k_heads = share.nk;
   a.n_v_heads = share.nv();
   a.d_k = a.d_v = c.ssm_head_dim;
-  a.n_slots = o.state_slots();
+  a.n_slots = o.total_state_slots();
   a.chunk = kDeltaChunk;
   a.tiled = !c.ssm_v_grouped;  // llama.cpp's GGUF order of V heads, or Hugging Face's
   a.eps = static_cast<float>(c.rms_eps);

@@ -243,6 +243,9 @@ TEST(ServeMetrics, EverySeriesWithItsValue) {
   EXPECT_EQ(families, (std::set<std::string>{
                           "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
                           "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
+                          "sextant_prefix_snapshots", "sextant_prefix_snapshot_bytes",
+                          "sextant_prefix_snapshots_taken_total", "sextant_prefix_snapshots_restored_total",
+                          "sextant_prefix_snapshots_evicted_total",
                           "vllm:num_preemptions_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
                           "vllm:request_success_total", "vllm:time_to_first_token_seconds",
                           "vllm:inter_token_latency_seconds", "vllm:e2e_request_latency_seconds",

@@ -3,8 +3,11 @@
 // logits at every position, bit for bit (the DeltaNet states carry across steps in the recurrent
 // form); 200 requests, batched, preempted and cancelled at random, each give the ids and logprob
 // bits they give alone (whole and in prefill chunks of 16) and leave every state slot and KV block
-// free; prefix caching is off for them and says so. qwen35 and qwen35moe (routed experts + the
-// gated shared expert).
+// free; without state snapshots prefix caching is off for them and says so; with them (issue 55) an
+// agent conversation, a branch and a prompt that parts before its predecessor's end are served
+// from snapshots with the ids and logprob bits of an engine without a cache, and so are 80
+// requests over shared prefixes under preemption and cancellation. qwen35 and qwen35moe (routed
+// experts + the gated shared expert).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -36,7 +39,10 @@ struct Hybrid {
 
 // A small random qwen35 / qwen35moe: 8 layers (3 and 7 full attention), 8 / 2 heads of 32, 4 QK /
 // 12 V DeltaNet heads of 16 (V heads tiled over K heads as in llama.cpp's files).
-std::unique_ptr<Hybrid> make_hybrid(bool moe, std::int64_t blocks) {
+// `backend`: "cpu", "vulkan" or "cuda" (null when it has no device here).
+std::unique_ptr<Hybrid> make_hybrid(bool moe, std::int64_t blocks, std::int64_t snapshots = 0,
+                                    const std::string& backend = "cpu") {
+  static int made = 0;  // a file each: two models of one spec may be alive at once
   auto h = std::make_unique<Hybrid>();
   model::RandomModelSpec spec;
   spec.config = moe ? *model::find_qwen35moe_config("35b-a3b") : *model::find_qwen35_config("27b");
@@ -50,20 +56,26 @@ std::unique_ptr<Hybrid> make_hybrid(bool moe, std::int64_t blocks) {
   spec.init_std = 0.1f;
   spec.seed = moe ? 8 : 7;
   h->path = (std::filesystem::temp_directory_path() /
-             ("sx_hybrid_" + std::string(moe ? "moe_" : "") + std::to_string(::getpid()) + ".gguf"))
+             ("sx_hybrid_" + std::string(moe ? "moe_" : "") + std::to_string(::getpid()) + "_" +
+              std::to_string(made++) + ".gguf"))
                 .string();
   EXPECT_TRUE(model::write_random_gguf(spec, h->path).ok());
   auto o = open_model(h->path);
   EXPECT_TRUE(o.ok()) << o.status().to_string();
   h->opened = std::move(*o);
   hal::DeviceOptions d;
-  d.set("threads", 2);
-  h->device = *(*backends::default_registry().find("cpu"))->create_device(0, d);
+  if (backend == "cpu") d.set("threads", 2);
+  auto b = backends::default_registry().find(backend);
+  if (!b.ok()) return nullptr;
+  auto device = (*b)->create_device(0, d);
+  if (!device.ok()) return nullptr;
+  h->device = std::move(*device);
   ModelOptions mo;
   mo.kv.num_blocks = blocks;
   mo.max_batch_tokens = 256;
   mo.max_logit_rows = 160;  // every position's logits of a 150-token prompt
   mo.max_state_slots = 16;
+  mo.state_snapshots = snapshots;
   auto m = Model::load(*h->opened.weights, h->opened.config, *h->device, mo);
   EXPECT_TRUE(m.ok()) << m.status().to_string();
   h->model = std::move(*m);
@@ -137,6 +149,7 @@ struct Outcome {
   std::vector<std::int32_t> tokens;
   std::vector<float> logprobs;
   RequestFinish finish = RequestFinish::kNone;
+  std::int64_t cached = 0;
 };
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
@@ -148,8 +161,10 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 std::vector<Outcome> run(Model& m, const tokenizer::Tokenizer& tok,
                          const std::vector<std::vector<std::int32_t>>& prompts, const std::vector<int>& arrive,
                          const std::vector<int>& cancel_at, std::int64_t max_seqs, std::int64_t n_new,
-                         EngineStats* stats, std::int64_t max_batched_tokens = 256) {
+                         EngineStats* stats, std::int64_t max_batched_tokens = 256,
+                         const std::vector<std::vector<std::int64_t>>* hints = nullptr) {
   EngineConfig c;
+  c.snapshot_interval = 48;
   c.scheduler.max_num_batched_tokens = max_batched_tokens;
   c.scheduler.max_num_seqs = max_seqs;
   c.scheduler.max_model_len = 512;
@@ -163,11 +178,14 @@ std::vector<Outcome> run(Model& m, const tokenizer::Tokenizer& tok,
   for (int step = 0; submitted < prompts.size() || (*engine)->has_work(); ++step) {
     for (std::size_t i = 0; i < prompts.size(); ++i) {
       if (arrive[i] == step) {
-        auto id = (*engine)->submit(prompts[i], greedy(n_new), [&out, &index](const RequestEvent& e) {
+        RequestOptions o = greedy(n_new);
+        if (hints != nullptr) o.snapshot_hints = (*hints)[i];
+        auto id = (*engine)->submit(prompts[i], o, [&out, &index](const RequestEvent& e) {
           Outcome& r = out[index.at(e.id)];
           r.tokens.insert(r.tokens.end(), e.tokens.begin(), e.tokens.end());
           for (const TokenLogprob& l : e.logprobs) r.logprobs.push_back(l.logprob);
           if (e.finished) r.finish = e.finish;
+          if (e.finished) r.cached = e.cached_prompt_tokens;
         });
         EXPECT_TRUE(id.ok()) << id.status().to_string();
         index[*id] = i;
@@ -230,6 +248,167 @@ TEST(Hybrid, TwoHundredRequestsBatchedPreemptedAndCancelledLeaveEverySlotFree) {
                 static_cast<long long>(stats.state_slots_free), static_cast<long long>(stats.state_slots_total),
                 static_cast<long long>(stats.kv_free_blocks), static_cast<long long>(stats.kv_total_blocks));
     EXPECT_GT(cancelled, 0);
+  }
+}
+
+// One engine kept across requests run one after the other (an agent's turns): each request's
+// outcome, with or without the prefix cache.
+struct Sequential {
+  std::unique_ptr<Engine> engine;
+  Sequential(Model& m, const tokenizer::Tokenizer& tok, bool cache) {
+    EngineConfig c;
+    c.scheduler.max_num_batched_tokens = 256;
+    c.scheduler.max_num_seqs = 4;
+    c.scheduler.max_model_len = 1024;
+    c.prefix_caching = cache;
+    c.snapshot_interval = 64;
+    engine = std::move(*Engine::create(m, tok, c));
+  }
+  Outcome run(const std::vector<std::int32_t>& prompt, const std::vector<std::int64_t>& hints, std::int64_t n) {
+    Outcome r;
+    RequestOptions o = greedy(n);
+    o.snapshot_hints = hints;
+    auto id = engine->submit(prompt, o, [&r](const RequestEvent& e) {
+      r.tokens.insert(r.tokens.end(), e.tokens.begin(), e.tokens.end());
+      for (const TokenLogprob& l : e.logprobs) r.logprobs.push_back(l.logprob);
+      if (e.finished) r.finish = e.finish, r.cached = e.cached_prompt_tokens;
+    });
+    EXPECT_TRUE(id.ok()) << id.status().to_string();
+    EXPECT_TRUE(engine->run_until_idle().ok());
+    return r;
+  }
+};
+
+std::int64_t common_prefix(const std::vector<std::int32_t>& a, const std::vector<std::int32_t>& b) {
+  std::size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return static_cast<std::int64_t>(n);
+}
+
+TEST(Hybrid, AnAgentConversationIsServedFromStateSnapshotsWithTheSameBits) {
+  // Every backend here (the snapshot copies are its stream's), each against itself without a cache.
+  for (const std::string backend : {"cpu", "vulkan", "cuda"}) for (const bool moe : {false, true}) {
+    SCOPED_TRACE((moe ? "qwen35moe on " : "qwen35 on ") + backend);
+    // Two models of one file: engines on one model would share its KV cache and states.
+    auto h = make_hybrid(moe, 200, 12, backend), reference = make_hybrid(moe, 200, 0, backend);
+    if (!h || !reference) {
+      std::printf("%s: no device here, skipped\n", backend.c_str());
+      continue;
+    }
+    Sequential cached(*h->model, *h->opened.tokenizer, true), plain(*reference->model, *reference->opened.tokenizer, false);
+    // A system prompt, then turns: each prompt is the last one, its answer and a new message
+    // (hints: where the messages start). Then a branch from the system prompt, and a turn that
+    // parts 3 tokens before the end of the last prompt (a template that drops what followed the
+    // last assistant header), its header hinted.
+    const auto system = random_prompt(70, moe ? 31 : 30);
+    std::vector<std::int32_t> prompt = system, previous;
+    std::vector<std::int64_t> hints = {0};
+    int turn = 0;
+    std::int64_t cached_total = 0, prompt_total = 0;
+    auto check = [&](const std::string& what, std::int64_t expect_at_least) {
+      const Outcome a = cached.run(prompt, hints, 12), b = plain.run(prompt, hints, 12);
+      EXPECT_EQ(a.tokens, b.tokens) << what;
+      EXPECT_TRUE(same_bits(a.logprobs, b.logprobs)) << what;
+      EXPECT_EQ(b.cached, 0) << what;
+      EXPECT_GE(a.cached, expect_at_least) << what;
+      std::printf("%s on %s %s: %zu prompt tokens, %lld cached (at least %lld expected), same ids and logprob bits "
+                  "as without the cache: %s\n",
+                  moe ? "qwen35moe" : "qwen35", backend.c_str(), what.c_str(), prompt.size(), static_cast<long long>(a.cached),
+                  static_cast<long long>(expect_at_least),
+                  a.tokens == b.tokens && same_bits(a.logprobs, b.logprobs) ? "yes" : "NO");
+      cached_total += a.cached;
+      prompt_total += static_cast<std::int64_t>(prompt.size());
+      return a;
+    };
+    for (; turn < 4; ++turn) {
+      hints.push_back(static_cast<std::int64_t>(prompt.size()));
+      const auto user = random_prompt(20 + 7 * static_cast<std::size_t>(turn), static_cast<unsigned>(40 + turn));
+      prompt.insert(prompt.end(), user.begin(), user.end());
+      const std::int64_t shared = common_prefix(prompt, previous);
+      const Outcome a = check("turn " + std::to_string(turn), turn == 0 ? 0 : (shared - 1) / 16 * 16);
+      previous = prompt;
+      previous.insert(previous.end(), a.tokens.begin(), a.tokens.end() - 1);  // the last one is not computed
+      prompt.insert(prompt.end(), a.tokens.begin(), a.tokens.end());
+    }
+    // A branch from the system prompt (the cache holds the turns' snapshots too).
+    std::vector<std::int32_t> saved = prompt;
+    prompt = system;
+    const auto other = random_prompt(25, 99);
+    prompt.insert(prompt.end(), other.begin(), other.end());
+    check("branch", 64);
+    // Parting 3 tokens before the end of the last turn's prompt (its last 3 tokens replaced).
+    prompt = saved;
+    const std::size_t header = previous.size() - 12 + 1 - 3;  // before the answer, 3 tokens back
+    prompt.resize(header);
+    hints.push_back(static_cast<std::int64_t>(header));
+    const auto tail = random_prompt(30, 77);
+    prompt.insert(prompt.end(), tail.begin(), tail.end());
+    check("parting early", static_cast<std::int64_t>(header) / 16 * 16);
+    const EngineStats st = cached.engine->stats();
+    EXPECT_TRUE(st.prefix_caching);
+    EXPECT_EQ(st.snapshots_restored, 5u);  // turns 1-3, the branch, the early parting
+    EXPECT_EQ(st.snapshots_total, 12);
+    EXPECT_GT(st.snapshot_bytes, 0u);
+    EXPECT_EQ(st.state_slots_free, st.state_slots_total);
+    std::printf("%s on %s: %lld of %lld prompt tokens from the cache; snapshots: %lld held of %lld (%llu bytes each), "
+                "%llu taken, %llu restored, %llu evicted\n",
+                moe ? "qwen35moe" : "qwen35", backend.c_str(), static_cast<long long>(cached_total), static_cast<long long>(prompt_total),
+                static_cast<long long>(st.snapshots_held), static_cast<long long>(st.snapshots_total),
+                static_cast<unsigned long long>(st.snapshot_bytes), static_cast<unsigned long long>(st.snapshots_taken),
+                static_cast<unsigned long long>(st.snapshots_restored),
+                static_cast<unsigned long long>(st.snapshots_evicted));
+  }
+}
+
+TEST(Hybrid, SharedPrefixesUnderPreemptionAndCancellationGiveTheBitsOfRunningAlone) {
+  for (const bool moe : {false, true}) {
+    SCOPED_TRACE(moe ? "qwen35moe" : "qwen35");
+    // 32 blocks for up to 8 sequences of up to ~110 tokens, and 6 snapshots: both pools run out.
+    auto h = make_hybrid(moe, 33, 6);
+    std::mt19937 rng(moe ? 22 : 21);
+    const std::size_t n = 80;
+    std::vector<std::vector<std::int32_t>> prefixes;
+    for (unsigned k = 0; k < 4; ++k) prefixes.push_back(random_prompt(20 + 17 * k, 500 + k));
+    std::vector<std::vector<std::int32_t>> prompts;
+    std::vector<std::vector<std::int64_t>> hints;
+    std::vector<int> arrive(n), cancel_at(n, -1);
+    for (std::size_t i = 0; i < n; ++i) {
+      std::vector<std::int32_t> p = prefixes[rng() % prefixes.size()];
+      hints.push_back({static_cast<std::int64_t>(p.size())});
+      const auto tail = random_prompt(1 + rng() % 40, static_cast<unsigned>(700 + i));
+      p.insert(p.end(), tail.begin(), tail.end());
+      prompts.push_back(std::move(p));
+      arrive[i] = static_cast<int>(rng() % 120);
+      if (rng() % 5 == 0) cancel_at[i] = arrive[i] + static_cast<int>(rng() % 10);
+    }
+    EngineStats stats;
+    const auto batched = run(*h->model, *h->opened.tokenizer, prompts, arrive, cancel_at, 8, 10, &stats, 64, &hints);
+    EXPECT_TRUE(stats.prefix_caching);
+    EXPECT_GT(stats.preemptions, 0u);
+    EXPECT_GT(stats.snapshots_restored, 0u);
+    EXPECT_GT(stats.snapshots_evicted, 0u);
+    EXPECT_EQ(stats.state_slots_free, stats.state_slots_total);
+    EXPECT_EQ(stats.kv_free_blocks, stats.kv_total_blocks);
+    // Every request that finished, against itself alone on a model without snapshots (no cache).
+    auto reference = make_hybrid(moe, 33, 0);
+    int compared = 0, from_cache = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (batched[i].finish == RequestFinish::kCancelled) continue;
+      EngineStats alone_stats;
+      const auto alone = run(*reference->model, *reference->opened.tokenizer, {prompts[i]}, {0}, {-1}, 1, 10,
+                             &alone_stats);
+      EXPECT_EQ(batched[i].tokens, alone[0].tokens) << "request " << i;
+      EXPECT_TRUE(same_bits(batched[i].logprobs, alone[0].logprobs)) << "request " << i;
+      ++compared;
+      from_cache += batched[i].cached > 0 ? 1 : 0;
+    }
+    EXPECT_GT(from_cache, 10);
+    std::printf("%s: %zu requests over 4 shared prefixes, %llu preemptions; %d compared with running alone without a "
+                "cache (%d of them served from the cache); snapshots %llu taken, %llu restored, %llu evicted\n",
+                moe ? "qwen35moe" : "qwen35", n, static_cast<unsigned long long>(stats.preemptions), compared, from_cache,
+                static_cast<unsigned long long>(stats.snapshots_taken),
+                static_cast<unsigned long long>(stats.snapshots_restored),
+                static_cast<unsigned long long>(stats.snapshots_evicted));
   }
 }
 

@@ -574,5 +574,52 @@ TEST(MemoryPlanner, HybridStatesAreCountedAndKvOnlyForAttentionLayers) {
   EXPECT_EQ(q->num_blocks, 64 * 512 + 1);
 }
 
+// The prefix cache's state snapshots (issue 55): one state slot each (rank 1 above: 48 x 4 x (3 x
+// 1920 + 9 x 128 x 128) bytes), taken from what the KV pool would get: auto is at most 256 and a
+// quarter of that, and never what one full-length request needs (a plan that fits without them
+// fits with them); an explicit count that does not fit is refused naming the setting; 0 is none.
+TEST(MemoryPlanner, StateSnapshotsComeOutOfTheKvBudgetAndNeverRefuseAnAutoPlan) {
+  const model::ModelConfig c = *model::find_qwen35_config("27b");
+  const parallel::WeightTypes types = bf16(c);
+  auto s = parallel::plan_shards(c, types, {6, 1, DType::kBF16});
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  std::vector<DeviceBudget> devices;
+  for (int i = 0; i < 6; ++i) devices.push_back({fmt::format("gpu{}", i), k24GiB, 0});
+  MemoryPlanOptions none = options(0.9, 8192);
+  none.state_snapshots = 0;
+  auto p0 = plan_memory(c, types, *s, devices, none);
+  ASSERT_TRUE(p0.ok()) << p0.status().to_string();
+  EXPECT_EQ(p0->state_snapshots, 0);
+  auto p = plan_memory(c, types, *s, devices, options(0.9, 8192));
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  const DeviceMemory& r1 = p->devices[1];
+  EXPECT_EQ(r1.snapshot_bytes, 48ull * 4 * (3 * 1920 + 9 * 128 * 128));
+  EXPECT_GT(p->state_snapshots, 0);
+  EXPECT_LE(p->state_snapshots, 256);
+  EXPECT_EQ(r1.snapshots, static_cast<std::uint64_t>(p->state_snapshots) * r1.snapshot_bytes);
+  EXPECT_LE(r1.snapshots, p0->devices[1].kv_budget / 4);
+  EXPECT_EQ(r1.kv_budget, p0->devices[1].kv_budget - r1.snapshots);
+  EXPECT_LT(p->num_blocks, p0->num_blocks);
+  EXPECT_NE(format_memory_plan(*p, false).find("State snapshots (prefix cache): "), std::string::npos);
+  // The model's whole context (262,144 tokens) on the same devices: it fits without snapshots, so
+  // the auto pool leaves it room.
+  for (const std::int64_t len : {std::int64_t{0}, std::int64_t{200000}}) {
+    MemoryPlanOptions o = options(0.9, len);
+    o.state_snapshots = 0;
+    auto without = plan_memory(c, types, *s, devices, o);
+    ASSERT_TRUE(without.ok());
+    o.state_snapshots = -1;
+    auto with = plan_memory(c, types, *s, devices, o);
+    ASSERT_TRUE(with.ok());
+    EXPECT_EQ(with->fits, without->fits) << len;
+  }
+  MemoryPlanOptions many = options(0.9, 8192);
+  many.state_snapshots = 60000;
+  auto refused = plan_memory(c, types, *s, devices, many);
+  ASSERT_TRUE(refused.ok());
+  EXPECT_FALSE(refused->fits);
+  EXPECT_NE(refused->refusal.find("engine.prefix_snapshots"), std::string::npos) << refused->refusal;
+}
+
 }  // namespace
 }  // namespace sx::engine

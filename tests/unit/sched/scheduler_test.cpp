@@ -270,6 +270,32 @@ TEST(Scheduler, ChunkedPrefillRunsDecodesFirst) {
   EXPECT_FALSE(o2.scheduled[1].sample);
 }
 
+TEST(Scheduler, PrefillChunksEndAtSnapshotPositions) {
+  // A hybrid's prefix cache keeps states where chunks end: a 50-token prompt with snapshot
+  // positions 16 and 48 runs as 16 + 32 + 2 with a budget of 40, unpaced and paced alike.
+  for (const double pace : {0.0, 100.0}) {
+    kv::KvCacheManager kv({64, 4, false, 0, 0.0});
+    SchedulerConfig sc;
+    sc.max_num_batched_tokens = 40;
+    sc.max_step_ms = pace;
+    Scheduler s(sc, kv);
+    auto a = std::make_unique<Request>();
+    a->id = 1;
+    a->prompt.assign(50, 3);
+    a->max_tokens = 2;
+    a->snapshot_at = {16, 48};
+    ASSERT_TRUE(s.add(std::move(a)).ok());
+    std::vector<std::int64_t> chunks;
+    for (int i = 0; i < 3; ++i) {
+      SchedulerOutput o = s.schedule();
+      ASSERT_EQ(o.scheduled.size(), 1u);
+      chunks.push_back(o.scheduled[0].num_tokens);
+      s.update(o, o.scheduled[0].sample ? std::vector<std::int32_t>{7} : std::vector<std::int32_t>{});
+    }
+    EXPECT_EQ(chunks, (std::vector<std::int64_t>{16, 32, 2})) << "paced " << pace;
+  }
+}
+
 // ---- Paced steps (issue 24) ------------------------------------------------------------------
 
 TEST(StepCostModel, FitsTheStepsItSawAndSaysWhatFitsTheTarget) {
