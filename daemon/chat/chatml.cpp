@@ -65,4 +65,15 @@ Status check_chat_tokens(const tokenizer::Tokenizer& tok) {
   return ok_status();
 }
 
+std::vector<std::int64_t> message_starts(std::span<const std::int32_t> prompt, const tokenizer::Tokenizer& tok) {
+  std::vector<std::int64_t> at;
+  const std::optional<std::int32_t> start = tok.token_id("<|im_start|>");
+  if (!start) return at;
+  for (std::size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] == *start) at.push_back(static_cast<std::int64_t>(i));
+  }
+  if (at.size() > 8) at.erase(at.begin() + 2, at.end() - 6);
+  return at;
+}
+
 }  // namespace sx::chat

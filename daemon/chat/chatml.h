@@ -57,4 +57,10 @@ Result<std::string> render_chatml_checked(std::span<const ChatMessage> messages,
 // rendered markers would be split into ordinary text and the model would not see turns).
 Status check_chat_tokens(const tokenizer::Tokenizer& tok);
 
+// Where a later request is likely to part from this prompt (engine::RequestOptions::
+// snapshot_hints): the positions of its <|im_start|> tokens, where its messages start (the first
+// two, where branches of one system prompt part, and the last six, where the next turn of this
+// conversation does). Empty when the tokenizer has no <|im_start|>.
+std::vector<std::int64_t> message_starts(std::span<const std::int32_t> prompt, const tokenizer::Tokenizer& tok);
+
 }  // namespace sx::chat

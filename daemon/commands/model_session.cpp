@@ -119,6 +119,7 @@ SessionOptions session_options(const config::ServeConfig& c) {
   so.memory_utilization = c.engine.memory_utilization;
   so.memory_budget = c.engine.memory_budget.value_or(0);
   so.smoke_test = c.engine.smoke_test;
+  so.state_snapshots = c.engine.enable_prefix_caching ? c.engine.prefix_snapshots : 0;
   return so;
 }
 
@@ -200,6 +201,7 @@ Result<ModelSession> open_session(const SessionOptions& o, engine::OpenedModel o
   mpo.max_num_seqs = o.max_seqs;
   mpo.max_num_batched_tokens = mo.max_batch_tokens;
   mpo.block_size = mo.kv.block_size;
+  mpo.state_snapshots = o.state_snapshots;
   // Whatever the backend: its devices say whether they share one memory or each have their own.
   std::vector<hal::DeviceInfo> infos;
   for (const hal::Device* d : s.devices.devices) infos.push_back(d->info());
@@ -213,6 +215,7 @@ Result<ModelSession> open_session(const SessionOptions& o, engine::OpenedModel o
   if (o.verbose) std::fputs(s.plan_text.c_str(), stderr);
   SX_RETURN_IF_ERROR(engine::memory_plan_status(plan));
   s.memory_plan = plan;
+  mo.state_snapshots = plan.state_snapshots;
   std::uint64_t weights = 0, workspace = 0;
   for (const engine::DeviceMemory& d : plan.devices) {
     weights += d.weights;

@@ -42,6 +42,7 @@ struct SessionOptions {
   std::int64_t max_seqs = 1;        // requests that can all reach context_tokens at once
   std::int64_t max_batch_tokens = 512;
   std::int64_t block_size = 16;
+  std::int64_t state_snapshots = -1;  // a hybrid's prefix-cache snapshots (MemoryPlanOptions::state_snapshots)
   hal::DType kv_dtype = hal::DType::kF32;
   double memory_utilization = 0.9;
   std::uint64_t memory_budget = 0;  // bytes each device may use, as the backend option "memory_budget" (0: unset)

@@ -67,6 +67,11 @@ struct EngineSection {
   std::int64_t max_num_batched_tokens = 2048;   // tokens in one step (prefill chunk budget)
   std::int64_t block_size = 16;                 // tokens per KV block: 8, 16 or 32
   bool enable_prefix_caching = true;            // reuse KV blocks of shared prompt prefixes
+  // A hybrid's prefix cache keeps copies of its DeltaNet states: this many (-1: the memory planner's
+  // choice, 0: none, which turns its prefix caching off), and one every this many prompt tokens
+  // beside the ends of messages, prompts and answers (0: only those).
+  std::int64_t prefix_snapshots = -1;
+  std::int64_t prefix_snapshot_interval = 4096;
   bool prefix_affinity = true;                  // route a request to the replica that holds its prompt's prefix
   std::optional<std::uint64_t> memory_budget;   // bytes each device may use (backend option); unset = from the device
   std::string smoke_test = "auto";              // the bundled model through the layout first: auto, on, off

@@ -98,6 +98,7 @@ Result<std::unique_ptr<Replica>> Replica::load(const ReplicaOptions& o, std::str
   ec.scheduler.max_step_ratio = c.engine.max_step_ratio;
   ec.scheduler.max_model_len = r->max_request_tokens();
   ec.prefix_caching = c.engine.enable_prefix_caching;
+  ec.snapshot_interval = c.engine.prefix_snapshot_interval;
   ec.eos_ids = r->session_->opened.extra_eos_ids;
   auto eng = engine::Engine::create(*r->session_->model, *r->session_->opened.tokenizer, ec);
   if (!eng.ok()) return failed(eng.status());

@@ -71,6 +71,9 @@ ServeMetrics::ServeMetrics()
 void add_engine_counters(engine::EngineStats& into, const engine::EngineStats& s) {
   into.prefix_queries += s.prefix_queries;
   into.prefix_hits += s.prefix_hits;
+  into.snapshots_taken += s.snapshots_taken;
+  into.snapshots_restored += s.snapshots_restored;
+  into.snapshots_evicted += s.snapshots_evicted;
   into.preemptions += s.preemptions;
   into.prompt_tokens += s.prompt_tokens;
   into.generation_tokens += s.generation_tokens;
@@ -94,6 +97,9 @@ engine::EngineStats sum_engine_stats(std::span<const engine::EngineStats> stats)
     all.kv_total_blocks += s.kv_total_blocks;
     all.state_slots_free += s.state_slots_free;
     all.state_slots_total += s.state_slots_total;
+    all.snapshots_held += s.snapshots_held;
+    all.snapshots_total += s.snapshots_total;
+    all.snapshot_bytes = std::max(all.snapshot_bytes, s.snapshot_bytes);
     add_engine_counters(all, s);
   }
   // The step target, cost model and last step are each engine's own: the first replica's stand for
@@ -175,6 +181,18 @@ std::string ServeMetrics::render(const std::string& model_name, const std::vecto
   per_replica("sextant_state_slots_free", "gauge",
               "DeltaNet state slots (hybrid models) with no request holding them.",
               [](S s) { return static_cast<double>(s.state_slots_free); });
+  per_replica("sextant_prefix_snapshots", "gauge",
+              "State snapshots (a hybrid model's prefix cache) held.",
+              [](S s) { return static_cast<double>(s.snapshots_held); });
+  per_replica("sextant_prefix_snapshot_bytes", "gauge", "Bytes of the state snapshots held (all ranks).",
+              [](S s) { return static_cast<double>(s.snapshot_bytes * static_cast<std::uint64_t>(s.snapshots_held)); });
+  per_replica("sextant_prefix_snapshots_taken_total", "counter", "State snapshots taken.",
+              [](S s) { return static_cast<double>(s.snapshots_taken); });
+  per_replica("sextant_prefix_snapshots_restored_total", "counter",
+              "State snapshots restored (prefix-cache hits of a hybrid model).",
+              [](S s) { return static_cast<double>(s.snapshots_restored); });
+  per_replica("sextant_prefix_snapshots_evicted_total", "counter", "State snapshots reused for another prefix.",
+              [](S s) { return static_cast<double>(s.snapshots_evicted); });
   // Steps, over all replicas (issue 24): tokens per step as vLLM counts them, and step seconds.
   out += Histogram(std::vector<double>(std::begin(engine::kStepTokenBounds), std::end(engine::kStepTokenBounds)),
                    all.step_tokens_counts, all.step_tokens_sum)

@@ -534,6 +534,7 @@ void Daemon::start_generate(TokenizeWork w, int status) {
   o.ignore_eos = req.ignore_eos;
   o.top_logprobs = req.top_logprobs;
   o.script = std::move(w.script);
+  o.snapshot_hints = chat::message_starts(prompt, a->generation->tokenizer());
   a->format = std::move(w.format);
   for (std::size_t c = 0; c < n; ++c) {
     a->options.push_back(o);

@@ -64,6 +64,13 @@ json engine_json(const engine::EngineStats& es, std::uint64_t failed_steps, std:
               {"prefix_cache", json{{"enabled", es.prefix_caching},
                                     {"queries", es.prefix_queries},
                                     {"hits", es.prefix_hits},
+                                    {"snapshots", json{{"held", es.snapshots_held},
+                                                       {"total", es.snapshots_total},
+                                                       {"bytes_each", es.snapshot_bytes},
+                                                       {"bytes_held", es.snapshot_bytes * static_cast<std::uint64_t>(es.snapshots_held)},
+                                                       {"taken", es.snapshots_taken},
+                                                       {"restored", es.snapshots_restored},
+                                                       {"evicted", es.snapshots_evicted}}},
                                     {"hit_rate", es.prefix_queries > 0 ? static_cast<double>(es.prefix_hits) /
                                                                              static_cast<double>(es.prefix_queries)
                                                                        : 0.0}}},

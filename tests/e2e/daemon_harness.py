@@ -228,6 +228,21 @@ def make_qwen3(sextant, name, tokenizer, *shape):
     return path
 
 
+def hybrid_oracles(oracle_dir):
+    """The qwen35 / qwen35moe oracle specs of tests/data/oracle, name order."""
+    import glob
+    return [json.load(open(p)) for p in sorted(glob.glob(os.path.join(oracle_dir, "qwen35*.json")))]
+
+
+def made_oracle(sextant, spec, directory):
+    """The oracle file of `spec` in `directory`, made by `make-model` the first time."""
+    path = os.path.join(directory, spec["name"] + ".gguf")
+    if not os.path.exists(path):
+        subprocess.run([sextant, "make-model", *spec["make_model"], "--out", path], check=True, capture_output=True,
+                       timeout=300)
+    return path
+
+
 def get(port, path, timeout=30):
     """A GET: its status and its body as text."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)

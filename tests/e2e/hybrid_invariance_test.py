@@ -12,14 +12,12 @@ Usage: hybrid_invariance_test.py SEXTANT_BINARY ORACLE_DIR. SX_INVARIANCE_REQUES
 of each TP 1 load (default 240: CI's size; the issue's acceptance ran 2,000; 60 in the sanitizer
 run, which looks for memory errors, not for rare orders), SX_INVARIANCE_REQUESTS_TP6 those at TP 6
 (default a quarter). Prints "N passed, N failed"."""
-import glob
 import http.client
 import json
 import os
 import random
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -43,15 +41,11 @@ LONG = ("The quick brown fox jumps over the lazy dog while the river runs to the
 
 
 def oracles():
-    return [json.load(open(p)) for p in sorted(glob.glob(os.path.join(ORACLE_DIR, "qwen35*.json")))]
+    return daemon_harness.hybrid_oracles(ORACLE_DIR)
 
 
 def made(o):
-    path = os.path.join(TMP, o["name"] + ".gguf")
-    if not os.path.exists(path):
-        subprocess.run([SEXTANT, "make-model", *o["make_model"], "--out", path], check=True, capture_output=True,
-                       timeout=300)
-    return path
+    return daemon_harness.made_oracle(SEXTANT, o, TMP)
 
 
 def completion(port, model, prompt, max_tokens, n=1, timeout=300):
