@@ -376,6 +376,9 @@ std::vector<Field> build_fields() {
   v.push_back(int_field("engine.prefix_snapshots", SX_AT(engine.prefix_snapshots), -1, 65536,
                         "-1 (the memory planner's choice), 0 (none) or a count up to 65536"));
   v.push_back(int_field("engine.prefix_snapshot_interval", SX_AT(engine.prefix_snapshot_interval), 0, Int{1} << 24));
+  v.push_back(string_field("engine.prefix_cache_dir", SX_AT(engine.prefix_cache_dir), /*allow_empty=*/true));
+  v.push_back(optional_bytes_field("engine.prefix_cache_bytes", SX_AT(engine.prefix_cache_bytes), 1u << 20,
+                                   std::uint64_t{1} << 50));
   v.push_back(string_choice_field("engine.smoke_test", SX_AT(engine.smoke_test), {"auto", "on", "off"}));
   v.push_back(number_field("engine.max_step_ms", SX_AT(engine.max_step_ms), 0.0, false, 600000.0,
                            "milliseconds from 0 (off) to 600000"));

@@ -72,6 +72,10 @@ struct EngineSection {
   // beside the ends of messages, prompts and answers (0: only those).
   std::int64_t prefix_snapshots = -1;
   std::int64_t prefix_snapshot_interval = 4096;
+  // The prefix cache's persistent tier: a directory ("" = none) where KV blocks and snapshots are
+  // kept across evictions, reloads and upgrades of the same model, and its bound (unset: 16 GiB).
+  std::string prefix_cache_dir;
+  std::optional<std::uint64_t> prefix_cache_bytes;
   bool prefix_affinity = true;                  // route a request to the replica that holds its prompt's prefix
   std::optional<std::uint64_t> memory_budget;   // bytes each device may use (backend option); unset = from the device
   std::string smoke_test = "auto";              // the bundled model through the layout first: auto, on, off

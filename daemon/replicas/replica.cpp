@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <thread>
 
@@ -49,6 +51,46 @@ engine::EngineStats Replica::stats() const { return engine_->stats(); }
 std::int64_t Replica::max_request_tokens() const {
   return std::min(session_->model->max_request_tokens(), session_->context_tokens);
 }
+
+namespace {
+
+// The identity of a model's weights for the prefix cache's files (engine::EngineConfig::
+// cache_salt): each file's name, size and first and last MiB (a directory: its files in name order).
+// The same file gives the same value after a reload or an upgrade; another file another.
+std::uint64_t weights_identity(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> files;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    for (const auto& e : fs::directory_iterator(path, ec)) {
+      if (e.is_regular_file(ec)) files.push_back(e.path());
+    }
+    std::sort(files.begin(), files.end());
+  } else {
+    files.push_back(path);
+  }
+  std::uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](const char* p, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) h = (h ^ static_cast<unsigned char>(p[i])) * 1099511628211ull;
+  };
+  std::vector<char> buf(std::size_t{1} << 20);
+  for (const fs::path& f : files) {
+    const std::string name = f.filename().string();
+    const std::uint64_t size = fs::file_size(f, ec);
+    mix(name.data(), name.size());
+    mix(reinterpret_cast<const char*>(&size), sizeof(size));
+    std::ifstream in(f, std::ios::binary);
+    for (const std::uint64_t at : {std::uint64_t{0}, size > buf.size() ? size - buf.size() : 0}) {
+      in.clear();
+      in.seekg(static_cast<std::streamoff>(at));
+      in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+      mix(buf.data(), static_cast<std::size_t>(in.gcount()));
+    }
+  }
+  return h;
+}
+
+}  // namespace
 
 Result<std::unique_ptr<Replica>> Replica::load(const ReplicaOptions& o, std::string* failed_phase) {
   const config::ServeConfig& c = *o.config;
@@ -99,6 +141,9 @@ Result<std::unique_ptr<Replica>> Replica::load(const ReplicaOptions& o, std::str
   ec.scheduler.max_model_len = r->max_request_tokens();
   ec.prefix_caching = c.engine.enable_prefix_caching;
   ec.snapshot_interval = c.engine.prefix_snapshot_interval;
+  ec.prefix_cache_dir = c.engine.prefix_cache_dir;
+  ec.prefix_cache_bytes = c.engine.prefix_cache_bytes.value_or(ec.prefix_cache_bytes);
+  ec.cache_salt = weights_identity(*path);
   ec.eos_ids = r->session_->opened.extra_eos_ids;
   auto eng = engine::Engine::create(*r->session_->model, *r->session_->opened.tokenizer, ec);
   if (!eng.ok()) return failed(eng.status());

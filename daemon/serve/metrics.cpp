@@ -74,6 +74,8 @@ void add_engine_counters(engine::EngineStats& into, const engine::EngineStats& s
   into.snapshots_taken += s.snapshots_taken;
   into.snapshots_restored += s.snapshots_restored;
   into.snapshots_evicted += s.snapshots_evicted;
+  into.store_written += s.store_written;
+  into.store_read += s.store_read;
   into.preemptions += s.preemptions;
   into.prompt_tokens += s.prompt_tokens;
   into.generation_tokens += s.generation_tokens;
@@ -100,6 +102,10 @@ engine::EngineStats sum_engine_stats(std::span<const engine::EngineStats> stats)
     all.snapshots_held += s.snapshots_held;
     all.snapshots_total += s.snapshots_total;
     all.snapshot_bytes = std::max(all.snapshot_bytes, s.snapshot_bytes);
+    all.prefix_store = all.prefix_store || s.prefix_store;
+    all.store_blocks = std::max(all.store_blocks, s.store_blocks);  // one directory, shared
+    all.store_snapshots = std::max(all.store_snapshots, s.store_snapshots);
+    all.store_bytes = std::max(all.store_bytes, s.store_bytes);
     add_engine_counters(all, s);
   }
   // The step target, cost model and last step are each engine's own: the first replica's stand for
@@ -193,6 +199,13 @@ std::string ServeMetrics::render(const std::string& model_name, const std::vecto
               [](S s) { return static_cast<double>(s.snapshots_restored); });
   per_replica("sextant_prefix_snapshots_evicted_total", "counter", "State snapshots reused for another prefix.",
               [](S s) { return static_cast<double>(s.snapshots_evicted); });
+  per_replica("sextant_prefix_store_bytes", "gauge",
+              "Bytes of the prefix cache's directory (engine.prefix_cache_dir).",
+              [](S s) { return static_cast<double>(s.store_bytes); });
+  per_replica("sextant_prefix_store_written_total", "counter", "Prefix-cache files written (blocks and snapshots).",
+              [](S s) { return static_cast<double>(s.store_written); });
+  per_replica("sextant_prefix_store_read_total", "counter", "Prefix-cache files read back instead of computed.",
+              [](S s) { return static_cast<double>(s.store_read); });
   // Steps, over all replicas (issue 24): tokens per step as vLLM counts them, and step seconds.
   out += Histogram(std::vector<double>(std::begin(engine::kStepTokenBounds), std::end(engine::kStepTokenBounds)),
                    all.step_tokens_counts, all.step_tokens_sum)

@@ -71,6 +71,12 @@ json engine_json(const engine::EngineStats& es, std::uint64_t failed_steps, std:
                                                        {"taken", es.snapshots_taken},
                                                        {"restored", es.snapshots_restored},
                                                        {"evicted", es.snapshots_evicted}}},
+                                    {"store", json{{"enabled", es.prefix_store},
+                                                   {"blocks", es.store_blocks},
+                                                   {"snapshots", es.store_snapshots},
+                                                   {"bytes", es.store_bytes},
+                                                   {"written", es.store_written},
+                                                   {"read", es.store_read}}},
                                     {"hit_rate", es.prefix_queries > 0 ? static_cast<double>(es.prefix_hits) /
                                                                              static_cast<double>(es.prefix_queries)
                                                                        : 0.0}}},

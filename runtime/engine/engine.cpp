@@ -107,6 +107,12 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const tokenizer::To
     }
   }
   auto engine = std::unique_ptr<Engine>(new Engine(model, tok, ec));
+  if (!ec.prefix_cache_dir.empty() && ec.prefix_caching) {
+    // The weights' identity (cache_salt) and the layout's: another model's or layout's files are
+    // never read.
+    const std::uint64_t salt = (config.cache_salt ^ model.layout_salt()) * 0x9e3779b97f4a7c15ull;
+    SX_ASSIGN_OR_RETURN(engine->store_, PrefixStore::open({ec.prefix_cache_dir, ec.prefix_cache_bytes, salt}));
+  }
   engine->publish_state();  // stats() is meaningful before the first step
   return engine;
 }
@@ -186,6 +192,7 @@ void Engine::drain_inbox() {
   }
   for (auto& p : inbox) {
     const std::uint64_t id = p->request->id;
+    if (store_) restore_from_store(p->request->prompt);
     live_.emplace(id, std::move(p->live));
     const Status st = scheduler_.add(std::move(p->request));
     if (!st.ok()) {  // checked in submit(); kept for safety
@@ -260,8 +267,136 @@ void Engine::emit_finished(const Status& error) {
       free_state_slots_.push_back(slot->second);
       state_slot_of_.erase(slot);
     }
+    if (store_ && error.ok() && r->finish != sched::FinishReason::kCancelled) {
+      // What the next turn will most likely start with: for a hybrid, up to its answer's last
+      // snapshot; else every full block it computed.
+      if (auto a = answer_snapshot_.find(r->id); a != answer_snapshot_.end()) {
+        persist(a->second);
+      } else if (!model_.config().is_hybrid()) {
+        std::vector<std::int32_t> tokens = r->all_tokens();
+        tokens.resize(static_cast<std::size_t>(r->num_computed / kv_.block_size() * kv_.block_size()));
+        persist(tokens);
+      }
+    }
     answer_snapshot_.erase(r->id);  // its last one stays in the cache
   }
+}
+
+void Engine::persist(std::span<const std::int32_t> tokens) {
+  const std::int64_t bs = kv_.block_size(), n = static_cast<std::int64_t>(tokens.size()) / bs;
+  std::vector<std::int32_t> blocks;
+  std::vector<std::int64_t> index;  // of each block to write
+  std::vector<std::uint64_t> hashes;
+  std::uint64_t h = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    h = kv::block_hash(h, tokens.subspan(static_cast<std::size_t>(i * bs), static_cast<std::size_t>(bs)), kv_.config().salt);
+    const std::optional<kv::BlockId> b = kv_.pool().cached_block(h);
+    if (!b) return;  // evicted meanwhile: the chain cannot be read back whole
+    if (store_->has_block(h)) continue;
+    blocks.push_back(*b);
+    index.push_back(i);
+    hashes.push_back(h);
+  }
+  if (!blocks.empty()) {
+    std::vector<std::byte> kv;
+    if (Status st = model_.save_blocks(blocks, kv); !st.ok()) {
+      log_warn("prefix cache: the KV of {} blocks could not be read: {}", blocks.size(), st.to_string());
+      return;
+    }
+    const std::size_t per = model_.kv_block_bytes();
+    for (std::size_t j = 0; j < blocks.size(); ++j) {
+      store_->put_block(hashes[j], tokens.subspan(static_cast<std::size_t>(index[j] * bs), static_cast<std::size_t>(bs)),
+                        std::vector<std::byte>(kv.begin() + static_cast<std::ptrdiff_t>(j * per),
+                                               kv.begin() + static_cast<std::ptrdiff_t>((j + 1) * per)));
+    }
+  }
+  if (!model_.config().is_hybrid() || n == 0 || store_->has_snapshot(h)) return;
+  if (const std::optional<std::int32_t> s = kv_.snapshot_at_hash(h)) {
+    std::vector<std::byte> states;
+    if (Status st = model_.save_state(static_cast<std::int32_t>(model_.options().state_slots() + *s), states); !st.ok()) {
+      log_warn("prefix cache: a state snapshot could not be read: {}", st.to_string());
+      return;
+    }
+    store_->put_snapshot(h, std::move(states));
+  }
+}
+
+void Engine::restore_from_store(std::span<const std::int32_t> prompt) {
+  const std::int64_t bs = kv_.block_size(), max_blocks = (static_cast<std::int64_t>(prompt.size()) - 1) / bs;
+  const bool hybrid = model_.config().is_hybrid();
+  kv::BlockPool& pool = kv_.pool();
+  auto chunk = [&](std::size_t i) { return prompt.subspan(i * static_cast<std::size_t>(bs), static_cast<std::size_t>(bs)); };
+  // The chain of the prompt's blocks held on the device or in the store.
+  std::vector<std::uint64_t> hashes;
+  std::vector<bool> on_device;
+  std::uint64_t h = 0;
+  for (std::int64_t i = 0; i < max_blocks; ++i) {
+    h = kv::block_hash(h, chunk(static_cast<std::size_t>(i)), kv_.config().salt);
+    const bool dev = pool.is_cached(h);
+    if (!dev && !store_->has_block(h)) break;
+    hashes.push_back(h);
+    on_device.push_back(dev);
+  }
+  // How deep it can go: every block, or for a hybrid its deepest snapshot.
+  std::size_t target = hashes.size();
+  if (hybrid) {
+    target = 0;
+    for (std::size_t i = 0; i < hashes.size(); ++i) {
+      if (kv_.snapshot_at_hash(hashes[i]) || store_->has_snapshot(hashes[i])) target = i + 1;
+    }
+  }
+  if (target == 0) return;
+  const bool snapshot_on_device = !hybrid || kv_.snapshot_at_hash(hashes[target - 1]).has_value();
+  if (snapshot_on_device && std::all_of(on_device.begin(), on_device.begin() + static_cast<std::ptrdiff_t>(target),
+                                        [](bool b) { return b; })) {
+    return;  // the device cache serves it
+  }
+  // Hold the blocks on the device, read the others into new ones.
+  std::vector<kv::BlockId> held;
+  std::vector<std::size_t> missing;
+  for (std::size_t i = 0; i < target; ++i) {
+    std::optional<kv::BlockId> b = on_device[i] ? pool.acquire_cached(hashes[i], chunk(i)) : std::nullopt;
+    if (b) {
+      held.push_back(*b);
+    } else {
+      missing.push_back(i);
+    }
+  }
+  auto release = [&] {
+    std::reverse(held.begin(), held.end());
+    pool.release(held);
+  };
+  const std::size_t per = model_.kv_block_bytes();
+  std::vector<std::byte> kv(missing.size() * per);
+  for (std::size_t j = 0; j < missing.size(); ++j) {
+    auto got = store_->get_block(hashes[missing[j]], chunk(missing[j]), per);
+    if (!got) return release();
+    std::copy(got->begin(), got->end(), kv.begin() + static_cast<std::ptrdiff_t>(j * per));
+  }
+  std::optional<std::vector<std::byte>> states;
+  if (!snapshot_on_device) {
+    states = store_->get_snapshot(hashes[target - 1], model_.state_slot_bytes());
+    if (!states) return release();
+  }
+  auto fresh = pool.allocate(static_cast<std::int64_t>(missing.size()));
+  if (!fresh) return release();  // no room now: computed instead
+  if (Status st = model_.load_blocks(*fresh, kv); !st.ok()) {
+    log_warn("prefix cache: {} blocks could not be written to the device: {}", fresh->size(), st.to_string());
+    pool.release(*fresh);
+    return release();
+  }
+  for (std::size_t j = 0; j < missing.size(); ++j) pool.cache((*fresh)[j], hashes[missing[j]], chunk(missing[j]));
+  held.insert(held.end(), fresh->begin(), fresh->end());
+  if (states) {
+    const std::optional<std::int32_t> snap = kv_.reserve_snapshot();
+    if (snap) {
+      const Status st = model_.load_state(static_cast<std::int32_t>(model_.options().state_slots() + *snap), *states);
+      if (!st.ok() || !kv_.register_snapshot(*snap, prompt, static_cast<std::int64_t>(target) * bs)) kv_.drop_snapshot(*snap);
+    }
+  }
+  log_debug("prefix cache: {} blocks{} read back from {}", missing.size(), states ? " and a state snapshot" : "",
+            store_->dir());
+  release();
 }
 
 Result<std::int32_t> Engine::state_slot(const sched::Request& r, std::int64_t start, ForwardBatch& batch) {
@@ -328,7 +463,10 @@ void Engine::register_snapshots(std::vector<TakenSnapshot>& taken, bool ran) {
       kv_.drop_snapshot(t.snapshot);
       continue;
     }
-    if (!t.in_answer) continue;
+    if (!t.in_answer) {
+      if (store_) persist(t.tokens);
+      continue;
+    }
     // Inside the answer: it replaces the request's previous one there.
     auto [it, fresh] = answer_snapshot_.try_emplace(t.request);
     if (!fresh) kv_.drop_snapshot_at(it->second);
@@ -527,6 +665,15 @@ void Engine::publish_state() {
   stats_.snapshots_taken = ks.snapshots_taken;
   stats_.snapshots_restored = ks.snapshots_restored;
   stats_.snapshots_evicted = ks.snapshots_evicted;
+  if (store_) {
+    const PrefixStoreStats ps = store_->stats();
+    stats_.prefix_store = true;
+    stats_.store_blocks = ps.blocks;
+    stats_.store_snapshots = ps.snapshots;
+    stats_.store_bytes = ps.bytes;
+    stats_.store_written = ps.written;
+    stats_.store_read = ps.read;
+  }
   stats_.state_slots_free = static_cast<std::int64_t>(free_state_slots_.size());
   stats_.state_slots_total = static_cast<std::int64_t>(free_state_slots_.size() + state_slot_of_.size());
   stats_.max_step_ms = ss.max_step_ms;

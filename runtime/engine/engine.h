@@ -26,6 +26,7 @@
 #include "runtime/base/status.h"
 #include "runtime/engine/constraint.h"
 #include "runtime/engine/model.h"
+#include "runtime/engine/prefix_store.h"
 #include "runtime/engine/sampler.h"
 #include "runtime/kv/kv_cache_manager.h"
 #include "runtime/sched/scheduler.h"
@@ -46,6 +47,10 @@ struct EngineConfig {
   // kept every this many tokens of a long prompt (rounded down to a block; 0: not). Needs the
   // model's state snapshots (ModelOptions::state_snapshots).
   std::int64_t snapshot_interval = 4096;
+  // The prefix cache's persistent tier (prefix_store.h): a directory ("": none) and its bound.
+  // Its entries' salt is cache_salt (the weights' identity) with the model's layout_salt().
+  std::string prefix_cache_dir;
+  std::uint64_t prefix_cache_bytes = std::uint64_t{16} << 30;
 };
 
 struct RequestOptions {
@@ -105,6 +110,10 @@ struct EngineStats {
   std::int64_t snapshots_held = 0, snapshots_total = 0;
   std::uint64_t snapshot_bytes = 0;
   std::uint64_t snapshots_taken = 0, snapshots_restored = 0, snapshots_evicted = 0;
+  // The persistent tier (engine.prefix_cache_dir): entries held (blocks, snapshots), bytes of its
+  // directory, files written and read back since start.
+  bool prefix_store = false;
+  std::uint64_t store_blocks = 0, store_snapshots = 0, store_bytes = 0, store_written = 0, store_read = 0;
   std::uint64_t preemptions = 0, steps = 0;
   std::uint64_t prompt_tokens = 0, generation_tokens = 0;
   // Paced steps (issue 24): the scheduler's step-time target (0: unpaced), its cost model of this
@@ -183,6 +192,12 @@ class Engine {
   bool snapshots_on() const { return config_.prefix_caching && model_.config().is_hybrid(); }
   // Each request's latest snapshot inside its answer (replaced by the next one): its tokens.
   std::unordered_map<std::uint64_t, std::vector<std::int32_t>> answer_snapshot_;
+  // The persistent tier: `tokens` (a multiple of the block size) into the store, its blocks and,
+  // for a hybrid, the snapshot registered after them; and back, before a request is scheduled,
+  // the longest prefix of `prompt` the store holds beyond what the device cache does.
+  std::unique_ptr<PrefixStore> store_;
+  void persist(std::span<const std::int32_t> tokens);
+  void restore_from_store(std::span<const std::int32_t> prompt);
   std::vector<float> top_values_;  // a step whose choices the devices narrowed: k candidates a row
   std::vector<std::int32_t> top_ids_;
 };

@@ -321,6 +321,87 @@ Status Model::validate(const ForwardBatch& batch) const {
   return ok_status();
 }
 
+std::uint64_t Model::kv_block_bytes() const {
+  std::uint64_t n = 0;
+  for (const auto& sh : impl_->shards) n += sh->kv_block_bytes();
+  return n;
+}
+
+Status Model::save_blocks(std::span<const std::int32_t> blocks, std::vector<std::byte>& out) {
+  out.assign(blocks.size() * kv_block_bytes(), std::byte{0});
+  std::vector<std::byte> part;
+  std::size_t offset = 0;  // of this rank's part in each block's record
+  for (const auto& sh : impl_->shards) {
+    const std::size_t per = sh->kv_block_bytes();
+    part.resize(blocks.size() * per);
+    SX_RETURN_IF_ERROR(sh->save_blocks(blocks, part));
+    for (std::size_t b = 0; b < blocks.size(); ++b) {
+      std::memcpy(out.data() + b * kv_block_bytes() + offset, part.data() + b * per, per);
+    }
+    offset += per;
+  }
+  return ok_status();
+}
+
+Status Model::load_blocks(std::span<const std::int32_t> blocks, std::span<const std::byte> in) {
+  if (in.size() != blocks.size() * kv_block_bytes()) {
+    return invalid_argument_error("load_blocks: {} bytes for {} blocks of {}", in.size(), blocks.size(), kv_block_bytes());
+  }
+  for (std::int32_t b : blocks) {
+    if (b <= 0 || b >= options_.kv.num_blocks) return out_of_range_error("load_blocks: block {} is not usable", b);
+  }
+  std::vector<std::byte> part;
+  std::size_t offset = 0;
+  for (const auto& sh : impl_->shards) {
+    const std::size_t per = sh->kv_block_bytes();
+    part.resize(blocks.size() * per);
+    for (std::size_t b = 0; b < blocks.size(); ++b) {
+      std::memcpy(part.data() + b * per, in.data() + b * kv_block_bytes() + offset, per);
+    }
+    SX_RETURN_IF_ERROR(sh->load_blocks(blocks, part));
+    offset += per;
+  }
+  return ok_status();
+}
+
+Status Model::save_state(std::int32_t slot, std::vector<std::byte>& out) {
+  out.assign(state_slot_bytes(), std::byte{0});
+  std::size_t at = 0;
+  for (const auto& sh : impl_->shards) {
+    SX_RETURN_IF_ERROR(sh->save_state(slot, std::span(out).subspan(at, sh->state_slot_bytes())));
+    at += sh->state_slot_bytes();
+  }
+  return ok_status();
+}
+
+Status Model::load_state(std::int32_t slot, std::span<const std::byte> in) {
+  if (in.size() != state_slot_bytes() || slot < 0 || slot >= options_.total_state_slots()) {
+    return invalid_argument_error("load_state: {} bytes for slot {} (slots of {} bytes, {} of them)", in.size(), slot,
+                                  state_slot_bytes(), options_.total_state_slots());
+  }
+  std::size_t at = 0;
+  for (const auto& sh : impl_->shards) {
+    SX_RETURN_IF_ERROR(sh->load_state(slot, in.subspan(at, sh->state_slot_bytes())));
+    at += sh->state_slot_bytes();
+  }
+  return ok_status();
+}
+
+std::uint64_t Model::layout_salt() const {
+  const model::ModelConfig& c = config_;
+  const std::int64_t fields[] = {c.n_layers, c.hidden, c.n_heads, c.n_kv_heads, c.head_dim, c.vocab,
+                                 c.ssm_head_dim, c.ssm_k_heads, c.ssm_v_heads, parallel_.tp, parallel_.pp,
+                                 static_cast<std::int64_t>(options_.kv.dtype), options_.kv.block_size,
+                                 static_cast<std::int64_t>(kv_block_bytes()), static_cast<std::int64_t>(state_slot_bytes())};
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the architecture's name and the fields
+  auto mix = [&h](const void* p, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(p)[i]) * 1099511628211ull;
+  };
+  mix(c.architecture.data(), c.architecture.size());
+  mix(fields, sizeof(fields));
+  return h;
+}
+
 ForwardBatch single_sequence_batch(std::span<const std::int32_t> tokens, std::int32_t start_pos,
                                    std::int64_t num_blocks) {
   ForwardBatch b;

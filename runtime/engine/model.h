@@ -144,6 +144,17 @@ class Model {
   // A hybrid's bytes of one state slot (or snapshot): every DeltaNet layer's conv and recurrent
   // state, all ranks.
   std::uint64_t state_slot_bytes() const { return state_slot_bytes_; }
+  // A prefix cache's second tier, between steps (the thread that drives forward()): the KV of
+  // `blocks` to and from host memory, kv_block_bytes() a block (each block's record: every rank's
+  // part, rank order), and the states of one slot (every rank's, rank order; state_slot_bytes()).
+  std::uint64_t kv_block_bytes() const;
+  Status save_blocks(std::span<const std::int32_t> blocks, std::vector<std::byte>& out);
+  Status load_blocks(std::span<const std::int32_t> blocks, std::span<const std::byte> in);
+  Status save_state(std::int32_t slot, std::vector<std::byte>& out);
+  Status load_state(std::int32_t slot, std::span<const std::byte> in);
+  // What makes one layout's KV and states unlike another's (architecture, shapes, TP x PP, KV
+  // format and block size): with the weights' identity, the salt of a persistent cache's entries.
+  std::uint64_t layout_salt() const;
 
  private:
   struct Impl;

@@ -355,6 +355,69 @@ std::uint64_t Shard::state_slot_bytes() const {
   return impl_->conv_state.size() * (impl_->conv_slot_bytes + impl_->delta_slot_bytes);
 }
 
+std::uint64_t Shard::kv_block_bytes() const {
+  const Impl& im = *impl_;
+  if (im.k_cache.empty()) return 0;
+  const std::uint64_t slot = im.k_cache[0]->size() / static_cast<std::uint64_t>(im.options.kv.num_blocks * im.options.kv.block_size);
+  return 2 * im.k_cache.size() * slot * static_cast<std::uint64_t>(im.options.kv.block_size);
+}
+
+Status Shard::save_blocks(std::span<const std::int32_t> blocks, std::span<std::byte> out) {
+  Impl& im = *impl_;
+  const std::size_t per = kv_block_bytes() / 2 / std::max<std::size_t>(im.k_cache.size(), 1);  // one layer's K of a block
+  std::size_t at = 0;
+  for (const std::int32_t b : blocks) {
+    for (std::size_t l = 0; l < im.k_cache.size(); ++l) {
+      for (const auto* cache : {&im.k_cache, &im.v_cache}) {
+        SX_RETURN_IF_ERROR(im.stream->download(out.subspan(at, per), *(*cache)[l], static_cast<std::size_t>(b) * per));
+        at += per;
+      }
+    }
+  }
+  return im.stream->sync();
+}
+
+Status Shard::load_blocks(std::span<const std::int32_t> blocks, std::span<const std::byte> in) {
+  Impl& im = *impl_;
+  const std::size_t per = kv_block_bytes() / 2 / std::max<std::size_t>(im.k_cache.size(), 1);
+  std::size_t at = 0;
+  for (const std::int32_t b : blocks) {
+    for (std::size_t l = 0; l < im.k_cache.size(); ++l) {
+      for (const auto* cache : {&im.k_cache, &im.v_cache}) {
+        SX_RETURN_IF_ERROR(im.stream->upload(*(*cache)[l], static_cast<std::size_t>(b) * per, in.subspan(at, per)));
+        at += per;
+      }
+    }
+  }
+  return im.stream->sync();
+}
+
+Status Shard::save_state(std::int32_t slot, std::span<std::byte> out) {
+  Impl& im = *impl_;
+  const auto s = static_cast<std::size_t>(slot);
+  std::size_t at = 0;
+  for (std::size_t l = 0; l < im.conv_state.size(); ++l) {
+    SX_RETURN_IF_ERROR(im.stream->download(out.subspan(at, im.conv_slot_bytes), *im.conv_state[l], s * im.conv_slot_bytes));
+    at += im.conv_slot_bytes;
+    SX_RETURN_IF_ERROR(im.stream->download(out.subspan(at, im.delta_slot_bytes), *im.delta_state[l], s * im.delta_slot_bytes));
+    at += im.delta_slot_bytes;
+  }
+  return im.stream->sync();
+}
+
+Status Shard::load_state(std::int32_t slot, std::span<const std::byte> in) {
+  Impl& im = *impl_;
+  const auto s = static_cast<std::size_t>(slot);
+  std::size_t at = 0;
+  for (std::size_t l = 0; l < im.conv_state.size(); ++l) {
+    SX_RETURN_IF_ERROR(im.stream->upload(*im.conv_state[l], s * im.conv_slot_bytes, in.subspan(at, im.conv_slot_bytes)));
+    at += im.conv_slot_bytes;
+    SX_RETURN_IF_ERROR(im.stream->upload(*im.delta_state[l], s * im.delta_slot_bytes, in.subspan(at, im.delta_slot_bytes)));
+    at += im.delta_slot_bytes;
+  }
+  return im.stream->sync();
+}
+
 Status Shard::run(const ForwardBatch& batch, int top_k) {
   impl_->result_bytes = 0;
   Status st = run_step(batch, top_k);

@@ -72,6 +72,15 @@ class Shard {
   std::uint64_t weight_bytes() const { return weight_bytes_; }
   // Bytes of one state slot of this rank: its DeltaNet layers' conv and recurrent states.
   std::uint64_t state_slot_bytes() const;
+  // Bytes of one KV block of this rank: each attention layer's K rows, then its V rows.
+  std::uint64_t kv_block_bytes() const;
+  // Host copies (a prefix cache's second tier), between steps, through this rank's stream: the KV
+  // of `blocks` (block after block, kv_block_bytes() each) and the states of one slot (each
+  // DeltaNet layer's conv, then recurrent state).
+  Status save_blocks(std::span<const std::int32_t> blocks, std::span<std::byte> out);
+  Status load_blocks(std::span<const std::int32_t> blocks, std::span<const std::byte> in);
+  Status save_state(std::int32_t slot, std::span<std::byte> out);
+  Status load_state(std::int32_t slot, std::span<const std::byte> in);
   // Bytes of the embedding table held only as an embedding (a step reads just its rows).
   std::uint64_t embedding_only_bytes() const { return embedding_only_bytes_; }
   std::int64_t max_vocab_shard() const { return max_vocab_shard_; }

@@ -47,6 +47,10 @@ class BlockPool {
 
   int ref_count(BlockId b) const { return refs_[static_cast<std::size_t>(b)]; }
   bool is_cached(std::uint64_t hash) const { return cached_.count(hash) != 0; }
+  std::optional<BlockId> cached_block(std::uint64_t hash) const {
+    auto it = cached_.find(hash);
+    return it == cached_.end() ? std::nullopt : std::optional<BlockId>(it->second.block);
+  }
 
  private:
   void unlink(BlockId b);

@@ -102,6 +102,11 @@ class KvCacheManager {
   void drop_snapshot(std::int32_t snapshot);
   // Frees the snapshot of the state after all of `sequence`, if it has one.
   void drop_snapshot_at(std::span<const std::int32_t> sequence);
+  // The snapshot registered under a block hash, if any.
+  std::optional<std::int32_t> snapshot_at_hash(std::uint64_t hash) const {
+    auto it = snapshot_of_.find(hash);
+    return it == snapshot_of_.end() ? std::nullopt : std::optional<std::int32_t>(it->second);
+  }
   // Whether the state after the first `tokens` of `sequence` has a snapshot.
   bool has_snapshot(std::span<const std::int32_t> sequence, std::int64_t tokens) const;
 

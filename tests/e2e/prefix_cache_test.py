@@ -13,12 +13,15 @@ same system prompt. Each turn is asked of a server with the prefix cache and of 
   * the cached server's time for the whole conversation is printed beside the other's (the
     acceptance asks for at most half: asserted when SX_PREFIX_TIME_RATIO is set, e.g. 0.5; the
     sanitizer run only prints it);
-  * `ctl status` reports the snapshots taken, restored and their bytes.
+  * `ctl status` reports the snapshots taken, restored and their bytes;
+  * with engine.prefix_cache_dir, the next turn after `ctl upgrade` is read back from disk (a dense
+    qwen3 file and a qwen35 one).
 
 Usage: prefix_cache_test.py SEXTANT_BINARY ORACLE_DIR CHAT_TEMPLATES_DIR. Prints "N passed, N failed"."""
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -155,6 +158,68 @@ def tp_and_pp_layouts_serve_from_the_cache_with_the_same_answers():
                   f"snapshots {snaps['taken']} taken, {snaps['restored']} restored, {snaps['bytes_each']} bytes each "
                   "(all ranks)")
         finally:
+            cached.stop()
+            plain.stop()
+
+
+def gone(pid, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if not os.path.exists(f"/proc/{pid}") or " Z " in open(f"/proc/{pid}/stat").read():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@case
+def a_conversation_outlives_an_upgrade_through_the_prefix_cache_dir():
+    """engine.prefix_cache_dir: the next turn after `ctl upgrade` (a new process) reads the
+    conversation's blocks (and a hybrid's snapshot) back from disk: cached_tokens covers the last
+    turn, and the answer is the uncached server's. A dense model (qwen3) and a hybrid (qwen35)."""
+    dense = os.path.join(TMP, "qwen3-oracle.gguf")
+    specs = [o for o in daemon_harness.hybrid_oracles(ORACLE_DIR) if o["name"].startswith("qwen35-")]
+    qwen3 = json.load(open(os.path.join(ORACLE_DIR, "qwen3-0.6b-2layers.json")))
+    for path in (daemon_harness.made_oracle(SEXTANT, qwen3, TMP), made(specs[0])):
+        name = os.path.basename(path)[:-5]
+        store = os.path.join(TMP, "store-" + name)
+        cached, plain = servers(path, "--set", f"engine.prefix_cache_dir={store}")
+        new_pid = None
+        try:
+            messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user_message("up", 0)}]
+            body = {"model": name, "messages": messages, "max_tokens": 12, "temperature": 0, "logprobs": True,
+                    "chat_template_kwargs": {"enable_thinking": False}}
+            first = post(cached.port, "/v1/chat/completions", body)
+            messages.append({"role": "assistant", "content": first["choices"][0]["message"].get("content") or ""})
+            messages.append({"role": "user", "content": user_message("up", 1)})
+            daemon_harness.wait_idle(cached)
+            before = cached.status()["prefix_cache"]["store"]
+            copy = os.path.join(TMP, "sextant-upgraded")
+            shutil.copy2(SEXTANT, copy)
+            new_pid = json.loads(cached.ctl("--json", "upgrade", "--binary", copy).stdout)["pid"]
+            assert cached.proc.wait(timeout=120) == 0
+            t0 = time.time()
+            a = post(cached.port, "/v1/chat/completions", body)
+            after_upgrade = time.time() - t0
+            t0 = time.time()
+            b = post(plain.port, "/v1/chat/completions", body)
+            cold = time.time() - t0
+            ids = post(plain.port, "/tokenize", {"model": name, "messages": messages[:2],
+                                                "chat_template_kwargs": {"enable_thinking": False}})["tokens"]
+            got = a["usage"]["prompt_tokens_details"]["cached_tokens"]
+            assert a["choices"][0]["message"] == b["choices"][0]["message"], (a["choices"], b["choices"])
+            assert [t["logprob"] for t in a["choices"][0]["logprobs"]["content"]] == \
+                [t["logprob"] for t in b["choices"][0]["logprobs"]["content"]]
+            assert got >= len(ids) - 64, (got, len(ids))
+            store_after = cached.status()["prefix_cache"]["store"]
+            assert store_after["read"] > 0, store_after
+            print(f"  {name}: before the upgrade the store held {before['blocks']} blocks and {before['snapshots']} "
+                  f"snapshots ({before['bytes']} bytes); after it the next turn of {a['usage']['prompt_tokens']} "
+                  f"tokens had {got} cached ({store_after['read']} files read), {after_upgrade:.2f} s vs "
+                  f"{cold:.2f} s cold; same answer and logprobs as without a cache")
+        finally:
+            if new_pid:
+                os.kill(new_pid, signal.SIGTERM)
+                assert gone(new_pid), "the upgraded process did not stop"
             cached.stop()
             plain.stop()
 

@@ -41,7 +41,7 @@ struct Hybrid {
 // 12 V DeltaNet heads of 16 (V heads tiled over K heads as in llama.cpp's files).
 // `backend`: "cpu", "vulkan" or "cuda" (null when it has no device here).
 std::unique_ptr<Hybrid> make_hybrid(bool moe, std::int64_t blocks, std::int64_t snapshots = 0,
-                                    const std::string& backend = "cpu") {
+                                    const std::string& backend = "cpu", hal::DType weights = hal::DType::kF32) {
   static int made = 0;  // a file each: two models of one spec may be alive at once
   auto h = std::make_unique<Hybrid>();
   model::RandomModelSpec spec;
@@ -52,7 +52,7 @@ std::unique_ptr<Hybrid> make_hybrid(bool moe, std::int64_t blocks, std::int64_t 
   c.ssm_k_heads = 4, c.ssm_v_heads = 12, c.ssm_head_dim = 16;
   c.vocab = 512, c.context_length = 2048, c.ffn = 192;
   if (moe) c.n_experts = 16, c.n_experts_used = 4, c.expert_ffn = 32, c.shared_expert_ffn = 48, c.ffn = 32;
-  spec.weight_type = hal::DType::kF32;
+  spec.weight_type = weights;
   spec.init_std = 0.1f;
   spec.seed = moe ? 8 : 7;
   h->path = (std::filesystem::temp_directory_path() /
@@ -255,8 +255,9 @@ TEST(Hybrid, TwoHundredRequestsBatchedPreemptedAndCancelledLeaveEverySlotFree) {
 // outcome, with or without the prefix cache.
 struct Sequential {
   std::unique_ptr<Engine> engine;
-  Sequential(Model& m, const tokenizer::Tokenizer& tok, bool cache) {
+  Sequential(Model& m, const tokenizer::Tokenizer& tok, bool cache, const std::string& dir = "") {
     EngineConfig c;
+    c.prefix_cache_dir = dir;
     c.scheduler.max_num_batched_tokens = 256;
     c.scheduler.max_num_seqs = 4;
     c.scheduler.max_model_len = 1024;
@@ -410,6 +411,53 @@ TEST(Hybrid, SharedPrefixesUnderPreemptionAndCancellationGiveTheBitsOfRunningAlo
                 static_cast<unsigned long long>(stats.snapshots_restored),
                 static_cast<unsigned long long>(stats.snapshots_evicted));
   }
+}
+
+// The persistent tier: a conversation's turns on one engine and model, then its next turn on a
+// new model and engine (a reload, an upgrade) with the same engine.prefix_cache_dir: read back
+// (blocks and the snapshot), with the bits of an engine without a cache. F32 and Q8_0 weights.
+TEST(Hybrid, AConversationOutlivesItsEngineThroughThePrefixCacheDir) {
+  const std::string dir = (std::filesystem::temp_directory_path() / ("sx_hybrid_store_" + std::to_string(::getpid()))).string();
+  for (const hal::DType weights : {hal::DType::kF32, hal::DType::kQ8_0}) {
+    SCOPED_TRACE(hal::dtype_name(weights));
+    std::filesystem::remove_all(dir);
+    auto reference = make_hybrid(false, 200, 0, "cpu", weights);
+    Sequential plain(*reference->model, *reference->opened.tokenizer, false);
+    std::vector<std::int32_t> prompt = random_prompt(90, 61);
+    std::vector<std::int64_t> hints = {0, 70};
+    std::vector<std::int32_t> answer;
+    {
+      auto first = make_hybrid(false, 200, 8, "cpu", weights);
+      Sequential cached(*first->model, *first->opened.tokenizer, true, dir);
+      const Outcome a = cached.run(prompt, hints, 12);
+      EXPECT_EQ(a.tokens, plain.run(prompt, hints, 12).tokens);
+      answer = a.tokens;
+      const EngineStats st = cached.engine->stats();
+      EXPECT_TRUE(st.prefix_store);
+      EXPECT_GT(st.store_snapshots, 0u);
+    }  // the store's writes end with its engine
+    hints.push_back(static_cast<std::int64_t>(prompt.size() + answer.size()));
+    prompt.insert(prompt.end(), answer.begin(), answer.end());
+    const auto user = random_prompt(30, 62);
+    prompt.insert(prompt.end(), user.begin(), user.end());
+    auto second = make_hybrid(false, 200, 8, "cpu", weights);
+    Sequential cached(*second->model, *second->opened.tokenizer, true, dir);
+    const Outcome a = cached.run(prompt, hints, 12), b = plain.run(prompt, hints, 12);
+    const std::int64_t expect = (90 + 12 - 1) / 16 * 16;  // the answer's last block boundary
+    EXPECT_GE(a.cached, expect);
+    EXPECT_EQ(a.tokens, b.tokens);
+    EXPECT_TRUE(same_bits(a.logprobs, b.logprobs));
+    const EngineStats st = cached.engine->stats();
+    EXPECT_GT(st.store_read, 0u);
+    std::printf("%s: the next turn on a new model and engine: %lld of %zu prompt tokens read back from the prefix "
+                "cache dir (%llu files read; %llu blocks and %llu snapshots there, %llu bytes), same ids and logprob "
+                "bits as without a cache: %s\n",
+                hal::dtype_name(weights).data(), static_cast<long long>(a.cached), prompt.size(),
+                static_cast<unsigned long long>(st.store_read), static_cast<unsigned long long>(st.store_blocks),
+                static_cast<unsigned long long>(st.store_snapshots), static_cast<unsigned long long>(st.store_bytes),
+                a.tokens == b.tokens && same_bits(a.logprobs, b.logprobs) ? "yes" : "NO");
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
