@@ -78,12 +78,7 @@ Result<std::unique_ptr<PrefixStore>> PrefixStore::open(const PrefixStoreOptions&
     for (const auto& [when, e] : found) {
       std::error_code e2;
       const std::string name = e.path().filename().string();
-      File f;
-      f.bytes = e.file_size(e2);
-      f.used = ++store->tick_;
-      store->files_[name] = f;
-      store->lru_.emplace(f.used, name);
-      store->bytes_ += f.bytes;
+      store->add(name, e.file_size(e2), false);
     }
     store->evict_over_bound();
   }
@@ -142,13 +137,7 @@ void PrefixStore::put(Kind kind, std::uint64_t hash, std::span<const std::int32_
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_ || files_.count(name) != 0) return;
-    File f;
-    f.bytes = file.size();
-    f.used = ++tick_;
-    f.pending = true;
-    files_[name] = f;
-    lru_.emplace(f.used, name);
-    bytes_ += f.bytes;
+    add(name, file.size(), true);
     queue_.push_back({name, std::move(file)});
   }
   cv_.notify_all();
@@ -217,14 +206,36 @@ std::optional<std::vector<std::byte>> PrefixStore::get(Kind kind, std::uint64_t 
   return payload;
 }
 
-void PrefixStore::drop(const std::string& name, bool rejected) {
+std::uint64_t* PrefixStore::count_of(const std::string& name) {
+  if (name.compare(0, 17, fmt::format("{:016x}-", options_.salt)) != 0) return nullptr;  // another salt's
+  return name.ends_with(".blk") ? &counters_.blocks : &counters_.snapshots;
+}
+
+void PrefixStore::add(const std::string& name, std::uint64_t bytes, bool pending) {
+  File f;
+  f.bytes = bytes;
+  f.used = ++tick_;
+  f.pending = pending;
+  files_[name] = f;
+  lru_.emplace(f.used, name);
+  bytes_ += bytes;
+  if (std::uint64_t* n = count_of(name)) ++*n;
+}
+
+void PrefixStore::forget(const std::string& name) {
   auto it = files_.find(name);
   if (it == files_.end()) return;
-  std::error_code ec;
-  fs::remove(fs::path(options_.dir) / name, ec);
   lru_.erase({it->second.used, name});
   bytes_ -= std::min(bytes_, it->second.bytes);
   files_.erase(it);
+  if (std::uint64_t* n = count_of(name)) --*n;
+}
+
+void PrefixStore::drop(const std::string& name, bool rejected) {
+  if (files_.count(name) == 0) return;
+  std::error_code ec;
+  fs::remove(fs::path(options_.dir) / name, ec);
+  forget(name);
   ++(rejected ? counters_.rejected : counters_.evicted);
 }
 
@@ -274,9 +285,7 @@ void PrefixStore::write_loop() {
         it->second.pending = false;
         ++counters_.written;
       } else {
-        lru_.erase({it->second.used, job.name});
-        bytes_ -= std::min(bytes_, it->second.bytes);
-        files_.erase(it);
+        forget(job.name);
       }
     } else if (ok) {
       fs::remove(path, ec);  // evicted while it was being written
@@ -295,11 +304,6 @@ void PrefixStore::flush() {
 PrefixStoreStats PrefixStore::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   PrefixStoreStats s = counters_;
-  const std::string prefix = fmt::format("{:016x}-", options_.salt);
-  for (const auto& [name, f] : files_) {
-    if (name.compare(0, prefix.size(), prefix) != 0) continue;
-    (name.ends_with(".blk") ? s.blocks : s.snapshots) += 1;
-  }
   s.bytes = bytes_;
   return s;
 }

@@ -80,7 +80,11 @@ class PrefixStore {
   void put(Kind kind, std::uint64_t hash, std::span<const std::int32_t> tokens, std::vector<std::byte> payload);
   std::optional<std::vector<std::byte>> get(Kind kind, std::uint64_t hash, std::span<const std::int32_t> tokens,
                                             std::size_t bytes);
-  void drop(const std::string& name, bool rejected);  // mu_ held
+  // mu_ held: an entry in files_ / lru_ / bytes_ and this salt's counts, and out of them again.
+  void add(const std::string& name, std::uint64_t bytes, bool pending);
+  void forget(const std::string& name);
+  std::uint64_t* count_of(const std::string& name);  // counters_.blocks / snapshots, or null (another salt)
+  void drop(const std::string& name, bool rejected);  // mu_ held: forget() and remove the file
   void evict_over_bound();                           // mu_ held
   void write_loop();
 
@@ -92,7 +96,7 @@ class PrefixStore {
   std::unordered_map<std::string, File> files_;  // file name -> entry
   std::set<std::pair<std::uint64_t, std::string>> lru_;
   std::uint64_t tick_ = 0, bytes_ = 0;
-  PrefixStoreStats counters_;
+  PrefixStoreStats counters_;  // blocks and snapshots kept as files come and go (stats() is per step)
   std::thread writer_;
 };
 
