@@ -13,6 +13,7 @@
 #include "backends/registry.h"
 #include "daemon/config/replica_spec.h"
 #include "daemon/commands/commands.h"
+#include "runtime/base/fnv.h"
 #include "runtime/base/log.h"
 #include "runtime/engine/model_loader.h"
 #include "runtime/hal/topology_text.h"
@@ -69,25 +70,21 @@ std::uint64_t weights_identity(const std::string& path) {
   } else {
     files.push_back(path);
   }
-  std::uint64_t h = 1469598103934665603ull;
-  auto mix = [&h](const char* p, std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i) h = (h ^ static_cast<unsigned char>(p[i])) * 1099511628211ull;
-  };
+  Fnv1a h;
   std::vector<char> buf(std::size_t{1} << 20);
   for (const fs::path& f : files) {
     const std::string name = f.filename().string();
     const std::uint64_t size = fs::file_size(f, ec);
-    mix(name.data(), name.size());
-    mix(reinterpret_cast<const char*>(&size), sizeof(size));
+    h.add(name).add_value(size);
     std::ifstream in(f, std::ios::binary);
     for (const std::uint64_t at : {std::uint64_t{0}, size > buf.size() ? size - buf.size() : 0}) {
       in.clear();
       in.seekg(static_cast<std::streamoff>(at));
       in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-      mix(buf.data(), static_cast<std::size_t>(in.gcount()));
+      h.add(buf.data(), static_cast<std::size_t>(in.gcount()));
     }
   }
-  return h;
+  return h.value;
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "runtime/base/fnv.h"
+
 namespace sx::daemon::replicas {
 
 namespace {
@@ -10,22 +12,14 @@ namespace {
 // The hash of a prefix extended by one block of tokens (FNV-1a over the previous hash and the
 // tokens, then a final mix so nearby chains do not collide in the set's buckets).
 std::uint64_t extend(std::uint64_t h, std::span<const std::int32_t> block) {
-  constexpr std::uint64_t kPrime = 1099511628211ull;
-  for (std::int32_t t : block) {
-    auto v = static_cast<std::uint32_t>(t);
-    for (int i = 0; i < 4; ++i) {
-      h ^= v & 0xffu;
-      h *= kPrime;
-      v >>= 8;
-    }
-  }
+  h = Fnv1a{h}.add(block.data(), block.size_bytes()).value;  // the tokens' bytes (little-endian hosts)
   h ^= h >> 33;
   h *= 0xff51afd7ed558ccdull;
   h ^= h >> 33;
   return h;
 }
 
-constexpr std::uint64_t kSeed = 14695981039346656037ull;
+constexpr std::uint64_t kSeed = kFnvOffset;
 
 }  // namespace
 

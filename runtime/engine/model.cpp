@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "runtime/base/fnv.h"
 #include "runtime/engine/shard.h"
 #include "runtime/engine/rank_runner.h"
 #include "runtime/parallel/shard_plan.h"
@@ -393,13 +394,7 @@ std::uint64_t Model::layout_salt() const {
                                  c.ssm_head_dim, c.ssm_k_heads, c.ssm_v_heads, parallel_.tp, parallel_.pp,
                                  static_cast<std::int64_t>(options_.kv.dtype), options_.kv.block_size,
                                  static_cast<std::int64_t>(kv_block_bytes()), static_cast<std::int64_t>(state_slot_bytes())};
-  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the architecture's name and the fields
-  auto mix = [&h](const void* p, std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(p)[i]) * 1099511628211ull;
-  };
-  mix(c.architecture.data(), c.architecture.size());
-  mix(fields, sizeof(fields));
-  return h;
+  return Fnv1a().add(c.architecture).add(fields, sizeof(fields)).value;
 }
 
 ForwardBatch single_sequence_batch(std::span<const std::int32_t> tokens, std::int32_t start_pos,

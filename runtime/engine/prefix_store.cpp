@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/base/fnv.h"
 #include "runtime/base/log.h"
 
 namespace sx::engine {
@@ -30,17 +31,18 @@ struct Header {
 };
 static_assert(sizeof(Header) == 48);
 
-// FNV-1a over 8-byte words (the tail byte by byte): a check against torn and damaged files.
+// FNV-1a's steps over 8-byte words (the tail byte by byte, as Fnv1a): a check against torn and
+// damaged files, eight times fewer multiplies than byte by byte over megabytes of KV.
 std::uint64_t checksum(std::span<const std::byte> a, std::span<const std::byte> b) {
-  std::uint64_t h = 1469598103934665603ull;
+  std::uint64_t h = kFnvOffset;
   for (const auto part : {a, b}) {
     std::size_t i = 0;
     for (; i + 8 <= part.size(); i += 8) {
       std::uint64_t w;
       std::memcpy(&w, part.data() + i, 8);
-      h = (h ^ w) * 1099511628211ull;
+      h = (h ^ w) * kFnvPrime;
     }
-    for (; i < part.size(); ++i) h = (h ^ static_cast<std::uint64_t>(part[i])) * 1099511628211ull;
+    for (; i < part.size(); ++i) h = (h ^ static_cast<std::uint64_t>(part[i])) * kFnvPrime;
   }
   return h;
 }

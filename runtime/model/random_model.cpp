@@ -1,4 +1,5 @@
 // Random-weight Qwen2 GGUF writer and the Qwen2.5 / Qwen3 size presets.
+#include "runtime/base/fnv.h"
 #include "runtime/model/random_model.h"
 
 #include <algorithm>
@@ -119,14 +120,7 @@ std::uint64_t splitmix64(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
-std::uint64_t fnv1a64(std::string_view s) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
+std::uint64_t fnv1a64(std::string_view s) { return Fnv1a().add(s).value; }
 
 void append_utf8(std::string& out, std::uint32_t cp) {
   if (cp < 0x80) {
