@@ -270,11 +270,12 @@ void Engine::emit_finished(const Status& error) {
     if (store_ && error.ok() && r->finish != sched::FinishReason::kCancelled) {
       // What the next turn will most likely start with: for a hybrid, up to its answer's last
       // snapshot; else every full block it computed.
-      if (auto a = answer_snapshot_.find(r->id); a != answer_snapshot_.end()) {
-        persist(a->second);
-      } else if (!model_.config().is_hybrid()) {
+      const auto a = answer_snapshot_.find(r->id);
+      if (a != answer_snapshot_.end() || !model_.config().is_hybrid()) {
         std::vector<std::int32_t> tokens = r->all_tokens();
-        tokens.resize(static_cast<std::size_t>(r->num_computed / kv_.block_size() * kv_.block_size()));
+        tokens.resize(static_cast<std::size_t>(a != answer_snapshot_.end()
+                                                   ? a->second.length
+                                                   : r->num_computed / kv_.block_size() * kv_.block_size()));
         persist(tokens);
       }
     }
@@ -447,19 +448,36 @@ void Engine::plan_snapshots(const sched::SchedulerOutput& out, ForwardBatch& bat
     // Where a chunk was made to end, and each block boundary of the answer (the latest kept).
     const bool in_answer = end > P && end % bs == 0;
     if (!in_answer && !std::binary_search(r.snapshot_at.begin(), r.snapshot_at.end(), end)) continue;
-    std::vector<std::int32_t> tokens = r.all_tokens();
-    tokens.resize(static_cast<std::size_t>(end));
-    if (kv_.has_snapshot(tokens, end)) continue;
+    const std::uint64_t hash = chain_hash(r, end / bs);
+    if (kv_.snapshot_at_hash(hash)) continue;
     const std::optional<std::int32_t> snap = kv_.reserve_snapshot();
     if (!snap) continue;
     batch.snapshots.emplace_back(batch.seq_state_slot[i], static_cast<std::int32_t>(model_.options().state_slots() + *snap));
-    taken.push_back({*snap, r.id, std::move(tokens), in_answer});
+    TakenSnapshot t{*snap, r.id, end, hash, in_answer, {}};
+    if (store_ && !in_answer) {
+      t.tokens = r.all_tokens();
+      t.tokens.resize(static_cast<std::size_t>(end));
+    }
+    taken.push_back(std::move(t));
   }
+}
+
+std::uint64_t Engine::chain_hash(const sched::Request& r, std::int64_t blocks) const {
+  const std::int64_t bs = kv_.block_size();
+  const std::vector<std::uint64_t>& done = kv_.block_hashes(r.id);
+  std::int64_t i = std::min(blocks, static_cast<std::int64_t>(done.size()));
+  std::uint64_t h = i > 0 ? done[static_cast<std::size_t>(i - 1)] : 0;
+  std::vector<std::int32_t> chunk(static_cast<std::size_t>(bs));
+  for (; i < blocks; ++i) {
+    for (std::int64_t j = 0; j < bs; ++j) chunk[static_cast<std::size_t>(j)] = r.token_at(i * bs + j);
+    h = kv::block_hash(h, chunk, kv_.config().salt);
+  }
+  return h;
 }
 
 void Engine::register_snapshots(std::vector<TakenSnapshot>& taken, bool ran) {
   for (TakenSnapshot& t : taken) {
-    if (!ran || !kv_.register_snapshot(t.snapshot, t.tokens, static_cast<std::int64_t>(t.tokens.size()))) {
+    if (!ran || !kv_.register_snapshot_at_hash(t.snapshot, t.hash)) {
       kv_.drop_snapshot(t.snapshot);
       continue;
     }
@@ -469,8 +487,10 @@ void Engine::register_snapshots(std::vector<TakenSnapshot>& taken, bool ran) {
     }
     // Inside the answer: it replaces the request's previous one there.
     auto [it, fresh] = answer_snapshot_.try_emplace(t.request);
-    if (!fresh) kv_.drop_snapshot_at(it->second);
-    it->second = std::move(t.tokens);
+    if (!fresh) {
+      if (const std::optional<std::int32_t> old = kv_.snapshot_at_hash(it->second.hash)) kv_.drop_snapshot(*old);
+    }
+    it->second = {t.length, t.hash};
   }
   taken.clear();
 }

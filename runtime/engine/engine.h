@@ -180,18 +180,28 @@ class Engine {
   std::vector<std::int32_t> free_state_slots_;
   Result<std::int32_t> state_slot(const sched::Request& r, std::int64_t start, ForwardBatch& batch);
   // Snapshots a step takes (batch.snapshots), registered once it ran: the snapshot, its request,
-  // and the tokens whose states it holds.
+  // the number of its tokens whose states it holds and their chain hash, and for the persistent
+  // tier those tokens (a snapshot outside the answer).
   struct TakenSnapshot {
     std::int32_t snapshot;
     std::uint64_t request;
-    std::vector<std::int32_t> tokens;
+    std::int64_t length = 0;
+    std::uint64_t hash = 0;
     bool in_answer = false;  // past its prompt
+    std::vector<std::int32_t> tokens;
   };
+  // The chain hash of request r's first `blocks` blocks: its committed blocks' from the KV manager,
+  // the rest computed.
+  std::uint64_t chain_hash(const sched::Request& r, std::int64_t blocks) const;
   void plan_snapshots(const sched::SchedulerOutput& out, ForwardBatch& batch, std::vector<TakenSnapshot>& taken);
   void register_snapshots(std::vector<TakenSnapshot>& taken, bool ran);
   bool snapshots_on() const { return config_.prefix_caching && model_.config().is_hybrid(); }
-  // Each request's latest snapshot inside its answer (replaced by the next one): its tokens.
-  std::unordered_map<std::uint64_t, std::vector<std::int32_t>> answer_snapshot_;
+  // Each request's latest snapshot inside its answer (replaced by the next one): its length and hash.
+  struct AnswerSnapshot {
+    std::int64_t length = 0;
+    std::uint64_t hash = 0;
+  };
+  std::unordered_map<std::uint64_t, AnswerSnapshot> answer_snapshot_;
   // The persistent tier: `tokens` (a multiple of the block size) into the store, its blocks and,
   // for a hybrid, the snapshot registered after them; and back, before a request is scheduled,
   // the longest prefix of `prompt` the store holds beyond what the device cache does.

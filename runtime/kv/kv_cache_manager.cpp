@@ -6,6 +6,7 @@
 namespace sx::kv {
 
 const std::vector<BlockId> KvCacheManager::kEmpty;
+const std::vector<std::uint64_t> KvCacheManager::kNoHashes;
 
 KvCacheManager::KvCacheManager(const KvCacheConfig& config)
     : config_(config),
@@ -152,11 +153,17 @@ std::optional<std::int32_t> KvCacheManager::reserve_snapshot() {
 
 bool KvCacheManager::register_snapshot(std::int32_t snapshot, std::span<const std::int32_t> sequence,
                                        std::int64_t tokens) {
+  const std::int64_t bs = config_.block_size;
+  if (tokens <= 0 || tokens % bs != 0 || tokens > static_cast<std::int64_t>(sequence.size())) {
+    snapshots_.at(static_cast<std::size_t>(snapshot)).reserved = false;
+    return false;
+  }
+  return register_snapshot_at_hash(snapshot, prefix_chain_hash(sequence, tokens / bs, bs, config_.salt));
+}
+
+bool KvCacheManager::register_snapshot_at_hash(std::int32_t snapshot, std::uint64_t h) {
   Snapshot& s = snapshots_.at(static_cast<std::size_t>(snapshot));
   s.reserved = false;
-  const std::int64_t bs = config_.block_size;
-  if (tokens <= 0 || tokens % bs != 0 || tokens > static_cast<std::int64_t>(sequence.size())) return false;
-  const std::uint64_t h = prefix_chain_hash(sequence, tokens / bs, bs, config_.salt);
   if (!pool_.is_cached(h) || snapshot_of_.count(h) != 0) return false;
   s.hash = h;
   s.used = tick();
@@ -171,20 +178,9 @@ void KvCacheManager::drop_snapshot(std::int32_t snapshot) {
   s = Snapshot{};
 }
 
-void KvCacheManager::drop_snapshot_at(std::span<const std::int32_t> sequence) {
-  const std::int64_t bs = config_.block_size, n = static_cast<std::int64_t>(sequence.size());
-  if (snapshots_.empty() || n == 0 || n % bs != 0) return;
-  if (auto it = snapshot_of_.find(prefix_chain_hash(sequence, n / bs, bs, config_.salt)); it != snapshot_of_.end()) {
-    drop_snapshot(it->second);
-  }
-}
-
-bool KvCacheManager::has_snapshot(std::span<const std::int32_t> sequence, std::int64_t tokens) const {
-  const std::int64_t bs = config_.block_size;
-  if (snapshots_.empty() || tokens <= 0 || tokens % bs != 0 || tokens > static_cast<std::int64_t>(sequence.size())) {
-    return false;
-  }
-  return snapshot_of_.count(prefix_chain_hash(sequence, tokens / bs, bs, config_.salt)) != 0;
+const std::vector<std::uint64_t>& KvCacheManager::block_hashes(std::uint64_t request) const {
+  auto it = tables_.find(request);
+  return it == tables_.end() ? kNoHashes : it->second.hashes;
 }
 
 const std::vector<BlockId>& KvCacheManager::block_table(std::uint64_t request) const {

@@ -98,19 +98,19 @@ class KvCacheManager {
   // `sequence`, whose blocks are now cached. false (the snapshot freed) when the position already
   // has one or its last block is not cached.
   bool register_snapshot(std::int32_t snapshot, std::span<const std::int32_t> sequence, std::int64_t tokens);
+  // The same under the chain hash of those tokens' blocks (prefix_chain_hash).
+  bool register_snapshot_at_hash(std::int32_t snapshot, std::uint64_t hash);
   // Frees a reserved or registered snapshot.
   void drop_snapshot(std::int32_t snapshot);
-  // Frees the snapshot of the state after all of `sequence`, if it has one.
-  void drop_snapshot_at(std::span<const std::int32_t> sequence);
   // The snapshot registered under a block hash, if any.
   std::optional<std::int32_t> snapshot_at_hash(std::uint64_t hash) const {
     auto it = snapshot_of_.find(hash);
     return it == snapshot_of_.end() ? std::nullopt : std::optional<std::int32_t>(it->second);
   }
-  // Whether the state after the first `tokens` of `sequence` has a snapshot.
-  bool has_snapshot(std::span<const std::int32_t> sequence, std::int64_t tokens) const;
 
   const std::vector<BlockId>& block_table(std::uint64_t request) const;
+  // The chain hashes of the request's committed (or cached) full blocks, in order.
+  const std::vector<std::uint64_t>& block_hashes(std::uint64_t request) const;
   bool has(std::uint64_t request) const { return tables_.count(request) != 0; }
 
  private:
@@ -133,6 +133,7 @@ class KvCacheManager {
   std::unordered_map<std::uint64_t, std::int32_t> snapshot_of_;  // block hash -> snapshot
   std::uint64_t tick_ = 0, snapshots_taken_ = 0, snapshots_restored_ = 0, snapshots_evicted_ = 0;
   static const std::vector<BlockId> kEmpty;
+  static const std::vector<std::uint64_t> kNoHashes;
 };
 
 }  // namespace sx::kv
